@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The test command behind `make test`: installs what the suite needs, then runs it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+"$PY" -m pip install -q torch==2.13.0
+"$PY" -m pip install -q -e '.[dev]'
+if [ "${SKIP_DOCKER:-0}" != "1" ]; then
+  bash scripts/ensure-docker.sh
+fi
+exec "$PY" -m pytest -m "${PYTEST_MARKERS:-not gpu}" "$@"

@@ -1,0 +1,7 @@
+"""verify: does this Apex install really work on this GPU, and if not, why not.
+
+Runs inside any image or on any host; depends on the standard library and torch only.
+"""
+
+__version__ = "0.1.0"
+SCHEMA_VERSION = "1"
