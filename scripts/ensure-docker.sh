@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Make a Docker engine answer, and a local base image exist, on a Debian CI machine with no registry:
+#   1. install Debian's docker.io (engine + a 20.10 client whose DOCKER_BUILDKIT=1 needs no buildx
+#      plugin) and debootstrap, if missing;
+#   2. start dockerd in the background if no daemon answers, and wait until it does;
+#   3. create BASE_IMAGE (default apex-toolchain/base:bookworm) with debootstrap + docker import,
+#      unless it exists. It has no Python: the Dockerfile's devel stage installs it from apt.
+# Idempotent: a second run changes nothing. Environment: BASE_IMAGE, BASE_SUITE, DEBIAN_MIRROR,
+# DOCKERD_LOG.
+set -euo pipefail
+
+BASE_IMAGE=${BASE_IMAGE:-apex-toolchain/base:bookworm}
+BASE_SUITE=${BASE_SUITE:-bookworm}
+DOCKERD_LOG=${DOCKERD_LOG:-/tmp/dockerd.log}
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+
+say() { echo "[ensure-docker] $*"; }
+
+# Debian's client (20.10): the other client on PATH may demand the missing buildx plugin.
+DOCKER=/usr/bin/docker
+
+if [ ! -x "$DOCKER" ] || ! command -v debootstrap >/dev/null 2>&1; then
+  say "installing docker.io and debootstrap from apt"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends docker.io debootstrap >/dev/null
+fi
+
+if ! "$DOCKER" info >/dev/null 2>&1; then
+  say "no daemon answers: starting dockerd (log: $DOCKERD_LOG)"
+  $SUDO sh -c "nohup dockerd >'$DOCKERD_LOG' 2>&1 &"
+  for _ in $(seq 1 60); do
+    "$DOCKER" info >/dev/null 2>&1 && break
+    sleep 1
+  done
+  if ! "$DOCKER" info >/dev/null 2>&1; then
+    say "dockerd did not answer within 60 s; last lines of $DOCKERD_LOG:"
+    tail -n 20 "$DOCKERD_LOG" >&2 || true
+    exit 3
+  fi
+fi
+say "daemon answers: $("$DOCKER" version --format '{{.Server.Version}}')"
+
+if "$DOCKER" image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+  say "base image $BASE_IMAGE exists"
+  exit 0
+fi
+
+# The mirror this machine's apt uses (deb822 .sources or one-line .list), so no other network is needed.
+mirror=${DEBIAN_MIRROR:-}
+if [ -z "$mirror" ]; then
+  mirror=$(grep -hsE '^URIs:' /etc/apt/sources.list.d/*.sources | awk '{print $2}' | grep -v security | head -n 1 || true)
+fi
+if [ -z "$mirror" ]; then
+  mirror=$(grep -hsE '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list | awk '{print $2}' | grep -v security | head -n 1 || true)
+fi
+mirror=${mirror:-http://deb.debian.org/debian}
+
+root=$(mktemp -d /tmp/apex-base.XXXXXX)
+trap '$SUDO rm -rf "$root"' EXIT
+say "debootstrap --variant=minbase $BASE_SUITE from $mirror (about a minute)"
+$SUDO debootstrap --variant=minbase "$BASE_SUITE" "$root" "$mirror" >/tmp/debootstrap.log 2>&1 || {
+  say "debootstrap failed; last lines of /tmp/debootstrap.log:"
+  tail -n 20 /tmp/debootstrap.log >&2
+  exit 3
+}
+$SUDO rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+$SUDO tar -C "$root" -c . | "$DOCKER" import \
+  --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+  --change 'CMD ["/bin/bash"]' - "$BASE_IMAGE" >/dev/null
+say "created $BASE_IMAGE"

@@ -1,0 +1,228 @@
+"""The Apex builder's checks, gate and manifest, on real inputs.
+
+A CPU machine cannot compile Apex (its setup.py needs a CUDA build of torch), so the build pipeline
+is exercised on a tiny real setuptools project whose real C extension is named `apex_C`; the checks
+run against this machine's real torch, nvcc (if any) and /proc.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from toolchain import apex_builder, build_outputs
+from verify import exit_codes, module_map
+
+REPO = Path(__file__).resolve().parents[2]
+
+C_MODULE = """
+#include <Python.h>
+static struct PyModuleDef m = {PyModuleDef_HEAD_INIT, "%s", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit_%s(void) { return PyModule_Create(&m); }
+"""
+
+
+def make_project(root: Path, *, broken: bool = False) -> Path:
+    """A real setuptools project with two real C extensions: top-level `apex_C` and `apex._probe`."""
+    (root / "apex").mkdir(parents=True)
+    (root / "apex" / "__init__.py").write_text("")
+    (root / "apex_c.c").write_text(C_MODULE % ("apex_C", "apex_C") + ("syntax error here;" if broken else ""))
+    (root / "probe.c").write_text(C_MODULE % ("_probe", "_probe"))
+    (root / "setup.py").write_text(
+        textwrap.dedent(
+            """
+            from setuptools import Extension, setup
+            setup(name="tinyext", version="0.1", packages=["apex"],
+                  ext_modules=[Extension("apex_C", ["apex_c.c"]), Extension("apex._probe", ["probe.c"])])
+            """
+        )
+    )
+    return root
+
+
+def run_builder(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "toolchain.apex_builder", *argv],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def build(tmp_path: Path, flags: dict[str, str], *extra: str, broken: bool = False) -> tuple[int, Path]:
+    src = make_project(tmp_path / "src", broken=broken)
+    out = tmp_path / "out"
+    args = apex_builder.build_parser().parse_args(["--apex-src", str(src), "--out", str(out), "--cell", "c1", *extra])
+    env = {**os.environ, **flags}
+    versions = {"torch": "2.13.0+cpu", "python": "3", "nvcc_path": shutil.which("nvcc") or "nvcc"}
+    started = dt.datetime.now(dt.timezone.utc)
+    code = apex_builder.build_and_gate(args, src, out, flags, None, env, versions, started)
+    return code, out
+
+
+# ---------------------------------------------------------------- arguments
+
+
+def test_flags_default_none_and_extras() -> None:
+    assert apex_builder.parse_flags(None, None) == {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"}
+    assert apex_builder.parse_flags("none", None) == {}
+    assert apex_builder.parse_flags("APEX_CPP_EXT=1 APEX_CUDA_EXT=0", None) == {"APEX_CPP_EXT": "1"}
+    flags = apex_builder.parse_flags("APEX_CPP_EXT,APEX_CUDA_EXT", "xentropy,fast_layer_norm")
+    assert flags == {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1", "APEX_XENTROPY": "1", "APEX_FAST_LAYER_NORM": "1"}
+    assert module_map.modules_for_flags(apex_builder.parse_flags("none", None)) == ()
+
+
+@pytest.mark.parametrize(
+    ("flags", "extras", "needle"),
+    [("APEX_CUDA_EX=1", None, "perhaps you meant APEX_CUDA_EXT"), (None, "xentropi", "APEX_XENTROPY"), ("APEX_CPP_EXT=2", None, "KEY=1")],
+)
+def test_bad_flags_exit_2(flags: str | None, extras: str | None, needle: str) -> None:
+    with pytest.raises(apex_builder.Stop) as stop:
+        apex_builder.parse_flags(flags, extras)
+    assert stop.value.code == exit_codes.USAGE and needle in str(stop.value)
+
+
+def test_arch_list_syntax() -> None:
+    assert apex_builder.parse_archs("9.0") == ["9.0"]
+    assert apex_builder.parse_archs("8.0;9.0+PTX") == ["8.0", "9.0+PTX"]
+    assert apex_builder.parse_archs("8.0, 10.0a 12.0f") == ["8.0", "10.0a", "12.0f"]
+    for bad in ("", "sm_90", "9", "9.0+ptx", "9.0;x"):
+        with pytest.raises(apex_builder.Stop) as stop:
+            apex_builder.parse_archs(bad)
+        assert stop.value.code == exit_codes.USAGE
+
+
+def test_cli_rejects_missing_and_non_apex_source(tmp_path: Path) -> None:
+    result = run_builder("--apex-src", str(tmp_path / "nope"), "--out", str(tmp_path / "o"), "--archs", "9.0")
+    assert result.returncode == exit_codes.USAGE
+    assert "no such directory" in result.stderr and "Traceback" not in result.stderr
+    result = run_builder("--apex-src", str(tmp_path), "--out", str(tmp_path / "o"), "--archs", "9.0")
+    assert result.returncode == exit_codes.USAGE and "not an Apex source tree" in result.stderr
+
+
+def test_cli_cuda_flags_need_archs(tmp_path: Path) -> None:
+    src = make_project(tmp_path / "src")
+    env = {k: "" for k in ("TORCH_CUDA_ARCH_LIST",)}
+    result = run_builder("--apex-src", str(src), "--out", str(tmp_path / "o"), env=env)
+    assert result.returncode == exit_codes.USAGE and "--archs is required" in result.stderr
+
+
+def test_cli_missing_nvcc_exit_3(tmp_path: Path) -> None:
+    src = make_project(tmp_path / "src")
+    result = run_builder(
+        "--apex-src", str(src), "--out", str(tmp_path / "o"), "--archs", "9.0", env={"CUDA_HOME": str(tmp_path / "no-cuda")}
+    )
+    assert result.returncode == exit_codes.ENVIRONMENT, result.stderr
+    assert "nvcc not found" in result.stderr and "CUDA_HOME" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "o" / "build-manifest.json").exists()
+
+
+def test_cli_cpu_torch_exit_3(tmp_path: Path) -> None:
+    import torch
+
+    if torch.version.cuda is not None:
+        pytest.skip("this torch is a CUDA build")
+    src = make_project(tmp_path / "src")
+    result = run_builder("--apex-src", str(src), "--out", str(tmp_path / "o"), "--flags", "none")
+    assert result.returncode == exit_codes.ENVIRONMENT, result.stderr
+    assert ("CPU-only build" in result.stderr) or ("nvcc not found" in result.stderr)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on this machine")
+def test_nvcc_probes_on_real_nvcc() -> None:
+    nvcc = Path(shutil.which("nvcc"))
+    release, full = apex_builder.nvcc_version(nvcc)
+    assert full.startswith(release)
+    archs = apex_builder.nvcc_archs(nvcc)
+    assert "9.0" in archs and "3.5" not in archs
+
+
+# ---------------------------------------------------------------- outputs and gate
+
+
+def test_wheel_listing_on_a_real_wheel(tmp_path: Path) -> None:
+    code, out = build(tmp_path, {"APEX_CPP_EXT": "1"})
+    wheel = next(out.glob("*.whl"))
+    assert build_outputs.extension_modules(wheel) == ["apex._probe", "apex_C"]
+    assert code == exit_codes.OK
+
+
+def test_manifest_matches_the_contract(tmp_path: Path) -> None:
+    code, out = build(tmp_path, {"APEX_CPP_EXT": "1"})
+    assert code == exit_codes.OK
+    manifest = json.loads((out / "build-manifest.json").read_text())
+    assert manifest["manifest_version"] == "1"
+    assert set(manifest) >= {
+        "apex", "flags", "expected_modules", "built_modules", "skipped_extensions", "arch_list",
+        "versions", "parallelism", "build", "cell", "inputs",
+    }  # fmt: skip
+    assert manifest["expected_modules"] == ["apex_C"] and "apex_C" in manifest["built_modules"]
+    assert manifest["cell"] == "c1" and manifest["apex"]["version"] == "0.1"
+    assert manifest["parallelism"]["max_jobs"] >= 1 and manifest["parallelism"]["reason"]
+    build_info = manifest["build"]
+    assert build_info["wall_s"] > 0 and build_info["peak_rss_mb"] > 0 and len(build_info["wheel_sha256"]) == 64
+    assert (out / build_info["wheel"]).is_file() and (out / "apex-build.log").read_text()
+    assert not list(out.glob(".wheel-*")), "the staging directory is removed"
+
+
+def test_gate_fails_naming_module_flag_and_log_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    code, out = build(tmp_path, {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"})
+    assert code == exit_codes.FAILED
+    err = capsys.readouterr().err
+    assert "expected module amp_C (flag APEX_CUDA_EXT) is not in the wheel" in err
+    assert "apex-build.log" in err
+    manifest = json.loads((out / "build-manifest.json").read_text())
+    assert "amp_C" in manifest["expected_modules"] and "amp_C" not in manifest["built_modules"]
+
+
+def test_no_gate_reports_but_passes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    code, _ = build(tmp_path, {"APEX_CPP_EXT": "1", "APEX_XENTROPY": "1"}, "--no-gate")
+    assert code == exit_codes.OK and "warning: expected module xentropy_cuda" in capsys.readouterr().err
+
+
+def test_failed_compile_exit_1_with_log_tail(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    code = None
+    with pytest.raises(apex_builder.Stop) as stop:
+        code, _ = build(tmp_path, {"APEX_CPP_EXT": "1"}, broken=True)
+    assert code is None and stop.value.code == exit_codes.FAILED
+    assert "pip wheel failed" in str(stop.value) and "first error at log line" in str(stop.value)
+    assert "--- last lines ---" in str(stop.value)
+
+
+def test_skip_warnings_and_missing_modules_from_log_lines() -> None:
+    log = [
+        "[apex] Detected APEX_CUDNN_GBN=1, adding --cudnn_gbn to build flags.",
+        "setup.py:106: UserWarning: Skip `--cudnn_gbn` as it requires cuDNN 8500 or later, but cuDNN is not available",
+        "building 'apex_C' extension",
+    ]
+    assert build_outputs.skipped_extensions(log) == [
+        {"module": "cudnn_gbn_lib", "warning": "Skip `--cudnn_gbn` as it requires cuDNN 8500 or later, but cuDNN is not available"}
+    ]
+    expected = list(module_map.modules_for_flags({"APEX_CPP_EXT": "1", "APEX_CUDNN_GBN": "1"}))
+    missing = build_outputs.missing_modules(expected, ["apex_C"], log)
+    assert [(m.module, m.flag, m.log_line) for m in missing] == [("cudnn_gbn_lib", "APEX_CUDNN_GBN", 2)]
+    assert "see build log line 2 of b.log" in missing[0].message("b.log")
+    assert build_outputs.missing_modules(expected, ["apex_C", "cudnn_gbn_lib"], log) == []
+
+
+def test_wheel_hashes_from_sha256sum(tmp_path: Path) -> None:
+    wheel = tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    wheel.write_bytes(b"not read here")
+    listing = subprocess.run(["sha256sum", str(wheel)], capture_output=True, text=True, check=True).stdout
+    (tmp_path / "w.sha256").write_text(listing)
+    assert apex_builder.wheel_hashes([str(tmp_path / "w.sha256")]) == {wheel.name: apex_builder.sha256_of(wheel)}
+    (tmp_path / "bad.sha256").write_text("nonsense\n")
+    for bad in ("bad.sha256", "missing.sha256"):
+        with pytest.raises(apex_builder.Stop) as stop:
+            apex_builder.wheel_hashes([str(tmp_path / bad)])
+        assert stop.value.code == exit_codes.USAGE

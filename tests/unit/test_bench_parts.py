@@ -1,0 +1,186 @@
+"""The benchmark's pieces on real torch (CPU): byte models, flag parsing, the model, flag restoring,
+skip reasons, and the fused-vs-native comparison logic."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+import torch
+from torch import nn
+
+from verify.bench import cli, micro, results, stages
+from verify.bench import model as gpt
+from verify.bench.apex_parts import ApexPart
+from verify.bench.config import PRESETS
+from verify.cuda_timer import Timing
+
+
+def _cfg(**over: object):
+    args = ["--device", "cpu", "--out", "/tmp/unused-bench-out"]
+    return dataclasses.replace(cli.parse_config(args), **over)
+
+
+def test_byte_models() -> None:
+    assert micro.adam_step_bytes(1000) == 28_000
+    # LayerNorm fp32, 16384 x 1024: 5 activation passes + mean/rstd written and read + 5 parameter vectors
+    assert micro.norm_fwd_bwd_bytes(16384, 1024, 4, has_bias=True, stats_per_row=2) == (
+        5 * 16384 * 1024 * 4 + 2 * 2 * 16384 * 4 + 5 * 1024 * 4)
+    assert micro.norm_fwd_bwd_bytes(10, 8, 2, has_bias=False, stats_per_row=1) == 5 * 10 * 8 * 2 + 2 * 10 * 4 + 3 * 8 * 2
+    assert micro.copy_bytes_moved(2**31) == 2**32
+
+
+@pytest.mark.parametrize(("text", "value"), [("250M", 250_000_000), ("1.5e8", 150_000_000), ("2.5G", 2_500_000_000),
+                                             ("300_000_000", 300_000_000), ("64k", 64_000)])
+def test_param_counts(text: str, value: int) -> None:
+    assert cli.parse_param_count(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "lots", "-5M", "0"])
+def test_bad_param_counts(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        cli.parse_param_count(text)
+
+
+def test_stage_selection_keeps_benchmark_order() -> None:
+    assert cli.parse_stages("native-tf32,1,5") == ("adam-fp32", "native-bf16", "native-tf32")
+    assert cli.parse_stages("all") == tuple(s.key for s in stages.STAGES)
+    assert cli.parse_stages("none") == ()
+
+
+def test_presets_and_flag_overrides() -> None:
+    cfg = cli.parse_config(["--device", "cpu", "--steps", "7", "--big-params", "1M"])
+    assert cfg.preset == "cpu-smoke" and cfg.steps == 7 and cfg.big_params == 1_000_000
+    assert cfg.d_model == PRESETS["cpu-smoke"]["d_model"]
+    quick = cli.parse_config(["--quick", "--layers", "3"])
+    assert quick.preset == "quick" and quick.layers == 3 and quick.seq == PRESETS["quick"]["seq"]
+    default = cli.parse_config([])
+    assert default.preset == "default" and default.big_params >= 250_000_000
+    assert default.norm_shapes == ((32, 512, 1024), (16384, 4096))
+    assert default.heads * default.head_dim == default.d_model
+
+
+def test_model_forward_and_pluggable_norm() -> None:
+    made: list[int] = []
+
+    def norm(d: int) -> nn.Module:
+        made.append(d)
+        return nn.LayerNorm(d)
+
+    torch.manual_seed(0)
+    net = gpt.build(vocab=50, seq=12, d_model=32, layers=3, heads=2, norm=norm)
+    assert made == [32] * (2 * 3 + 1)  # two per block + the final one
+    idx = torch.randint(0, 50, (2, 12))
+    logits = net(idx)
+    assert logits.shape == (2, 12, 50)
+    loss = gpt.lm_loss(logits, idx)
+    assert torch.isfinite(loss)
+    assert net.head.weight is net.tok.weight  # tied: counted once
+    assert gpt.param_count(net) == sum(p.numel() for p in set(net.parameters()))
+
+
+def test_batches_are_random_tokens_and_repeatable() -> None:
+    cfg = _cfg()
+    a, b = stages.make_batches(cfg, torch.device("cpu")), stages.make_batches(cfg, torch.device("cpu"))
+    assert torch.equal(a, b)
+    assert a.shape == (4, cfg.batch, cfg.seq + 1) and a.unique().numel() > cfg.vocab // 2
+
+
+def test_initial_state_is_the_same_for_every_call() -> None:
+    cfg = _cfg()
+    s1, s2 = stages.initial_state(cfg), stages.initial_state(cfg)
+    assert s1.keys() == s2.keys() and all(torch.equal(s1[k], s2[k]) for k in s1)
+
+
+@pytest.mark.parametrize("precision", ["tf32", "fp32", "bf16"])
+def test_precision_flags_are_restored(precision: str) -> None:
+    before = (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32,
+              torch.backends.cudnn.allow_tf32)
+    with pytest.raises(RuntimeError), stages.precision_flags(precision):
+        assert torch.backends.cuda.matmul.allow_tf32 is (precision == "tf32")
+        assert torch.get_float32_matmul_precision() == ("high" if precision == "tf32" else "highest")
+        raise RuntimeError("a stage that fails must not leave TF32 on")
+    after = (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32,
+             torch.backends.cudnn.allow_tf32)
+    assert after == before
+
+
+def test_apex_stage_skips_with_every_distinct_reason() -> None:
+    apex = {"FusedAdam": ApexPart("FusedAdam", False, "Apex is not installed"),
+            "FusedLayerNorm": ApexPart("FusedLayerNorm", False, "extension fused_layer_norm_cuda does not import")}
+    cfg = _cfg()
+    run = stages.run_stage(stages.stage_by_key("fusedadam-fusedln-fp32"), cfg, torch.device("cpu"), {},
+                           torch.zeros(1), apex)
+    assert run.status == "SKIP"
+    assert run.reason == ("needs FusedAdam: Apex is not installed; "
+                          "needs FusedLayerNorm: extension fused_layer_norm_cuda does not import")
+
+
+def _timing(name: str, median: float) -> Timing:
+    return Timing(name=name, median_ms=median, p10_ms=median * 0.99, p90_ms=median * 1.01, min_ms=median * 0.98,
+                  iters=5, device="cpu")
+
+
+def test_stage_comparisons_say_who_wins() -> None:
+    def run(key: str, median: float) -> stages.StageRun:
+        return stages.StageRun(stages.stage_by_key(key), "OK", timing=_timing(key, median), losses=[1.0])
+
+    out = stages._comparisons({"adam-fp32": run("adam-fp32", 100.0), "fusedadam-fp32": run("fusedadam-fp32", 80.0)})
+    assert len(out) == 1 and out[0]["status"] == "OK"
+    assert out[0]["speedup"] == pytest.approx(1.25) and "fusedadam-fp32 is faster" in out[0]["verdict"]
+
+
+def test_compare_times_real_kernels_and_reports_bandwidth() -> None:
+    cfg = _cfg(micro_warmup=1, micro_iters=3)
+    x = torch.randn(64, 128, requires_grad=True)
+    dy = torch.randn(64, 128)
+
+    def setup(cls: type):
+        def make():
+            module = cls(128)
+            return lambda: torch.autograd.grad(module(x), [x, *module.parameters()], dy)
+        return make
+
+    n_bytes = micro.norm_fwd_bwd_bytes(64, 128, 4, has_bias=True, stats_per_row=2)
+    item = micro._compare("LayerNorm", "(64, 128) fp32", n_bytes,
+                          [("layer_norm A", setup(nn.LayerNorm), ""), ("layer_norm B", setup(nn.LayerNorm), "")],
+                          cfg, torch.device("cpu"), copy_gbps=10.0)
+    assert item["status"] == "OK" and item["best_native"] == "layer_norm B"
+    assert item["speedup"] > 0 and item["verdict"]
+    assert all(i["GBps"] > 0 and i["pct_of_copy"] == pytest.approx(100 * i["GBps"] / 10.0, rel=1e-2)
+               for i in item["implementations"])
+
+
+def test_compare_records_a_failing_implementation() -> None:
+    cfg = _cfg(micro_warmup=1, micro_iters=2)
+
+    def broken():
+        raise RuntimeError("CUDA error: no kernel image is available for execution on the device\nmore")
+
+    item = micro._compare("K", "case", 8, [("apex K", broken, ""), ("native K", lambda: (lambda: None), "")],
+                          cfg, torch.device("cpu"), copy_gbps=None)
+    assert item["status"] == "FAIL"
+    assert item["implementations"][0]["reason"] == (
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device")
+    assert item["implementations"][1]["status"] == "OK" and item["implementations"][1]["pct_of_copy"] is None
+
+
+def test_markdown_renders_verdicts_for_measured_kernels() -> None:
+    cfg = _cfg()
+    t = _timing("x", 1.0)
+    impl = {"name": "apex FusedAdam", "status": "OK", "reason": "", "timing": t.to_json(), "GBps": 100.0,
+            "pct_of_copy": 50.0}
+    item = {"kernel": "FusedAdam", "case": "c", "status": "OK", "implementations": [impl], "speedup": 1.5,
+            "verdict": "apex FusedAdam is faster here: 1.50x vs torch AdamW fused"}
+    import datetime
+
+    doc = results.build(cfg_json=cfg.to_json(), environment={"headline": {
+        "device": "cuda:0", "gpu": "H200", "torch": "2.11", "cuda": "13.0", "python": "3.12", "apex_commit": None}},
+        apex={}, timer="cuda_events", copy={"status": "OK", "bytes": 2**31, "GBps": 200.0},
+        stages={"baseline": None, "loss_rel_tol": 0.05, "stages": [], "comparisons": []},
+        optimizer=[item], norms=[], started=datetime.datetime(2026, 1, 1), duration_s=1.0)
+    md = results.markdown(doc)
+    assert "- FusedAdam c: apex FusedAdam is faster here: 1.50x" in md
+    assert "200.0 GB/s (2 GiB device-to-device copy" in md
+    assert "CPU smoke run" not in md

@@ -1,0 +1,145 @@
+"""The import probe and failure classification on real shared objects compiled here with gcc: a module
+that imports, one with an undefined C++ symbol (what a build against another torch gives), one that
+needs a CUDA runtime library that is not there, and one that kills its process while loading.
+dlopen and Python's importer do the failing; nothing is simulated."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from verify import extensions, identity
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build the test .so files")
+SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
+ROOT = Path(__file__).resolve().parents[2]
+APEX_MIRROR = Path("/work/.mirror/NVIDIA+apex/repo")
+
+
+def _module_source(name: str, body: str = "") -> str:
+    return (f"#include <Python.h>\n{body}\n"
+            f'static struct PyModuleDef def = {{PyModuleDef_HEAD_INIT, "{name}", NULL, -1, NULL}};\n'
+            f"PyMODINIT_FUNC PyInit_{name}(void) {{ return PyModule_Create(&def); }}\n")
+
+
+def build_module(directory: Path, name: str, body: str = "", libs: list[str] | None = None) -> Path:
+    src = directory / f"{name}.c"
+    src.write_text(_module_source(name, body))
+    out = directory / f"{name}{SUFFIX}"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(src), f"-I{sysconfig.get_paths()['include']}",
+                    f"-L{directory}", *(libs or [])], check=True, capture_output=True, timeout=60)
+    return out
+
+
+@pytest.fixture(scope="module")
+def broken_modules(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("exts")
+    build_module(d, "amp_C")  # imports fine
+    # references c10::detail::torchCheckFail(...) with a signature no loaded library provides
+    build_module(d, "fused_layer_norm_cuda",
+                 "void _ZN3c106detail14torchCheckFailEPKcS2_jRKSs(const char*, const char*, unsigned, void*);\n"
+                 "void *keep = (void *)&_ZN3c106detail14torchCheckFailEPKcS2_jRKSs;")
+    # linked against a libcudart.so.12 that is then removed, as in an image without the CUDA runtime
+    stub = d / "libcudart.so.12"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(stub), "-x", "c", "-", "-Wl,-soname,libcudart.so.12"],
+                   input=b"int cudart_stub(void) { return 0; }\n", check=True, capture_output=True, timeout=60)
+    (d / "libcudart.so").symlink_to(stub.name)
+    build_module(d, "syncbn", "int cudart_stub(void);\nvoid *keep = (void *)&cudart_stub;", ["-lcudart"])
+    stub.unlink()
+    (d / "libcudart.so").unlink()
+    # segfaults while loading, before Python sees the module
+    build_module(d, "mlp_cuda", "#include <signal.h>\n__attribute__((constructor)) static void boom(void) { raise(SIGSEGV); }")
+    return d
+
+
+def test_probe_classifies_each_failure_and_survives_a_crash(broken_modules: Path, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(broken_modules))
+    names = ["mlp_cuda", "amp_C", "fused_layer_norm_cuda", "syncbn", "xentropy_cuda"]
+    tasks = [{"id": n, "op": "import", "target": n} for n in names]
+    results = extensions.probe(tasks, timeout_s=60)
+    by_name = {n: extensions.classify(n, results[n]) for n in names}
+
+    assert by_name["amp_C"].status == "ok"
+    assert by_name["amp_C"].path == str(broken_modules / f"amp_C{SUFFIX}")
+
+    undefined = by_name["fused_layer_norm_cuda"]
+    assert undefined.status == "undefined_symbol"
+    assert undefined.demangled_symbol.startswith("c10::detail::torchCheckFail(")
+
+    assert by_name["syncbn"].status == "missing_cuda_library"
+    assert "libcudart.so.12" in by_name["syncbn"].error
+
+    crashed = by_name["mlp_cuda"]  # first in the list: the modules after it were still probed
+    assert crashed.status == "other" and "signal 11" in crashed.error
+
+    assert by_name["xentropy_cuda"].status == "missing"
+
+    checks = {c.name: c for c in extensions.extension_checks(list(by_name.values()), expected={"amp_C", "syncbn"})}
+    assert checks["amp_C"].status.value == "PASS"
+    assert checks["fused_layer_norm_cuda"].status.value == "FAIL"
+    assert "built against another torch" in checks["fused_layer_norm_cuda"].summary
+    assert "missing CUDA library libcudart.so.12" in checks["syncbn"].summary
+    assert checks["not_built"].status.value == "SKIP" and "APEX_XENTROPY (1)" in checks["not_built"].summary
+    assert checks["not_built"].details["by_flag"]["APEX_XENTROPY"] == ["xentropy_cuda"]
+
+
+def test_probe_times_out_a_hanging_import(tmp_path: Path, monkeypatch) -> None:
+    build_module(tmp_path, "scaled_softmax_cuda",
+                 "#include <unistd.h>\n__attribute__((constructor)) static void hang(void) { sleep(60); }")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    results = extensions.probe([{"id": "s", "op": "import", "target": "scaled_softmax_cuda"},
+                                {"id": "j", "op": "import", "target": "json"}], timeout_s=2)
+    assert results["s"]["exc_type"] == "Timeout"
+    assert results["j"]["status"] == "ok"
+
+
+def test_demangle_fallback_without_cxxfilt() -> None:
+    assert extensions._demangle_name("_ZN3c106detail14torchCheckFailEPKcS2_jRKSs") == "c10::detail::torchCheckFail(...)"
+    assert extensions._demangle_name("_ZN3c1019UndefinedTensorImpl10_singletonE") == "c10::UndefinedTensorImpl::_singleton"
+    assert extensions._demangle_name("not_mangled") is None
+
+
+@pytest.fixture(scope="module")
+def nvidia_apex_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """NVIDIA Apex's Python package from the upstream mirror, as an in-tree (Python-only) install."""
+    if not (APEX_MIRROR / "HEAD").exists():
+        pytest.skip("no upstream Apex mirror on this machine")
+    d = tmp_path_factory.mktemp("apex-src")
+    archive = subprocess.run(["git", "-C", str(APEX_MIRROR), "archive", "HEAD", "apex"], capture_output=True,
+                             check=True, timeout=120).stdout
+    subprocess.run(["tar", "-x", "-C", str(d)], input=archive, check=True, timeout=120)
+    return d
+
+
+def test_python_only_nvidia_apex_and_mixed_install(tmp_path: Path, nvidia_apex_source: Path,
+                                                   broken_modules: Path) -> None:
+    env_path = f"{nvidia_apex_source}:{broken_modules}:{ROOT}"
+    done = subprocess.run([sys.executable, "-m", "verify", "--static", "--json", str(tmp_path / "r.json")],
+                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": env_path},
+                          timeout=120, check=False)
+    import json
+
+    report = json.loads((tmp_path / "r.json").read_text())
+    checks = {c["id"]: c for c in report["checks"]}
+    assert done.returncode == 1
+    assert report["apex"]["kind"] == "nvidia"
+    assert checks["identity.apex"]["status"] == "PASS"
+    assert checks["identity.legacy.apex.amp"]["summary"].startswith("apex.amp absent")
+    # the apex package is here, its amp_C somewhere else: named as a mixed install
+    assert checks["identity.mixed_install"]["status"] == "WARN"
+    assert "amp_C from" in checks["identity.mixed_install"]["summary"]
+    assert checks["expectations.feature.FusedLayerNorm"]["status"] == "FAIL"
+    assert "built against another torch" in checks["extensions.fused_layer_norm_cuda"]["summary"]
+
+
+def test_identity_locate_without_apex() -> None:
+    info = identity.locate()
+    if info["installed"]:
+        pytest.skip("an apex package is installed in this Python")
+    assert info == {"installed": False, "kind": "not_installed", "path": None}

@@ -1,0 +1,684 @@
+"""The one code path that turns an Apex source tree into a wheel and a build manifest.
+
+The Dockerfile's apex-build stage runs it, and so does a bare-metal host without Docker:
+
+    python -m toolchain.apex_builder --apex-src ~/apex --out dist --archs 9.0 [--install]
+    python build.py wheel ...            (the same `main`, behind the project's CLI)
+
+Steps: check the inputs and the toolchain (nvcc == torch's CUDA, arch list nvcc can compile),
+size parallelism from cores and memory, `pip wheel --no-build-isolation` with the APEX_* flags,
+then list the extensions really in the wheel, write OUT/build-manifest.json and gate: an expected
+module missing fails (exit 1) instead of shipping Apex's silent Python-only fallback.
+Standard library only (plus torch, which the build needs anyway): it runs inside the build image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import difflib
+import hashlib
+import importlib.util
+import os
+import platform
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from toolchain import build_outputs, parallelism
+from toolchain.process_tree import PeakSampler
+from verify import exit_codes, module_map
+from verify.atomic import write_json
+
+MANIFEST_NAME = "build-manifest.json"
+LOG_NAME = "apex-build.log"
+DEFAULT_FLAGS = {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"}
+# TORCH_CUDA_ARCH_LIST entries: 9.0, 9.0+PTX, 9.0a, 10.0f (arch-specific / family suffixes)
+_ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
+_REPO_ROOT = Path(__file__).resolve().parents[1]  # holds toolchain/ and verify/
+
+
+class Stop(Exception):
+    """A reason to stop with a one-line message and a documented exit code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _say(message: str) -> None:
+    print(f"[apex-builder] {message}", flush=True)
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def parse_flags(text: str | None, extras: str | None) -> dict[str, str]:
+    """`--flags "APEX_CPP_EXT=1,APEX_CUDA_EXT=1"` (comma or space separated, `=1` optional, `none`
+    for a Python-only build) plus `--extras xentropy,fast_layer_norm` (contrib flags)."""
+    known = module_map.known_flags()
+    flags: dict[str, str] = {}
+    if text is None:
+        flags.update(DEFAULT_FLAGS)
+    elif text.strip().lower() not in ("none", ""):
+        for item in re.split(r"[,\s]+", text.strip()):
+            key, _, value = item.partition("=")
+            value = value or "1"
+            if value not in ("0", "1"):
+                raise Stop(exit_codes.USAGE, f"--flags: {item!r} must be KEY=1 or KEY=0")
+            flags[_known_flag(key, known, "--flags")] = value
+    for item in re.split(r"[,\s]+", (extras or "").strip()):
+        if item:
+            name = item if item.upper().startswith("APEX_") else "APEX_" + item
+            flags[_known_flag(name.upper(), known, "--extras")] = "1"
+    return {k: v for k, v in flags.items() if v == "1"}
+
+
+def _known_flag(key: str, known: tuple[str, ...], option: str) -> str:
+    if key in known:
+        return key
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"perhaps you meant {close[0]}?" if close else f"known flags: {', '.join(known)}"
+    raise Stop(exit_codes.USAGE, f"{option}: unknown Apex flag {key!r}; {hint}")
+
+
+def parse_archs(text: str) -> list[str]:
+    """`9.0`, `8.0;9.0`, `8.0 9.0+PTX`, `8.0,9.0` -> ["8.0", "9.0+PTX"]; bad entries exit 2."""
+    archs = [a for a in re.split(r"[;,\s]+", text.strip()) if a]
+    if not archs:
+        raise Stop(
+            exit_codes.USAGE,
+            "--archs is empty; give compute capabilities such as --archs 9.0 or --archs '8.0;9.0'",
+        )
+    for arch in archs:
+        if not _ARCH.match(arch):
+            raise Stop(
+                exit_codes.USAGE,
+                f"--archs: {arch!r} is not a compute capability; use MAJOR.MINOR with optional +PTX, e.g. 9.0 or 9.0+PTX",
+            )
+    return archs
+
+
+def check_apex_source(src: Path) -> None:
+    if not src.is_dir():
+        raise Stop(
+            exit_codes.USAGE,
+            f"--apex-src {src}: no such directory; clone https://github.com/NVIDIA/apex and pass its path",
+        )
+    if not (src / "setup.py").is_file() or not (src / "apex" / "__init__.py").is_file():
+        raise Stop(
+            exit_codes.USAGE,
+            f"--apex-src {src}: not an Apex source tree (needs setup.py and apex/__init__.py); pass the root of an NVIDIA/apex checkout",
+        )
+
+
+# ---------------------------------------------------------------- toolchain probes
+
+
+def _run(cmd: list[str], **kwargs) -> str:
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kwargs).stdout
+
+
+def find_nvcc(env: dict[str, str]) -> tuple[Path | None, str]:
+    """nvcc the way torch.utils.cpp_extension finds CUDA_HOME: $CUDA_HOME/$CUDA_PATH, then nvcc on
+    PATH, then /usr/local/cuda. Returns (path or None, where it looked)."""
+    home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+    if home:
+        return (
+            Path(home) / "bin" / "nvcc" if (Path(home) / "bin" / "nvcc").exists() else None
+        ), f"CUDA_HOME={home}"
+    on_path = shutil.which("nvcc", path=env.get("PATH"))
+    if on_path:
+        return Path(on_path), "PATH"
+    default = Path("/usr/local/cuda/bin/nvcc")
+    return (default if default.exists() else None), "PATH and /usr/local/cuda"
+
+
+def nvcc_version(nvcc: Path) -> tuple[str, str]:
+    """('13.0', '13.0.88') from `nvcc --version`."""
+    try:
+        out = _run([str(nvcc), "--version"])
+    except (subprocess.CalledProcessError, OSError) as error:
+        raise Stop(exit_codes.ENVIRONMENT, f"{nvcc} --version failed ({error}); check the CUDA toolkit install") from None
+    release = re.search(r"release (\d+\.\d+)", out)
+    full = re.search(r"V(\d+\.\d+\.\d+)", out)
+    if not release:
+        raise Stop(exit_codes.ENVIRONMENT, f"{nvcc} --version printed no 'release X.Y'; is it a real nvcc?")
+    return release.group(1), full.group(1) if full else release.group(1)
+
+
+def nvcc_archs(nvcc: Path) -> set[str]:
+    """Compute capabilities nvcc can compile, from `nvcc --list-gpu-arch` (compute_90 -> 9.0)."""
+    try:
+        out = _run([str(nvcc), "--list-gpu-arch"])
+    except (subprocess.CalledProcessError, OSError):
+        return set()  # nvcc older than 11.0 has no --list-gpu-arch: let nvcc itself judge
+    return {f"{m[:-1]}.{m[-1]}" for m in re.findall(r"compute_(\d+)", out)}
+
+
+def torch_info() -> dict:
+    try:
+        import torch  # the build compiles against the installed torch (--no-build-isolation)
+    except ImportError as error:
+        raise Stop(
+            exit_codes.ENVIRONMENT,
+            f"torch is not importable by {sys.executable} ({error}); install the torch the build targets first",
+        ) from None
+    import torch.utils.cpp_extension  # noqa: F401  (what setup.py imports; fails loudly if torch is broken)
+
+    return {
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cxx11_abi": getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None),
+    }
+
+
+def compiler_version(env: dict[str, str]) -> str | None:
+    cxx = env.get("CXX", "c++")
+    try:
+        return _run([cxx, "-dumpfullversion", "-dumpversion"], env=env).strip()
+    except (subprocess.CalledProcessError, OSError):
+        return None
+
+
+def check_build_tools(flags: dict[str, str], env: dict[str, str], archs: list[str] | None) -> dict:
+    """Everything setup.py needs, checked up front so the user reads one clear line, not setup.py's
+    traceback. Returns the versions for the manifest."""
+    info = torch_info()
+    nvcc, looked = find_nvcc(env)
+    if info["torch_cuda"] is not None:
+        import torch.utils.cpp_extension as cpp_extension  # setup.py compiles with exactly this CUDA_HOME
+
+        home = cpp_extension.CUDA_HOME
+        nvcc = Path(home) / "bin" / "nvcc" if home and (Path(home) / "bin" / "nvcc").exists() else None
+        looked = f"torch's CUDA_HOME={home}"
+    if nvcc is None:
+        # Apex's setup.py runs `$CUDA_HOME/bin/nvcc -V` at import time, even for a Python-only build.
+        raise Stop(
+            exit_codes.ENVIRONMENT,
+            f"nvcc not found (looked at {looked}); Apex's setup.py needs the CUDA toolkit even for a Python-only "
+            f"build: install the CUDA {info['torch_cuda'] or ''} toolkit (cuda-nvcc) or set CUDA_HOME to it".replace(
+                "  ", " "
+            ),
+        )
+    release, full = nvcc_version(nvcc)
+    if info["torch_cuda"] is None:
+        raise Stop(
+            exit_codes.ENVIRONMENT,
+            f"torch {info['torch']} is a CPU-only build (torch.version.cuda is None), so torch.utils.cpp_extension has "
+            f"no CUDA_HOME and Apex's setup.py cannot run; install a CUDA {release} build of torch "
+            f"(e.g. --index-url https://download.pytorch.org/whl/cu{release.replace('.', '')})",
+        )
+    torch_cuda = ".".join(info["torch_cuda"].split(".")[:2])
+    if torch_cuda != release:
+        raise Stop(
+            exit_codes.ENVIRONMENT,
+            f"nvcc {release} ({nvcc}) does not match torch {info['torch']}'s CUDA {torch_cuda}; Apex's setup.py requires "
+            f"the same major.minor: put the CUDA {torch_cuda} toolkit first (CUDA_HOME) or install torch built for CUDA {release}",
+        )
+    if archs:
+        supported = nvcc_archs(nvcc)
+        bad = [a for a in archs if supported and a.split("+")[0].rstrip("af") not in supported]
+        if bad:
+            ordered = sorted(supported, key=lambda a: tuple(map(int, a.split("."))))
+            raise Stop(
+                exit_codes.USAGE,
+                f"--archs: nvcc {release} cannot compile for {', '.join(bad)}; it supports {', '.join(ordered)}",
+            )
+    # --no-build-isolation fetches nothing: setup.py's imports and a bdist_wheel command must be here
+    for module, package in (("setuptools", "setuptools"), ("packaging", "packaging"), ("wheel", "wheel")):
+        if module == "wheel" and importlib.util.find_spec("setuptools.command.bdist_wheel"):
+            continue  # setuptools >= 70.1 carries bdist_wheel itself
+        if importlib.util.find_spec(module) is None:
+            raise Stop(
+                exit_codes.ENVIRONMENT,
+                f"{module} is not installed in {sys.executable}; pip install {package}",
+            )
+    return {
+        "torch": info["torch"],
+        "torch_cuda": info["torch_cuda"],
+        "nvcc": full,
+        "nvcc_path": str(nvcc),
+        "gcc": compiler_version(env),
+        "python": platform.python_version(),
+        "cxx11_abi": info["cxx11_abi"],
+    }
+
+
+# ---------------------------------------------------------------- ccache
+
+
+def ccache_env(
+    mode: str, env: dict[str, str], src: Path, nvcc: str, workdir: Path
+) -> tuple[dict[str, str], dict]:
+    """Route the C++ and CUDA compiles through ccache. torch >= 2.12's cpp_extension prepends ccache
+    itself when it is on PATH (`_wrap_compiler`); older torch honours PYTORCH_NVCC for nvcc (ninja
+    builds) and finds c++ through PATH, so a masquerade directory of ccache symlinks goes first."""
+    if mode == "off":
+        return {"TORCH_NO_COMPILER_WRAPPER": "1"}, {"used": False, "reason": "--no-ccache"}
+    ccache = shutil.which("ccache", path=env.get("PATH"))
+    if ccache is None:
+        if mode == "on":
+            raise Stop(
+                exit_codes.ENVIRONMENT,
+                "--ccache: ccache is not on PATH; apt-get install ccache (or drop --ccache)",
+            )
+        return {}, {"used": False, "reason": "ccache not on PATH"}
+    import torch.utils.cpp_extension as cpp_extension
+
+    extra = {
+        "CCACHE_DIR": env.get("CCACHE_DIR", str(Path.home() / ".cache" / "ccache")),
+        # hash paths relative to the source tree, so another checkout of the same commit hits the cache
+        "CCACHE_BASEDIR": str(src.resolve()),
+        "CCACHE_NOHASHDIR": "1",
+        "CCACHE_COMPILERCHECK": env.get("CCACHE_COMPILERCHECK", "content"),
+    }
+    if hasattr(cpp_extension, "_wrap_compiler"):
+        method = "torch cpp_extension prepends ccache found on PATH (_wrap_compiler)"
+    else:
+        shims = workdir / "ccache-bin"
+        shims.mkdir(exist_ok=True)
+        for name in ("c++", "g++", "cc", "gcc"):
+            link = shims / name
+            if not link.exists():
+                link.symlink_to(ccache)
+        extra["PATH"] = f"{shims}{os.pathsep}{env.get('PATH', '')}"
+        extra["PYTORCH_NVCC"] = f"{ccache} {nvcc}"
+        method = "PATH masquerade for c++/gcc and PYTORCH_NVCC='ccache nvcc'"
+    return extra, {"used": True, "method": method, "dir": extra["CCACHE_DIR"], "binary": ccache}
+
+
+def ccache_stats(env: dict[str, str]) -> dict[str, int]:
+    """Hits and misses from `ccache --print-stats` (ccache >= 4.4); {} when unavailable."""
+    try:
+        out = _run(["ccache", "--print-stats"], env=env)
+    except (subprocess.CalledProcessError, OSError):
+        return {}
+    stats = dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
+    keys = ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")
+    return {k: int(stats[k]) for k in keys if stats.get(k, "").isdigit()}
+
+
+# ---------------------------------------------------------------- build
+
+
+def run_logged(
+    cmd: list[str], env: dict[str, str], log_path: Path, cwd: Path | None = None
+) -> tuple[int, float, float, float]:
+    """Run `cmd`, streaming its output to stdout and `log_path`. Returns (exit code, wall seconds,
+    peak summed RSS of the process tree in MiB, largest single child's RSS in MiB)."""
+    start = time.monotonic()
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,  # own group: Ctrl-C stops the whole tree
+        )
+        try:
+            with PeakSampler(proc.pid) as sampler:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    sys.stdout.write(line)
+                    log.write(line)
+                code = proc.wait()
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
+            raise
+    single = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux
+    return code, time.monotonic() - start, sampler.peak_bytes / 2**20, single
+
+
+def build_wheel(src: Path, out: Path, env: dict[str, str], log_path: Path) -> tuple[Path, dict]:
+    """`pip wheel --no-build-isolation --no-deps -v SRC` into a fresh directory (so a stale wheel in
+    OUT is never picked up), then moved into OUT."""
+    staging = Path(tempfile.mkdtemp(prefix=".wheel-", dir=out))
+    try:
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-build-isolation",
+            "--no-deps",
+            "-v",
+            str(src),
+            "-w",
+            str(staging),
+        ]
+        code, wall, peak_tree, peak_single = run_logged(cmd, env, log_path)
+        stats = {
+            "wall_s": round(wall, 1),
+            "peak_rss_mb": round(peak_tree, 1),
+            "peak_rss_single_process_mb": round(peak_single, 1),
+        }
+        if code != 0:
+            raise Stop(exit_codes.FAILED, _failure_summary(log_path, code))
+        wheels = sorted(staging.glob("*.whl"))
+        if len(wheels) != 1:
+            raise Stop(
+                exit_codes.FAILED,
+                f"pip wheel finished but left {len(wheels)} wheels in {staging}; see {log_path}",
+            )
+        target = out / wheels[0].name
+        os.replace(wheels[0], target)
+        return target, stats
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _failure_summary(log_path: Path, code: int) -> str:
+    lines = log_path.read_text(errors="replace").splitlines()
+    text = "\n".join(lines)
+    if "No space left on device" in text:
+        raise Stop(
+            exit_codes.ENVIRONMENT,
+            f"the build ran out of disk space (No space left on device); free space and retry; see {log_path}",
+        )
+    hint = ""
+    if re.search(r"Killed signal terminated program|out of memory|std::bad_alloc", text):
+        hint = " The compiler was killed or ran out of memory: lower --jobs / --nvcc-threads."
+    first_error = next((i for i, line in enumerate(lines, 1) if re.search(r"\berror\b", line, re.I)), None)
+    where = f"first error at log line {first_error}" if first_error else "no line says 'error'"
+    tail = "\n".join(lines[-30:])
+    return f"pip wheel failed (exit {code}); {where} of {log_path}.{hint}\n--- last lines ---\n{tail}"
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def apex_identity(src: Path, ref: str | None, source: str | None, commit: str | None) -> dict:
+    if commit is None and (src / ".git").exists() and shutil.which("git"):
+        try:
+            commit = _run(["git", "-C", str(src), "rev-parse", "HEAD"]).strip()
+        except subprocess.CalledProcessError:
+            commit = None
+    version = re.search(r"""version\s*=\s*["']([^"']+)""", (src / "setup.py").read_text(errors="replace"))
+    return {
+        "commit": commit,
+        "ref": ref,
+        "source": source or f"dir:{src.resolve()}",
+        "version": version.group(1) if version else None,
+    }
+
+
+def wheel_hashes(paths: list[str]) -> dict[str, str]:
+    """{wheel file name: sha256} from `sha256sum *.whl` output: the torch stage hashes the exact
+    wheels it installed (provenance)."""
+    hashes: dict[str, str] = {}
+    for path in paths:
+        try:
+            lines = Path(path).read_text().splitlines()
+        except OSError as error:
+            raise Stop(exit_codes.USAGE, f"--wheel-hashes {path}: cannot read it ({error.strerror})") from None
+        for line in lines:
+            digest, _, name = line.strip().partition("  ")
+            if not re.fullmatch(r"[0-9a-f]{64}", digest) or not name:
+                raise Stop(exit_codes.USAGE, f"--wheel-hashes {path}: {line!r} is not a `sha256sum` line (HASH  FILE)")
+            hashes[Path(name.lstrip("*")).name] = digest
+    return hashes
+
+
+# ---------------------------------------------------------------- gate and install
+
+
+def install_and_verify(wheel: Path, manifest: Path, out: Path, env: dict[str, str]) -> int:
+    """Install the wheel, then let `verify --static` (imports, archs, expectations) be the gate."""
+    log = out / LOG_NAME
+    code, *_ = run_logged(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--force-reinstall", str(wheel)], env, log
+    )
+    if code != 0:
+        raise Stop(exit_codes.FAILED, f"pip install {wheel.name} failed (exit {code}); see {log}")
+    verify_env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH")])))
+    cmd = [
+        sys.executable,
+        "-m",
+        "verify",
+        "--static",
+        "--manifest",
+        str(manifest),
+        "--json",
+        str(out / "verify-static.json"),
+        "--markdown",
+        str(out / "verify-static.md"),
+    ]
+    # cwd=OUT: run from the Apex source tree and `import apex` would find the uninstalled sources
+    code, *_ = run_logged(cmd, verify_env, log, cwd=out)
+    if code != 0:
+        _say(f"static gate: verify --static exited {code}; see {out / 'verify-static.md'}")
+    return code
+
+
+# ---------------------------------------------------------------- main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="build.py wheel", description=__doc__.split("\n\n")[0])
+    p.add_argument("--apex-src", required=True, type=Path, help="root of an NVIDIA/apex checkout")
+    p.add_argument(
+        "--out", required=True, type=Path, help="directory for the wheel, build-manifest.json and the log"
+    )
+    p.add_argument(
+        "--archs", help="TORCH_CUDA_ARCH_LIST, e.g. 9.0 or '8.0;9.0+PTX' (required for CUDA flags)"
+    )
+    p.add_argument(
+        "--flags", help="APEX_* flags, e.g. APEX_CPP_EXT=1,APEX_CUDA_EXT=1 (default); 'none' = Python-only"
+    )
+    p.add_argument("--extras", help="contrib extensions to add, e.g. xentropy,fast_layer_norm")
+    p.add_argument("--jobs", type=int, help="concurrent compiles in total (default: from cores and memory)")
+    p.add_argument(
+        "--nvcc-threads", type=int, help="nvcc --threads per file (default: one per arch, at most 4)"
+    )
+    cc = p.add_mutually_exclusive_group()
+    cc.add_argument("--ccache", dest="ccache", action="store_const", const="on", help="require ccache")
+    cc.add_argument("--no-ccache", dest="ccache", action="store_const", const="off", help="never use ccache")
+    p.set_defaults(ccache="auto")
+    p.add_argument("--no-gate", action="store_true", help="report missing modules but exit 0")
+    p.add_argument(
+        "--install", action="store_true", help="pip install the wheel and gate with verify --static"
+    )
+    p.add_argument(
+        "--naive", action="store_true", help="the guides' recipe for comparison: MAX_JOBS=4, no arch list"
+    )
+    p.add_argument(
+        "--keep-build-dir", action="store_true", help="keep SRC/build (default: removed for a clean build)"
+    )
+    p.add_argument("--cell", help="matrix cell id, recorded in the manifest")
+    p.add_argument("--apex-ref", help="the ref that was asked for (provenance)")
+    p.add_argument(
+        "--apex-source", help="where the source came from, e.g. git+https://github.com/NVIDIA/apex@SHA"
+    )
+    p.add_argument("--apex-commit", help="the commit, when SRC has no .git")
+    p.add_argument("--base-image", help="base image reference (provenance)")
+    p.add_argument("--base-image-digest", help="base image digest (provenance)")
+    p.add_argument(
+        "--wheel-hashes", action="append", default=[], help="`sha256sum` output of the installed wheels (provenance)"
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _main(args)
+    except Stop as stop:
+        print(f"[apex-builder] error: {stop}", file=sys.stderr, flush=True)
+        return stop.code
+    except KeyboardInterrupt:
+        print("[apex-builder] interrupted; no manifest written", file=sys.stderr)
+        return exit_codes.FAILED
+
+
+def _main(args: argparse.Namespace) -> int:
+    started = dt.datetime.now(dt.timezone.utc)
+    src, out = args.apex_src.expanduser(), args.out.expanduser()
+    check_apex_source(src)
+    flags = parse_flags(args.flags, args.extras)
+    expected = list(module_map.modules_for_flags(flags))
+    needs_cuda = any(module_map.module(m).cuda for m in expected)
+    for name, value in (("--jobs", args.jobs), ("--nvcc-threads", args.nvcc_threads)):
+        if value is not None and value < 1:
+            raise Stop(exit_codes.USAGE, f"{name} {value}: must be 1 or more")
+    arch_text = args.archs or os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if args.naive:
+        archs = None
+    elif arch_text:
+        archs = parse_archs(arch_text)
+    elif needs_cuda:
+        raise Stop(
+            exit_codes.USAGE,
+            "--archs is required for CUDA extensions (setup.py would guess 7+ archs); e.g. --archs 9.0",
+        )
+    else:
+        archs = None
+
+    env = dict(os.environ)
+    # the venv's bin (ninja from pip) must be on PATH even when the venv is not activated
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    for (
+        flag
+    ) in module_map.known_flags():  # only the flags asked for: a stray APEX_* in the shell must not leak in
+        env.pop(flag, None)
+    env.update(flags)
+    versions = check_build_tools(flags, env, archs)
+    return build_and_gate(args, src, out, flags, archs, env, versions, started)
+
+
+def build_and_gate(
+    args: argparse.Namespace,
+    src: Path,
+    out: Path,
+    flags: dict[str, str],
+    archs: list[str] | None,
+    env: dict[str, str],
+    versions: dict,
+    started: dt.datetime,
+) -> int:
+    """After the checks: size, build, list, write the manifest, gate (and install + verify)."""
+    expected = list(module_map.modules_for_flags(flags))
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = out / LOG_NAME
+    log_path.write_text("")
+
+    if archs:
+        env["TORCH_CUDA_ARCH_LIST"] = ";".join(archs)
+    else:
+        env.pop("TORCH_CUDA_ARCH_LIST", None)
+    if args.naive:
+        for knob in ("APEX_PARALLEL_BUILD", "NVCC_APPEND_FLAGS"):
+            env.pop(knob, None)
+        env["MAX_JOBS"] = "4"
+        par = {
+            "max_jobs": 4,
+            "nvcc_threads": 1,
+            "apex_parallel_build": 1,
+            "reason": "--naive: the published guides' MAX_JOBS=4, no arch list",
+        }
+    else:
+        try:
+            plan = parallelism.plan(
+                parallelism.host_resources(),
+                n_archs=len(archs or [1]),
+                n_extensions=len(expected),
+                jobs=args.jobs,
+                nvcc_threads=args.nvcc_threads,
+                env=env,
+            )
+        except ValueError as error:
+            raise Stop(exit_codes.USAGE, str(error)) from None
+        env.update(plan.env(env))
+        par = plan.to_json()
+    _say(f"parallelism: {par['reason']}")
+    if not shutil.which("ninja", path=env["PATH"]):
+        _say("WARNING: ninja not found: torch compiles one file at a time without it (pip install ninja)")
+
+    with tempfile.TemporaryDirectory(prefix="apex-builder-") as work:
+        cc_env, ccache = ccache_env(args.ccache, env, src, versions["nvcc_path"], Path(work))
+        env.update(cc_env)
+        before = ccache_stats(env) if ccache["used"] else {}
+        if not args.keep_build_dir:
+            shutil.rmtree(
+                src / "build", ignore_errors=True
+            )  # a clean build: no stale objects from another config
+        _say(
+            f"building {src} flags={' '.join(flags) or 'none (Python-only)'} TORCH_CUDA_ARCH_LIST={env.get('TORCH_CUDA_ARCH_LIST', '(unset)')}"
+        )
+        wheel, stats = build_wheel(src, out, env, log_path)
+        if ccache["used"]:
+            after = ccache_stats(env)
+            ccache["stats"] = {k: after[k] - before.get(k, 0) for k in after}
+
+    log_lines = log_path.read_text(errors="replace").splitlines()
+    built = build_outputs.extension_modules(wheel)
+    manifest = {
+        "manifest_version": "1",
+        "apex": apex_identity(src, args.apex_ref, args.apex_source, args.apex_commit),
+        "flags": flags,
+        "expected_modules": expected,
+        "built_modules": built,
+        "skipped_extensions": build_outputs.skipped_extensions(log_lines),
+        "arch_list": env.get("TORCH_CUDA_ARCH_LIST"),
+        "versions": {k: v for k, v in versions.items() if k != "nvcc_path"},
+        "parallelism": par,
+        "build": {
+            "started_at": started.isoformat(timespec="seconds"),
+            **stats,
+            "peak_rss_method": "summed RSS of the pip process tree sampled from /proc every 0.5 s "
+            "(peak_rss_single_process_mb: getrusage ru_maxrss of the largest child)",
+            "host": socket.gethostname(),
+            "cores": len(os.sched_getaffinity(0)),
+            "wheel": wheel.name,
+            "wheel_sha256": sha256_of(wheel),
+            "log": LOG_NAME,
+            "ccache": ccache,
+            "naive_recipe": bool(args.naive),
+        },
+        "cell": args.cell,
+        "inputs": {
+            "base_image": args.base_image,
+            "base_image_digest": args.base_image_digest,
+            "torch_wheel_sha256": wheel_hashes(args.wheel_hashes),
+        },
+    }
+    manifest_path = write_json(out / MANIFEST_NAME, manifest)
+    _say(
+        f"wheel {wheel} ({stats['wall_s']} s, peak {stats['peak_rss_mb']:.0f} MiB); manifest {manifest_path}"
+    )
+    _say(f"built modules: {', '.join(built) or 'none'}")
+
+    missing = build_outputs.missing_modules(expected, built, log_lines)
+    for item in missing:
+        print(
+            f"[apex-builder] {'warning' if args.no_gate else 'error'}: {item.message(log_path)}",
+            file=sys.stderr,
+        )
+    if missing and not args.no_gate:
+        return exit_codes.FAILED
+    if args.install:
+        return install_and_verify(wheel, manifest_path, out, env)
+    return exit_codes.OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

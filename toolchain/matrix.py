@@ -1,0 +1,665 @@
+"""matrix.toml -> validated, frozen Cells.
+
+Values are layered: compatibility facts -> [defaults] -> [cells.NAME] -> command-line overrides.
+Values you write in a cell or on the command line are checked strictly against the facts; values you
+leave out are chosen to fit (newest torch for the CUDA, the CUDA's default OS, the newest GCC that the
+OS ships and nvcc accepts, the default archs that the toolkit can compile). Every cell is validated
+before anything is built, and every problem is reported at once (MatrixError, exit 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from toolchain import compat as compat_mod
+from toolchain.compat import Compat, parse_arch, version_key
+from toolchain.errors import CellProblem, MatrixError, UsageError
+from toolchain.toml_loader import load_toml
+
+FORMAT_VERSION = 1
+TOP_KEYS = ("format_version", "defaults", "cells")
+# key -> expected TOML type; archs/extras/apex_flags also accept one string ("8.0;9.0", "xentropy,bnp").
+CELL_KEYS: dict[str, type] = {
+    "cuda": str,
+    "torch": str,
+    "python": str,
+    "os": str,
+    "gcc": str,
+    "archs": list,
+    "apex_repo": str,
+    "apex_ref": str,
+    "apex_flags": list,
+    "extras": list,
+    "base_devel": str,
+    "base_runtime": str,
+    "torch_index_url": str,
+    "tag": str,
+}
+# Docker's tag grammar: https://docs.docker.com/reference/cli/docker/image/tag/
+TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+TAG_MAX = 128
+_MAJOR_MINOR = re.compile(r"^\d+\.\d+$")
+_TORCH_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
+_HEX_SHA = re.compile(r"^[0-9a-f]{7,40}$")
+# What git accepts as a ref name, minus the corner cases nobody writes (see git-check-ref-format).
+_GIT_REF = re.compile(r"^(?!.*\.\.)(?!.*//)[A-Za-z0-9_][A-Za-z0-9_./+-]*(?<![./])$")
+_CLI = "command line"
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One fully resolved build: what the Dockerfile ARGs receive and what the image is tagged."""
+
+    id: str  # == image tag == report cell id
+    name: str  # the [cells.NAME] table, or "cli" for a cell made from command-line values
+    cuda: str  # "12.4"
+    torch: str  # "2.6.0"
+    python: str  # "3.12"
+    os: str  # "ubuntu22.04"
+    gcc: str  # "11"
+    archs: tuple[str, ...]  # ("8.0", "9.0")
+    apex_repo: str
+    apex_ref: str
+    apex_flags: dict[str, str]  # {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1", ...}
+    extras: tuple[str, ...]  # contrib extension names, e.g. ("xentropy",)
+    base_devel: str
+    base_runtime: str
+    torch_index_url: str
+    variant: str = ""  # the id's suffix when archs/extras/flags/gcc differ from the defaults
+
+    @property
+    def arch_list(self) -> str:
+        """TORCH_CUDA_ARCH_LIST form: '8.0;9.0'."""
+        return ";".join(self.archs)
+
+    def build_args(self) -> dict[str, str]:
+        """The Dockerfile's ARGs for this cell (names agreed in the shared contracts)."""
+        return {
+            "BASE_DEVEL_IMAGE": self.base_devel,
+            "BASE_RUNTIME_IMAGE": self.base_runtime,
+            "CUDA_VERSION": self.cuda,
+            "PYTHON_VERSION": self.python,
+            "TORCH_VERSION": self.torch,
+            "TORCH_INDEX_URL": self.torch_index_url,
+            "TORCH_CUDA_ARCH_LIST": self.arch_list,
+            "APEX_REPO": self.apex_repo,
+            "APEX_REF": self.apex_ref,
+            "APEX_FLAGS": " ".join(f"{k}={v}" for k, v in self.apex_flags.items()),
+            "CELL_ID": self.id,
+            "GCC_VERSION": self.gcc,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["archs"] = list(self.archs)
+        data["extras"] = list(self.extras)
+        return data
+
+
+@dataclasses.dataclass(frozen=True)
+class Matrix:
+    path: Path
+    defaults: dict[str, Any]
+    cells: tuple[Cell, ...]
+
+    def select(
+        self, *, names: Iterable[str] = (), cuda: Iterable[str] = (), torch: Iterable[str] = ()
+    ) -> list[Cell]:
+        """Cells matching every given filter (a filter with several values matches any of them)."""
+        names, cuda, torch = set(names), {compat_mod.minor_of(c) for c in cuda}, set(torch)
+        unknown = names - {c.name for c in self.cells} - {c.id for c in self.cells}
+        if unknown:
+            raise UsageError(
+                f"--cell {', '.join(sorted(unknown))}: no such cell in {self.path}; "
+                f"use one of {', '.join(c.name for c in self.cells)}"
+            )
+        return [
+            c
+            for c in self.cells
+            if (not names or c.name in names or c.id in names)
+            and (not cuda or c.cuda in cuda)
+            and (not torch or any(c.torch == t or compat_mod.minor_of(c.torch) == t for t in torch))
+        ]
+
+
+# --- public entry points ----------------------------------------------------------------------
+
+
+def load_matrix(
+    path: str | Path, *, facts: Compat | None = None, overrides: Mapping[str, Any] | None = None
+) -> Matrix:
+    """Load and validate every cell; raise MatrixError naming each bad cell and its fix."""
+    path = Path(path)
+    raw = load_toml(path)
+    facts = facts or compat_mod.load()
+    problems: list[CellProblem] = []
+    problems += _check_keys(raw, TOP_KEYS, "top level", "a table at the top of the file")
+    version = raw.get("format_version", FORMAT_VERSION)
+    if version != FORMAT_VERSION:
+        problems.append(
+            CellProblem("top level", f"format_version = {version!r} is not supported",
+                        f"write format_version = {FORMAT_VERSION}")
+        )
+    defaults = raw.get("defaults", {})
+    cells_raw = raw.get("cells", {})
+    if not isinstance(defaults, dict):
+        problems.append(CellProblem("[defaults]", "must be a table", "write [defaults] with key = value lines"))
+        defaults = {}
+    if not isinstance(cells_raw, dict) or not cells_raw:
+        problems.append(CellProblem("[cells]", "no cells defined", 'add at least one [cells.NAME] table with cuda = "12.4"'))
+        cells_raw = {}
+    problems += _check_layer(defaults, "[defaults]")
+    cells: list[Cell] = []
+    for name, table in cells_raw.items():
+        label = f"cell {name}"
+        if not isinstance(table, dict):
+            problems.append(CellProblem(label, "must be a table", f'write [cells.{name}] with cuda = "12.4" under it'))
+            continue
+        layers = [("defaults", defaults), ("cell", table)]
+        if overrides:
+            layers.append(("cli", dict(overrides)))
+        cell, cell_problems = resolve(name, layers, facts, label=label, check_defaults=False)
+        problems += cell_problems
+        if cell is not None:
+            cells.append(cell)
+    problems += _check_unique(cells)
+    if problems:
+        raise MatrixError(problems, source=str(path))
+    return Matrix(path=path, defaults=defaults, cells=tuple(cells))
+
+
+def cli_cell(
+    overrides: Mapping[str, Any],
+    *,
+    matrix_path: str | Path | None = None,
+    base_cell: str | None = None,
+    facts: Compat | None = None,
+) -> Cell:
+    """One cell from the command line: [defaults] (+ the named cell) + overrides, validated."""
+    facts = facts or compat_mod.load()
+    defaults: dict[str, Any] = {}
+    table: dict[str, Any] = {}
+    if matrix_path is not None:
+        matrix = load_matrix(matrix_path, facts=facts)  # the file must be valid on its own too
+        defaults = matrix.defaults
+        if base_cell is not None:
+            raw = load_toml(matrix.path)
+            found = matrix.select(names=[base_cell])
+            table = raw["cells"][found[0].name]
+    name = base_cell or "cli"
+    layers = [("defaults", defaults), ("cell", table), ("cli", dict(overrides))]
+    label = f"cell {base_cell} with command-line overrides" if base_cell else _CLI
+    cell, problems = resolve(name, layers, facts, label=label, check_defaults=matrix_path is None)
+    if problems:
+        raise MatrixError(problems, source="")
+    assert cell is not None
+    return cell
+
+
+# --- resolution -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Value:
+    value: Any
+    origin: str  # "defaults" | "cell" | "cli"
+
+
+class _Resolver:
+    """Resolve one cell's layers; collect problems instead of stopping at the first."""
+
+    def __init__(self, name: str, label: str, layers: list[tuple[str, dict[str, Any]]], facts: Compat) -> None:
+        self.name = name
+        self.label = label
+        self.facts = facts
+        self.problems: list[CellProblem] = []
+        self.values: dict[str, _Value] = {}
+        self.defaults_archs: list[str] = []
+        for origin, layer in layers:
+            if origin == "defaults" and isinstance(layer.get("archs"), (list, str)):
+                archs = layer["archs"]
+                self.defaults_archs = re.split(r"[;,\s]+", archs) if isinstance(archs, str) else [str(a) for a in archs]
+            for key, value in layer.items():
+                if key in CELL_KEYS and value is not None and value != "":
+                    self.values[key] = _Value(value, origin)
+
+    # how to write a fix where this value came from
+    def how(self, key: str, value: str, like: str | None = None) -> str:
+        """`--key value` or `key = "value" in [cells.X]`, matching where `key` (or `like`) was written."""
+        source = key if key in self.values else like
+        origin = self.values[source].origin if source in self.values else "cell"
+        if origin == "cli":
+            return f"--{key.replace('_', '-')} {value}"
+        where = "[defaults]" if origin == "defaults" else f"[cells.{self.name}]"
+        return f'{key} = "{value}" in {where}'
+
+    def problem(self, problem: str, fix: str) -> None:
+        self.problems.append(CellProblem(self.label, problem, fix))
+
+    def get(self, key: str) -> _Value | None:
+        return self.values.get(key)
+
+    def text(self, key: str) -> str | None:
+        entry = self.values.get(key)
+        return None if entry is None else str(entry.value).strip()
+
+    def explicit(self, key: str) -> bool:
+        entry = self.values.get(key)
+        return entry is not None and entry.origin != "defaults"
+
+    def as_list(self, key: str) -> list[str] | None:
+        entry = self.values.get(key)
+        if entry is None:
+            return None
+        if isinstance(entry.value, str):
+            return [p for p in re.split(r"[;,\s]+", entry.value) if p]
+        return [str(v).strip() for v in entry.value]
+
+
+def resolve(
+    name: str,
+    layers: list[tuple[str, dict[str, Any]]],
+    facts: Compat,
+    *,
+    label: str | None = None,
+    check_defaults: bool = True,
+) -> tuple[Cell | None, list[CellProblem]]:
+    """Layer and validate one cell. Returns (cell, []) or (None, problems)."""
+    r = _Resolver(name, label or f"cell {name}", layers, facts)
+    for origin, layer in layers:
+        if origin == "defaults" and not check_defaults:
+            continue  # [defaults] is checked once, by load_matrix
+        where = {"defaults": "[defaults]", "cell": r.label, "cli": _CLI}[origin]
+        r.problems += _check_layer(layer, where if origin != "cell" else r.label)
+
+    cuda = _resolve_cuda(r)
+    release = _resolve_torch(r, cuda)
+    python = _resolve_python(r, release)
+    toolkit = facts.toolkit(cuda) if cuda else None
+    if cuda and toolkit is None:
+        r.problem(f"CUDA {cuda}: nvcc's limits (host GCC, GPU archs) are not in the compatibility facts",
+                  f"add a [[toolkit]] row for {cuda} to toolchain/data/compat.toml, or use CUDA "
+                  f"{_nearest(cuda, [v for t in facts.toolkits for v in t.nvcc])}")
+    os_name = _resolve_os(r, cuda)
+    gcc = _resolve_gcc(r, cuda, toolkit, os_name)
+    archs, default_archs = _resolve_archs(r, cuda, toolkit)
+    flags, extras = _resolve_flags(r)
+    apex_repo = r.text("apex_repo") or facts.apex_repo
+    apex_ref = _resolve_ref(r)
+    if r.problems or cuda is None or release is None:
+        return None, r.problems
+
+    torch_text = r.text("torch")
+    torch_version = torch_text if torch_text and torch_text.count(".") >= 2 else release.version
+    base_devel, base_runtime = ("", "")
+    if cuda in facts.cuda and os_name:
+        base_devel, base_runtime = facts.base_images(cuda, os_name)
+    base_devel = r.text("base_devel") or base_devel
+    base_runtime = r.text("base_runtime") or base_runtime
+    if not base_devel or not base_runtime:
+        r.problem(f"no base images known for CUDA {cuda} on {os_name}",
+                  "set base_devel and base_runtime, or add the CUDA to [cuda] in toolchain/data/compat.toml")
+        return None, r.problems
+
+    variant = _variant(r, archs, default_archs, extras, flags, gcc, os_name)
+    cell_id = _cell_id(r, apex_ref, torch_version, cuda, python, os_name, variant)
+    if cell_id is None:
+        return None, r.problems
+    cell = Cell(
+        id=cell_id,
+        name=name,
+        cuda=cuda,
+        torch=torch_version,
+        python=python or "",
+        os=os_name or "",
+        gcc=gcc or "",
+        archs=tuple(archs),
+        apex_repo=apex_repo,
+        apex_ref=apex_ref or "",
+        apex_flags={flag: "1" for flag in flags},
+        extras=tuple(extras),
+        base_devel=base_devel,
+        base_runtime=base_runtime,
+        torch_index_url=r.text("torch_index_url") or facts.index_url(cuda),
+        variant=variant,
+    )
+    return cell, r.problems
+
+
+def _resolve_cuda(r: _Resolver) -> str | None:
+    text = r.text("cuda")
+    known = r.facts.all_cuda_versions()
+    if text is None:
+        r.problem("no CUDA version", f'set cuda = "{known[-1]}" (one of {", ".join(known)})')
+        return None
+    cuda = text.removeprefix("cu")
+    if re.fullmatch(r"\d+\.\d+\.\d+", cuda):
+        cuda = compat_mod.minor_of(cuda)  # 12.4.1 -> 12.4: wheels and toolkits are per minor
+    if not _MAJOR_MINOR.match(cuda) or cuda not in known:
+        r.problem(f"CUDA {text!r} has no PyTorch wheels in the compatibility facts",
+                  f"use {r.how('cuda', _nearest(cuda, known))} (known: {', '.join(known)})")
+        return None
+    return cuda
+
+
+def _resolve_torch(r: _Resolver, cuda: str | None) -> compat_mod.TorchRelease | None:
+    text = r.text("torch")
+    if cuda is None:
+        return None
+    shipping = r.facts.torch_for_cuda(cuda)
+    if text is None:
+        if not shipping:
+            r.problem(f"no torch release ships wheels for CUDA {cuda}", "pick another CUDA version")
+            return None
+        return shipping[0]  # newest torch that ships this CUDA
+    release = r.facts.torch_release(text) if _TORCH_VERSION.match(text) else None
+    if release is None:
+        known = sorted(r.facts.torch, key=version_key)
+        best = shipping[0].minor if shipping else known[-1]
+        r.problem(f"torch {text!r} is not in the compatibility facts",
+                  f"use {r.how('torch', best)} (known: {', '.join(known)})")
+        return None
+    if cuda not in release.cuda:
+        cu = ", ".join("cu" + c.replace(".", "") for c in release.cuda)
+        other_cuda = f"a CUDA it ships ({', '.join(release.cuda)})"
+        r.problem(f"torch {text} has no wheel for CUDA {cuda} (it ships {cu})",
+                  (f"use {r.how('torch', shipping[0].minor)} (newest for CUDA {cuda}), or " if shipping else "use ")
+                  + other_cuda)
+        return None
+    return release
+
+
+def _resolve_python(r: _Resolver, release: compat_mod.TorchRelease | None) -> str | None:
+    text = r.text("python")
+    if text is None:
+        if release is None:
+            return None
+        r.problem("no Python version", f'set python = "{release.python_max}" in [defaults] or the cell')
+        return None
+    if not _MAJOR_MINOR.match(text):
+        r.problem(f"Python {text!r} is not a MAJOR.MINOR version", f"use {r.how('python', '3.12')}")
+        return None
+    if release is not None and not release.supports_python(text):
+        nearest = release.python_min if version_key(text) < version_key(release.python_min) else release.python_max
+        r.problem(f"Python {text} is outside torch {release.minor}'s range {release.python_min}-{release.python_max}",
+                  f"use {r.how('python', nearest)}")
+        return None
+    return text
+
+
+def _resolve_os(r: _Resolver, cuda: str | None) -> str | None:
+    text = r.text("os")
+    custom_bases = r.text("base_devel") and r.text("base_runtime")
+    if cuda is None:
+        return text
+    published = r.facts.cuda[cuda].os if cuda in r.facts.cuda else ()
+    if text is None:
+        return published[0] if published else None
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", text):
+        r.problem(f"os {text!r} cannot be part of an image tag", f"use {r.how('os', 'ubuntu22.04')}")
+        return None
+    if custom_bases or text in published:
+        return text
+    if not r.explicit("os") and published:
+        return published[0]  # [defaults] os that this CUDA lacks: use the CUDA's default OS
+    r.problem(f"NVIDIA publishes no CUDA {cuda} images for {text}",
+              f"use {r.how('os', published[0]) if published else 'another CUDA'}"
+              + (f" (one of {', '.join(published)}), or set base_devel/base_runtime" if published else ""))
+    return None
+
+
+def _resolve_gcc(r: _Resolver, cuda: str | None, toolkit: compat_mod.Toolkit | None, os_name: str | None) -> str | None:
+    text = r.text("gcc")
+    os_facts = r.facts.os.get(os_name or "")
+    if text is not None and r.explicit("gcc"):
+        if not text.isdigit():
+            r.problem(f"GCC {text!r} is not a major version", f"use {r.how('gcc', '13')}")
+            return None
+        if toolkit is not None and int(text) > toolkit.gcc_max:
+            newer = [t for t in r.facts.toolkits if t.gcc_max >= int(text)]
+            hint = f", or CUDA {newer[0].nvcc[0]}+" if newer else ""
+            r.problem(f"GCC {text} is newer than nvcc {cuda} allows (newest: {toolkit.gcc_max})",
+                      f"use {r.how('gcc', str(toolkit.gcc_max))}{hint}")
+            return None
+        if os_facts is not None and text not in os_facts.gcc:
+            r.problem(f"{os_name} has no gcc-{text} package (it has {', '.join(os_facts.gcc)})",
+                      f"use {r.how('gcc', os_facts.gcc_default)} or another os")
+            return None
+        return text
+    if os_facts is None:
+        return text  # custom base image: the image's own compiler unless one is named
+    limit = toolkit.gcc_max if toolkit else 99
+    fitting = [g for g in os_facts.gcc if int(g) <= limit]
+    if int(os_facts.gcc_default) <= limit:
+        return os_facts.gcc_default
+    if fitting:
+        return max(fitting, key=int)
+    r.problem(f"{os_name} has no GCC that nvcc {cuda} accepts (newest: {limit})", "use another os")
+    return None
+
+
+def _resolve_archs(r: _Resolver, cuda: str | None, toolkit: compat_mod.Toolkit | None) -> tuple[list[str], list[str]]:
+    """(archs to build, the defaults' archs for this toolkit) — the second decides the tag variant."""
+    entry = r.get("archs")
+    from_defaults = entry is not None and entry.origin == "defaults"
+    requested = r.as_list("archs")
+    if requested is None:
+        r.problem("no GPU archs", 'set archs = ["8.0", "9.0"] in [defaults] or the cell')
+        return [], []
+    parsed: list[tuple[str, tuple[str, str, bool]]] = []
+    for arch in requested:
+        got = parse_arch(arch)
+        if got is None:
+            digits = re.sub(r"\D", "", arch)
+            guess = f"{digits[:-1]}.{digits[-1]}" if len(digits) >= 2 else "9.0"
+            r.problem(f"arch {arch!r} is not a compute capability", f"write it as {guess} (e.g. 9.0 for H100/H200)")
+            continue
+        parsed.append((arch.strip(), got))
+    if toolkit is None:
+        return [a for a, _ in parsed], [a for a, _ in parsed]
+    fits = [(a, p) for a, p in parsed if p[0] in toolkit.archs]
+    if from_defaults:  # archs from [defaults]: keep those this toolkit compiles
+        kept = _sort_archs([a for a, _ in fits])
+        if not kept and parsed:
+            r.problem(f"none of the default archs {', '.join(requested)} can be compiled by nvcc {cuda}",
+                      f"set archs in [cells.{r.name}] to some of {', '.join(toolkit.archs)}")
+        return kept, kept
+    for arch, (num, _suffix, _ptx) in parsed:
+        if num not in toolkit.archs:
+            able = [t.nvcc for t in r.facts.toolkits if num in t.archs]
+            where = f"CUDA {able[0][0]}-{able[-1][-1]}" if able else "no CUDA in the facts"
+            r.problem(f"arch {arch} cannot be compiled by nvcc {cuda} "
+                      f"(it compiles {toolkit.archs[0]}-{toolkit.archs[-1]})",
+                      f"drop {arch} from archs, or build it with {where}")
+    defaults_for_toolkit = _sort_archs([a for a in r.defaults_archs if (parse_arch(a) or ("",))[0] in toolkit.archs])
+    return _sort_archs([a for a, _ in fits]), defaults_for_toolkit
+
+
+def _sort_archs(archs: list[str]) -> list[str]:
+    unique = list(dict.fromkeys(archs))
+    return sorted(unique, key=lambda a: (version_key((parse_arch(a) or ("0.0",))[0]), a))
+
+
+def extra_flag_names() -> dict[str, str]:
+    """Contrib/deprecated extension names users write in EXTRAS -> their APEX_* flag."""
+    from verify import module_map  # the module map is the one source of flags
+
+    names: dict[str, str] = {}
+    core = set(compat_mod.load().apex_core_flags)
+    for flag in module_map.known_flags():
+        if flag in core:
+            continue
+        names[flag.removeprefix("APEX_").lower()] = flag
+    names["all"] = names.pop("all_contrib_ext", "APEX_ALL_CONTRIB_EXT")
+    for module in module_map.modules():
+        if module.flag not in core:
+            names.setdefault(module.name, module.flag)
+    return names
+
+
+def _resolve_flags(r: _Resolver) -> tuple[list[str], list[str]]:
+    from verify import module_map
+
+    known = module_map.known_flags()
+    flags = r.as_list("apex_flags")
+    if flags is None:
+        flags = list(r.facts.apex_core_flags)
+    else:
+        flags = [f.split("=")[0].upper() for f in flags]
+        for flag in flags:
+            if flag not in known:
+                r.problem(f"apex_flags: unknown flag {flag}", _did_you_mean(flag, known, f"use one of {', '.join(known)}"))
+    extras_text = r.as_list("extras") or []
+    by_name = extra_flag_names()
+    extras: list[str] = []
+    for extra in extras_text:
+        key = extra.lower()
+        if key in by_name:
+            canonical = next(n for n, f in by_name.items() if f == by_name[key])
+            extras.append(canonical)
+        elif extra.upper() in by_name.values():
+            extras.append(next(n for n, f in by_name.items() if f == extra.upper()))
+        else:
+            short = [n for n in by_name if not n.endswith(("_cuda", "_lib"))]
+            r.problem(f"extras: unknown contrib extension {extra!r}",
+                      _did_you_mean(key, list(by_name), f"use some of {', '.join(short)}"))
+    extras = list(dict.fromkeys(extras))
+    for extra in extras:
+        flag = by_name[extra]
+        if flag not in flags:
+            flags.append(flag)
+    return list(dict.fromkeys(flags)), extras
+
+
+def _resolve_ref(r: _Resolver) -> str | None:
+    ref = r.text("apex_ref") or r.facts.apex_default_ref
+    if not _GIT_REF.match(ref):
+        r.problem(f"apex_ref {ref!r} is not a git commit, tag or branch name",
+                  f"use {r.how('apex_ref', r.facts.apex_default_ref[:12])} (a commit sha) or a tag like 24.04.01")
+        return None
+    return ref
+
+
+def _variant(r: _Resolver, archs: list[str], default_archs: list[str], extras: list[str],
+             flags: list[str], gcc: str | None, os_name: str | None) -> str:
+    parts: list[str] = []
+    if archs != default_archs:
+        parts.append("sm" + "_".join(_arch_token(a) for a in archs))
+    if extras:
+        parts.append("ext." + ".".join(sorted(extras)))
+    core = list(r.facts.apex_core_flags)
+    base_flags = [f for f in flags if f not in {extra_flag_names()[e] for e in extras}]
+    if sorted(base_flags) != sorted(core):
+        parts.append("flags." + ".".join(f.removeprefix("APEX_").lower() for f in sorted(base_flags)))
+    os_facts = r.facts.os.get(os_name or "")
+    if r.explicit("gcc") and gcc and os_facts is not None and gcc != os_facts.gcc_default:
+        parts.append(f"gcc{gcc}")
+    return "-".join(parts)
+
+
+def _arch_token(arch: str) -> str:
+    num, suffix, ptx = parse_arch(arch) or (arch, "", False)
+    return num.replace(".", "") + suffix + ("ptx" if ptx else "")
+
+
+def _cell_id(r: _Resolver, apex_ref: str | None, torch: str, cuda: str, python: str | None,
+             os_name: str | None, variant: str) -> str | None:
+    explicit = r.text("tag")
+    if explicit is not None:
+        if not TAG_RE.match(explicit):
+            bad = sorted({ch for ch in explicit if not re.match(r"[A-Za-z0-9_.-]", ch)})
+            why = f"has characters {''.join(bad)!r} a docker tag cannot hold" if bad else "is not a valid docker tag"
+            if len(explicit) > TAG_MAX:
+                why = f"is {len(explicit)} characters long (docker allows {TAG_MAX})"
+            r.problem(f"tag {explicit!r} {why}",
+                      f"use only letters, digits, '_', '.', '-', at most {TAG_MAX} characters, not starting with '.' or '-'")
+            return None
+        return explicit
+    ref = apex_ref or ""
+    short = ref[:7] if _HEX_SHA.match(ref) else ref
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", short):
+        r.problem(f"apex_ref {ref!r} cannot be part of an image tag (only letters, digits, '_', '.', '-')",
+                  f"use the commit sha as apex_ref, or set {r.how('tag', 'my-tag', like='apex_ref')}")
+        return None
+    cell_id = f"apex-{short}-torch{torch}-cu{cuda}-py{python}-{os_name}"
+    if variant:
+        candidate = f"{cell_id}-{variant}"
+        if len(candidate) > TAG_MAX:  # keep the tag legal; the full variant is in the labels/plan
+            candidate = f"{cell_id}-v{hashlib.sha256(variant.encode()).hexdigest()[:10]}"
+        cell_id = candidate
+    if not TAG_RE.match(cell_id):
+        r.problem(f"the image tag {cell_id!r} would be invalid",
+                  f"set {r.how('tag', 'a-short-tag')} with letters, digits, '_', '.', '-'")
+        return None
+    return cell_id
+
+
+# --- structural checks ------------------------------------------------------------------------
+
+
+def _did_you_mean(word: str, choices: Iterable[str], otherwise: str) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else otherwise
+
+
+def _check_keys(table: Mapping[str, Any], allowed: Iterable[str], where: str, what: str) -> list[CellProblem]:
+    allowed = list(allowed)
+    return [
+        CellProblem(where, f"unknown key {key!r}", _did_you_mean(key, allowed, f"use one of {', '.join(allowed)}"))
+        for key in table
+        if key not in allowed
+    ]
+
+
+def _check_layer(layer: Mapping[str, Any], where: str) -> list[CellProblem]:
+    problems = _check_keys(layer, CELL_KEYS, where, "a cell key")
+    for key, value in layer.items():
+        want = CELL_KEYS.get(key)
+        if want is None:
+            continue
+        if want is list and isinstance(value, (list, str)):
+            if isinstance(value, list) and not all(isinstance(v, (str, int, float)) for v in value):
+                problems.append(CellProblem(where, f"{key} must be a list of strings", f'write {key} = ["..."]'))
+            continue
+        if want is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+            # cuda = 12.4 (a TOML float) is a classic slip: 12.10 would read as 12.1
+            problems.append(CellProblem(where, f"{key} = {value!r} is a number", f'quote it: {key} = "{value}"'))
+            continue
+        if not isinstance(value, want):
+            kind = "a list of strings" if want is list else "a string"
+            problems.append(CellProblem(where, f"{key} must be {kind}, not {type(value).__name__}",
+                                        f'write {key} = "..."' if want is str else f'write {key} = ["..."]'))
+    return problems
+
+
+def _check_unique(cells: list[Cell]) -> list[CellProblem]:
+    seen: dict[str, str] = {}
+    problems = []
+    for cell in cells:
+        if cell.id in seen:
+            problems.append(CellProblem(f"cell {cell.name}",
+                                        f"resolves to the same image tag as cell {seen[cell.id]} ({cell.id})",
+                                        "change its python/archs/extras, or remove one of the two"))
+        seen.setdefault(cell.id, cell.name)
+    return problems
+
+
+def _nearest(value: str, choices: list[str]) -> str:
+    """The choice numerically closest to value (the newest on a tie or when value is not numeric)."""
+    ordered = sorted(set(choices), key=version_key)
+    try:
+        target = version_key(value)
+    except ValueError:
+        return ordered[-1]
+
+    def distance(choice: str) -> tuple[int, ...]:
+        key = version_key(choice)
+        return tuple(abs(a - b) for a, b in zip(key, target, strict=False))
+
+    return min(reversed(ordered), key=distance)

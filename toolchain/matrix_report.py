@@ -1,0 +1,256 @@
+"""All cells in one table: out/matrix-report.md and out/matrix-report.html.
+
+Reads what the runs left behind: out/matrix-report.json (every cell a run selected, including those
+not run or interrupted), out/cells/<id>/result.json (the truth for each cell built), and each cell's
+verify report (schema v1) for the verdict, the extensions and the kernel timings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import html
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from verify import atomic
+
+MD_NAME = "matrix-report.md"
+HTML_NAME = "matrix-report.html"
+OK_STATUSES = ("built", "verified")
+
+
+@dataclasses.dataclass
+class Row:
+    id: str
+    name: str
+    status: str
+    cell: dict[str, Any]
+    build: dict[str, Any] | None
+    verify: dict[str, Any] | None
+    report: dict[str, Any] | None  # the verify report, when one was written and is readable
+    report_path: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.status in OK_STATUSES
+
+    def build_text(self) -> str:
+        build = self.build or {}
+        if build.get("ok"):
+            return f"ok ({build.get('duration_s', 0):.0f} s)" if build.get("duration_s") is not None else "ok"
+        if self.status in ("pending", "not_run", "interrupted", "skipped", "building"):
+            return self.status.replace("_", " ")
+        stage = build.get("stage_failed")
+        return f"FAILED in {stage}" if stage else "FAILED"
+
+    def verify_text(self) -> str:
+        if self.report is not None:
+            summary = self.report.get("summary") or {}
+            counts = ", ".join(f"{n} {k}" for k, n in summary.items() if n and k in ("FAIL", "WARN", "SKIP"))
+            gpu = _gpu_name(self.report)
+            where = f"{self.report.get('mode', '?')}" + (f", {gpu}" if gpu else "")
+            return f"{self.report.get('verdict', '?')} ({where})" + (f": {counts}" if counts else "")
+        if self.verify:
+            if self.verify.get("error"):
+                return f"exit {self.verify.get('exit_code')}: {self.verify['error']}"
+            return f"exit {self.verify.get('exit_code')}"
+        return "-"
+
+    def extensions_text(self) -> str:
+        if self.report is None:
+            return "-"
+        extensions = self.report.get("extensions") or []
+        bad = [f"{e['module']} ({e['status'].replace('_', ' ')})" for e in extensions if e.get("status") != "ok"]
+        text = f"{len(extensions) - len(bad)}/{len(extensions)} ok"
+        return text + (f"; {', '.join(bad)}" if bad else "")
+
+    def speedups(self) -> dict[str, float]:
+        """kernel -> geometric mean over its cases of (best native median / Apex median); >1: Apex faster."""
+        by_kernel: dict[str, list[float]] = {}
+        for timing in (self.report or {}).get("timings") or []:
+            ratio = timing.get("speedup")
+            if isinstance(ratio, (int, float)) and ratio > 0:
+                by_kernel.setdefault(timing.get("kernel", "?"), []).append(float(ratio))
+        return {k: math.exp(sum(map(math.log, v)) / len(v)) for k, v in by_kernel.items()}
+
+    def kernels_text(self) -> str:
+        speedups = self.speedups()
+        return "; ".join(f"{k} {v:.2f}x" for k, v in speedups.items()) or "-"
+
+    def details_text(self) -> str:
+        build = self.build or {}
+        if build.get("error"):
+            return str(build["error"])
+        if build and not build.get("ok") and build.get("log_tail"):
+            return str(build["log_tail"][-1])
+        if self.report is not None:
+            fails = [c for c in self.report.get("checks") or [] if c.get("status") == "FAIL"]
+            if fails:
+                first = fails[0]
+                more = f" (+{len(fails) - 1} more)" if len(fails) > 1 else ""
+                return f"{first.get('id') or first.get('name', '')}: {first.get('summary', '')}{more}"
+        return ""
+
+
+def _gpu_name(report: dict[str, Any]) -> str | None:
+    torch = (report.get("environment") or {}).get("torch") or {}
+    gpu = torch.get("gpu") or {}
+    return gpu.get("name")
+
+
+# --- collecting -------------------------------------------------------------------------------
+
+
+def _load_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _find(path_text: str | None, out: Path) -> Path | None:
+    """A report path as recorded (relative to where the run started), else relative to out/."""
+    if not path_text:
+        return None
+    path = Path(path_text)
+    for candidate in (path, out / path, out.parent / path):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def collect(out: Path) -> list[Row]:
+    entries: dict[str, dict[str, Any]] = {}
+    overview = _load_json(out / "matrix-report.json") or {}
+    for entry in overview.get("cells") or []:
+        if isinstance(entry, dict) and entry.get("id"):
+            entries[entry["id"]] = entry
+    for result_file in sorted((out / "cells").glob("*/result.json")):
+        result = _load_json(result_file)
+        if not result or not result.get("id"):
+            continue
+        known = entries.get(result["id"])
+        # the later state wins: a result file over its run's "pending", a later "interrupted" over both
+        if known is None or (result.get("finished_at") or "") >= (known.get("finished_at") or ""):
+            entries[result["id"]] = result
+    rows = []
+    for entry in entries.values():
+        verify = entry.get("verify") or None
+        report_file = _find((verify or {}).get("report_path"), out)
+        report = _load_json(report_file) if report_file else None
+        rows.append(Row(
+            id=entry["id"], name=entry.get("name") or entry["id"], status=entry.get("status", "unknown"),
+            cell=entry.get("cell") or {}, build=entry.get("build"), verify=verify, report=report,
+            report_path=str(report_file) if report_file else None,
+        ))
+    return sorted(rows, key=lambda r: (_version_key(r.cell.get("cuda", "")), _version_key(r.cell.get("torch", "")), r.id))
+
+
+def _version_key(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
+# --- rendering --------------------------------------------------------------------------------
+
+COLUMNS = ("cell", "CUDA", "torch", "Python", "OS", "archs", "build", "verify", "extensions",
+           "kernels (native / Apex time)", "details")
+
+
+def _cells(row: Row) -> list[str]:
+    cell = row.cell
+    archs = ";".join(cell.get("archs") or [])
+    extras = cell.get("extras") or []
+    return [
+        row.id,
+        cell.get("cuda", ""),
+        cell.get("torch", ""),
+        cell.get("python", ""),
+        cell.get("os", ""),
+        archs + (f" +{','.join(extras)}" if extras else ""),
+        row.build_text(),
+        row.verify_text(),
+        row.extensions_text(),
+        row.kernels_text(),
+        row.details_text(),
+    ]
+
+
+def _md_escape(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def render_markdown(rows: list[Row], created_at: str) -> str:
+    ok = sum(r.ok for r in rows)
+    lines = [
+        "# Apex image matrix",
+        "",
+        f"{len(rows)} cells, {ok} ok, {len(rows) - ok} not ok — generated {created_at} by `build.py report`.",
+        "Kernel figures are the best native PyTorch median time divided by Apex's (above 1: Apex is faster).",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    for row in rows:
+        cells = [_md_escape(c) for c in _cells(row)]
+        cells[6] = cells[6] if row.ok or cells[6] != "FAILED" else f"**{cells[6]}**"
+        lines.append("| " + " | ".join(cells) + " |")
+    if not rows:
+        lines.append("| " + " | ".join(["(no cells run yet: `build.py matrix`)"] + [""] * (len(COLUMNS) - 1)) + " |")
+    return "\n".join(lines) + "\n"
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2rem;color:#222}
+table{border-collapse:collapse;font-size:.9rem}th,td{border:1px solid #ccc;padding:.3rem .5rem;vertical-align:top}
+th{background:#f3f3f3;text-align:left}tr.ok td.status{background:#e6f4e6}tr.bad td.status{background:#fbe3e3}
+tr.other td.status{background:#fff6d6}code{font-size:.85rem}.bar{display:inline-block;height:.7rem;background:#4a7}
+.bar.slow{background:#c55}.note{color:#555}
+"""
+
+
+def _bars(row: Row) -> str:
+    parts = []
+    for kernel, ratio in row.speedups().items():
+        width = max(2, min(200, int(60 * ratio)))
+        cls = "bar" if ratio >= 1 else "bar slow"
+        parts.append(f'{html.escape(kernel)} {ratio:.2f}x <span class="{cls}" style="width:{width}px"></span>')
+    return "<br>".join(parts) or "-"
+
+
+def render_html(rows: list[Row], created_at: str) -> str:
+    ok = sum(r.ok for r in rows)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
+    body = []
+    for row in rows:
+        cells = [html.escape(c) for c in _cells(row)]
+        cells[0] = f"<code>{cells[0]}</code>"
+        cells[9] = _bars(row)
+        if row.report_path:
+            cells[7] = f'<a href="{html.escape(Path(row.report_path).as_posix())}">{cells[7]}</a>'
+        klass = "ok" if row.ok else "bad" if row.status not in ("pending", "not_run", "skipped") else "other"
+        tds = "".join(
+            f'<td class="status">{c}</td>' if i in (6, 7) else f"<td>{c}</td>" for i, c in enumerate(cells)
+        )
+        body.append(f'<tr class="{klass}">{tds}</tr>')
+    if not rows:
+        body.append(f'<tr><td colspan="{len(COLUMNS)}">no cells run yet: <code>build.py matrix</code></td></tr>')
+    return (
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Apex image matrix</title>"
+        f"<style>{_CSS}</style></head><body>\n<h1>Apex image matrix</h1>\n"
+        f'<p class="note">{len(rows)} cells, {ok} ok, {len(rows) - ok} not ok — generated {html.escape(created_at)} '
+        "by <code>build.py report</code>. Kernel figures: best native PyTorch median time ÷ Apex's "
+        "(above 1: Apex is faster).</p>\n"
+        f"<table><thead><tr>{head}</tr></thead><tbody>\n" + "\n".join(body) + "\n</tbody></table>\n</body></html>\n"
+    )
+
+
+def write(out: Path) -> tuple[Path, Path, list[Row]]:
+    rows = collect(out)
+    created_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    md_path = atomic.write_text(out / MD_NAME, render_markdown(rows, created_at))
+    html_path = atomic.write_text(out / HTML_NAME, render_html(rows, created_at))
+    return md_path, html_path, rows

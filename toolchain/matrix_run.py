@@ -1,0 +1,307 @@
+"""Build (and verify) cells one after another; a failed cell does not stop the others.
+
+Each cell gets logs/<cell id>/build.log and out/cells/<cell id>/result.json; out/matrix-report.json is
+updated after every cell (atomically, merged under a file lock so two runs at once do not clobber each
+other), and Ctrl-C still leaves a report that says which cells were interrupted or never ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import time
+import traceback
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from toolchain.console import Console
+from toolchain.errors import EnvironmentUnavailable, ToolchainError
+from toolchain.matrix import Cell
+from verify import atomic, exit_codes
+
+RESULT_VERSION = "1"
+REPORT_NAME = "matrix-report.json"
+LOG_TAIL_LINES = 40
+# status -> does it count as a failure of the run
+FAILED_STATUSES = {"build_failed", "verify_failed", "error", "interrupted"}
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def result_path(out: Path, cell_id: str) -> Path:
+    return out / "cells" / cell_id / "result.json"
+
+
+# --- the matrix report file -------------------------------------------------------------------
+
+
+class MatrixReport:
+    """out/matrix-report.json: one entry per cell, merged by cell id across concurrent runs."""
+
+    def __init__(self, out: Path, matrix_path: Path | None, run_id: str) -> None:
+        self.path = out / REPORT_NAME
+        self.lock_path = out / f".{REPORT_NAME}.lock"
+        self.matrix_path = matrix_path
+        self.run_id = run_id
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[dict[str, Any]]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # held only for a read-modify-write, never during a build
+            try:
+                data = self._read()
+                yield data
+                data["updated_at"] = _now()
+                atomic.write_json(self.path, data)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text())
+            if isinstance(data, dict) and data.get("report_version") == RESULT_VERSION:
+                return data
+        except (OSError, ValueError):
+            pass  # absent or unreadable: start a fresh report (the per-cell result files remain)
+        return {"report_version": RESULT_VERSION, "created_at": _now(), "runs": {}, "cells": []}
+
+    def start(self, cells: list[Cell]) -> None:
+        with self._locked() as data:
+            data["matrix"] = str(self.matrix_path) if self.matrix_path else None
+            data["runs"][self.run_id] = {"started_at": _now(), "status": "running", "cells": [c.id for c in cells]}
+            for cell in cells:
+                _merge(data, {"id": cell.id, "name": cell.name, "status": "pending", "run_id": self.run_id,
+                              "cell": cell.to_json(), "build": None, "verify": None})
+
+    def update(self, result: dict[str, Any]) -> None:
+        with self._locked() as data:
+            _merge(data, result)
+
+    def finish(self, status: str, leftover: list[Cell] = ()) -> None:
+        with self._locked() as data:
+            run = data["runs"].setdefault(self.run_id, {})
+            run.update(status=status, finished_at=_now())
+            for cell in leftover:
+                _merge(data, {"id": cell.id, "name": cell.name, "status": "not_run", "run_id": self.run_id,
+                              "cell": cell.to_json(), "build": None, "verify": None})
+            data["status"] = status
+
+
+def _merge(data: dict[str, Any], entry: dict[str, Any]) -> None:
+    for index, existing in enumerate(data["cells"]):
+        if existing.get("id") == entry["id"]:
+            data["cells"][index] = entry
+            return
+    data["cells"].append(entry)
+
+
+# --- one cell ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _cell_lock(log_dir: Path) -> Iterator[bool]:
+    """True when this run holds the cell; False when another run is building it right now."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with open(log_dir / ".lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _tail(lines: Any) -> list[str]:
+    if lines is None:
+        return []
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    return [str(line) for line in list(lines)[-LOG_TAIL_LINES:]]
+
+
+def run_cell(cell: Cell, args: argparse.Namespace, console: Console, *, verify_mode: str, run_id: str) -> dict[str, Any]:
+    """Build one cell, verify it if asked; never raises for a cell's own failure (Ctrl-C excepted)."""
+    log_dir = args.logs / cell.id
+    log_path = log_dir / "build.log"
+    result: dict[str, Any] = {
+        "result_version": RESULT_VERSION, "id": cell.id, "name": cell.name, "run_id": run_id,
+        "cell": cell.to_json(), "status": "building", "started_at": _now(), "finished_at": None,
+        "build": None, "verify": None,
+    }
+    with _cell_lock(log_dir) as held:
+        if not held:
+            result.update(status="skipped", finished_at=_now(),
+                          build={"ok": False, "error": f"another run is building {cell.id} (lock {log_dir / '.lock'})"})
+            console.status("SKIP", "warn", f"{cell.name}: another run is building it")
+            return _save(result, args.out)
+        result["build"] = _build(cell, args, console, log_path)
+        if not result["build"]["ok"]:
+            result["status"] = result["build"].get("status", "build_failed")
+        elif verify_mode == "none":
+            result["status"] = "built"
+        else:
+            result["verify"] = _verify(result["build"]["tag"], args, console, verify_mode, cell)
+            result["status"] = result["verify"]["status"]
+    result["finished_at"] = _now()
+    return _save(result, args.out)
+
+
+def _save(result: dict[str, Any], out: Path) -> dict[str, Any]:
+    atomic.write_json(result_path(out, result["id"]), result)
+    return result
+
+
+def _build(cell: Cell, args: argparse.Namespace, console: Console, log_path: Path) -> dict[str, Any]:
+    from toolchain import engine
+
+    start = time.monotonic()
+    build: dict[str, Any] = {"ok": False, "tag": cell.id, "target": args.target, "log_path": str(log_path)}
+    with console.group(f"build {cell.name}: {cell.id}"):
+        try:
+            outcome = engine.build_image(cell, target=args.target, log_path=log_path, apex_src=args.apex_src,
+                                         wheelhouse=args.wheelhouse, extra_ca=args.extra_ca, progress=args.progress)
+            build.update(ok=bool(outcome.ok), tag=outcome.tag or cell.id, stage_failed=outcome.stage_failed,
+                         log_tail=_tail(outcome.log_tail), duration_s=round(float(outcome.duration_s), 1))
+        except EnvironmentUnavailable as err:
+            build.update(status="environment_unavailable", error=str(err), exit_code=err.exit_code)
+        except ToolchainError as err:
+            build.update(error=str(err), exit_code=err.exit_code)
+        except Exception as err:  # a bug in one cell's build must not lose the other cells
+            build.update(status="error", error=f"{type(err).__name__}: {err}")
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(log_path, "a") as log:
+                log.write(traceback.format_exc())
+    build.setdefault("duration_s", round(time.monotonic() - start, 1))
+    if build["ok"]:
+        console.status("OK", "ok", f"{cell.name}: built {build['tag']} in {build['duration_s']:.0f} s")
+    else:
+        stage = f" in stage {build['stage_failed']}" if build.get("stage_failed") else ""
+        why = build.get("error") or (build.get("log_tail") or ["(no log)"])[-1]
+        console.error(f"{cell.name}: build failed{stage}: {why} (log: {log_path})", title=f"build {cell.id}")
+    return build
+
+
+def _verify(tag: str, args: argparse.Namespace, console: Console, mode: str, cell: Cell) -> dict[str, Any]:
+    from toolchain import container_verify
+
+    out_dir = args.out / "cells" / cell.id / "verify"
+    verify: dict[str, Any] = {"mode_requested": mode, "out_dir": str(out_dir)}
+    with console.group(f"verify {cell.name}: {tag}"):
+        try:
+            code, report_path = container_verify.verify_image(tag, out_dir=out_dir, gpu=mode)
+            verify.update(exit_code=code, report_path=str(report_path) if report_path else None)
+            verify.update(_report_summary(report_path))
+        except ToolchainError as err:
+            code = err.exit_code
+            verify.update(exit_code=code, error=str(err))
+        except Exception as err:
+            code = exit_codes.FAILED
+            verify.update(exit_code=code, error=f"{type(err).__name__}: {err}")
+    verify["status"] = {exit_codes.OK: "verified", exit_codes.ENVIRONMENT: "environment_unavailable"}.get(
+        code, "verify_failed")
+    if code == exit_codes.OK:
+        console.status("PASS", "ok", f"{cell.name}: verify {verify.get('mode', '')} passed")
+    else:
+        console.error(f"{cell.name}: verify exit {code}: {verify.get('error') or verify.get('report_path')}",
+                      title=f"verify {cell.id}")
+    return verify
+
+
+def _report_summary(report_path: Any) -> dict[str, Any]:
+    if not report_path:
+        return {}
+    try:
+        data = json.loads(Path(report_path).read_text())
+    except (OSError, ValueError) as exc:
+        return {"error": f"verify report {report_path} unreadable: {exc}"}
+    return {k: data.get(k) for k in ("verdict", "mode", "summary")}
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+def check_inputs(args: argparse.Namespace) -> None:
+    """Local inputs that every cell uses: missing ones are bad input (exit 2), caught before any build."""
+    from toolchain.errors import UsageError
+
+    for option, path, want_dir in (("--apex-src", args.apex_src, True), ("--wheelhouse", args.wheelhouse, True),
+                                   ("--extra-ca", args.extra_ca, False)):
+        if path is None:
+            continue
+        if want_dir and not Path(path).is_dir():
+            raise UsageError(f"{option} {path}: no such directory; pass an existing directory")
+        if not want_dir and not Path(path).is_file():
+            raise UsageError(f"{option} {path}: no such file; pass the CA bundle file (PEM)")
+
+
+def build_one(cell: Cell, args: argparse.Namespace, console: Console) -> int:
+    """`build.py image`: one cell, recorded in the matrix report like any other."""
+    run_id = uuid.uuid4().hex[:12]
+    report = MatrixReport(args.out, None, run_id)
+    report.start([cell])
+    try:
+        result = run_cell(cell, args, console, verify_mode=args.verify, run_id=run_id)
+    except KeyboardInterrupt:
+        report.update(_interrupted(cell, run_id))
+        report.finish("interrupted")
+        raise
+    report.update(result)
+    report.finish("complete")
+    return _exit_code([result])
+
+
+def run_matrix(cells: list[Cell], args: argparse.Namespace, console: Console, *, matrix_path: Path) -> int:
+    run_id = uuid.uuid4().hex[:12]
+    report = MatrixReport(args.out, matrix_path, run_id)
+    report.start(cells)
+    console.line(f"matrix: {len(cells)} cells; report {report.path}; logs under {args.logs}/<cell>/")
+    results: list[dict[str, Any]] = []
+    for index, cell in enumerate(cells):
+        try:
+            result = run_cell(cell, args, console, verify_mode=args.verify, run_id=run_id)
+        except KeyboardInterrupt:
+            report.update(_interrupted(cell, run_id))
+            report.finish("interrupted", leftover=cells[index + 1:])
+            console.error(f"interrupted during {cell.name}; partial report in {report.path}")
+            return exit_codes.FAILED
+        results.append(result)
+        report.update(result)
+    report.finish("complete")
+    _summary(results, console)
+    return _exit_code(results)
+
+
+def _interrupted(cell: Cell, run_id: str) -> dict[str, Any]:
+    return {"result_version": RESULT_VERSION, "id": cell.id, "name": cell.name, "run_id": run_id,
+            "cell": cell.to_json(), "status": "interrupted", "finished_at": _now(), "build": None, "verify": None}
+
+
+def _summary(results: list[dict[str, Any]], console: Console) -> None:
+    console.line()
+    for result in results:
+        status = result["status"]
+        kind = "ok" if status in ("built", "verified") else "warn" if status == "skipped" else "fail"
+        console.status(status.split("_")[0].upper()[:6], kind, f"{result['name']:<12} {result['id']}")
+
+
+def _exit_code(results: list[dict[str, Any]]) -> int:
+    statuses = {r["status"] for r in results}
+    if "environment_unavailable" in statuses:
+        return exit_codes.ENVIRONMENT
+    if statuses & FAILED_STATUSES or "skipped" in statuses:
+        return exit_codes.FAILED
+    return exit_codes.OK
+
+
+__all__ = ["MatrixReport", "build_one", "check_inputs", "run_cell", "run_matrix", "result_path"]

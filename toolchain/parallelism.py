@@ -1,0 +1,207 @@
+"""How many compilers an Apex build may run at once, sized from cores AND available memory.
+
+Apex compiles with three nested knobs: `APEX_PARALLEL_BUILD` (extensions built at once, setuptools
+threads), `MAX_JOBS` (ninja jobs inside one extension) and `NVCC_APPEND_FLAGS="--threads T"` (nvcc
+compiles the -gencode targets of one file in T threads). Peak host memory grows with their product,
+so a build that only counts cores runs out of memory on big hosts (upstream PR #1882: 24 GiB
+serial, 58 GiB at --parallel 16, 91 GiB at --threads 8). Stdlib only: runs inside the build image.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+from pathlib import Path
+
+# Facts behind the sizing rule, in one place.
+# One compile stream (one nvcc process, one thread) peaks at ~2.3 GiB: PR #1882 went from 24 to
+# 58 GiB when 15 more extension builds ran at once ((58 - 24) / 15). Rounded up for headroom.
+GIB_PER_COMPILE = 2.5
+# Leave a fifth of the available memory to the rest of the machine (page cache, other jobs).
+MEMORY_FRACTION = 0.8
+# Up to two compiles per core when memory allows: extensions finish at different times, and the
+# last big one (amp_C, 15 .cu files) should not run alone on a few jobs while cores sit idle.
+COMPILES_PER_CORE = 2
+# ninja jobs per extension: at least this many, or half the cores; the rest of the slots go to
+# building extensions side by side (APEX_PARALLEL_BUILD). Most extensions have 1-3 files.
+MIN_JOBS_PER_EXTENSION = 4
+# nvcc --threads only splits a file's -gencode targets: more threads than archs buy nothing.
+MAX_NVCC_THREADS = 4
+
+_THREADS_FLAG = re.compile(r"(?:--threads|-t)[ =](\d+)")
+
+
+@dataclasses.dataclass(frozen=True)
+class HostResources:
+    """What this process may use: CPU affinity and cgroup quota, MemAvailable and cgroup limit."""
+
+    cpus_affinity: int
+    cpu_quota: float | None  # cgroup CPU quota in cores, None when unlimited
+    mem_available_gib: float
+    mem_source: str  # which number limited memory: "MemAvailable" or "cgroup limit"
+
+    @property
+    def cores(self) -> int:
+        if self.cpu_quota is None:
+            return self.cpus_affinity
+        return max(1, min(self.cpus_affinity, math.floor(self.cpu_quota)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    max_jobs: int
+    nvcc_threads: int
+    apex_parallel_build: int
+    reason: str
+
+    def env(self, base: dict[str, str]) -> dict[str, str]:
+        """The environment variables that carry this plan to Apex's setup.py and torch."""
+        flags = _THREADS_FLAG.sub("", base.get("NVCC_APPEND_FLAGS", "")).strip()
+        flags = f"{flags} --threads {self.nvcc_threads}".strip()
+        return {
+            "MAX_JOBS": str(self.max_jobs),
+            "APEX_PARALLEL_BUILD": str(self.apex_parallel_build),
+            "NVCC_APPEND_FLAGS": flags,
+        }
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def cgroup_cpu_quota() -> float | None:
+    """CPU quota in cores from cgroup v2 (cpu.max) or v1 (cfs_quota/period); None if unlimited."""
+    v2 = _read("/sys/fs/cgroup/cpu.max")
+    if v2:
+        quota, _, period = v2.partition(" ")
+        if quota != "max" and period:
+            return int(quota) / int(period)
+        return None
+    quota = _read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") or _read(
+        "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us"
+    )
+    period = _read("/sys/fs/cgroup/cpu/cpu.cfs_period_us") or _read(
+        "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us"
+    )
+    if quota and period and int(quota) > 0:
+        return int(quota) / int(period)
+    return None
+
+
+def mem_available_bytes() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("/proc/meminfo has no MemAvailable line")
+
+
+def cgroup_memory_room() -> int | None:
+    """Bytes left under the cgroup memory limit (v2 memory.max, v1 limit_in_bytes); None if unlimited."""
+    for limit_path, usage_path in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    ):
+        limit = _read(limit_path)
+        if limit is None:
+            continue
+        if limit == "max" or int(limit) >= 1 << 60:  # v1 reports "unlimited" as a huge number
+            return None
+        usage = int(_read(usage_path) or 0)
+        return max(0, int(limit) - usage)
+    return None
+
+
+def host_resources() -> HostResources:
+    cpus = len(os.sched_getaffinity(0))
+    available = mem_available_bytes()
+    source = "MemAvailable"
+    room = cgroup_memory_room()
+    if room is not None and room < available:
+        available, source = room, "cgroup limit"
+    return HostResources(cpus, cgroup_cpu_quota(), available / 2**30, source)
+
+
+def _env_int(env: dict[str, str], name: str) -> int | None:
+    value = env.get(name, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{name}={value!r} is not a positive integer; set it to e.g. {name}=4 or unset it")
+    return int(value)
+
+
+def env_nvcc_threads(env: dict[str, str]) -> int | None:
+    match = _THREADS_FLAG.search(env.get("NVCC_APPEND_FLAGS", ""))
+    return int(match.group(1)) if match else None
+
+
+def plan(
+    res: HostResources,
+    *,
+    n_archs: int,
+    n_extensions: int,
+    jobs: int | None = None,
+    nvcc_threads: int | None = None,
+    env: dict[str, str] | None = None,
+) -> Plan:
+    """Size the three knobs. Explicit arguments win, then MAX_JOBS / APEX_PARALLEL_BUILD /
+    NVCC_APPEND_FLAGS from `env`, then the memory-and-cores rule. Raises ValueError on bad env values."""
+    env = dict(os.environ if env is None else env)
+    fits = max(1, math.floor(res.mem_available_gib * MEMORY_FRACTION / GIB_PER_COMPILE))
+    why = [
+        f"{res.cores} cores (affinity {res.cpus_affinity}, cgroup quota "
+        f"{'none' if res.cpu_quota is None else f'{res.cpu_quota:g}'})",
+        f"{res.mem_available_gib:.1f} GiB available ({res.mem_source}): {fits} compiles of "
+        f"~{GIB_PER_COMPILE} GiB fit in {int(MEMORY_FRACTION * 100)}%",
+    ]
+    if jobs is not None:
+        slots = jobs
+        why.append(f"--jobs {jobs} sets {slots} concurrent compiles")
+    else:
+        slots = min(res.cores * COMPILES_PER_CORE, fits)
+        limit = "memory" if fits < res.cores * COMPILES_PER_CORE else f"{COMPILES_PER_CORE} per core"
+        why.append(f"{slots} concurrent compiles ({limit} limit)")
+
+    threads, threads_from = nvcc_threads, "--nvcc-threads"
+    if threads is None:
+        threads, threads_from = env_nvcc_threads(env), "NVCC_APPEND_FLAGS"
+    if threads is None:
+        threads = max(1, min(n_archs, MAX_NVCC_THREADS, slots))
+        threads_from = f"{n_archs} arch(s)"
+    per_thread = max(1, slots // threads)
+
+    env_jobs, env_parallel = _env_int(env, "MAX_JOBS"), _env_int(env, "APEX_PARALLEL_BUILD")
+    n_ext = max(1, n_extensions)
+    if env_jobs is not None and env_parallel is not None:
+        max_jobs, parallel, split_from = (
+            env_jobs,
+            env_parallel,
+            "MAX_JOBS and APEX_PARALLEL_BUILD from the environment",
+        )
+    elif env_jobs is not None:
+        max_jobs, split_from = env_jobs, "MAX_JOBS from the environment"
+        parallel = max(1, min(n_ext, per_thread // max_jobs))
+    elif env_parallel is not None:
+        parallel, split_from = env_parallel, "APEX_PARALLEL_BUILD from the environment"
+        max_jobs = max(1, per_thread // parallel)
+    else:
+        max_jobs = min(per_thread, max(MIN_JOBS_PER_EXTENSION, res.cores // 2))
+        parallel = max(1, min(n_ext, per_thread // max_jobs))
+        split_from = (
+            f"ninja jobs per extension: max({MIN_JOBS_PER_EXTENSION}, cores/2); {n_extensions} extension(s)"
+        )
+    why.append(
+        f"nvcc --threads {threads} ({threads_from}); MAX_JOBS={max_jobs} x APEX_PARALLEL_BUILD={parallel} ({split_from})"
+    )
+    peak = max_jobs * parallel * threads * GIB_PER_COMPILE
+    if peak > res.mem_available_gib:
+        why.append(f"WARNING: about {peak:.0f} GiB may be needed at peak, more than is available")
+    return Plan(max_jobs=max_jobs, nvcc_threads=threads, apex_parallel_build=parallel, reason="; ".join(why))

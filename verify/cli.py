@@ -1,0 +1,192 @@
+"""`python -m verify` / `verify`: run the layers, print the summary, write the reports, exit 0/1/2/3.
+
+Order matters for speed: user input is validated first (no torch import for a typo), then the import
+probe child starts in a background thread while this process imports torch and reads the environment,
+so the two torch imports overlap and --static stays within its few seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from verify import (
+    atomic,
+    environment,
+    exit_codes,
+    expectations,
+    extensions,
+    identity,
+    manifest,
+    module_map,
+    render,
+)
+from verify import report as report_mod
+from verify.checks import Check, Status
+
+DEFAULT_CHECK_TIMEOUT_S = 120.0
+
+
+def _parser() -> argparse.ArgumentParser:
+    features = ", ".join(module_map.feature_names())
+    parser = argparse.ArgumentParser(
+        prog="verify",
+        description="Does this Apex install really work on this GPU, and if not, why not. Layers: environment,"
+        " identity, extensions, arch, expectations (--static stops here), then parity and timing on a GPU."
+        " `verify bench ...` runs the benchmarks.",
+        epilog=f"Features for --require: {features}; extension module names (amp_C, ...) work too. Exit codes: "
+        + "; ".join(f"{k} {v}" for k, v in exit_codes.MEANINGS.items()),
+    )
+    parser.add_argument("--static", action="store_true", help="layers 1-5 only: no GPU needed (the image build gate)")
+    parser.add_argument("--json", metavar="PATH", help="write the report as JSON (schema verify/schema/report.schema.json)")
+    parser.add_argument("--markdown", metavar="PATH", help="write the report as Markdown")
+    parser.add_argument("--require", metavar="FEATURES", action="append",
+                        help="comma-separated features/modules that must work (repeatable; default:"
+                        f" {','.join(module_map.default_required_features())}; '' for none)")
+    parser.add_argument("--manifest", metavar="PATH",
+                        help=f"build manifest (default: ${manifest.ENV_VAR}, else {manifest.DEFAULT_PATH})")
+    parser.add_argument("--require-gpu", action="store_true", help="exit 3 when no CUDA device is visible")
+    parser.add_argument("--seed", type=int, help="seed for the GPU layers' random inputs (default: a fresh one)")
+    parser.add_argument("--check-timeout", metavar="S", type=float, default=DEFAULT_CHECK_TIMEOUT_S,
+                        help=f"seconds one import or GPU check group may take (default {DEFAULT_CHECK_TIMEOUT_S:g})")
+    parser.add_argument("--quiet", action="store_true", help="print only FAIL/WARN lines and the verdict")
+    return parser
+
+
+def _usage_error(message: str) -> int:
+    print(f"verify: {message}", file=sys.stderr)
+    return exit_codes.USAGE
+
+
+def _bench(argv: list[str]) -> int:
+    try:
+        from verify.bench.cli import main as bench_main
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("verify.bench"):
+            print(f"verify bench: the benchmark part of verify is not installed here ({exc.name} is missing)",
+                  file=sys.stderr)
+            return exit_codes.ENVIRONMENT
+        raise
+    return int(bench_main(argv) or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "bench":
+        return _bench(argv[1:])
+    args = _parser().parse_args(argv)
+    if args.check_timeout <= 0:
+        return _usage_error(f"--check-timeout {args.check_timeout:g}: must be a positive number of seconds")
+    try:
+        required = expectations.parse_required(args.require)
+    except expectations.RequireError as exc:
+        return _usage_error(str(exc))
+    manifest_path, manifest_origin = manifest.locate(args.manifest)
+    manifest_data = None
+    if manifest_path is not None:
+        try:
+            manifest_data = manifest.load(manifest_path, manifest_origin)
+        except manifest.ManifestError as exc:
+            return _usage_error(str(exc))
+    return _run(args, required, manifest_data, manifest_path, manifest_origin)
+
+
+def _probe_tasks(required: tuple[str, ...], manifest_data: dict[str, Any] | None) -> tuple[list[dict], list[str]]:
+    names = [m.name for m in module_map.modules()]
+    names += [m for m in (manifest_data or {}).get("expected_modules", []) if m not in names]
+    tasks = [{"id": f"module:{n}", "op": "import", "target": n} for n in names]
+    tasks.append({"id": "apex", "op": "import", "target": "apex"})
+    tasks += [{"id": f"feature:{f}", "op": "attr", "target": path}
+              for f, path in expectations.probe_targets(required).items()]
+    return tasks, names
+
+
+def _run(args: argparse.Namespace, required: tuple[str, ...], manifest_data: dict[str, Any] | None,
+         manifest_path: Path | None, manifest_origin: str) -> int:
+    t0 = time.perf_counter()
+    started_at = datetime.datetime.now(datetime.timezone.utc)
+    mode = "static" if args.static else "full"
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    tasks, module_names = _probe_tasks(required, manifest_data)
+    cancel = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        probe_future = pool.submit(extensions.probe, tasks, timeout_s=args.check_timeout, cancel=cancel)
+        env, checks = environment.collect()  # imports torch in this process, overlapping the child's
+        torch_version = (env.get("torch") or {}).get("version")
+        mismatch = manifest.torch_mismatch(manifest_data, torch_version) if manifest_data else None
+        if mismatch:
+            cancel.set()
+            return _usage_error(mismatch)
+        probe_results = probe_future.result()
+
+    capability = environment.capability(env)
+    gpu_missing = capability is None
+    if args.require_gpu and gpu_missing:
+        checks.append(Check("environment", "require_gpu", Status.FAIL,
+                            "--require-gpu: no CUDA device is visible to torch (check the driver, the container's"
+                            " GPU access, CUDA_VISIBLE_DEVICES)"))
+
+    ext_results = [extensions.classify(n, probe_results.get(f"module:{n}", {"status": "missing"}))
+                   for n in module_names]
+    apex_info = identity.locate()
+    expected = expectations.modules_required(required) | set((manifest_data or {}).get("expected_modules", []))
+    arch_checks = extensions.read_arch(ext_results, capability)
+    checks += identity.identity_checks(apex_info, probe_results.get("apex"), manifest_data, ext_results)
+    checks += extensions.extension_checks(ext_results, expected)
+    checks += arch_checks
+    entry_points = {f: probe_results[f"feature:{f}"] for f in required if f"feature:{f}" in probe_results}
+    arch_fix = f"rebuild with TORCH_CUDA_ARCH_LIST={capability[0]}.{capability[1]}" if capability else None
+    checks += expectations.expectation_checks(required, ext_results, entry_points, manifest_data, arch_fix,
+                                                apex_kind=apex_info["kind"])
+
+    timings: list[dict[str, Any]] = []
+    if mode == "full":
+        usable = frozenset(e.module for e in ext_results
+                           if e.status == "ok" and not (e.arch and e.arch.get("compatible") is False))
+        gpu_checks, timings = _gpu_layers(gpu_missing, seed=seed, timeout_s=args.check_timeout, usable=usable)
+        checks += gpu_checks
+
+    report = report_mod.build(
+        mode=mode, started_at=started_at, duration_s=time.perf_counter() - t0, environment=env,
+        apex=apex_info,
+        manifest={"path": str(manifest_path), "origin": manifest_origin, "data": manifest_data} if manifest_data else None,
+        extensions=[e.to_json() for e in ext_results], checks=checks, timings=timings,
+        options={"require": list(required), "seed": seed, "check_timeout_s": args.check_timeout,
+                 "require_gpu": args.require_gpu},
+        environment_unavailable=args.require_gpu and gpu_missing,
+    )
+    for path, writer in ((args.json, lambda p: atomic.write_json(p, report)),
+                         (args.markdown, lambda p: atomic.write_text(p, render.markdown(report)))):
+        if path:
+            try:
+                writer(path)
+            except OSError as exc:
+                return _usage_error(f"cannot write report to {path}: {exc.strerror or exc}; choose a writable path")
+    sys.stdout.write(render.terminal(report, color=render.use_color(sys.stdout), quiet=args.quiet))
+    sys.stdout.flush()
+    return report["exit_code"]
+
+
+def _gpu_layers(gpu_missing: bool, *, seed: int, timeout_s: float, usable: frozenset[str]
+                ) -> tuple[list[Check], list[dict[str, Any]]]:
+    """Layers 6-7 (parity, timing) from verify.gpu; SKIP without a GPU, one FAIL if they cannot run."""
+    if gpu_missing:
+        reason = "no CUDA device visible: needs a GPU (use --static for layers 1-5 only)"
+        return [Check("parity", "all", Status.SKIP, reason), Check("timing", "all", Status.SKIP, reason)], []
+    try:
+        from verify.gpu import run_gpu_layers
+    except ImportError as exc:
+        return [Check("parity", "all", Status.FAIL,
+                      f"the GPU layers are not installed with this verify (import verify.gpu failed: {exc})")], []
+    try:
+        results = run_gpu_layers(seed=seed, check_timeout_s=timeout_s, usable_modules=usable)
+    except Exception as exc:  # one broken layer must not lose the static findings
+        return [Check("parity", "all", Status.FAIL, f"GPU layers stopped: {type(exc).__name__}: {exc}")], []
+    return list(results.checks), list(results.timings)

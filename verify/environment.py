@@ -1,0 +1,199 @@
+"""Layer 1: what this process runs on: Python, torch and its CUDA build, driver, GPU, nvcc and gcc.
+
+torch is imported here, once, lazily: the rest of verify asks this module instead of importing it.
+External tools are asked with short timeouts and in parallel, so a slow nvidia-smi cannot stall --static.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from verify.checks import Check, Status
+
+TOOL_TIMEOUT_S = 5.0
+_DRIVER_PROC = Path("/proc/driver/nvidia/version")
+
+
+def _run_tool(argv: list[str]) -> str | None:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _nvcc_path() -> str | None:
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and Path(root, "bin", "nvcc").is_file():
+            return str(Path(root, "bin", "nvcc"))
+    return None
+
+
+def nvcc_info() -> dict[str, Any] | None:
+    path = _nvcc_path()
+    out = _run_tool([path, "--version"]) if path else None
+    if not out:
+        return None
+    match = re.search(r"release (\d+\.\d+), V([\d.]+)", out)
+    return {"path": path, "version": match.group(1) if match else None, "full": match.group(2) if match else None}
+
+
+def gcc_info() -> dict[str, Any] | None:
+    path = shutil.which(os.environ.get("CC") or "gcc") or shutil.which("gcc")
+    out = _run_tool([path, "--version"]) if path else None
+    if not out:
+        return None
+    first = out.splitlines()[0] if out else ""
+    match = re.search(r"(\d+\.\d+(?:\.\d+)?)\s*$", first) or re.search(r"(\d+\.\d+\.\d+)", first)
+    return {"path": path, "version": match.group(1) if match else None, "banner": first.strip()}
+
+
+def driver_version() -> tuple[str | None, str | None]:
+    """(version, source): the kernel module's version file first (no process), else nvidia-smi."""
+    try:
+        text = _DRIVER_PROC.read_text()
+        match = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", text)
+        if match:
+            return match.group(1), str(_DRIVER_PROC)
+    except OSError:
+        pass
+    if shutil.which("nvidia-smi"):
+        out = _run_tool(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+        if out and out.strip():
+            return out.strip().splitlines()[0], "nvidia-smi"
+    return None, None
+
+
+def _torch_info() -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        import torch
+    except Exception as exc:  # an import error of any kind is the finding, not a crash
+        return None, f"{type(exc).__name__}: {exc}"
+    info: dict[str, Any] = {
+        "version": torch.__version__,
+        "path": str(Path(torch.__file__).parent),
+        "cuda": torch.version.cuda,
+        "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+        "arch_list": list(torch.cuda.get_arch_list()) if torch.version.cuda else [],
+        "cuda_available": False,
+        "device_count": 0,
+        "gpu": None,
+    }
+    try:
+        info["cuda_available"] = bool(torch.cuda.is_available())
+        if info["cuda_available"]:
+            info["device_count"] = torch.cuda.device_count()
+            props = torch.cuda.get_device_properties(0)
+            info["gpu"] = {
+                "name": props.name,
+                "capability": f"{props.major}.{props.minor}",
+                "sm": f"sm_{props.major}{props.minor}",
+                "memory_gib": round(props.total_memory / 2**30, 1),
+                "multiprocessors": props.multi_processor_count,
+            }
+    except Exception as exc:  # a broken driver shows up here; report it, don't die
+        info["cuda_error"] = f"{type(exc).__name__}: {exc}"
+    return info, None
+
+
+def capability(env: dict[str, Any]) -> tuple[int, int] | None:
+    """The first GPU's compute capability from a collected environment, or None without a GPU."""
+    gpu = (env.get("torch") or {}).get("gpu")
+    if not gpu:
+        return None
+    major, minor = gpu["capability"].split(".")
+    return int(major), int(minor)
+
+
+def collect() -> tuple[dict[str, Any], list[Check]]:
+    """The environment block of the report and the layer-1 checks."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        nvcc_f = pool.submit(nvcc_info)
+        gcc_f = pool.submit(gcc_info)
+        driver_f = pool.submit(driver_version)
+        torch_info, torch_error = _torch_info()
+        nvcc, gcc, (driver, driver_source) = nvcc_f.result(), gcc_f.result(), driver_f.result()
+
+    env: dict[str, Any] = {
+        "python": {"version": platform.python_version(), "executable": sys.executable,
+                   "implementation": platform.python_implementation()},
+        "platform": {"system": platform.system(), "machine": platform.machine(), "release": platform.release()},
+        "torch": torch_info,
+        "torch_error": torch_error,
+        "driver": {"version": driver, "source": driver_source},
+        "nvcc": nvcc,
+        "gcc": gcc,
+    }
+    return env, _checks(env)
+
+
+def _checks(env: dict[str, Any]) -> list[Check]:
+    checks = [Check("environment", "python", Status.INFO,
+                    f"Python {env['python']['version']} ({env['python']['executable']})")]
+    torch_info = env["torch"]
+    if torch_info is None:
+        checks.append(Check("environment", "torch", Status.FAIL,
+                            f"torch is not importable ({env['torch_error']}); install the image's torch first"))
+        return checks
+    checks.append(Check(
+        "environment", "torch", Status.PASS,
+        f"torch {torch_info['version']} (CUDA {torch_info['cuda'] or 'none: CPU-only build'},"
+        f" C++11 ABI {torch_info['cxx11_abi']}, archs {' '.join(torch_info['arch_list']) or 'none'})",
+        details={k: torch_info[k] for k in ("version", "cuda", "cxx11_abi", "arch_list")},
+    ))
+    gpu = torch_info["gpu"]
+    if gpu:
+        checks.append(Check(
+            "environment", "gpu", Status.PASS,
+            f"{gpu['name']}, compute capability {gpu['capability']} ({gpu['sm']}),"
+            f" {gpu['memory_gib']} GiB, {torch_info['device_count']} device(s)", details=dict(gpu),
+        ))
+        archs = torch_info["arch_list"]
+        if archs and gpu["sm"] not in archs and not _ptx_covers(archs, capability(env)):
+            checks.append(Check(
+                "environment", "torch_arch", Status.WARN,
+                f"torch's own kernels are built for {' '.join(archs)}, not {gpu['sm']}: install a torch wheel for this GPU",
+            ))
+    elif torch_info["cuda"] is None:
+        checks.append(Check(
+            "environment", "gpu", Status.WARN,
+            "torch is a CPU-only build: no CUDA device can be used; Apex's CUDA extensions need a CUDA build of torch",
+        ))
+    else:
+        reason = torch_info.get("cuda_error") or "torch.cuda.is_available() is False"
+        checks.append(Check("environment", "gpu", Status.WARN,
+                            f"no CUDA device visible ({reason}); GPU layers cannot run here"))
+    driver = env["driver"]
+    checks.append(Check(
+        "environment", "driver", Status.INFO,
+        f"NVIDIA driver {driver['version']} (from {driver['source']})" if driver["version"] else "no NVIDIA driver found",
+    ))
+    for tool in ("nvcc", "gcc"):
+        info = env[tool]
+        checks.append(Check(
+            "environment", tool, Status.INFO,
+            f"{tool} {info['version']} at {info['path']}" if info else f"{tool} not found (normal in runtime images)",
+        ))
+    return checks
+
+
+def _ptx_covers(arch_list: list[str], cap: tuple[int, int] | None) -> bool:
+    if cap is None:
+        return False
+    device = cap[0] * 10 + cap[1]
+    for arch in arch_list:
+        match = re.fullmatch(r"compute_(\d+)", arch)
+        if match and int(match.group(1)) <= device:
+            return True
+    return False

@@ -1,0 +1,297 @@
+"""Layer 3 (extensions) and layer 4 (arch coverage): import every known Apex module, say why one fails,
+and read which GPU archs each compiled `.so` carries.
+
+Imports happen in a child process (verify/import_probe.py), never in verify's own process: a `.so` built
+against another torch can abort or segfault while loading, and that must become one FAIL line, not the
+end of the report. One child imports everything (one torch import, so --static stays fast); when it
+dies or hangs on a module, that module is recorded as crashed / timed out and a fresh child carries on
+with the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from verify import fatbin, module_map
+from verify.checks import Check, Status
+
+_PROBE_SOURCE = Path(__file__).with_name("import_probe.py")
+
+# Shared libraries whose absence means "the CUDA runtime this build needs is not here".
+_CUDA_LIB = re.compile(
+    r"^lib(cudart|cuda|cublas|cublasLt|cusparse|cusparseLt|cusolver|curand|cufft|nvrtc|nvJitLink|cudnn\w*|nccl"
+    r"|nvToolsExt|cupti|cufile|nvshmem\w*)\.so"
+)
+_MISSING_LIB = re.compile(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object file")
+_UNDEFINED = re.compile(r"undefined symbol: (\S+)")
+
+
+# ----------------------------------------------------------------------------- child-process runner
+def probe(tasks: list[dict[str, str]], *, timeout_s: float, cancel: threading.Event | None = None
+          ) -> dict[str, dict[str, Any]]:
+    """Run import tasks ({"id", "op": "import"|"attr", "target"}) in child processes; results by id."""
+    source = _PROBE_SOURCE.read_text(encoding="utf-8")
+    results: dict[str, dict[str, Any]] = {}
+    pending = list(tasks)
+    while pending and not (cancel and cancel.is_set()):
+        done_before = len(results)
+        _probe_once(source, pending, results, timeout_s, cancel)
+        pending = [t for t in pending if t["id"] not in results]
+        if len(results) == done_before:  # the child could not even start: no point retrying
+            for task in pending:
+                results[task["id"]] = {"status": "error", "exc_type": "ProbeError",
+                                       "message": "the import probe process failed to start"}
+            break
+    return results
+
+
+def _probe_once(source: str, tasks: list[dict[str, str]], results: dict[str, dict[str, Any]],
+                timeout_s: float, cancel: threading.Event | None) -> None:
+    read_fd, write_fd = os.pipe()
+    with tempfile.TemporaryFile() as log:
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", source, str(write_fd)],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+            )
+        finally:
+            os.close(write_fd)
+        current: str | None = None
+        deadline = time.monotonic() + timeout_s
+        buffer = b""
+        timed_out = False
+        try:
+            proc.stdin.write(json.dumps({"sys_path": sys.path, "tasks": tasks}).encode())
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        with os.fdopen(read_fd, "rb", buffering=0) as reader:
+            while True:
+                if cancel and cancel.is_set():
+                    break
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    timed_out = True
+                    break
+                ready, _, _ = select.select([reader], [], [], min(wait, 0.2))
+                if not ready:
+                    continue
+                chunk = reader.read(65536)
+                if not chunk:
+                    break  # child exited (or closed its end)
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    message = json.loads(line)
+                    if "start" in message:
+                        current = message["start"]
+                        deadline = time.monotonic() + timeout_s  # the timeout is per module
+                    elif "id" in message:
+                        results[message.pop("id")] = message
+                        current = None
+        if proc.poll() is None:
+            proc.kill()
+        returncode = proc.wait()
+        if current is not None and current not in results:
+            log.seek(0)
+            tail = log.read().decode("utf-8", "replace").strip().splitlines()[-5:]
+            if timed_out:
+                results[current] = {"status": "error", "exc_type": "Timeout",
+                                    "message": f"importing took longer than {timeout_s:g} s (--check-timeout)"}
+            else:
+                how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+                results[current] = {"status": "error", "exc_type": "Crash",
+                                    "message": f"the importing process died ({how})" + (
+                                        f": {' | '.join(tail)}" if tail else "")}
+
+
+# ----------------------------------------------------------------------------- classification
+@dataclasses.dataclass
+class ExtensionResult:
+    module: str
+    flag: str | None
+    kind: str  # core | contrib | deprecated | unknown (named by a manifest, not in the module map)
+    cuda: bool
+    status: str  # ok | missing | undefined_symbol | missing_cuda_library | other
+    path: str | None = None  # the .so file found for this module
+    origin: str | None = None  # its directory
+    error: str | None = None
+    demangled_symbol: str | None = None
+    arch: dict[str, Any] | None = None
+    features: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "module": self.module, "flag": self.flag, "kind": self.kind, "status": self.status,
+            "path": self.path, "origin": self.origin, "error": self.error,
+            "demangled_symbol": self.demangled_symbol, "arch": self.arch,
+        }
+
+
+def demangle(symbol: str) -> str:
+    """c++filt when present (build images); else a small reader for the nested name (runtime images)."""
+    tool = shutil.which("c++filt")
+    if tool:
+        try:
+            done = subprocess.run([tool, symbol], capture_output=True, text=True, timeout=5, check=False)
+            if done.returncode == 0 and done.stdout.strip():
+                return done.stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return _demangle_name(symbol) or symbol
+
+
+def _demangle_name(symbol: str) -> str | None:
+    """The qualified function name of an Itanium-mangled symbol (`_ZN3c106detail14torchCheckFailE...` ->
+    `c10::detail::torchCheckFail(...)`): enough to see which torch API the build expected."""
+    if not symbol.startswith("_Z"):
+        return None
+    rest = symbol[2:]
+    nested = rest.startswith("N")
+    rest = rest[1:] if nested else rest
+    while rest[:1] in ("K", "V", "r"):  # cv-qualifiers of a member function
+        rest = rest[1:]
+    if rest.startswith("St"):
+        parts, rest = ["std"], rest[2:]
+    else:
+        parts = []
+    while rest and rest[0].isdigit():
+        digits = re.match(r"\d+", rest).group(0)
+        length = int(digits)
+        parts.append(rest[len(digits) : len(digits) + length])
+        rest = rest[len(digits) + length :]
+        if not nested:
+            break
+    if not parts:
+        return None
+    name = "::".join(parts)
+    if rest.startswith("I"):  # template arguments: not decoded here
+        return name + "<...>"
+    params = rest[1:] if nested and rest.startswith("E") else rest
+    return name + ("(...)" if params else "")
+
+
+def classify(name: str, result: dict[str, Any]) -> ExtensionResult:
+    try:
+        info = module_map.module(name)
+        flag, kind, cuda, features = info.flag, info.kind, info.cuda, info.features
+    except KeyError:
+        flag, kind, cuda, features = None, "unknown", True, ()
+    path = result.get("file") or result.get("origin")
+    path = path if path and path not in ("built-in", "frozen") else None
+    ext = ExtensionResult(module=name, flag=flag, kind=kind, cuda=cuda, status="ok", path=path,
+                          origin=str(Path(path).parent) if path else None, features=features)
+    if result.get("status") == "ok":
+        return ext
+    if result.get("status") == "missing":
+        ext.status = "missing"
+        ext.error = f"No module named '{name}'"
+        return ext
+    message = f"{result.get('exc_type', 'Error')}: {result.get('message', '')}".strip()
+    ext.error = message
+    undefined = _UNDEFINED.search(message)
+    missing_lib = _MISSING_LIB.search(message)
+    if undefined:
+        ext.status = "undefined_symbol"
+        ext.demangled_symbol = demangle(undefined.group(1))
+    elif missing_lib and _CUDA_LIB.match(missing_lib.group(1)):
+        ext.status = "missing_cuda_library"
+    elif result.get("exc_type") == "ModuleNotFoundError" and f"'{name}'" in message:
+        ext.status = "missing"
+    else:
+        ext.status = "other"
+    return ext
+
+
+def _fix_for(ext: ExtensionResult) -> str:
+    if ext.status == "missing":
+        flag = f"{ext.flag}=1" if ext.flag else "its build flag"
+        return f"not built (Python-only fallback): rebuild Apex with {flag}"
+    if ext.status == "undefined_symbol":
+        return (f"undefined symbol {ext.demangled_symbol}: built against another torch;"
+                " rebuild Apex against the torch in this image")
+    if ext.status == "missing_cuda_library":
+        lib = _MISSING_LIB.search(ext.error or "")
+        return (f"missing CUDA library {lib.group(1) if lib else ''}: built for another CUDA, or the runtime"
+                " libraries are not on the loader path; use a matching CUDA runtime image")
+    return f"import failed: {ext.error}"
+
+
+def extension_checks(results: list[ExtensionResult], expected: set[str]) -> list[Check]:
+    """One check per module: PASS when it imports; FAIL when broken, or expected and missing."""
+    present_flags = {e.flag for e in results if e.status != "missing"}
+    checks: list[Check] = []
+    not_built: dict[str, list[str]] = {}  # optional modules nobody asked for: one line, not thirty
+    for ext in results:
+        details = {"status": ext.status, "path": ext.path, "flag": ext.flag}
+        needed_by = f" (needed by {', '.join(ext.features[:4])})" if ext.features else ""
+        if ext.status == "ok":
+            status, summary = Status.PASS, f"imports from {ext.path}"
+        elif ext.status == "missing" and ext.module in expected:
+            status, summary = Status.FAIL, f"missing{needed_by}: {_fix_for(ext)}"
+        elif ext.status == "missing" and ext.flag in present_flags and ext.kind == "core":
+            status, summary = Status.WARN, f"missing although other {ext.flag} modules are built: partial build"
+        elif ext.status == "missing":
+            not_built.setdefault(ext.flag or "unknown flag", []).append(ext.module)
+            continue
+        else:
+            status, summary = Status.FAIL, _fix_for(ext) + needed_by
+        checks.append(Check("extensions", ext.module, status, summary, details=details))
+    if not_built:
+        count = sum(len(v) for v in not_built.values())
+        listed = ", ".join(f"{flag} ({len(mods)})" for flag, mods in not_built.items())
+        checks.append(Check("extensions", "not_built", Status.SKIP,
+                            f"{count} optional modules not built, by flag: {listed}; names in the JSON report",
+                            details={"by_flag": not_built}))
+    return checks
+
+
+# ----------------------------------------------------------------------------- arch coverage
+def read_arch(results: list[ExtensionResult], capability: tuple[int, int] | None) -> list[Check]:
+    """Fill each result's `arch` from its .so and return the arch-layer checks."""
+    checks: list[Check] = []
+    for ext in results:
+        if not ext.path or not ext.path.endswith(".so"):
+            continue
+        try:
+            targets = fatbin.read_targets(ext.path)
+        except fatbin.FatbinError as exc:
+            ext.arch = {"sass": [], "ptx": [], "compatible": None}
+            checks.append(Check("arch", ext.module, Status.WARN, f"cannot read GPU code: {exc}"))
+            continue
+        if targets is None:
+            ext.arch = {"sass": [], "ptx": [], "compatible": None}
+            if ext.cuda:
+                checks.append(Check("arch", ext.module, Status.WARN,
+                                    f"{Path(ext.path).name} carries no GPU code (.nv_fatbin section absent)"))
+            continue
+        ext.arch = {**targets.to_json(), "compatible": None}
+        built = ", ".join(targets.sass + targets.ptx)
+        if capability is None:
+            checks.append(Check("arch", ext.module, Status.INFO, f"built for {built} (no GPU here to compare)",
+                                details=dict(ext.arch)))
+            continue
+        verdict = fatbin.compatibility(targets, capability)
+        ext.arch["compatible"] = verdict.compatible
+        if not verdict.compatible:
+            status = Status.FAIL
+        elif verdict.via and verdict.via.startswith("compute_"):
+            status = Status.WARN  # runs, but through a JIT compile on first use
+        else:
+            status = Status.PASS
+        checks.append(Check("arch", ext.module, status, verdict.message + ("" if verdict.compatible is False
+                                                                           else f" (built for {built})"),
+                            details={**ext.arch, "via": verdict.via}))
+    return checks

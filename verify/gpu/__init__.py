@@ -1,0 +1,93 @@
+"""verify's GPU layers (6 parity, 7 timing): fused Apex kernels against torch, each group in its own process.
+
+    from verify.gpu import run_gpu_layers
+    results = run_gpu_layers(seed=1234, check_timeout_s=120.0, usable_modules=frozenset({"amp_C", ...}))
+    results.checks   # verify.checks.Check, layers "parity" and "timing"
+    results.timings  # dicts: kernel, case, fused, natives, best_native, speedup, verdict
+
+Decided here, without torch: what can run (a CUDA device, the extension modules each case needs) and
+what is SKIP with its reason. What runs, runs in verify.gpu.worker processes (verify.gpu.runner).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+
+from verify.checks import Check, Status
+from verify.gpu import cases as case_table
+from verify.gpu.runner import GroupResult, run_groups
+
+__all__ = ["GpuResults", "plan", "run_gpu_layers"]
+
+
+@dataclasses.dataclass
+class GpuResults:
+    checks: list[Check]
+    timings: list[dict]
+    groups: list[dict] = dataclasses.field(default_factory=list)  # per group: wall_s, worker processes
+    wall_s: float = 0.0
+
+
+def _cuda_device() -> tuple[bool, str]:
+    """(available, why not): asked of torch in this process; no kernel runs here."""
+    try:
+        import torch
+    except Exception as err:  # noqa: BLE001 - a broken torch is reported, not raised
+        return False, f"torch cannot be imported ({type(err).__name__}: {err})"
+    if not torch.cuda.is_available():
+        return False, f"no CUDA device visible to torch {torch.__version__} (built for CUDA {torch.version.cuda})"
+    return True, ""
+
+
+def plan(usable_modules: frozenset[str], cuda_reason: str | None,
+         groups: Sequence[str] = case_table.GPU_GROUPS) -> tuple[dict[str, list[str]], list[Check]]:
+    """Cases to run per group, and one SKIP check per (layer, family) that cannot run, with the reason.
+
+    cuda_reason: None when a CUDA device is there, else why not (then everything is SKIP).
+    """
+    to_run: dict[str, list[str]] = {}
+    skipped: dict[tuple[str, str], Check] = {}
+    for group in groups:
+        for case in case_table.cases_of(group):
+            missing = sorted(case.needs - usable_modules)
+            key = (case.layer, case.family)
+            if cuda_reason is None and not missing:
+                to_run.setdefault(group, []).append(case.name)
+                continue
+            if key in skipped:
+                continue
+            if cuda_reason is not None:
+                why = f"{case.family}: {cuda_reason}; run on a GPU host to check the kernels"
+            else:
+                why = (f"{case.family}: needs {', '.join(missing)} ({', '.join(case.features)}), which did not "
+                       "import or has no code for this GPU (see the extensions and arch layers); no kernel was run")
+            skipped[key] = Check(case.layer, case.family, Status.SKIP, why,
+                                 {"needs": sorted(case.needs), "missing": missing, "features": list(case.features)})
+    return to_run, list(skipped.values())
+
+
+def run_gpu_layers(seed: int, check_timeout_s: float, usable_modules: frozenset[str], *,
+                   groups: Sequence[str] = case_table.GPU_GROUPS, parallel: bool = True) -> GpuResults:
+    """Parity and timing checks of the fused kernels; each group runs in a worker with a per-check timeout.
+
+    usable_modules: extension modules that imported and whose compiled archs cover this GPU.
+    """
+    t0 = time.monotonic()
+    available, reason = _cuda_device()
+    to_run, skipped = plan(frozenset(usable_modules), None if available else reason, groups)
+    results: list[GroupResult] = run_groups([g for g in groups if g in to_run], seed, check_timeout_s,
+                                            names=to_run, parallel=parallel) if to_run else []
+    by_group = {r.group: r for r in results}
+    checks: list[Check] = []
+    timings: list[dict] = []
+    for group in groups:  # report order follows the case table, whatever ran in parallel
+        if group in by_group:
+            checks.extend(by_group[group].checks)
+            timings.extend(by_group[group].timings)
+    checks.extend(skipped)
+    layer_order = {"parity": 0, "timing": 1}
+    checks.sort(key=lambda c: layer_order.get(c.layer, 2))  # stable: keeps case order inside a layer
+    groups_info = [{"group": r.group, "wall_s": r.wall_s, "workers": r.workers} for r in results]
+    return GpuResults(checks, timings, groups_info, round(time.monotonic() - t0, 3))

@@ -1,0 +1,260 @@
+"""Run check groups in worker subprocesses, each check under a timeout, and keep whatever survives.
+
+One group = one `python -m verify.gpu.worker GROUP` process. Its results stream back one check at a
+time, so when the worker dies (signal, exit, CUDA context poisoned) or a check outlives its timeout,
+the checks already reported stay, the check in flight becomes a FAIL carrying the error, the exit
+signal and the tail of stderr, and the group's remaining checks go on in a fresh worker (at most
+MAX_WORKERS_PER_GROUP processes per group). Standard library only.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from verify.checks import Check, Status
+from verify.gpu import cases as case_table
+
+MAX_WORKERS_PER_GROUP = 3  # the first worker plus two restarts after a crash, a hang or a poisoned context
+STDERR_TAIL_CHARS = 2000
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding verify/
+
+
+@dataclasses.dataclass
+class GroupResult:
+    group: str
+    checks: list[Check] = dataclasses.field(default_factory=list)
+    timings: list[dict] = dataclasses.field(default_factory=list)
+    workers: list[dict] = dataclasses.field(default_factory=list)  # one entry per process started
+    wall_s: float = 0.0
+
+
+def _worker_env() -> dict[str, str]:
+    # the worker must import this very verify package, installed or not
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _exit_description(returncode: int | None) -> str:
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+def _tail(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-STDERR_TAIL_CHARS:].decode("utf-8", errors="replace")
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+_LIVE: set[_Worker] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def kill_all_workers() -> None:
+    """Ctrl-C: end every worker this process started (their groups then report what they had)."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for worker in live:
+        worker.kill()
+
+
+class _Worker:
+    """One worker process: its protocol lines arrive on a queue (None at end of stream)."""
+
+    def __init__(self, group: str, seed: int, names: list[str]) -> None:
+        self.stderr_file = tempfile.NamedTemporaryFile(prefix=f"verify-gpu-{group}-", suffix=".log", delete=False)
+        self.stderr_path = Path(self.stderr_file.name)
+        argv = [sys.executable, "-m", "verify.gpu.worker", group, "--seed", str(seed), "--cases", ",".join(names)]
+        self.started = time.monotonic()
+        # its own session, so a timeout kills the worker and anything it started, and nothing else
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.stderr_file, stdin=subprocess.DEVNULL,
+                                     env=_worker_env(), start_new_session=True)
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            self.lines.put(raw.decode("utf-8", errors="replace"))
+        self.lines.put(None)
+
+    def next_event(self, timeout_s: float) -> dict[str, Any] | None | str:
+        """An event dict, None at end of stream, or "timeout"."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return "timeout"
+            try:
+                line = self.lines.get(timeout=remaining)
+            except queue.Empty:
+                return "timeout"
+            if line is None:
+                return None
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # not ours: the worker points stray output at stderr, but be lenient
+            if isinstance(event, dict) and "event" in event:
+                return event
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+
+    def finish(self, grace_s: float = 10.0) -> tuple[int | None, str]:
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        self.stderr_file.close()
+        tail = _tail(self.stderr_path)
+        self.stderr_path.unlink(missing_ok=True)
+        return self.proc.returncode, tail
+
+
+def _fail(case: case_table.Case, summary: str, details: dict[str, Any], duration_s: float = 0.0) -> Check:
+    return Check(case.layer, case.name, Status.FAIL, summary, details, duration_s)
+
+
+def run_group(group: str, seed: int, check_timeout_s: float, names: list[str] | None = None) -> GroupResult:
+    """Run `names` (default: every case of the group) in worker processes; never raises for a bad worker."""
+    table = {c.name: c for c in case_table.cases_of(group)}
+    pending = list(names) if names is not None else list(table)
+    result = GroupResult(group)
+    t0 = time.monotonic()
+    last_death = ""
+    while pending and len(result.workers) < MAX_WORKERS_PER_GROUP:
+        worker = _Worker(group, seed, pending)
+        info: dict[str, Any] = {"pid": worker.proc.pid, "cases": list(pending)}
+        current: str | None = None
+        current_started = time.monotonic()
+        ready = False
+        outcome = "ended"
+        try:
+            while True:
+                event = worker.next_event(check_timeout_s)
+                if event == "timeout":
+                    outcome = "timeout"
+                    worker.kill()
+                    break
+                if event is None:
+                    break
+                kind = event.get("event")
+                if kind == "ready":
+                    ready = True
+                    info.update(device=event.get("device"), setup_s=event.get("setup_s"))
+                elif kind == "start":
+                    current = event.get("case")
+                    current_started = time.monotonic()
+                elif kind == "result":
+                    check = Check.from_json(event["check"])
+                    result.checks.append(check)
+                    result.timings.extend(event.get("timings") or [])
+                    if check.name in pending:
+                        pending.remove(check.name)
+                    current = None
+                elif kind == "poisoned":
+                    info["poisoned"] = event.get("error")
+                elif kind == "done":
+                    break
+        except BaseException:
+            worker.kill()  # Ctrl-C or a bug here: never leave a worker behind
+            worker.finish()
+            raise
+        returncode, stderr_tail = worker.finish()
+        info.update(exit=_exit_description(returncode), wall_s=round(time.monotonic() - worker.started, 3))
+        result.workers.append(info)
+        death = {"worker_exit": info["exit"], "stderr_tail": stderr_tail, "seed": seed}
+        if current is not None:  # the case in flight when the worker stopped answering
+            case = table[current]
+            spent = time.monotonic() - current_started
+            if outcome == "timeout":
+                summary = (f"{current} did not finish within {check_timeout_s:g} s: the worker was killed "
+                           "(a hang in the kernel or the driver)")
+            else:
+                summary = (f"{current}: the worker process died ({info['exit']}) while running it"
+                           + (f": {_last_line(stderr_tail)}" if _last_line(stderr_tail) else ""))
+            result.checks.append(_fail(case, summary, {**death, "timeout_s": check_timeout_s}, spent))
+            pending.remove(current)
+            last_death = summary
+            continue
+        if not ready:  # died or hung before running anything: retrying would do the same
+            why = (f"did not get ready within {check_timeout_s:g} s" if outcome == "timeout"
+                   else f"died during setup ({info['exit']})")
+            line = _last_line(stderr_tail)
+            result.checks.append(Check(
+                table[pending[0]].layer, f"{group}.setup", Status.FAIL,
+                f"the {group} worker {why}" + (f": {line}" if line else "") + f"; not run: {', '.join(pending)}",
+                {**death, "not_run": list(pending)},
+            ))
+            pending = []
+        elif pending:  # stopped between checks: a poisoned CUDA context, or an exit after a result
+            last_death = (f"CUDA context broken: {info['poisoned']}" if "poisoned" in info
+                          else f"the worker ended ({info['exit']}) between checks")
+    if pending:
+        result.checks.append(Check(
+            table[pending[0]].layer, f"{group}.not_run", Status.FAIL,
+            f"{len(pending)} {group} check(s) not run: {len(result.workers)} worker processes failed "
+            f"(last: {last_death or 'see details'})",
+            {"not_run": list(pending), "workers": result.workers, "seed": seed},
+        ))
+    order = {name: i for i, name in enumerate(table)}
+    result.checks.sort(key=lambda c: order.get(c.name, len(order)))
+    result.wall_s = round(time.monotonic() - t0, 3)
+    return result
+
+
+def run_groups(groups: list[str], seed: int, check_timeout_s: float,
+               names: dict[str, list[str]] | None = None, parallel: bool = True) -> list[GroupResult]:
+    """Groups not in EXCLUSIVE_GROUPS run side by side; exclusive ones (timing) alone, afterwards."""
+    names = names or {}
+    shared = [g for g in groups if g not in case_table.EXCLUSIVE_GROUPS]
+    alone = [g for g in groups if g in case_table.EXCLUSIVE_GROUPS]
+    results: dict[str, GroupResult] = {}
+    try:
+        if parallel and len(shared) > 1:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=len(shared)) as pool:
+                futures = {g: pool.submit(run_group, g, seed, check_timeout_s, names.get(g)) for g in shared}
+                results.update({g: f.result() for g, f in futures.items()})
+        else:
+            results.update({g: run_group(g, seed, check_timeout_s, names.get(g)) for g in shared})
+        results.update({g: run_group(g, seed, check_timeout_s, names.get(g)) for g in alone})
+    except BaseException:
+        kill_all_workers()
+        raise
+    return [results[g] for g in groups]

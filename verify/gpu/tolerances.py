@@ -1,0 +1,85 @@
+"""How close a fused result must be to torch's, per dtype: data, with where each number comes from.
+
+A comparison passes elementwise when |actual - expected| <= atol + rtol * |expected| (the rule of
+torch.testing.assert_close) and every element of both sides is finite. Our references are computed in
+fp32 from the same low-precision inputs, so a fused result in bf16/fp16 carries at most its own
+rounding (half a unit in the last place) on top of fp32 noise: Apex's own low-precision tolerances,
+which compare two rounded results, are kept as they are.
+
+Sources (NVIDIA/apex, upstream HEAD 6424da3b):
+  tests/L0/run_fused_layer_norm/test_fused_layer_norm.py
+    bf16 forward rtol 1.6e-2 atol 3e-4, backward rtol 1.6e-2 atol 3e-3 (test_layer_norm_bfloat16);
+    fp16 forward and backward rtol 1e-3 atol 1e-3 (test_layer_norm_half);
+    fp32 RMSNorm backward rtol 2e-3 atol 2e-4 (test_rms_norm_elemwise); fp32 otherwise torch's
+    defaults (rtol 1.3e-6, atol 1e-5) at hidden size 512.
+  tests/L0/run_optimizers/test_fused_optimizer.py
+    FusedAdam vs torch.optim.Adam, fp32: max abs diff 1e-3 over 7 steps (lr 5e-4); fp16/bf16 are run
+    without any assertion there ("threshold values look too small").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+
+    def to_json(self) -> dict[str, float]:
+        return {"rtol": self.rtol, "atol": self.atol}
+
+
+# --- FusedLayerNorm / FusedRMSNorm vs torch in fp32 on the same inputs --------------------------------
+# fp32 is looser than torch's defaults because our hidden sizes reach 5123 (Apex tests 512); every
+# fp32 figure is still >100x below what a wrong kernel produces.
+NORM: dict[str, dict[str, Tolerance]] = {
+    "fp32": {
+        "forward": Tolerance(rtol=1e-5, atol=1e-5),
+        "input_grad": Tolerance(rtol=1e-4, atol=1e-5),
+        "param_grad": Tolerance(rtol=2e-3, atol=2e-4),  # Apex test_rms_norm_elemwise
+    },
+    "bf16": {
+        "forward": Tolerance(rtol=1.6e-2, atol=3e-4),  # Apex test_layer_norm_bfloat16
+        "input_grad": Tolerance(rtol=1.6e-2, atol=3e-3),
+        "param_grad": Tolerance(rtol=1.6e-2, atol=3e-3),
+    },
+    "fp16": {
+        # Apex test_layer_norm_half says 1e-3; rtol 2e-3 because the fused forward rounds three times to
+        # the param dtype (x_hat, gamma * x_hat, + beta: csrc/layer_norm_cuda_kernel.cu cuApplyLayerNorm),
+        # up to 3 * 2^-11 = 1.5e-3 relative in fp16 (bf16: 3 * 2^-8 = 1.2e-2, inside 1.6e-2)
+        "forward": Tolerance(rtol=2e-3, atol=1e-3),
+        "input_grad": Tolerance(rtol=1e-3, atol=1e-3),  # one rounding of an fp32 result: <= 2^-11
+        "param_grad": Tolerance(rtol=1e-3, atol=1e-3),
+    },
+}
+
+# --- FusedAdam vs torch.optim.Adam/AdamW ---------------------------------------------------------------
+# Apex's 1e-3 absolute is as large as a whole step at its lr, so it cannot see a missing update; ours
+# is relative to the step. The reference does what FusedAdam does (fp32 math and state, params
+# stored in their dtype), so low precision differs only where the two round a value differently:
+# at most a unit in the last place (bf16 2^-7, fp16 2^-10 relative), hence rtol = 2 ulps.
+ADAM_PARAMS: dict[str, Tolerance] = {
+    "fp32": Tolerance(rtol=1e-5, atol=1e-6),
+    "bf16": Tolerance(rtol=1.6e-2, atol=1e-6),
+    "fp16": Tolerance(rtol=2e-3, atol=1e-6),
+}
+# The optimizer state (exp_avg, exp_avg_sq) is fp32 for every param dtype.
+ADAM_STATE = Tolerance(rtol=1e-4, atol=1e-9)
+# ||fused update - torch update|| / ||torch update|| over all params after the last step: catches a
+# systematic error (wrong weight decay mode, missing bias correction) that elementwise rtol could hide.
+ADAM_UPDATE_AGREEMENT: dict[str, float] = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 5e-3}
+
+# --- One training step under autocast: fused modules + FusedAdam vs torch modules + AdamW ---------------
+# Loose on purpose: under autocast Apex's norms take and return the autocast dtype (rounding x_hat,
+# gamma * x_hat and the sum) where torch's compute in fp32, and Adam turns small gradient differences
+# into lr-sized update differences. An emulation of that rounding in the same loop (6 steps, lr 2e-4)
+# gives a loss difference <= 0.14% (bf16) / 0.02% (fp16) and an update difference of 1.7% / 0.5%:
+# the limits are about 10x that; a broken kernel or optimizer gives differences of order 100%.
+AMP_LOSS_RTOL: dict[str, float] = {"bf16": 2e-2, "fp16": 1e-2}
+AMP_UPDATE_AGREEMENT: dict[str, float] = {"bf16": 0.15, "fp16": 0.08}
+
+
+def norm(dtype: str, quantity: str) -> Tolerance:
+    return NORM[dtype][quantity]

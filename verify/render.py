@@ -1,0 +1,140 @@
+"""Render a report for people: a terminal summary that reads well in a CI log, and Markdown.
+
+Terminal: one line per check (`PASS  extensions.amp_C  imports from ...`), grouped by layer, then the
+timings table and one verdict line. Colour only on a TTY (and never with NO_COLOR); on GitHub Actions
+each FAIL also becomes an `::error::` annotation.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, TextIO
+
+from verify import exit_codes
+from verify.checks import LAYERS
+
+_COLORS = {"PASS": "32", "FAIL": "31;1", "WARN": "33", "SKIP": "2", "INFO": "36"}
+
+
+def use_color(stream: TextIO) -> bool:
+    return stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+
+
+def _paint(text: str, status: str, color: bool) -> str:
+    return f"\033[{_COLORS[status]}m{text}\033[0m" if color else text
+
+
+def _ordered(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rank = {layer: i for i, layer in enumerate(LAYERS)}
+    return sorted(checks, key=lambda c: rank.get(c["layer"], len(LAYERS)))  # stable inside a layer
+
+
+def verdict_line(report: dict[str, Any]) -> str:
+    s = report["summary"]
+    counts = ", ".join(f"{s[k]} {k}" for k in ("FAIL", "WARN", "PASS", "SKIP", "INFO") if s.get(k))
+    code = report["exit_code"]
+    return (f"verify {report['mode']}: {report['verdict']} — {counts} in {report['duration_s']:.1f} s"
+            f" — exit {code} ({exit_codes.MEANINGS.get(code, '?')})")
+
+
+def _num(value: Any, spec: str, suffix: str = "") -> str:
+    return f"{value:{spec}}{suffix}" if isinstance(value, (int, float)) else "n/a"
+
+
+def timings_table(timings: list[dict[str, Any]]) -> list[str]:
+    if not timings:
+        return []
+    rows = [("kernel", "case", "fused ms", "best native", "native ms", "speedup", "verdict")]
+    for t in timings:
+        best = next((n for n in t.get("natives", []) if n.get("name") == t.get("best_native")), {})
+        rows.append((t.get("kernel", ""), t.get("case", ""), _num((t.get("fused") or {}).get("median_ms"), ".4f"),
+                     t.get("best_native") or "", _num(best.get("median_ms"), ".4f"),
+                     _num(t.get("speedup"), ".2f", "x"), t.get("verdict") or ""))
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]) - 1)]
+    return ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows]
+
+
+def terminal(report: dict[str, Any], *, color: bool = False, quiet: bool = False) -> str:
+    lines: list[str] = []
+    checks = _ordered(report["checks"])
+    width = max((len(c["id"]) for c in checks), default=10)
+    layer = None
+    for check in checks:
+        if quiet and check["status"] not in ("FAIL", "WARN"):
+            continue
+        if check["layer"] != layer and not quiet:
+            layer = check["layer"]
+            lines.append(f"── {layer} ──")
+        status = _paint(f"{check['status']:<4}", check["status"], color)
+        lines.append(f"{status}  {check['id']:<{width}}  {check['summary']}")
+    if report.get("timings") and not quiet:
+        lines.append("── timings (median of CUDA-event samples; speedup = best native / fused) ──")
+        lines.extend(timings_table(report["timings"]))
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        lines.extend(f"::error title=verify {c['id']}::{c['summary']}" for c in checks if c["status"] == "FAIL")
+    verdict = verdict_line(report)
+    lines.append(_paint(verdict, report["verdict"], color))
+    return "\n".join(lines) + "\n"
+
+
+def _md(text: Any) -> str:
+    return str(text if text is not None else "").replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(report: dict[str, Any]) -> str:
+    env = report["environment"]
+    torch_info = env.get("torch") or {}
+    gpu = torch_info.get("gpu") or {}
+    apex = report["apex"]
+    gpu_text = f"{gpu.get('name')} (cc {gpu.get('capability')})" if gpu else "none"
+    out = [
+        f"# verify report: {report['verdict']}",
+        "",
+        f"`{verdict_line(report)}`",
+        "",
+        f"Created {report['created_at']} on `{report['host']['hostname']}` by verify {report['tool_version']}"
+        f" (schema {report['schema_version']}), mode `{report['mode']}`.",
+        "",
+        "## Environment",
+        "",
+        "| item | value |",
+        "|---|---|",
+        f"| Python | {_md(env['python']['version'])} |",
+        f"| torch | {_md(torch_info.get('version', 'not importable'))} |",
+        f"| torch CUDA | {_md(torch_info.get('cuda') or 'none (CPU build)')} |",
+        f"| C++11 ABI | {_md(torch_info.get('cxx11_abi'))} |",
+        f"| torch archs | {_md(' '.join(torch_info.get('arch_list') or []) or 'none')} |",
+        f"| GPU | {_md(gpu_text)} |",
+        f"| driver | {_md((env.get('driver') or {}).get('version') or 'none')} |",
+        f"| nvcc | {_md((env.get('nvcc') or {}).get('version') or 'not present')} |",
+        f"| gcc | {_md((env.get('gcc') or {}).get('version') or 'not present')} |",
+        "",
+        "## Apex",
+        "",
+        f"- identity: **{apex.get('kind')}**" + (f" at `{apex['path']}`" if apex.get("path") else ""),
+        f"- commit: {apex.get('commit') or 'unknown'}" + (f" (from {apex['commit_source']})" if apex.get("commit_source") else ""),
+        f"- build manifest: {('`' + report['manifest']['path'] + '`') if report.get('manifest') else 'none'}",
+        "",
+    ]
+    if report["extensions"]:
+        out += ["## Extensions", "", "| module | flag | status | SASS | PTX | runs here | error |", "|---|---|---|---|---|---|---|"]
+        for e in report["extensions"]:
+            arch = e.get("arch") or {}
+            compat = {True: "yes", False: "**no**", None: "?"}[arch.get("compatible")] if arch else ""
+            out.append(f"| `{e['module']}` | {_md(e['flag'])} | {e['status']} | {_md(' '.join(arch.get('sass', [])))}"
+                       f" | {_md(' '.join(arch.get('ptx', [])))} | {compat} | {_md(e.get('demangled_symbol') or e.get('error'))} |")
+        out.append("")
+    out += ["## Checks", "", "| status | check | summary |", "|---|---|---|"]
+    for c in _ordered(report["checks"]):
+        out.append(f"| {c['status']} | `{c['id']}` | {_md(c['summary'])} |")
+    out.append("")
+    if report.get("timings"):
+        out += ["## Timings", "", "| kernel | case | fused median ms | best native | native median ms | speedup | verdict |",
+                "|---|---|---|---|---|---|---|"]
+        for t in report["timings"]:
+            best = next((n for n in t.get("natives", []) if n.get("name") == t.get("best_native")), {})
+            out.append(f"| {_md(t.get('kernel'))} | {_md(t.get('case'))} | {_num((t.get('fused') or {}).get('median_ms'), '.4f')}"
+                       f" | {_md(t.get('best_native'))} | {_num(best.get('median_ms'), '.4f')}"
+                       f" | {_num(t.get('speedup'), '.2f', 'x')} | {_md(t.get('verdict'))} |")
+        out.append("")
+    return "\n".join(out)
