@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 import types
 from pathlib import Path
 from typing import Any
 
+from toolchain import ci_matrix
 from toolchain import matrix as matrix_mod
 from toolchain.console import Console
 from toolchain.errors import EnvironmentUnavailable, ToolchainError, UsageError, report
@@ -75,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     build = argparse.ArgumentParser(add_help=False)
     bgroup = build.add_argument_group("build")
-    bgroup.add_argument("--target", default="runtime", help="Dockerfile stage to build (runtime | devel | ...)")
+    bgroup.add_argument("--target", default="runtime", help="Dockerfile stage: runtime (default), runtime-devel (with nvcc), verify-runtime")
     bgroup.add_argument("--apex-src", type=Path, help="local Apex source instead of git (offline builds)")
     bgroup.add_argument("--wheelhouse", type=Path, help="directory of wheels to install torch from (offline)")
     bgroup.add_argument("--extra-ca", type=Path, help="CA bundle for a TLS-intercepting proxy (BuildKit secret)")
@@ -112,6 +114,35 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", parents=[common], help="matrix results -> Markdown + HTML table")
     p.set_defaults(func=cmd_report)
+
+    select = argparse.ArgumentParser(add_help=False)
+    sgroup = select.add_argument_group("select cells (default: all)")
+    sgroup.add_argument("--cell", action="append", default=[], help="cell name or id; repeatable")
+    sgroup.add_argument("--cuda", action="append", default=[], help="CUDA version; repeatable")
+    sgroup.add_argument("--torch", action="append", default=[], help="torch version; repeatable")
+    registry = argparse.ArgumentParser(add_help=False)
+    registry.add_argument("--registry", default=os.environ.get("APEX_IMAGE_REGISTRY"),
+                          help="image repository, e.g. ghcr.io/OWNER/apex (default: $APEX_IMAGE_REGISTRY)")
+
+    p = sub.add_parser("gh-matrix", parents=[common, select, registry],
+                       help="JSON for a GitHub Actions matrix (fromJson)")
+    p.add_argument("--pretty", action="store_true", help="indented JSON")
+    p.set_defaults(func=cmd_gh_matrix)
+
+    p = sub.add_parser("bake", parents=[common, select, registry], help="docker-bake.json of the matrix")
+    p.add_argument("--target", default="runtime", help="Dockerfile stage for every target")
+    p.add_argument("--cache", choices=ci_matrix.CACHE_KINDS, default="none",
+                   help="BuildKit cache per cell: gha (GitHub Actions), registry, none")
+    p.add_argument("--cache-ref", help="registry cache repository (default: <registry>-cache)")
+    p.add_argument("--output", "-o", type=Path, help="write here instead of stdout (e.g. docker-bake.json)")
+    p.set_defaults(func=cmd_bake)
+
+    p = sub.add_parser("pull", parents=[common, cell, registry],
+                       help="pull a cell's published image and verify it on this node's GPU")
+    p.add_argument("--gpu", choices=("require", "auto", "none"), default="require",
+                   help="require (default): no GPU runtime is exit 3; auto: static verify without one")
+    p.add_argument("--no-pull", action="store_true", help="verify the local image, do not pull")
+    p.set_defaults(func=cmd_pull)
 
     sub.add_parser("wheel", help="build the Apex wheel on bare metal (see build.py wheel --help)")
     return parser
@@ -153,7 +184,8 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
         for key, value in plan["build_args"].items():
             console.line(f"  {key:<{width}}  {value}")
         console.line("  build command:")
-        console.line("    " + " \\\n      ".join(_wrap_command(plan["command"])))
+        env = " ".join(f"{k}={v}" for k, v in plan["env"].items())
+        console.line(f"    {env} " + " \\\n      ".join(_wrap_command(plan["command"])))
     return exit_codes.OK
 
 
@@ -165,27 +197,18 @@ def plan_for(cell: matrix_mod.Cell, args: argparse.Namespace) -> dict[str, Any]:
         "tag": cell.id,
         "target": args.target,
         "build_args": cell.build_args(),
+        "env": {"DOCKER_BUILDKIT": "1"},  # the engine always sets it (the daemon's BuildKit without buildx)
         "command": build_command(cell, args, log_path),
         "log": str(log_path),
     }
 
 
 def build_command(cell: matrix_mod.Cell, args: argparse.Namespace, log_path: Path) -> list[str]:
-    """The exact command the engine will run. The engine owns it; until it is importable, plan shows
-    the command the shared contract describes (BuildKit through the CLI)."""
-    try:
-        from toolchain.engine import build_command as engine_command
-    except ImportError:
-        engine_command = None
-    if engine_command is not None:
-        return list(engine_command(cell, target=args.target, apex_src=args.apex_src,
-                                   wheelhouse=args.wheelhouse, extra_ca=args.extra_ca,
-                                   progress=args.progress))
-    command = ["docker", "build", "--file", "docker/Dockerfile", "--target", args.target,
-               "--progress", "plain" if args.progress == "auto" else args.progress, "--tag", cell.id]
-    for key, value in cell.build_args().items():
-        command += ["--build-arg", f"{key}={value}"]
-    return [*command, "."]
+    """The exact command the engine runs for this cell (the engine owns it)."""
+    engine = load_part("engine")
+    return list(engine.build_command(cell, target=args.target, apex_src=args.apex_src,
+                                     wheelhouse=args.wheelhouse, extra_ca=args.extra_ca,
+                                     progress=args.progress))
 
 
 def _wrap_command(command: list[str]) -> list[str]:
@@ -193,9 +216,7 @@ def _wrap_command(command: list[str]) -> list[str]:
     lines: list[str] = []
     for word in command:
         quoted = shlex.quote(word)
-        if lines and not word.startswith("-") and lines[-1].split()[-1].startswith("-") and len(lines[-1].split()) == 1:
-            lines[-1] += " " + quoted
-        elif word.startswith("-") or not lines:
+        if word.startswith("-") or not lines:
             lines.append(quoted)
         else:
             lines[-1] += " " + quoted
@@ -267,6 +288,66 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     return exit_codes.OK
 
 
+def _selected(args: argparse.Namespace) -> list[matrix_mod.Cell]:
+    path = args.matrix or default_matrix_path()
+    cells = matrix_mod.load_matrix(path).select(names=args.cell, cuda=args.cuda, torch=args.torch)
+    if not cells:
+        raise UsageError(f"no cell of {path} matches --cell/--cuda/--torch; `build.py plan` lists them")
+    return cells
+
+
+def cmd_gh_matrix(args: argparse.Namespace, console: Console) -> int:
+    print(json.dumps(ci_matrix.gh_matrix(_selected(args), args.registry), indent=2 if args.pretty else None))
+    return exit_codes.OK
+
+
+def cmd_bake(args: argparse.Namespace, console: Console) -> int:
+    if args.cache == "registry" and not (args.cache_ref or args.registry):
+        raise UsageError("--cache registry needs --registry or --cache-ref (where the cache images go)")
+    definition = ci_matrix.bake(_selected(args), registry=args.registry, target=args.target, cache=args.cache,
+                                cache_ref=args.cache_ref)
+    text = json.dumps(definition, indent=2) + "\n"
+    if args.output:
+        from verify import atomic
+
+        atomic.write_text(args.output, text)
+        console.line(f"{len(definition['target'])} targets -> {args.output}")
+    else:
+        sys.stdout.write(text)
+    return exit_codes.OK
+
+
+def cmd_pull(args: argparse.Namespace, console: Console) -> int:
+    from toolchain import matrix_run, pull
+
+    cell = resolve_cells(args, all_when_empty=False)[0]
+    if not args.registry and not args.no_pull:
+        raise UsageError("pull: no registry; pass --registry ghcr.io/OWNER/apex (or set APEX_IMAGE_REGISTRY), "
+                         "or --no-pull to verify a local image")
+    ref = ci_matrix.image_ref(cell, args.registry)
+    load_part("container_verify")
+    require_docker()
+    out_dir = args.out / "cells" / cell.id / "verify"
+    started = matrix_run.now()
+    with console.group(f"{'verify' if args.no_pull else 'pull and verify'} {ref}"):
+        code, report_path, image_id = pull.pull_and_verify(ref, out_dir=out_dir, gpu=args.gpu,
+                                                           pull_first=not args.no_pull)
+    # recorded like a matrix cell, so `build.py report` shows what this node verified
+    verify = {"exit_code": code, "report_path": str(report_path), "mode_requested": args.gpu,
+              "status": "verified" if code == exit_codes.OK else "verify_failed"}
+    verify.update(matrix_run.report_summary(report_path))
+    matrix_run.save_result({
+        "result_version": matrix_run.RESULT_VERSION, "id": cell.id, "name": cell.name, "run_id": "pull",
+        "cell": cell.to_json(), "status": verify["status"], "started_at": started, "finished_at": matrix_run.now(),
+        "build": {"ok": True, "tag": ref, "pulled": not args.no_pull, "image_id": image_id}, "verify": verify,
+    }, args.out)
+    if code == exit_codes.OK:
+        console.status("READY", "ok", f"{ref} (report {report_path})")
+    else:
+        console.error(f"{ref} is not ready: verify exit {code}; report {report_path}", title=f"pull {cell.id}")
+    return code
+
+
 # --- environment ------------------------------------------------------------------------------
 
 
@@ -292,31 +373,7 @@ def _preflight(verify_mode: str) -> None:
 
 def require_docker() -> None:
     """Fail fast (exit 3) when no Docker daemon answers, before any cell starts."""
-    try:
-        from toolchain.engine import ping
-    except ImportError:
-        ping = _ping_docker
-    ping()
-
-
-def _ping_docker() -> None:
-    """The daemon check through the Docker SDK, for when the engine offers none."""
-    try:
-        from docker.errors import DockerException
-
-        import docker
-    except ImportError:
-        raise EnvironmentUnavailable("the Docker SDK is not installed; pip install -e '.[build]'") from None
-    import os
-
-    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    try:
-        docker.from_env(timeout=10).ping()
-    except (DockerException, OSError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        fix = ("add your user to the docker group (or run with sudo)" if "ermission" in reason
-               else "start it (`sudo systemctl start docker` or `dockerd &`) or set DOCKER_HOST")
-        raise EnvironmentUnavailable(f"no Docker daemon answers at {where} ({reason}); {fix}") from None
+    load_part("engine").ping()
 
 
 def _safe_name(text: str) -> str:
@@ -334,10 +391,6 @@ def main(argv: list[str] | None = None) -> int:
             from toolchain import apex_builder
 
             return apex_builder.main(argv[1:])
-        if argv[:1] in (["gh-matrix"], ["bake"], ["pull"]):
-            from toolchain import ci_cli
-
-            return ci_cli.main(argv, console)
         parser = build_parser()
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
@@ -351,6 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return exit_codes.FAILED
+    except BrokenPipeError:  # `build.py plan | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return exit_codes.OK
     except ModuleNotFoundError as err:
         if err.name != "docker":  # only the optional SDK is an environment problem; anything else is a bug
             raise

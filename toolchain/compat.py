@@ -56,6 +56,7 @@ class OsRelease:
     name: str
     gcc_default: str
     gcc: tuple[str, ...]
+    python: tuple[str, ...]  # what `apt-get install python<ver>` finds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,7 +134,8 @@ def load(path: Path = DATA) -> Compat:
             for version, row in raw["cuda"].items()
         },
         os={
-            name: OsRelease(name=name, gcc_default=str(row["gcc_default"]), gcc=tuple(str(g) for g in row["gcc"]))
+            name: OsRelease(name=name, gcc_default=str(row["gcc_default"]), gcc=tuple(str(g) for g in row["gcc"]),
+                            python=tuple(row["python"]))
             for name, row in raw["os"].items()
         },
         devel_image_pattern=raw["images"]["devel"],

@@ -280,13 +280,13 @@ def resolve(
 
     cuda = _resolve_cuda(r)
     release = _resolve_torch(r, cuda)
-    python = _resolve_python(r, release)
     toolkit = facts.toolkit(cuda) if cuda else None
     if cuda and toolkit is None:
         r.problem(f"CUDA {cuda}: nvcc's limits (host GCC, GPU archs) are not in the compatibility facts",
                   f"add a [[toolkit]] row for {cuda} to toolchain/data/compat.toml, or use CUDA "
                   f"{_nearest(cuda, [v for t in facts.toolkits for v in t.nvcc])}")
     os_name = _resolve_os(r, cuda)
+    python = _resolve_python(r, release, os_name)
     gcc = _resolve_gcc(r, cuda, toolkit, os_name)
     archs, default_archs = _resolve_archs(r, cuda, toolkit)
     flags, extras = _resolve_flags(r)
@@ -375,20 +375,42 @@ def _resolve_torch(r: _Resolver, cuda: str | None) -> compat_mod.TorchRelease | 
     return release
 
 
-def _resolve_python(r: _Resolver, release: compat_mod.TorchRelease | None) -> str | None:
+def _resolve_python(r: _Resolver, release: compat_mod.TorchRelease | None, os_name: str | None) -> str | None:
     text = r.text("python")
+    os_facts = r.facts.os.get(os_name or "")
+    # what this cell could use: the OS's Pythons (when known) inside torch's range
+    shipped = os_facts.python if os_facts else ()
+    usable = [p for p in shipped if release is None or release.supports_python(p)]
+    suggestion = max(usable, key=version_key) if usable else (release.python_max if release else "3.12")
     if text is None:
-        if release is None:
-            return None
-        r.problem("no Python version", f'set python = "{release.python_max}" in [defaults] or the cell')
+        if release is not None:
+            r.problem("no Python version", f'set python = "{suggestion}" in [defaults] or the cell')
         return None
     if not _MAJOR_MINOR.match(text):
         r.problem(f"Python {text!r} is not a MAJOR.MINOR version", f"use {r.how('python', '3.12')}")
         return None
-    if release is not None and not release.supports_python(text):
+    if release is None:
+        return text
+    fitting = usable if os_facts else [text] if release.supports_python(text) else []
+    if not r.explicit("python"):
+        # [defaults] python is a preference: where the OS or torch cannot have it, take the newest that fits
+        if text in fitting:
+            return text
+        if fitting:
+            return max(fitting, key=version_key)
+    if not release.supports_python(text):
         nearest = release.python_min if version_key(text) < version_key(release.python_min) else release.python_max
+        if usable:  # a version the OS also ships, so the fix works on the first try
+            nearest = min(usable, key=lambda p: abs(version_key(p)[1] - version_key(text)[1]))
         r.problem(f"Python {text} is outside torch {release.minor}'s range {release.python_min}-{release.python_max}",
                   f"use {r.how('python', nearest)}")
+        return None
+    if os_facts is not None and text not in os_facts.python:
+        other_os = [o.name for o in r.facts.os.values() if text in o.python]
+        alternative = f", or an os that has it ({', '.join(other_os)})" if other_os else ""
+        best = max(fitting, key=version_key) if fitting else None
+        r.problem(f"{os_name} has no python{text} package (it has {', '.join(os_facts.python)})",
+                  (f"use {r.how('python', best)}" if best else "use another os") + alternative)
         return None
     return text
 

@@ -43,6 +43,8 @@ class Row:
             return f"ok ({build.get('duration_s', 0):.0f} s)" if build.get("duration_s") is not None else "ok"
         if self.status in ("pending", "not_run", "interrupted", "skipped", "building"):
             return self.status.replace("_", " ")
+        if build.get("status") == "environment_unavailable":
+            return "environment unavailable"
         stage = build.get("stage_failed")
         return f"FAILED in {stage}" if stage else "FAILED"
 
@@ -84,8 +86,8 @@ class Row:
         build = self.build or {}
         if build.get("error"):
             return str(build["error"])
-        if build and not build.get("ok") and build.get("log_tail"):
-            return str(build["log_tail"][-1])
+        if build and not build.get("ok") and (build.get("summary") or build.get("log_tail")):
+            return str(build.get("summary") or build["log_tail"][-1])
         if self.report is not None:
             fails = [c for c in self.report.get("checks") or [] if c.get("status") == "FAIL"]
             if fails:
@@ -196,7 +198,8 @@ def render_markdown(rows: list[Row], created_at: str) -> str:
     ]
     for row in rows:
         cells = [_md_escape(c) for c in _cells(row)]
-        cells[6] = cells[6] if row.ok or cells[6] != "FAILED" else f"**{cells[6]}**"
+        if cells[6].startswith("FAILED"):
+            cells[6] = f"**{cells[6]}**"
         lines.append("| " + " | ".join(cells) + " |")
     if not rows:
         lines.append("| " + " | ".join(["(no cells run yet: `build.py matrix`)"] + [""] * (len(COLUMNS) - 1)) + " |")

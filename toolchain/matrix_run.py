@@ -12,6 +12,7 @@ import contextlib
 import datetime as dt
 import fcntl
 import json
+import re
 import time
 import traceback
 import uuid
@@ -31,7 +32,7 @@ LOG_TAIL_LINES = 40
 FAILED_STATUSES = {"build_failed", "verify_failed", "error", "interrupted"}
 
 
-def _now() -> str:
+def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
@@ -59,7 +60,7 @@ class MatrixReport:
             try:
                 data = self._read()
                 yield data
-                data["updated_at"] = _now()
+                data["updated_at"] = now()
                 atomic.write_json(self.path, data)
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
@@ -71,12 +72,12 @@ class MatrixReport:
                 return data
         except (OSError, ValueError):
             pass  # absent or unreadable: start a fresh report (the per-cell result files remain)
-        return {"report_version": RESULT_VERSION, "created_at": _now(), "runs": {}, "cells": []}
+        return {"report_version": RESULT_VERSION, "created_at": now(), "runs": {}, "cells": []}
 
     def start(self, cells: list[Cell]) -> None:
         with self._locked() as data:
             data["matrix"] = str(self.matrix_path) if self.matrix_path else None
-            data["runs"][self.run_id] = {"started_at": _now(), "status": "running", "cells": [c.id for c in cells]}
+            data["runs"][self.run_id] = {"started_at": now(), "status": "running", "cells": [c.id for c in cells]}
             for cell in cells:
                 _merge(data, {"id": cell.id, "name": cell.name, "status": "pending", "run_id": self.run_id,
                               "cell": cell.to_json(), "build": None, "verify": None})
@@ -88,7 +89,7 @@ class MatrixReport:
     def finish(self, status: str, leftover: list[Cell] = ()) -> None:
         with self._locked() as data:
             run = data["runs"].setdefault(self.run_id, {})
-            run.update(status=status, finished_at=_now())
+            run.update(status=status, finished_at=now())
             for cell in leftover:
                 _merge(data, {"id": cell.id, "name": cell.name, "status": "not_run", "run_id": self.run_id,
                               "cell": cell.to_json(), "build": None, "verify": None})
@@ -130,21 +131,34 @@ def _tail(lines: Any) -> list[str]:
     return [str(line) for line in list(lines)[-LOG_TAIL_LINES:]]
 
 
+_NOISE = re.compile(r"executor failed running|^#\d+ (ERROR|CANCELED)|^-+$|^ > \[|did not complete successfully")
+_ERRORISH = re.compile(r"(?i)\b(fatal|error|failed|no such|not found|denied|unable)\b")
+
+
+def failure_line(lines: list[str]) -> str:
+    """The log line that says why: the last error-looking line that is not BuildKit's own wrapper."""
+    for line in reversed(lines):
+        text = re.sub(r"^#\d+ [\d.]+ ", "", line).strip()  # drop BuildKit's "#14 0.487 " prefix
+        if text and _ERRORISH.search(text) and not _NOISE.search(line.strip()):
+            return text
+    return lines[-1].strip() if lines else "(empty log)"
+
+
 def run_cell(cell: Cell, args: argparse.Namespace, console: Console, *, verify_mode: str, run_id: str) -> dict[str, Any]:
     """Build one cell, verify it if asked; never raises for a cell's own failure (Ctrl-C excepted)."""
     log_dir = args.logs / cell.id
     log_path = log_dir / "build.log"
     result: dict[str, Any] = {
         "result_version": RESULT_VERSION, "id": cell.id, "name": cell.name, "run_id": run_id,
-        "cell": cell.to_json(), "status": "building", "started_at": _now(), "finished_at": None,
+        "cell": cell.to_json(), "status": "building", "started_at": now(), "finished_at": None,
         "build": None, "verify": None,
     }
     with _cell_lock(log_dir) as held:
         if not held:
-            result.update(status="skipped", finished_at=_now(),
+            result.update(status="skipped", finished_at=now(),
                           build={"ok": False, "error": f"another run is building {cell.id} (lock {log_dir / '.lock'})"})
             console.status("SKIP", "warn", f"{cell.name}: another run is building it")
-            return _save(result, args.out)
+            return save_result(result, args.out)
         result["build"] = _build(cell, args, console, log_path)
         if not result["build"]["ok"]:
             result["status"] = result["build"].get("status", "build_failed")
@@ -153,11 +167,11 @@ def run_cell(cell: Cell, args: argparse.Namespace, console: Console, *, verify_m
         else:
             result["verify"] = _verify(result["build"]["tag"], args, console, verify_mode, cell)
             result["status"] = result["verify"]["status"]
-    result["finished_at"] = _now()
-    return _save(result, args.out)
+    result["finished_at"] = now()
+    return save_result(result, args.out)
 
 
-def _save(result: dict[str, Any], out: Path) -> dict[str, Any]:
+def save_result(result: dict[str, Any], out: Path) -> dict[str, Any]:
     atomic.write_json(result_path(out, result["id"]), result)
     return result
 
@@ -172,7 +186,10 @@ def _build(cell: Cell, args: argparse.Namespace, console: Console, log_path: Pat
             outcome = engine.build_image(cell, target=args.target, log_path=log_path, apex_src=args.apex_src,
                                          wheelhouse=args.wheelhouse, extra_ca=args.extra_ca, progress=args.progress)
             build.update(ok=bool(outcome.ok), tag=outcome.tag or cell.id, stage_failed=outcome.stage_failed,
+                         step_failed=getattr(outcome, "step_failed", None),
                          log_tail=_tail(outcome.log_tail), duration_s=round(float(outcome.duration_s), 1))
+            if not build["ok"]:
+                build["summary"] = failure_line(build["log_tail"])
         except EnvironmentUnavailable as err:
             build.update(status="environment_unavailable", error=str(err), exit_code=err.exit_code)
         except ToolchainError as err:
@@ -187,8 +204,9 @@ def _build(cell: Cell, args: argparse.Namespace, console: Console, log_path: Pat
         console.status("OK", "ok", f"{cell.name}: built {build['tag']} in {build['duration_s']:.0f} s")
     else:
         stage = f" in stage {build['stage_failed']}" if build.get("stage_failed") else ""
-        why = build.get("error") or (build.get("log_tail") or ["(no log)"])[-1]
-        console.error(f"{cell.name}: build failed{stage}: {why} (log: {log_path})", title=f"build {cell.id}")
+        why = build.get("error") or build.get("summary") or "(no log)"
+        where = "" if str(log_path) in why else f" (log: {log_path})"
+        console.error(f"{cell.name}: build failed{stage}: {why}{where}", title=f"build {cell.id}")
     return build
 
 
@@ -201,7 +219,7 @@ def _verify(tag: str, args: argparse.Namespace, console: Console, mode: str, cel
         try:
             code, report_path = container_verify.verify_image(tag, out_dir=out_dir, gpu=mode)
             verify.update(exit_code=code, report_path=str(report_path) if report_path else None)
-            verify.update(_report_summary(report_path))
+            verify.update(report_summary(report_path))
         except ToolchainError as err:
             code = err.exit_code
             verify.update(exit_code=code, error=str(err))
@@ -218,7 +236,7 @@ def _verify(tag: str, args: argparse.Namespace, console: Console, mode: str, cel
     return verify
 
 
-def _report_summary(report_path: Any) -> dict[str, Any]:
+def report_summary(report_path: Any) -> dict[str, Any]:
     if not report_path:
         return {}
     try:
@@ -284,15 +302,18 @@ def run_matrix(cells: list[Cell], args: argparse.Namespace, console: Console, *,
 
 def _interrupted(cell: Cell, run_id: str) -> dict[str, Any]:
     return {"result_version": RESULT_VERSION, "id": cell.id, "name": cell.name, "run_id": run_id,
-            "cell": cell.to_json(), "status": "interrupted", "finished_at": _now(), "build": None, "verify": None}
+            "cell": cell.to_json(), "status": "interrupted", "finished_at": now(), "build": None, "verify": None}
 
 
 def _summary(results: list[dict[str, Any]], console: Console) -> None:
     console.line()
     for result in results:
-        status = result["status"]
-        kind = "ok" if status in ("built", "verified") else "warn" if status == "skipped" else "fail"
-        console.status(status.split("_")[0].upper()[:6], kind, f"{result['name']:<12} {result['id']}")
+        word, kind = _STATUS_WORDS.get(result["status"], ("FAIL", "fail"))
+        console.status(word, kind, f"{result['name']:<12} {result['id']}  ({result['status'].replace('_', ' ')})")
+
+
+_STATUS_WORDS = {"built": ("BUILT", "ok"), "verified": ("PASS", "ok"), "skipped": ("SKIP", "warn"),
+                 "environment_unavailable": ("ENV", "warn"), "not_run": ("-", "warn")}
 
 
 def _exit_code(results: list[dict[str, Any]]) -> int:
@@ -304,4 +325,4 @@ def _exit_code(results: list[dict[str, Any]]) -> int:
     return exit_codes.OK
 
 
-__all__ = ["MatrixReport", "build_one", "check_inputs", "run_cell", "run_matrix", "result_path"]
+__all__ = ["MatrixReport", "build_one", "check_inputs", "result_path", "run_cell", "run_matrix", "save_result"]

@@ -51,17 +51,17 @@ def test_repo_matrix_is_valid_and_tags_are_docker_tags() -> None:
 
 def test_cuda_alone_picks_the_newest_torch_that_ships_it() -> None:
     cell = cli_cell({"cuda": "12.4"}, matrix_path=REPO / "matrix.toml")
-    assert cell.torch == "2.6.0"
+    assert cell.torch == "2.6.0" and cell.python == "3.11"
     assert cell.torch_index_url == "https://download.pytorch.org/whl/cu124"
     # `make image CUDA=12.4` builds exactly the matrix's cu124 cell (same tag, same cache)
     matrix = load_matrix(REPO / "matrix.toml")
-    assert cell.id == matrix.select(names=["cu124"])[0].id == "apex-6424da3-torch2.6.0-cu12.4-py3.12-ubuntu22.04"
+    assert cell.id == matrix.select(names=["cu124"])[0].id == "apex-6424da3-torch2.6.0-cu12.4-py3.11-ubuntu22.04"
 
 
 @pytest.mark.parametrize(("cuda", "torch"), [("11.8", "2.7"), ("12.1", "2.5"), ("12.8", "2.11"), ("12.9", "2.8"),
                                              ("13.0", "2.13")])
 def test_newest_torch_per_cuda(cuda: str, torch: str) -> None:
-    assert compat.minor_of(cli_cell({"cuda": cuda, "python": "3.10", "archs": "8.0"}).torch) == torch
+    assert compat.minor_of(cli_cell({"cuda": cuda}, matrix_path=REPO / "matrix.toml").torch) == torch
 
 
 def test_torch_minor_pins_the_recorded_patch_and_a_full_version_is_kept(simple: Path) -> None:
@@ -78,7 +78,8 @@ def test_build_args_follow_the_contract(simple: Path) -> None:
     assert args["APEX_REF"] == PIN and args["CELL_ID"] == cell.id
     assert args["BASE_DEVEL_IMAGE"] == "nvidia/cuda:12.4.1-devel-ubuntu22.04"
     assert args["BASE_RUNTIME_IMAGE"] == "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
-    assert args["GCC_VERSION"] == "11" and args["PYTHON_VERSION"] == "3.12"
+    # [defaults] python 3.12 is a preference: ubuntu22.04 (the only OS of CUDA 12.4) ships 3.10/3.11
+    assert args["GCC_VERSION"] == "11" and args["PYTHON_VERSION"] == "3.11"
 
 
 def test_default_archs_fitted_to_the_toolkit_give_no_variant(simple: Path) -> None:
@@ -102,8 +103,8 @@ def test_extras_accept_names_flags_and_modules_from_the_module_map() -> None:
     names = extra_flag_names()
     contrib_flags = {f for f in module_map.known_flags() if f not in compat.load().apex_core_flags}
     assert set(names.values()) == contrib_flags
-    cell = cli_cell({"cuda": "12.4", "python": "3.12", "archs": "9.0",
-                     "extras": "APEX_XENTROPY xentropy_cuda all"})
+    cell = cli_cell({"cuda": "12.4", "archs": "9.0", "extras": "APEX_XENTROPY xentropy_cuda all"},
+                    matrix_path=REPO / "matrix.toml")
     assert cell.extras == ("xentropy", "all")
     assert cell.apex_flags["APEX_ALL_CONTRIB_EXT"] == "1"
 
@@ -115,13 +116,13 @@ def test_layers_defaults_then_cell_then_command_line(tmp_path: Path) -> None:
         archs = "9.0"
         [cells.a]
         cuda = "12.6"
-        python = "3.12"
+        python = "3.10"
         os = "ubuntu22.04"
     """)
     cell = load_matrix(path).cells[0]
-    assert (cell.python, cell.os, cell.archs) == ("3.12", "ubuntu22.04", ("9.0",))
-    over = cli_cell({"python": "3.10"}, matrix_path=path, base_cell="a")
-    assert (over.python, over.os, over.cuda) == ("3.10", "ubuntu22.04", "12.6")
+    assert (cell.python, cell.os, cell.archs) == ("3.10", "ubuntu22.04", ("9.0",))
+    over = cli_cell({"python": "3.11"}, matrix_path=path, base_cell="a")
+    assert (over.python, over.os, over.cuda) == ("3.11", "ubuntu22.04", "12.6")
 
 
 def test_defaults_os_is_adapted_to_what_the_cuda_has_but_a_cell_os_is_not(tmp_path: Path) -> None:
@@ -141,15 +142,15 @@ def test_defaults_os_is_adapted_to_what_the_cuda_has_but_a_cell_os_is_not(tmp_pa
 
 
 def test_gcc_default_is_capped_by_nvcc(tmp_path: Path) -> None:
-    # ubuntu24.04's gcc 13 is newer than nvcc 12.1 accepts (12): the newest that fits is chosen
-    cell = cli_cell({"cuda": "12.1", "torch": "2.5", "python": "3.12", "archs": "9.0", "os": "ubuntu22.04"})
+    # ubuntu22.04's default gcc 11 fits nvcc 12.1 (newest 12); an explicit gcc-12 makes a variant
+    cell = cli_cell({"cuda": "12.1", "torch": "2.5", "python": "3.11", "archs": "9.0", "os": "ubuntu22.04"})
     assert cell.gcc == "11"
-    explicit = cli_cell({"cuda": "12.1", "torch": "2.5", "python": "3.12", "archs": "9.0", "gcc": "12"})
+    explicit = cli_cell({"cuda": "12.1", "torch": "2.5", "python": "3.11", "archs": "9.0", "gcc": "12"})
     assert explicit.gcc == "12" and explicit.id.endswith("-gcc12")
 
 
 def test_full_cuda_version_is_read_as_its_minor() -> None:
-    assert cli_cell({"cuda": "12.4.1", "python": "3.12", "archs": "9.0"}).cuda == "12.4"
+    assert cli_cell({"cuda": "12.4.1", "python": "3.11", "archs": "9.0"}).cuda == "12.4"
 
 
 def test_overlong_variant_is_hashed_to_keep_the_tag_legal() -> None:
@@ -165,3 +166,11 @@ def test_select_filters(simple: Path, tmp_path: Path) -> None:
     assert [c.name for c in matrix.select(torch=["2.11"])] == ["cu130"]
     assert [c.name for c in matrix.select(torch=["2.11.0"])] == ["cu130"]
     assert len(matrix.select()) == len(matrix.cells)
+
+
+def test_custom_base_images_with_a_non_cuda_os(tmp_path: Path) -> None:
+    """The CPU-only CI tier builds with its own base (debian12): allowed when both bases are given."""
+    cell = cli_cell({"cuda": "12.6", "torch": "2.7", "python": "3.11", "os": "debian12", "archs": "9.0",
+                     "base_devel": "local/debian:12", "base_runtime": "local/debian:12"})
+    assert cell.build_args()["BASE_DEVEL_IMAGE"] == "local/debian:12"
+    assert (cell.gcc, cell.os) == ("12", "debian12")

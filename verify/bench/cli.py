@@ -198,7 +198,12 @@ def run(cfg: bench_config.BenchConfig) -> int:
                 doc["plots_note"] = f"plotting failed: {type(exc).__name__}: {exc}"
                 _log(doc["plots_note"])
     doc["duration_s"] = round(time.perf_counter() - t0, 2)
-    json_path, md_path = results.write(doc, cfg.out)
+    try:
+        json_path, md_path = results.write(doc, cfg.out)
+    except OSError as exc:  # disk full, directory removed mid-run
+        print(f"{PROG}: cannot write the results to {cfg.out} ({exc.strerror or exc}); free space or pass "
+              "another --out", file=sys.stderr)
+        return exit_codes.ENVIRONMENT
     s = doc["summary"]
     _log(f"wrote {json_path}, {md_path}" + "".join(f", {cfg.out / p}" for p in doc["plots"]))
     _log(f"{PROG}: {s['OK']} ran, {s['SKIP']} skipped, {s['FAIL']} failed; finished in {doc['duration_s']:.1f} s")

@@ -37,7 +37,8 @@ def _cuda_device() -> tuple[bool, str]:
     except Exception as err:  # noqa: BLE001 - a broken torch is reported, not raised
         return False, f"torch cannot be imported ({type(err).__name__}: {err})"
     if not torch.cuda.is_available():
-        return False, f"no CUDA device visible to torch {torch.__version__} (built for CUDA {torch.version.cuda})"
+        build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        return False, f"no CUDA device visible to torch {torch.__version__} ({build})"
     return True, ""
 
 

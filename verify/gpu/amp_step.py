@@ -134,11 +134,11 @@ def run_loop(case: Case, seed: int, dtype_name: str, fused_norms: tuple[nn.Modul
     fused_losses, fused_scales = train(fused, fused_opt, x, target, dtype, scaler())
     ref_losses, ref_scales = train(reference, reference_opt, x, target, dtype, scaler())
 
-    fused_update = torch.cat([(p.detach() - p0).reshape(-1) for p, p0 in zip(fused.parameters(), initial)])
-    ref_update = torch.cat([(p.detach() - p0).reshape(-1) for p, p0 in zip(reference.parameters(), initial)])
+    fused_update = torch.cat([(p.detach() - p0).reshape(-1) for p, p0 in zip(fused.parameters(), initial, strict=True)])
+    ref_update = torch.cat([(p.detach() - p0).reshape(-1) for p, p0 in zip(reference.parameters(), initial, strict=True)])
     agreement = relative_l2(fused_update, ref_update)
     params_finite = bool(torch.isfinite(fused_update).all().item())
-    loss_diffs = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(fused_losses, ref_losses)]
+    loss_diffs = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(fused_losses, ref_losses, strict=True)]
     loss_limit = tolerances.AMP_LOSS_RTOL[dtype_name]
     update_limit = tolerances.AMP_UPDATE_AGREEMENT[dtype_name]
     mode = "bf16 autocast" if dtype_name == "bf16" else "fp16 autocast + GradScaler"

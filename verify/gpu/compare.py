@@ -42,7 +42,7 @@ class Comparison:
         if not self.ok:
             w = self.worst
             return (f"{self.what}: {self.mismatched}/{self.numel} elements off ({tol}); worst at {w.get('index')}: "
-                    f"{w.get('actual'):.6g} vs {w.get('expected'):.6g} (|diff| {self.max_abs:.3g})")
+                    f"{w.get('actual'):.6g} vs {w.get('expected'):.6g}, {self.tol_used:.3g}x the tolerance")
         return f"{self.what}: max |diff| {self.max_abs:.3g}, {self.tol_used:.2f} of tolerance ({tol})"
 
     def to_json(self) -> dict[str, Any]:
@@ -86,7 +86,7 @@ def compare(what: str, actual: torch.Tensor, expected: torch.Tensor, tol: Tolera
     both = finite_a & finite_e
     diff = torch.where(both, (a - e).abs(), torch.zeros_like(a))
     allowed = tol.atol + tol.rtol * torch.where(both, e.abs(), torch.zeros_like(e))
-    used = diff / allowed
+    used = torch.where(diff == 0, torch.zeros_like(diff), diff / allowed)  # 0/0 (atol 0) is a match, not NaN
     bad = (used > 1.0) | ~both
     mismatched = int(bad.sum().item())
     result = Comparison(what, ok=mismatched == 0 and numel > 0, numel=numel, mismatched=mismatched,

@@ -59,14 +59,22 @@ NORM: dict[str, dict[str, Tolerance]] = {
 # Apex's 1e-3 absolute is as large as a whole step at its lr, so it cannot see a missing update; ours
 # is relative to the step. The reference does what FusedAdam does (fp32 math and state, params
 # stored in their dtype), so low precision differs only where the two round a value differently:
-# at most a unit in the last place (bf16 2^-7, fp16 2^-10 relative), hence rtol = 2 ulps.
+# one unit in the last place (bf16 2^-7, fp16 2^-10 relative), hence rtol = 2 ulps. Such a 1-ulp
+# difference keeps its absolute size while the param moves towards zero (at most lr * steps = 7e-3),
+# hence atol = 2 ulps at 7e-3 (bf16 2 * 2^-15, fp16 2 * 2^-18), still far below one step (1e-3).
 ADAM_PARAMS: dict[str, Tolerance] = {
     "fp32": Tolerance(rtol=1e-5, atol=1e-6),
-    "bf16": Tolerance(rtol=1.6e-2, atol=1e-6),
-    "fp16": Tolerance(rtol=2e-3, atol=1e-6),
+    "bf16": Tolerance(rtol=1.6e-2, atol=6e-5),
+    "fp16": Tolerance(rtol=2e-3, atol=8e-6),
 }
-# The optimizer state (exp_avg, exp_avg_sq) is fp32 for every param dtype.
-ADAM_STATE = Tolerance(rtol=1e-4, atol=1e-9)
+# The optimizer state is fp32 for every param dtype. Apex computes (1 - beta) in fp32 inside the
+# kernel where torch uses the double, a 2e-7 (beta1) / 1.3e-5 (beta2) relative difference on each
+# step's contribution; exp_avg can cancel to near zero, so its atol is 1e-5 of one contribution
+# ((1 - beta1) * |grad| = 1e-3 at parity_adam's grad scale 0.01); exp_avg_sq is a sum of squares.
+ADAM_STATE: dict[str, Tolerance] = {
+    "exp_avg": Tolerance(rtol=1e-4, atol=1e-8),
+    "exp_avg_sq": Tolerance(rtol=1e-4, atol=1e-12),
+}
 # ||fused update - torch update|| / ||torch update|| over all params after the last step: catches a
 # systematic error (wrong weight decay mode, missing bias correction) that elementwise rtol could hide.
 ADAM_UPDATE_AGREEMENT: dict[str, float] = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 5e-3}

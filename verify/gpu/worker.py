@@ -15,8 +15,9 @@ parseable. Exit codes: 0 done, 1 context poisoned, 2 usage error, 3 no CUDA devi
 
 Test hook: VERIFY_FAULT_INJECT="TARGET:MODE[,TARGET:MODE]" makes the worker misbehave on purpose so
 tests can show the isolation. TARGET is a case name, a group name (its first case) or GROUP.setup;
-MODE is crash (abort, SIGABRT), hang (sleep forever), raise (an exception), exit (exit code 7) or
-oom (ask the device for 4 PiB: a real out-of-memory error).
+MODE is crash (abort, SIGABRT), hang (sleep forever), raise (an exception), exit (exit code 7),
+oom (ask the device for 4 PiB: a real out-of-memory error) or poison (an exception after which the
+worker treats its CUDA context as broken, as after an illegal memory access).
 """
 
 from __future__ import annotations
@@ -37,11 +38,13 @@ from verify.gpu import cases as case_table
 from verify.gpu.errors import NoDevice
 
 FAULT_ENV = "VERIFY_FAULT_INJECT"
-FAULT_MODES = ("crash", "hang", "raise", "exit", "oom")
+FAULT_MODES = ("crash", "hang", "raise", "exit", "oom", "poison")
 
 
 class InjectedFault(RuntimeError):
-    pass
+    def __init__(self, message: str, poison: bool = False) -> None:
+        super().__init__(message)
+        self.poison = poison
 
 
 def parse_faults(spec: str) -> dict[str, str]:
@@ -69,7 +72,7 @@ def inject(mode: str, where: str) -> None:
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         torch.empty(2**50, dtype=torch.float32, device=device)  # 4 PiB: the allocator refuses at once
-    raise InjectedFault(f"injected fault at {where} ({FAULT_ENV})")
+    raise InjectedFault(f"injected fault at {where} ({FAULT_ENV})", poison=mode == "poison")
 
 
 def _fault_for(faults: dict[str, str], case: case_table.Case) -> str | None:
@@ -105,13 +108,13 @@ def _context_broken() -> str | None:
     return None
 
 
-def _failed_check(case: case_table.Case, err: BaseException, duration_s: float) -> Check:
+def _failed_check(case: case_table.Case, err: BaseException, duration_s: float, seed: int) -> Check:
     first_line = (str(err).strip().splitlines() or [""])[0][:300]
     tb = traceback.format_exception(type(err), err, err.__traceback__)
     return Check(
         case.layer, case.name, Status.FAIL,
         f"{case.name} raised {type(err).__name__}: {first_line}",
-        {"error": f"{type(err).__name__}: {str(err)[:2000]}", "traceback_tail": "".join(tb)[-3000:]},
+        {"error": f"{type(err).__name__}: {str(err)[:2000]}", "traceback_tail": "".join(tb)[-3000:], "seed": seed},
         duration_s,
     )
 
@@ -156,8 +159,9 @@ def run(group: str, seed: int, names: list[str] | None, proto: Protocol) -> int:
             check, timings = module.run_case(case, seed)
             check.duration_s = time.perf_counter() - started
         except Exception as err:  # noqa: BLE001 - a failing case is a FAIL check, not a dead worker
-            check, timings = _failed_check(case, err, time.perf_counter() - started), []
-            broken = _context_broken()
+            check, timings = _failed_check(case, err, time.perf_counter() - started, seed), []
+            broken = _context_broken() or (
+                f"{err} (simulated broken context)" if isinstance(err, InjectedFault) and err.poison else None)
             if broken:
                 check.details["cuda_context"] = f"broken after this case: {broken}"
                 proto.emit("result", check=_finite(check.to_json()), timings=[])

@@ -1,0 +1,127 @@
+"""Docker tier: the real Dockerfile's CUDA-free stages built by a real engine (see scripts/ensure-docker.sh).
+
+Images are built once per session and shared: the local debootstrap base stands in for the CUDA
+bases, torch comes from an offline wheelhouse made from the CPU wheel on disk, and the build is
+given an extra CA (the host's bundle plus a throwaway test CA) as a BuildKit secret.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from toolchain import engine
+from toolchain.errors import EnvironmentUnavailable
+from toolchain.matrix import Cell
+
+BASE_IMAGE = os.environ.get("APEX_TEST_BASE_IMAGE", "apex-toolchain/base:bookworm")
+TORCH_WHEEL = Path(
+    os.environ.get(
+        "APEX_TEST_TORCH_WHEEL", "/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    )
+)
+TORCH_VERSION = "2.13.0+cpu"
+CI_TAG = "apex-ci-verify-torch2.13.0-cpu-py3.11-debian12"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/docker/" in str(item.fspath):
+            item.add_marker(pytest.mark.docker)
+
+
+def make_cell(tag: str = CI_TAG, torch: str = TORCH_VERSION) -> Cell:
+    """A CPU cell for the CUDA-free stages (the matrix itself only holds CUDA cells)."""
+    return Cell(
+        id=tag, name=tag, cuda="cpu", torch=torch, python="3.11", os="debian12", gcc="12", archs=(),
+        apex_repo="https://github.com/NVIDIA/apex.git", apex_ref="6424da3b4faa6c8f062da4a48c424fff3f02d42d",
+        apex_flags={}, extras=(), base_devel=BASE_IMAGE, base_runtime=BASE_IMAGE,
+        torch_index_url="https://download.pytorch.org/whl/cpu",
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    try:
+        engine.ping()
+        engine.docker_client()
+    except EnvironmentUnavailable as error:
+        pytest.skip(f"no usable Docker engine ({error}); run scripts/ensure-docker.sh")
+    import docker
+
+    client = docker.from_env(timeout=300)
+    try:
+        client.images.get(BASE_IMAGE)
+    except docker.errors.ImageNotFound:
+        pytest.skip(f"no base image {BASE_IMAGE}; run scripts/ensure-docker.sh")
+    return client
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """torch's CPU wheel plus its dependencies and the build requirements, fetched on the host."""
+    if not TORCH_WHEEL.is_file():
+        pytest.skip(f"no torch CPU wheel at {TORCH_WHEEL} (set APEX_TEST_TORCH_WHEEL)")
+    house = tmp_path_factory.mktemp("wheelhouse")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(house), str(TORCH_WHEEL),
+         "setuptools>=70.1", "packaging", "ninja"],
+        check=True, timeout=600,
+    )  # fmt: skip
+    return house
+
+
+@pytest.fixture(scope="session")
+def test_ca(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path | str]:
+    """The extra-CA secret: the host's bundle (what PyPI needs here) + a unique throwaway CA whose
+    text must never show up in an image layer."""
+    where = tmp_path_factory.mktemp("ca")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+         f"/CN=apex-toolchain-test-ca-{uuid.uuid4().hex[:8]}", "-keyout", str(where / "key.pem"),
+         "-out", str(where / "ca.pem")],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    unique = (where / "ca.pem").read_text()
+    host = Path(os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt")
+    bundle = where / "extra-ca.pem"
+    bundle.write_text((host.read_text() if host.is_file() else "") + unique)
+    body = [line for line in unique.splitlines() if line and not line.startswith("-----")]
+    return {"bundle": bundle, "marker": body[len(body) // 2]}  # a line of base64 only this CA has
+
+
+@pytest.fixture(scope="session")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("build-logs")
+
+
+@pytest.fixture(scope="session")
+def verify_image_tag(docker_client, wheelhouse: Path, test_ca: dict, logs: Path) -> str:
+    """The verify-runtime target of the real Dockerfile, built once per session (cached after)."""
+    result = engine.build_image(
+        make_cell(), target="verify-runtime", log_path=logs / "verify-runtime.log", wheelhouse=wheelhouse,
+        extra_ca=test_ca["bundle"], progress="plain",
+    )  # fmt: skip
+    assert result.ok, f"verify-runtime build failed in {result.stage_failed}:\n" + "\n".join(result.log_tail)
+    return result.tag
+
+
+@pytest.fixture(scope="session")
+def torch_stage_tag(docker_client, wheelhouse: Path, test_ca: dict, logs: Path) -> str:
+    """The torch stage itself: its layers hold the RUN steps that had the secret mounted."""
+    result = engine.build_image(
+        make_cell(CI_TAG + "-torch-stage"), target="torch", log_path=logs / "torch.log", wheelhouse=wheelhouse,
+        extra_ca=test_ca["bundle"], progress="plain",
+    )  # fmt: skip
+    assert result.ok, "\n".join(result.log_tail)
+    return result.tag
+
+
+@pytest.fixture(scope="session")
+def cell_factory():
+    return make_cell

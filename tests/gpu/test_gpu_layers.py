@@ -1,0 +1,69 @@
+"""The GPU layers on a real GPU with a compiled Apex (the H200 test host): everything passes, faults stay local."""
+
+from __future__ import annotations
+
+import importlib
+import random
+import time
+
+import pytest
+
+from verify.checks import Status
+from verify.gpu import run_gpu_layers
+from verify.gpu.worker import FAULT_ENV
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+
+
+def _usable() -> frozenset[str]:
+    usable = set()
+    for name in ("amp_C", "fused_layer_norm_cuda"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+        usable.add(name)
+    return frozenset(usable)
+
+
+USABLE = _usable()
+if USABLE != {"amp_C", "fused_layer_norm_cuda"}:
+    pytest.skip(f"needs Apex built with APEX_CUDA_EXT=1 (importable: {sorted(USABLE)})", allow_module_level=True)
+
+TIMING_KEYS = {"kernel", "case", "fused", "natives", "best_native", "speedup", "verdict"}
+
+
+def test_full_gpu_layers_all_pass(monkeypatch):
+    monkeypatch.delenv(FAULT_ENV, raising=False)
+    seed = random.SystemRandom().randrange(2**31)
+    started = time.monotonic()
+    results = run_gpu_layers(seed=seed, check_timeout_s=120.0, usable_modules=USABLE)
+    wall = time.monotonic() - started
+    for check in results.checks:
+        print(f"{check.status.value:4} {check.id}: {check.summary}")
+    print(f"seed {seed}; {wall:.1f} s; groups: {[(g['group'], g['wall_s']) for g in results.groups]}")
+    bad = [c for c in results.checks if c.status not in (Status.PASS, Status.INFO)]
+    assert not bad, "\n".join(f"{c.id}: {c.summary}" for c in bad)
+    parity = [c for c in results.checks if c.layer == "parity"]
+    timing = [c for c in results.checks if c.layer == "timing"]
+    assert len(parity) == 20 and all(c.status is Status.PASS for c in parity)
+    assert len(timing) == 5 and all(c.status is Status.INFO for c in timing)
+    assert len(results.timings) == 5 and all(set(t) == TIMING_KEYS for t in results.timings)
+    assert all(c.details["seed"] == seed for c in results.checks)
+    assert wall < 60, f"the GPU layers took {wall:.1f} s; the whole verify must stay under 60 s"
+
+
+def test_a_crash_and_an_oom_stay_in_their_checks(monkeypatch):
+    monkeypatch.setenv(FAULT_ENV, "fused_adam.adam.fp32:crash,fused_layer_norm.affine.bf16:oom")
+    results = run_gpu_layers(seed=5, check_timeout_s=120.0, usable_modules=USABLE,
+                             groups=("parity_adam", "parity_norm"))
+    by_name = {c.name: c for c in results.checks}
+    crashed, oom = by_name["fused_adam.adam.fp32"], by_name["fused_layer_norm.affine.bf16"]
+    assert crashed.status is Status.FAIL and "SIGABRT" in crashed.summary
+    assert oom.status is Status.FAIL and "OutOfMemoryError" in oom.summary
+    others = [c for c in results.checks if c.name not in {crashed.name, oom.name}]
+    assert len(others) == 16 and all(c.status is Status.PASS for c in others), [c.summary for c in others]

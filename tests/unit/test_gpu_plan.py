@@ -1,0 +1,79 @@
+"""What run_gpu_layers runs or skips, decided before any kernel: CUDA present, extension modules usable."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from verify.checks import LAYERS, Status
+from verify.gpu import GpuResults, cases, plan, run_gpu_layers
+
+CORE = frozenset({"amp_C", "fused_layer_norm_cuda"})
+
+
+def test_the_case_table_is_consistent():
+    ids = [(c.layer, c.name) for c in cases.ALL_CASES]
+    assert len(ids) == len(set(ids))
+    for c in cases.ALL_CASES:
+        assert c.layer in LAYERS and c.group in cases.GROUP_MODULES
+    # needs come from the module map, not from literals here
+    assert cases.case("fused_adam.adamw.bf16").needs == {"amp_C"}
+    assert cases.case("fused_rms_norm.plain.fp16").needs == {"fused_layer_norm_cuda"}
+    assert cases.case("amp_step.bf16_autocast").needs == CORE
+    assert {c.param("dtype") for c in cases.cases_of("parity_adam")} == {"fp32", "bf16", "fp16"}
+    with pytest.raises(KeyError, match="unknown check group 'nope'"):
+        cases.cases_of("nope")
+
+
+def test_case_seeds_are_reproducible_and_distinct():
+    names = [c.name for c in cases.ALL_CASES]
+    assert len({cases.case_seed(7, n) for n in names}) == len(names)
+    assert cases.case_seed(7, names[0]) == cases.case_seed(7, names[0]) != cases.case_seed(8, names[0])
+
+
+def test_with_everything_usable_everything_runs():
+    to_run, skipped = plan(CORE, None)
+    assert skipped == []
+    assert list(to_run) == list(cases.GPU_GROUPS)
+    assert sum(len(v) for v in to_run.values()) == sum(len(cases.cases_of(g)) for g in cases.GPU_GROUPS)
+
+
+def test_a_missing_module_skips_what_needs_it_naming_the_module():
+    to_run, skipped = plan(frozenset({"amp_C"}), None)
+    assert set(to_run) == {"parity_adam", "timing"}
+    assert to_run["timing"] == ["fused_adam.fp32"]
+    by_id = {c.id: c for c in skipped}
+    assert set(by_id) == {"parity.fused_layer_norm", "parity.fused_rms_norm", "parity.amp_step",
+                          "timing.fused_layer_norm", "timing.fused_rms_norm"}
+    for check in skipped:
+        assert check.status is Status.SKIP
+        assert "needs fused_layer_norm_cuda" in check.summary and "no kernel was run" in check.summary
+        assert check.details["missing"] == ["fused_layer_norm_cuda"]
+
+
+def test_nothing_usable_skips_every_family_once():
+    to_run, skipped = plan(frozenset(), None)
+    assert to_run == {}
+    assert len(skipped) == 7  # parity: adam, layer norm, rms norm, amp step; timing: adam, layer norm, rms norm
+
+
+def test_on_this_cpu_machine_everything_is_skip_and_nothing_is_spawned():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    started = time.monotonic()
+    results = run_gpu_layers(seed=11, check_timeout_s=5, usable_modules=CORE)
+    assert isinstance(results, GpuResults)
+    assert time.monotonic() - started < 5
+    assert results.groups == [] and results.timings == []
+    assert results.checks and all(c.status is Status.SKIP for c in results.checks)
+    assert all("no CUDA device visible to torch" in c.summary for c in results.checks)
+    assert [c.layer for c in results.checks] == sorted((c.layer for c in results.checks), key=["parity", "timing"].index)
+
+
+def test_results_serialize_with_the_check_contract():
+    results = run_gpu_layers(seed=1, check_timeout_s=5, usable_modules=frozenset())
+    for check in results.checks:
+        data = check.to_json()
+        assert data["id"] == f"{check.layer}.{check.name}" and data["status"] in {"SKIP", "PASS", "FAIL", "INFO"}

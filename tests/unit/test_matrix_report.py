@@ -1,0 +1,113 @@
+"""The matrix report: per-cell results as the runs write them, a real verify report (verify --static on
+this machine, where Apex is absent), the merged overview, and the Markdown/HTML tables."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolchain import matrix_report
+from toolchain.matrix import cli_cell
+from toolchain.matrix_run import MatrixReport, result_path, save_result
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def verify_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real static verify report: this machine has torch but no Apex, so the verdict is FAIL."""
+    path = tmp_path_factory.mktemp("verify") / "report.json"
+    proc = subprocess.run([sys.executable, "-m", "verify", "--static", "--quiet", "--json", str(path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and path.is_file(), proc.stderr
+    return path
+
+
+def cells():
+    base = {"archs": "9.0"}
+    return [cli_cell({**base, "cuda": cuda}, matrix_path=REPO / "matrix.toml") for cuda in ("12.4", "12.6", "12.8")]
+
+
+def result(cell, run_id: str, status: str, build: dict | None, verify: dict | None = None) -> dict:
+    return {"result_version": "1", "id": cell.id, "name": cell.name, "run_id": run_id, "cell": cell.to_json(),
+            "status": status, "started_at": "2026-01-01T00:00:00+00:00",
+            "finished_at": "2026-01-01T00:10:00+00:00", "build": build, "verify": verify}
+
+
+def test_report_from_real_result_files(tmp_path: Path, verify_report: Path) -> None:
+    out = tmp_path / "out"
+    verified, failed, never = cells()
+    overview = MatrixReport(out, REPO / "matrix.toml", "run1")
+    overview.start([verified, failed, never])
+    copy = out / "cells" / verified.id / "verify" / "report.json"
+    copy.parent.mkdir(parents=True)
+    copy.write_text(verify_report.read_text())
+    done = save_result(result(verified, "run1", "verify_failed",
+                              {"ok": True, "tag": verified.id, "duration_s": 312.4, "log_path": "logs/x/build.log"},
+                              {"exit_code": 1, "report_path": str(copy), "status": "verify_failed"}), out)
+    overview.update(done)
+    broken = save_result(result(failed, "run1", "build_failed",
+                                {"ok": False, "tag": failed.id, "stage_failed": "apex-build", "duration_s": 40.0,
+                                 "log_tail": ["building amp_C", "error: nvcc fatal | Unsupported gpu"]}), out)
+    overview.update(broken)
+    overview.finish("interrupted", leftover=[never])
+
+    data = json.loads((out / "matrix-report.json").read_text())
+    assert data["status"] == "interrupted" and data["runs"]["run1"]["status"] == "interrupted"
+    assert {c["id"]: c["status"] for c in data["cells"]} == {
+        verified.id: "verify_failed", failed.id: "build_failed", never.id: "not_run"}
+    assert result_path(out, failed.id).is_file()
+
+    md_path, html_path, rows = matrix_report.write(out)
+    md = md_path.read_text()
+    assert [r.id for r in rows] == [verified.id, failed.id, never.id]  # ordered by CUDA
+    row_line = next(line for line in md.splitlines() if line.startswith(f"| {verified.id} "))
+    assert "ok (312 s)" in row_line and "FAIL (static)" in row_line
+    assert "amp_C (missing)" in row_line and "identity.apex" in row_line
+    failed_line = next(line for line in md.splitlines() if line.startswith(f"| {failed.id} "))
+    assert "**FAILED in apex-build**" in failed_line
+    assert "nvcc fatal \\| Unsupported gpu" in failed_line  # the last log line, table-safe
+    assert f"| {never.id} " in md and "not run" in md
+    html = html_path.read_text()
+    assert html.startswith("<!doctype html>") and 'class="bad"' in html and "FAILED in apex-build" in html
+    assert html.count("<tr class=") == 3
+
+
+def test_speedups_and_bars_from_timings(tmp_path: Path, verify_report: Path) -> None:
+    report = json.loads(verify_report.read_text())
+    report["timings"] = [
+        {"kernel": "FusedAdam", "case": "a", "speedup": 2.0},
+        {"kernel": "FusedAdam", "case": "b", "speedup": 8.0},
+        {"kernel": "FusedLayerNorm", "case": "a", "speedup": 0.5},
+    ]
+    row = matrix_report.Row(id="x", name="x", status="verified", cell={}, build={"ok": True}, verify=None,
+                            report=report, report_path=None)
+    assert row.speedups() == pytest.approx({"FusedAdam": 4.0, "FusedLayerNorm": 0.5})
+    assert row.kernels_text() == "FusedAdam 4.00x; FusedLayerNorm 0.50x"
+    assert "bar slow" in matrix_report._bars(row)
+
+
+def test_two_runs_at_once_keep_each_others_cells(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    a, b, _ = cells()
+    first, second = MatrixReport(out, None, "run-a"), MatrixReport(out, None, "run-b")
+    first.start([a])
+    second.start([b])
+    first.update(result(a, "run-a", "built", {"ok": True, "tag": a.id}))
+    second.finish("complete")
+    first.finish("complete")
+    data = json.loads((out / "matrix-report.json").read_text())
+    assert {c["id"] for c in data["cells"]} == {a.id, b.id}
+    assert set(data["runs"]) == {"run-a", "run-b"}
+
+
+def test_report_command_with_nothing_run(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(REPO / "build.py"), "report", "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "no cells run yet" in (tmp_path / "out" / "matrix-report.md").read_text()
+    assert (tmp_path / "out" / "matrix-report.html").is_file()

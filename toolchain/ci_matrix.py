@@ -1,0 +1,81 @@
+"""The matrix for CI systems: a GitHub Actions `fromJson` matrix and a `docker buildx bake` definition.
+
+Both are generated from the validated cells, so CI never holds a second copy of the matrix: a cell
+added to matrix.toml appears in the next workflow run, and a cell that fails validation fails the
+generator (exit 2) instead of a build.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from toolchain.matrix import Cell
+
+CACHE_KINDS = ("gha", "registry", "none")
+_BAKE_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def image_ref(cell: Cell, registry: str | None) -> str:
+    """`ghcr.io/org/apex:<cell id>`, or the bare cell id for a local image."""
+    return f"{registry.rstrip('/')}:{cell.id}" if registry else cell.id
+
+
+def gh_matrix(cells: list[Cell], registry: str | None = None) -> dict[str, Any]:
+    """`strategy.matrix` for GitHub Actions: one `include` entry per cell (use with fromJson)."""
+    return {
+        "include": [
+            {
+                "cell": cell.name,
+                "id": cell.id,
+                "image": image_ref(cell, registry),
+                "cuda": cell.cuda,
+                "torch": cell.torch,
+                "python": cell.python,
+                "os": cell.os,
+                "archs": cell.arch_list,
+                # one BuildKit cache per cell: cells never evict each other's layers
+                "cache_scope": cell.id,
+            }
+            for cell in cells
+        ]
+    }
+
+
+def bake_target_name(cell: Cell) -> str:
+    return _BAKE_NAME.sub("_", cell.name)
+
+
+def bake(
+    cells: list[Cell],
+    *,
+    registry: str | None = None,
+    target: str = "runtime",
+    cache: str = "none",
+    cache_ref: str | None = None,
+) -> dict[str, Any]:
+    """A docker-bake.json: one target per cell with its build args and tag(s), grouped as `default`.
+
+    `docker buildx bake -f docker-bake.json [--push] [TARGET...]` then builds the matrix on whatever
+    BuildKit builders are configured (local, remote, Kubernetes), with no scheduler of ours.
+    """
+    targets: dict[str, Any] = {}
+    for cell in cells:
+        entry: dict[str, Any] = {
+            "context": ".",
+            "dockerfile": "docker/Dockerfile",
+            "target": target,
+            "args": cell.build_args(),
+            "tags": [image_ref(cell, registry)],
+            "labels": {"io.apex-toolchain.cell": cell.id},
+        }
+        if cache == "gha":
+            entry["cache-from"] = [f"type=gha,scope={cell.id}"]
+            entry["cache-to"] = [f"type=gha,scope={cell.id},mode=max"]
+        elif cache == "registry":
+            ref = cache_ref or (f"{registry.rstrip('/')}-cache" if registry else None)
+            if ref:
+                entry["cache-from"] = [f"type=registry,ref={ref}:{cell.id}"]
+                entry["cache-to"] = [f"type=registry,ref={ref}:{cell.id},mode=max"]
+        targets[bake_target_name(cell)] = entry
+    return {"group": {"default": {"targets": list(targets)}}, "target": targets}
