@@ -218,6 +218,7 @@ def _link_or_copy(src: Path, dest: Path) -> None:
 def stage_context(dest: Path, *, apex_src: Path | None = None, wheelhouse: Path | None = None) -> Path:
     """A private build context: the files the Dockerfile reads, plus the offline inputs under
     docker/build-inputs/. Private so that two builds at once never see each other's inputs."""
+    dest.mkdir(parents=True, exist_ok=True)
     for name in CONTEXT_PATHS:
         src = REPO_ROOT / name
         if src.is_dir():

@@ -1,0 +1,110 @@
+"""The engine's command, context and log reading, without a daemon (the docker tier builds for real)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from toolchain import engine
+from toolchain.errors import UsageError
+from toolchain.matrix import Cell
+
+# BuildKit's plain progress for a step that failed (shape of a real 20.10 log).
+FAILED_LOG = """\
+#9 [torch 1/5] RUN --mount=type=cache,target=/root/.cache/pip sh with-extra-ca.sh bash install-torch.sh
+#9 0.512 torch stage: offline from the wheelhouse wheelhouse
+#9 1.204 ERROR: No matching distribution found for torch==0.0.1
+#9 ERROR: executor failed running [/bin/bash -o pipefail -c sh with-extra-ca.sh bash install-torch.sh]: exit code: 1
+------
+ > [torch 1/5] RUN --mount=type=cache,target=/root/.cache/pip sh with-extra-ca.sh bash install-torch.sh:
+------
+error: failed to solve: executor failed running [/bin/bash -o pipefail -c ...]: exit code: 1
+""".splitlines()
+
+
+def cell(**overrides: object) -> Cell:
+    values = dict(
+        id="apex-6424da3-torch2.11.0-cu13.0-py3.12-ubuntu24.04", name="cu130", cuda="13.0", torch="2.11.0",
+        python="3.12", os="ubuntu24.04", gcc="13", archs=("9.0",), apex_repo="https://github.com/NVIDIA/apex.git",
+        apex_ref="6424da3b4faa6c8f062da4a48c424fff3f02d42d", apex_flags={"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"},
+        extras=(), base_devel="nvidia/cuda:13.0.0-devel-ubuntu24.04", base_runtime="nvidia/cuda:13.0.0-runtime-ubuntu24.04",
+        torch_index_url="https://download.pytorch.org/whl/cu130",
+    )  # fmt: skip
+    values.update(overrides)
+    return Cell(**values)
+
+
+def test_command_carries_target_args_secret_and_tag(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("x")
+    client = engine.DockerClient("/usr/bin/docker", False, "20.10.24")
+    command = engine.build_command(cell(), target="runtime", extra_ca=ca, wheelhouse=tmp_path, client=client)
+    assert command[:2] == ["/usr/bin/docker", "build"] and command[-1] == "."
+    assert command[command.index("--target") + 1] == "runtime"
+    assert command[command.index("--progress") + 1] == "plain"
+    assert command[command.index("--tag") + 1] == cell().id
+    assert "TORCH_CUDA_ARCH_LIST=9.0" in command and "TORCH_WHEELHOUSE=wheelhouse" in command
+    assert f"id=extra_ca,src={ca.resolve()}" in command
+    buildx = engine.build_command(cell(), client=engine.DockerClient("docker", True, "28.2.2"))
+    assert buildx[:4] == ["docker", "buildx", "build", "--load"]
+
+
+def test_unknown_target_and_progress_are_usage_errors() -> None:
+    with pytest.raises(UsageError, match="no such Dockerfile stage"):
+        engine.build_command(cell(), target="runtim")
+    with pytest.raises(UsageError, match="--progress"):
+        engine.build_command(cell(), progress="fancy")
+
+
+def test_every_target_is_a_stage_of_the_dockerfile() -> None:
+    text = (engine.REPO_ROOT / engine.DOCKERFILE).read_text()
+    for target in engine.TARGETS:
+        assert f" AS {target}\n" in text
+
+
+def test_failed_step_is_read_from_the_log() -> None:
+    stage, step = engine.failed_step(FAILED_LOG)
+    assert stage == "torch" and step.startswith("[torch 1/5] RUN")
+    assert engine.failed_step(["#1 [internal] load build definition"]) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("text", "needle", "retry"),
+    [
+        (
+            "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?",
+            "no Docker daemon",
+            False,
+        ),
+        (
+            "permission denied while trying to connect to the Docker daemon socket at unix:///var/run/docker.sock",
+            "not permitted",
+            False,
+        ),
+        ("#7 12.3 OSError: [Errno 28] No space left on device", "disk is full", False),
+        (
+            "failed to solve: failed to resolve source metadata for docker.io/nvidia/cuda:13.0.0-devel-ubuntu24.04",
+            "base image",
+            True,
+        ),
+        ("pull access denied for apex-toolchain/base, repository does not exist", "base image", True),
+    ],
+)
+def test_environment_faults_are_recognised(text: str, needle: str, retry: bool) -> None:
+    message, retryable = engine.environment_fault(text)
+    assert needle in message and retryable is retry
+    assert engine.environment_fault("\n".join(FAILED_LOG)) is None
+
+
+def test_private_context_holds_only_what_the_dockerfile_reads(tmp_path: Path) -> None:
+    house = tmp_path / "house"
+    house.mkdir()
+    (house / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"wheel")
+    context = engine.stage_context(tmp_path / "ctx", wheelhouse=house)
+    assert (context / "docker" / "Dockerfile").is_file() and (context / "verify" / "cli.py").is_file()
+    assert (context / "docker/build-inputs/wheelhouse").is_dir() and not (context / "tests").exists()
+    with pytest.raises(UsageError, match="no .whl files"):
+        engine.stage_context(tmp_path / "ctx2", wheelhouse=tmp_path / "ctx")
+    with pytest.raises(UsageError, match="not an Apex source tree"):
+        engine.stage_context(tmp_path / "ctx3", apex_src=tmp_path)
