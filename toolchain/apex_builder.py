@@ -258,7 +258,7 @@ def check_build_tools(flags: dict[str, str], env: dict[str, str], archs: list[st
 def ccache_env(
     mode: str, env: dict[str, str], src: Path, nvcc: str, workdir: Path
 ) -> tuple[dict[str, str], dict]:
-    """Route the C++ and CUDA compiles through ccache. torch >= 2.12's cpp_extension prepends ccache
+    """Route the C++ and CUDA compiles through ccache. Recent torch's cpp_extension (2.13) prepends ccache
     itself when it is on PATH (`_wrap_compiler`); older torch honours PYTORCH_NVCC for nvcc (ninja
     builds) and finds c++ through PATH, so a masquerade directory of ccache symlinks goes first."""
     if mode == "off":

@@ -81,9 +81,8 @@ def verify_image(tag: str, *, out_dir: Path | str, gpu: str = "auto", timeout_s:
     --static), "require" (exit 3 without it), "none" (--static). Returns (exit code, report path)."""
     if gpu not in GPU_MODES:
         raise UsageError(f"--gpu {gpu!r}: use one of {', '.join(GPU_MODES)}")
-    from docker.errors import APIError, ImageNotFound
-
     import docker
+    from docker.errors import APIError, ImageNotFound
 
     engine.ping()
     client = docker.from_env(timeout=60)

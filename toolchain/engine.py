@@ -128,9 +128,8 @@ def docker_client() -> DockerClient:
 def ping(timeout: float = 10) -> None:
     """Raise EnvironmentUnavailable (exit 3) with the fix when no daemon answers, via the Docker SDK."""
     try:
-        from docker.errors import DockerException
-
         import docker
+        from docker.errors import DockerException
     except ImportError:
         raise EnvironmentUnavailable("the Docker SDK is not installed; pip install 'docker>=7'") from None
     where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")

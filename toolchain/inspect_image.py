@@ -51,9 +51,8 @@ def _consistency(labels: dict[str, str], manifest: dict | None) -> list[str]:
 
 def inspect(tag: str) -> dict:
     """Labels, embedded manifest and static report of a local image; no container is started."""
-    from docker.errors import ImageNotFound
-
     import docker
+    from docker.errors import ImageNotFound
 
     engine.ping()
     client = docker.from_env(timeout=60)
