@@ -289,9 +289,21 @@ def ccache_env(
             link = shims / name
             if not link.exists():
                 link.symlink_to(ccache)
-        extra["PATH"] = f"{shims}{os.pathsep}{env.get('PATH', '')}"
-        extra["PYTORCH_NVCC"] = f"{ccache} {nvcc}"
+        path = f"{shims}{os.pathsep}{env.get('PATH', '')}"
         method = "PATH masquerade for c++/gcc and PYTORCH_NVCC='ccache nvcc'"
+        cxx = env.get("CXX", "")
+        if os.path.isabs(cxx):
+            # An absolute CXX (the H200 host sets /opt/gcc/bin/g++) bypasses the PATH shims, which left
+            # every .cpp (torch/extension.h, ~30 s each) uncached: point CXX at a shim of the same name
+            # and put the real compiler's directory right behind the shims so ccache finds it.
+            shim = shims / os.path.basename(cxx)
+            if not shim.exists():
+                shim.symlink_to(ccache)
+            extra["CXX"] = str(shim)
+            path = f"{shims}{os.pathsep}{os.path.dirname(cxx)}{os.pathsep}{env.get('PATH', '')}"
+            method += f"; CXX={cxx} through its shim"
+        extra["PATH"] = path
+        extra["PYTORCH_NVCC"] = f"{ccache} {nvcc}"
     return extra, {"used": True, "method": method, "dir": extra["CCACHE_DIR"], "binary": ccache}
 
 

@@ -27,6 +27,11 @@ COMPILES_PER_CORE = 2
 # ninja jobs per extension: at least this many, or half the cores; the rest of the slots go to
 # building extensions side by side (APEX_PARALLEL_BUILD). Most extensions have 1-3 files.
 MIN_JOBS_PER_EXTENSION = 4
+# Most extensions have 1-3 source files, so one extension's build rarely fills its ninja jobs; only
+# amp_C (16 files) does. Expected concurrent compiles ~= MAX_JOBS + (APEX_PARALLEL_BUILD - 1) * this.
+# Measured on the H200 host (reports/h200/build-figures.md): MAX_JOBS=8 x APEX_PARALLEL_BUILD=4 peaked
+# at 15 GiB summed RSS and left cores idle behind 4-wide extension waves.
+TYPICAL_FILES_PER_EXTENSION = 2
 # nvcc --threads only splits a file's -gencode targets: more threads than archs buy nothing.
 MAX_NVCC_THREADS = 4
 
@@ -194,14 +199,16 @@ def plan(
         max_jobs = max(1, per_thread // parallel)
     else:
         max_jobs = min(per_thread, max(MIN_JOBS_PER_EXTENSION, res.cores // 2))
-        parallel = max(1, min(n_ext, per_thread // max_jobs))
+        parallel = max(1, min(n_ext, 1 + (per_thread - max_jobs) // TYPICAL_FILES_PER_EXTENSION))
         split_from = (
-            f"ninja jobs per extension: max({MIN_JOBS_PER_EXTENSION}, cores/2); {n_extensions} extension(s)"
+            f"ninja jobs per extension: max({MIN_JOBS_PER_EXTENSION}, cores/2); the other slots build "
+            f"extensions side by side at ~{TYPICAL_FILES_PER_EXTENSION} files each; {n_extensions} extension(s)"
         )
     why.append(
         f"nvcc --threads {threads} ({threads_from}); MAX_JOBS={max_jobs} x APEX_PARALLEL_BUILD={parallel} ({split_from})"
     )
-    peak = max_jobs * parallel * threads * GIB_PER_COMPILE
+    expected = min(max_jobs * parallel, max_jobs + (parallel - 1) * TYPICAL_FILES_PER_EXTENSION)
+    peak = expected * threads * GIB_PER_COMPILE
     if peak > res.mem_available_gib:
         why.append(f"WARNING: about {peak:.0f} GiB may be needed at peak, more than is available")
     return Plan(max_jobs=max_jobs, nvcc_threads=threads, apex_parallel_build=parallel, reason="; ".join(why))

@@ -91,7 +91,8 @@ def train(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, t
     losses: list[float] = []
     scales: list[float] = []
     for _ in range(STEPS):
-        optimizer.zero_grad(set_to_none=True)
+        # apex FusedAdam.zero_grad() takes no arguments (set_grad_none=True by default: grads -> None)
+        optimizer.zero_grad()
         with torch.autocast(device_type=device_type, dtype=dtype):
             logits = model(x)
         loss = F.cross_entropy(logits.float(), target)
