@@ -650,7 +650,8 @@ def build_and_gate(
         "expected_modules": expected,
         "built_modules": built,
         "skipped_extensions": build_outputs.skipped_extensions(log_lines),
-        "arch_list": env.get("TORCH_CUDA_ARCH_LIST"),
+        # a build with no CUDA module compiles for no arch, whatever the environment says
+        "arch_list": env.get("TORCH_CUDA_ARCH_LIST") if any(module_map.module(m).cuda for m in expected) else None,
         "versions": {k: v for k, v in versions.items() if k != "nvcc_path"},
         "parallelism": par,
         "build": {
