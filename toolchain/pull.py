@@ -25,9 +25,8 @@ def split_ref(ref: str) -> tuple[str, str]:
 
 def pull(ref: str, *, attempts: int = PULL_ATTEMPTS, backoff_s: float = 5.0) -> str:
     """Pull `ref` with the Docker SDK; returns the image id. Raises EnvironmentUnavailable (exit 3)."""
-    from docker.errors import APIError, DockerException
-
     import docker
+    from docker.errors import APIError, DockerException
 
     repository, tag = split_ref(ref)
     client = docker.from_env(timeout=600)

@@ -43,7 +43,7 @@ class Check:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Check":
+    def from_json(cls, data: dict[str, Any]) -> Check:
         return cls(
             layer=data["layer"],
             name=data["name"],

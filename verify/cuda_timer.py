@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -62,12 +62,12 @@ def measure(
         torch.cuda.synchronize(device)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        for start, end in zip(starts, ends):
+        for start, end in zip(starts, ends, strict=True):
             start.record()
             fn()
             end.record()
         torch.cuda.synchronize(device)
-        samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        samples = [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
     else:
         for _ in range(iters):
             t0 = time.perf_counter()
