@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import shlex
@@ -407,6 +408,14 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `build.py plan | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return exit_codes.OK
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # a report or log could not be written: atomic writes leave the previous file whole
+        where = f" writing {err.filename}" if err.filename else ""
+        return report(EnvironmentUnavailable(
+            f"the disk is full (no space left on device){where}; free space, or point --out/--logs at "
+            "another filesystem"))
     except ModuleNotFoundError as err:
         if err.name != "docker":  # only the optional SDK is an environment problem; anything else is a bug
             raise

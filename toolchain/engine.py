@@ -248,6 +248,8 @@ def stage_context(dest: Path, *, apex_src: Path | None = None, wheelhouse: Path 
 
 def _image_digest(name: str) -> str:
     """The base image's repo digest (or local image id) for the provenance labels; '' if not local."""
+    if "@sha256:" in name:  # pinned by digest: the pin is the provenance, local or not
+        return name.rpartition("@")[2]
     try:
         import docker
 
@@ -314,6 +316,18 @@ def _run_build(command: list[str], env: dict[str, str], log_path: Path, show: st
             raise
 
 
+def _daemon_still_there(cell: Cell, log_path: Path) -> None:
+    """A daemon that dies mid-build leaves only a transport error ("EOF", "transport is closing") in the
+    log, which would pass for a broken cell: ask the daemon, and make its absence exit 3."""
+    try:
+        ping(timeout=5)
+    except EnvironmentUnavailable as error:
+        with open(log_path, "a", encoding="utf-8") as log:
+            log.write(f"[engine] after the failed build: {error}\n")
+        raise EnvironmentUnavailable(f"building {cell.id}: the Docker daemon stopped answering during the "
+                                     f"build ({error}); see {log_path}") from None
+
+
 def build_image(cell: Cell, *, target: str = "runtime", log_path: Path | str, apex_src: Path | str | None = None,
                 wheelhouse: Path | str | None = None, extra_ca: Path | str | None = None, progress: str = "auto",
                 extra_args: dict[str, str] | None = None, retries: int = 1) -> BuildResult:
@@ -348,6 +362,7 @@ def build_image(cell: Cell, *, target: str = "runtime", log_path: Path | str, ap
             lines = log_path.read_text(errors="replace").splitlines()
             fault = environment_fault("\n".join(lines[-200:]))
             if fault is None:
+                _daemon_still_there(cell, log_path)
                 break
             message, retry = fault
             if not retry or attempt == retries:

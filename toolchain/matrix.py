@@ -50,6 +50,9 @@ _HEX_SHA = re.compile(r"^[0-9a-f]{7,40}$")
 # What git accepts as a ref name, minus the corner cases nobody writes (see git-check-ref-format).
 _GIT_REF = re.compile(r"^(?!.*\.\.)(?!.*//)[A-Za-z0-9_][A-Za-z0-9_./+-]*(?<![./])$")
 _CLI = "command line"
+# An image reference: [registry[:port]/]name[:tag][@sha256:<64 hex>] (lower-case name; the digest is a pin).
+_IMAGE_REF = re.compile(r"^(?:[A-Za-z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:(?:[._/]|__|-+)[a-z0-9]+)*"
+                        r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,6 +308,13 @@ def resolve(
     if not base_devel or not base_runtime:
         r.problem(f"no base images known for CUDA {cuda} on {os_name}",
                   "set base_devel and base_runtime, or add the CUDA to [cuda] in toolchain/data/compat.toml")
+        return None, r.problems
+    for key, ref in (("base_devel", base_devel), ("base_runtime", base_runtime)):
+        if not _IMAGE_REF.match(ref):
+            r.problem(f"{key} {ref!r} is not an image reference docker accepts",
+                      f"use {r.how(key, 'nvidia/cuda:12.4.1-devel-ubuntu22.04')} or pin a digest: "
+                      "name@sha256:<64 hex digits>")
+    if r.problems:
         return None, r.problems
 
     variant = _variant(r, archs, default_archs, extras, flags, gcc, os_name)

@@ -259,6 +259,13 @@ def check_inputs(args: argparse.Namespace) -> None:
             continue
         if want_dir and not Path(path).is_dir():
             raise UsageError(f"{option} {path}: no such directory; pass an existing directory")
+        # what the build would find out only after the devel stage: caught here, before any build
+        if option == "--apex-src" and not ((Path(path) / "setup.py").is_file() and (Path(path) / "apex").is_dir()):
+            raise UsageError(f"--apex-src {path}: not an Apex source tree (needs setup.py and apex/); "
+                             "pass the root of an NVIDIA/apex checkout")
+        if option == "--wheelhouse" and not any(Path(path).glob("*.whl")):
+            raise UsageError(f"--wheelhouse {path}: no .whl files there; fill it with `pip download` "
+                             "(torch, its dependencies, setuptools, packaging, ninja)")
         if not want_dir and not Path(path).is_file():
             raise UsageError(f"{option} {path}: no such file; pass the CA bundle file (PEM)")
 
@@ -271,7 +278,7 @@ def build_one(cell: Cell, args: argparse.Namespace, console: Console) -> int:
     try:
         result = run_cell(cell, args, console, verify_mode=args.verify, run_id=run_id)
     except KeyboardInterrupt:
-        report.update(_interrupted(cell, run_id))
+        report.update(save_result(_interrupted(cell, args, run_id), args.out))
         report.finish("interrupted")
         raise
     report.update(result)
@@ -289,7 +296,7 @@ def run_matrix(cells: list[Cell], args: argparse.Namespace, console: Console, *,
         try:
             result = run_cell(cell, args, console, verify_mode=args.verify, run_id=run_id)
         except KeyboardInterrupt:
-            report.update(_interrupted(cell, run_id))
+            report.update(save_result(_interrupted(cell, args, run_id), args.out))
             report.finish("interrupted", leftover=cells[index + 1:])
             console.error(f"interrupted during {cell.name}; partial report in {report.path}")
             return exit_codes.FAILED
@@ -300,9 +307,16 @@ def run_matrix(cells: list[Cell], args: argparse.Namespace, console: Console, *,
     return _exit_code(results)
 
 
-def _interrupted(cell: Cell, run_id: str) -> dict[str, Any]:
+def _interrupted(cell: Cell, args: argparse.Namespace, run_id: str) -> dict[str, Any]:
+    """The cell in progress at Ctrl-C, with what its log had so far (the build was stopped)."""
+    log_path = args.logs / cell.id / "build.log"
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    build = {"ok": False, "interrupted": True, "log_path": str(log_path), "log_tail": _tail(lines)}
     return {"result_version": RESULT_VERSION, "id": cell.id, "name": cell.name, "run_id": run_id,
-            "cell": cell.to_json(), "status": "interrupted", "finished_at": now(), "build": None, "verify": None}
+            "cell": cell.to_json(), "status": "interrupted", "finished_at": now(), "build": build, "verify": None}
 
 
 def _summary(results: list[dict[str, Any]], console: Console) -> None:

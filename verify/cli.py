@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import datetime
+import errno
 import os
 import sys
 import threading
@@ -168,6 +169,10 @@ def _run(args: argparse.Namespace, required: tuple[str, ...], manifest_data: dic
             try:
                 writer(path)
             except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the environment, not the user's input: exit 3
+                    print(f"verify: cannot write report to {path}: the disk is full ({exc.strerror}); free space"
+                          " or write the report to another filesystem", file=sys.stderr)
+                    return exit_codes.ENVIRONMENT
                 return _usage_error(f"cannot write report to {path}: {exc.strerror or exc}; choose a writable path")
     sys.stdout.write(render.terminal(report, color=render.use_color(sys.stdout), quiet=args.quiet))
     sys.stdout.flush()
