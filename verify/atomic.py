@@ -9,29 +9,8 @@ from pathlib import Path
 from typing import Any
 
 
-def write_text(path: str | os.PathLike, text: str) -> Path:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
-
-
-def write_json(path: str | os.PathLike, data: Any) -> Path:
-    return write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
-
-
 def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Binary twin of write_text (plots): same temp-file-then-rename in the target's directory."""
+    """Write to a temp file in the target's directory, fsync, then rename over the target."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -46,3 +25,11 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    return write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | os.PathLike, data: Any) -> Path:
+    return write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
