@@ -294,7 +294,8 @@ def environment_fault(text: str) -> tuple[str, bool] | None:
 
 
 def _run_build(command: list[str], env: dict[str, str], log_path: Path, show: str) -> int:
-    with open(log_path, "a", encoding="utf-8") as log:
+    # line-buffered: the log is what `tail -f` and a killed run leave behind, so each line lands at once
+    with open(log_path, "a", encoding="utf-8", buffering=1) as log:
         log.write("$ " + " ".join(command) + "\n")
         log.flush()
         proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -1,0 +1,103 @@
+"""Faults during matrix runs, through the real matrix runner in its own process (matrix_driver.py):
+a corrupt wheel, Ctrl-C mid-build, two runs at once on the same out/ and logs/."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from faultlib import CI_TAG, REPO, driver_command, log_has, wait_for
+
+from verify import exit_codes
+
+GOOD = CI_TAG  # the docker tier's verify-runtime cell: its layers are cached by then
+
+
+def _run(command: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def _report(out: Path) -> dict:
+    return json.loads((out / "matrix-report.json").read_text())
+
+
+def _cells(out: Path) -> dict[str, dict]:
+    return {c["id"]: c for c in _report(out)["cells"]}
+
+
+def test_truncated_torch_wheel_fails_the_torch_stage_only(verify_image_tag: str, wheelhouse: Path,
+                                                          tmp_path: Path) -> None:
+    out, logs_dir = tmp_path / "out", tmp_path / "logs"
+    good = _run(driver_command(out, logs_dir, [GOOD], wheelhouse=wheelhouse))
+    assert good.returncode == exit_codes.OK, good.stdout + good.stderr
+    corrupt = tmp_path / "corrupt-wheelhouse"
+    corrupt.mkdir()
+    for wheel in wheelhouse.glob("*.whl"):
+        if wheel.name.startswith("torch-"):
+            with open(wheel, "rb") as src:
+                (corrupt / wheel.name).write_bytes(src.read(1 << 20))  # the first MiB: a truncated download
+        else:
+            os.link(wheel, corrupt / wheel.name)
+    bad_id = "apex-ci-truncated-torch2.13.0-cpu-py3.11-debian12"
+    bad = _run(driver_command(out, logs_dir, [bad_id], wheelhouse=corrupt))
+    assert bad.returncode == exit_codes.FAILED, bad.stdout + bad.stderr
+    assert "build failed in stage torch" in bad.stdout
+    cells = _cells(out)
+    assert cells[bad_id]["status"] == "build_failed" and cells[bad_id]["build"]["stage_failed"] == "torch"
+    tail = "\n".join(cells[bad_id]["build"]["log_tail"])
+    assert "torch-2.13.0" in tail and cells[bad_id]["build"]["step_failed"].startswith("[torch ")
+    assert cells[GOOD]["status"] == "built" and cells[GOOD]["build"]["ok"], "the other cell is unaffected"
+    assert len(_report(out)["runs"]) == 2
+
+
+def test_ctrl_c_mid_build_leaves_a_partial_report(verify_image_tag: str, wheelhouse: Path, tmp_path: Path) -> None:
+    out, logs_dir = tmp_path / "out", tmp_path / "logs"
+    first, second = "apex-ci-sigint-a-torch2.13.0-cpu-py3.11-debian12", "apex-ci-sigint-b-torch2.13.0-cpu-py3.11-debian12"
+    proc = subprocess.Popen(driver_command(out, logs_dir, [first, second], wheelhouse=wheelhouse), cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for(lambda: log_has(logs_dir, "[internal] load build context"), 120, "the first build to start")
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the whole foreground group, docker client too
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == exit_codes.FAILED, stdout + stderr
+    assert "interrupted during" in stdout + stderr and "Traceback" not in stderr
+    report = _report(out)
+    cells = {c["id"]: c for c in report["cells"]}
+    assert report["status"] == "interrupted"
+    assert cells[first]["status"] == "interrupted" and cells[second]["status"] == "not_run"
+    result = json.loads((out / "cells" / first / "result.json").read_text())
+    assert result["status"] == "interrupted" and result["build"]["log_tail"]
+    assert list(out.rglob("*.tmp")) == []
+    clients = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert clients == [], "no docker client left running"
+
+
+def test_two_runs_at_once_keep_each_others_cells(verify_image_tag: str, wheelhouse: Path, tmp_path: Path) -> None:
+    out, logs_dir = tmp_path / "out", tmp_path / "logs"
+    a, b = "apex-ci-conc-a-torch2.13.0-cpu-py3.11-debian12", "apex-ci-conc-b-torch2.13.0-cpu-py3.11-debian12"
+    held = "apex-ci-conc-held-torch2.13.0-cpu-py3.11-debian12"
+    (logs_dir / held).mkdir(parents=True)
+    with open(logs_dir / held / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another run is building this cell right now
+        procs = [subprocess.Popen(driver_command(out, logs_dir, cells, wheelhouse=wheelhouse), cwd=REPO,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for cells in ([a], [b, held])]
+        outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert procs[0].returncode == exit_codes.OK, outputs[0]
+    assert procs[1].returncode == exit_codes.FAILED, outputs[1]
+    report = _report(out)
+    cells = {c["id"]: c for c in report["cells"]}
+    assert cells[a]["status"] == "built" and cells[b]["status"] == "built"
+    assert cells[held]["status"] == "skipped" and "another run is building" in cells[held]["build"]["error"]
+    assert len(report["runs"]) == 2 and cells[a]["run_id"] != cells[b]["run_id"]
+    for cell in (a, b):
+        assert (out / "cells" / cell / "result.json").is_file()
+        assert f"--tag {cell}" in (logs_dir / cell / "build.log").read_text(), "each cell its own log"
+    assert list(out.rglob("*.tmp")) == []
