@@ -82,14 +82,11 @@ def verify_image(tag: str, *, out_dir: Path | str, gpu: str = "auto", timeout_s:
     if gpu not in GPU_MODES:
         raise UsageError(f"--gpu {gpu!r}: use one of {', '.join(GPU_MODES)}")
     import docker
-    from docker.errors import APIError, ImageNotFound
+    from docker.errors import APIError
 
     engine.ping()
     client = docker.from_env(timeout=60)
-    try:
-        client.images.get(tag)
-    except ImageNotFound:
-        raise UsageError(f"image {tag!r} is not in the local Docker store; build it (build.py image) or docker pull it") from None
+    engine.local_image(client, tag)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     run = {"image": tag, "gpu_requested": gpu != "none", "gpu_runtime": None, "mode": "full", "note": None}

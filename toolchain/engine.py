@@ -125,6 +125,23 @@ def docker_client() -> DockerClient:
     )
 
 
+def local_image(client, tag: str):
+    """The image `tag` from the local store. Not there, or a tag Docker rejects: UsageError (exit 2);
+    the daemon unreachable mid-call: EnvironmentUnavailable (exit 3)."""
+    from docker.errors import APIError, DockerException, ImageNotFound
+
+    try:
+        return client.images.get(tag)
+    except ImageNotFound:
+        raise UsageError(f"image {tag!r} is not in the local Docker store; build it (build.py image) or docker pull it") from None
+    except APIError as err:  # e.g. `invalid reference format`: the daemon names what is wrong with the tag
+        raise UsageError(f"image {tag!r}: {err.explanation or err}; pass a valid image tag or id") from None
+    except (DockerException, OSError) as err:  # requests' ConnectionError / timeouts are OSErrors
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise EnvironmentUnavailable(f"the Docker daemon did not answer while looking up image {tag!r} ({reason}); "
+                                     "check that it is running (scripts/ensure-docker.sh) or DOCKER_HOST") from None
+
+
 def ping(timeout: float = 10) -> None:
     """Raise EnvironmentUnavailable (exit 3) with the fix when no daemon answers, via the Docker SDK."""
     try:

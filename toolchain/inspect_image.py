@@ -8,7 +8,6 @@ import json
 import tarfile
 
 from toolchain import engine
-from toolchain.errors import UsageError
 
 NAMESPACE = "io.apex-toolchain."
 OCI = "org.opencontainers.image."
@@ -39,10 +38,13 @@ def _consistency(labels: dict[str, str], manifest: dict | None) -> list[str]:
     cell = labels.get(NAMESPACE + "cell")
     if cell and manifest.get("cell") and cell != manifest["cell"]:
         problems.append(f"label cell {cell} != manifest cell {manifest['cell']}")
-    asked = labels.get(NAMESPACE + "apex.commit")
-    commit = (manifest.get("apex") or {}).get("commit")
-    if asked and commit and not commit.startswith(asked) and not asked.startswith(commit):
-        problems.append(f"label apex.commit {asked} != manifest commit {commit}")
+    # the label is the ref the build asked for (APEX_REF: a commit, tag or branch); the manifest has
+    # both that ref and the commit it resolved to, so a tag or branch is not a disagreement
+    asked = labels.get(NAMESPACE + "apex.ref") or labels.get(NAMESPACE + "apex.commit")  # .commit: older images
+    apex = manifest.get("apex") or {}
+    ref, commit = apex.get("ref"), apex.get("commit")
+    if asked and (ref or commit) and asked != ref and not (commit and commit.startswith(asked)):
+        problems.append(f"label apex.ref {asked} != manifest apex ref {ref} (commit {commit})")
     archs = labels.get(NAMESPACE + "archs")
     if archs and manifest.get("arch_list") and archs != manifest["arch_list"]:
         problems.append(f"label archs {archs} != manifest arch_list {manifest['arch_list']}")
@@ -52,14 +54,10 @@ def _consistency(labels: dict[str, str], manifest: dict | None) -> list[str]:
 def inspect(tag: str) -> dict:
     """Labels, embedded manifest and static report of a local image; no container is started."""
     import docker
-    from docker.errors import ImageNotFound
 
     engine.ping()
     client = docker.from_env(timeout=60)
-    try:
-        image = client.images.get(tag)
-    except ImageNotFound:
-        raise UsageError(f"image {tag!r} is not in the local Docker store; build it (build.py image) or docker pull it") from None
+    image = engine.local_image(client, tag)
     config = image.attrs.get("Config") or {}
     labels = dict(config.get("Labels") or {})
     result: dict = {
@@ -85,5 +83,8 @@ def inspect(tag: str) -> dict:
                 result[key] = text
     finally:
         container.remove(force=True)
-    result["consistency_problems"] = _consistency(labels, result.get("manifest"))
+    manifest = result.get("manifest") if isinstance(result.get("manifest"), dict) else None
+    # the commit Apex was really built from (the label holds only the ref that was asked for)
+    result["apex_commit"] = ((manifest or {}).get("apex") or {}).get("commit")
+    result["consistency_problems"] = _consistency(labels, manifest)
     return result

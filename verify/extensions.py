@@ -45,20 +45,28 @@ def probe(tasks: list[dict[str, str]], *, timeout_s: float, cancel: threading.Ev
     source = _PROBE_SOURCE.read_text(encoding="utf-8")
     results: dict[str, dict[str, Any]] = {}
     pending = list(tasks)
+    torch_error: str | None = None
     while pending and not (cancel and cancel.is_set()):
         done_before = len(results)
-        _probe_once(source, pending, results, timeout_s, cancel)
+        tail, torch_error = _probe_once(source, pending, results, timeout_s, cancel)
         pending = [t for t in pending if t["id"] not in results]
         if len(results) == done_before:  # the child could not even start: no point retrying
+            said = f": {' | '.join(tail)}" if tail else ""
             for task in pending:
                 results[task["id"]] = {"status": "error", "exc_type": "ProbeError",
-                                       "message": "the import probe process failed to start"}
+                                       "message": f"the import probe process failed to start{said}"}
             break
+    if torch_error:  # every extension links against torch: its own failure is the first thing to fix
+        for result in results.values():
+            if result.get("status") == "error":
+                result["message"] = f"{result.get('message', '')} (torch itself failed to import: {torch_error})"
     return results
 
 
 def _probe_once(source: str, tasks: list[dict[str, str]], results: dict[str, dict[str, Any]],
-                timeout_s: float, cancel: threading.Event | None) -> None:
+                timeout_s: float, cancel: threading.Event | None) -> tuple[list[str], str | None]:
+    """One child process; fills `results`. Returns the child's last output lines and torch's import error."""
+    torch_error: str | None = None
     read_fd, write_fd = os.pipe()
     with tempfile.TemporaryFile() as log:
         try:
@@ -101,12 +109,14 @@ def _probe_once(source: str, tasks: list[dict[str, str]], results: dict[str, dic
                     elif "id" in message:
                         results[message.pop("id")] = message
                         current = None
+                    elif "torch_error" in message:
+                        torch_error = message["torch_error"]
         if proc.poll() is None:
             proc.kill()
         returncode = proc.wait()
+        log.seek(0)
+        tail = log.read().decode("utf-8", "replace").strip().splitlines()[-5:]
         if current is not None and current not in results:
-            log.seek(0)
-            tail = log.read().decode("utf-8", "replace").strip().splitlines()[-5:]
             if timed_out:
                 results[current] = {"status": "error", "exc_type": "Timeout",
                                     "message": f"importing took longer than {timeout_s:g} s (--check-timeout)"}
@@ -115,6 +125,7 @@ def _probe_once(source: str, tasks: list[dict[str, str]], results: dict[str, dic
                 results[current] = {"status": "error", "exc_type": "Crash",
                                     "message": f"the importing process died ({how})" + (
                                         f": {' | '.join(tail)}" if tail else "")}
+    return tail, torch_error
 
 
 # ----------------------------------------------------------------------------- classification

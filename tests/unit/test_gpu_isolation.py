@@ -6,6 +6,7 @@ the GPU groups, and VERIFY_FAULT_INJECT makes a chosen case abort, hang, raise o
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ import pytest
 
 from verify.checks import Status
 from verify.gpu import runner
+from verify.gpu.cases import case_seed
 from verify.gpu.worker import FAULT_ENV
 
 SEED = 20260708
@@ -30,6 +32,11 @@ def test_a_healthy_group_runs_every_case_in_one_worker(monkeypatch):
         ("selftest.first", Status.PASS), ("selftest.second", Status.PASS), ("selftest.third", Status.PASS)]
     assert len(result.workers) == 1 and result.workers[0]["exit"] == "exit code 0"
     assert all(c.details["seed"] == SEED for c in result.checks)
+    # the results crossed the process boundary intact: recompute what each worker case computed
+    for check in result.checks:
+        values = [(case_seed(SEED, check.name) >> shift) % 97 for shift in range(0, 48, 4)]
+        assert check.details["total"] == sum(v * v for v in values)
+    assert {c.details["pid"] for c in result.checks} != {os.getpid()}
 
 
 def test_a_crash_fails_that_case_and_the_rest_run_in_a_fresh_worker(monkeypatch):

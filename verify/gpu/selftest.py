@@ -17,9 +17,9 @@ def setup() -> str:
 
 
 def run_case(case: Case, seed: int) -> tuple[Check, list[dict]]:
-    # a real (tiny) computation whose answer is known: the sum of squares of a seeded sequence
+    # What is under test is the process boundary, not arithmetic: a PASS means this result crossed it.
+    # The tests check `total` against their own computation of the same seeded sum and `pid` against theirs.
     values = [(case_seed(seed, case.name) >> shift) % 97 for shift in range(0, 48, 4)]
     total = sum(v * v for v in values)
-    status = Status.PASS if total == sum(v**2 for v in values) else Status.FAIL
-    return Check(case.layer, case.name, status, f"{case.name}: computed in pid {os.getpid()}",
+    return Check(case.layer, case.name, Status.PASS, f"{case.name}: computed in pid {os.getpid()}",
                  {"seed": seed, "pid": os.getpid(), "total": total}), []
