@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from toolchain import engine
-from toolchain.errors import UsageError
+from toolchain.errors import EnvironmentUnavailable, UsageError
 from toolchain.matrix import Cell
 
 # BuildKit's plain progress for a step that failed (shape of a real 20.10 log).
@@ -108,3 +108,42 @@ def test_private_context_holds_only_what_the_dockerfile_reads(tmp_path: Path) ->
         engine.stage_context(tmp_path / "ctx2", wheelhouse=tmp_path / "ctx")
     with pytest.raises(UsageError, match="not an Apex source tree"):
         engine.stage_context(tmp_path / "ctx3", apex_src=tmp_path)
+
+
+def _daemon_answers() -> bool:
+    try:
+        engine.ping(timeout=5)
+    except EnvironmentUnavailable:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _daemon_answers(), reason="no Docker daemon answers here")
+def test_a_tag_docker_rejects_is_a_usage_error_naming_the_tag() -> None:
+    import docker
+
+    # a read-only lookup: the daemon answers 400 (invalid reference format), an APIError, not ImageNotFound
+    with pytest.raises(UsageError, match=r"image 'Bad::Tag': .*invalid reference format"):
+        engine.local_image(docker.from_env(timeout=10), "Bad::Tag")
+
+
+def test_an_unreachable_daemon_during_the_lookup_is_exit_3(tmp_path: Path) -> None:
+    import docker
+
+    client = docker.DockerClient(base_url=f"unix://{tmp_path / 'no-daemon.sock'}", timeout=5)
+    with pytest.raises(EnvironmentUnavailable, match="did not answer while looking up image 'x:y'") as err:
+        engine.local_image(client, "x:y")
+    assert err.value.exit_code == 3
+
+
+def test_the_apex_ref_label_may_be_a_tag_or_branch() -> None:
+    from toolchain import inspect_image
+
+    commit = "6424da3b4faa6c8f062da4a48c424fff3f02d42d"
+    label = inspect_image.NAMESPACE + "apex.ref"
+    for ref in ("master", "v25.09", "6424da3b"):  # a branch, a tag, a short commit
+        manifest = {"apex": {"ref": ref, "commit": commit}}
+        assert inspect_image._consistency({label: ref}, manifest) == []
+    assert inspect_image._consistency({label: "6424da3b"}, {"apex": {"ref": None, "commit": commit}}) == []
+    other = inspect_image._consistency({label: "v25.09"}, {"apex": {"ref": "master", "commit": commit}})
+    assert other == [f"label apex.ref v25.09 != manifest apex ref master (commit {commit})"]
