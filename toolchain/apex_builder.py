@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import difflib
+import errno
 import hashlib
 import importlib.util
+import json
 import os
 import platform
 import re
@@ -33,24 +35,21 @@ import time
 from pathlib import Path
 
 from toolchain import build_outputs, parallelism
+from toolchain.errors import BuildFailed, EnvironmentUnavailable, ToolchainError, UsageError
 from toolchain.process_tree import PeakSampler
 from verify import exit_codes, module_map
 from verify.atomic import write_json
 
 MANIFEST_NAME = "build-manifest.json"
 LOG_NAME = "apex-build.log"
+# Copies of toolchain/data/compat.toml's apex.core_flags and pytorch.index_url: the builder runs inside
+# the build image, where Python 3.10 has no tomllib (tomli is a build-host extra). A unit test keeps
+# them equal to compat.toml.
 DEFAULT_FLAGS = {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"}
+TORCH_INDEX_URL = "https://download.pytorch.org/whl/{cuda_tag}"
 # TORCH_CUDA_ARCH_LIST entries: 9.0, 9.0+PTX, 9.0a, 10.0f (arch-specific / family suffixes)
 _ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
 _REPO_ROOT = Path(__file__).resolve().parents[1]  # holds toolchain/ and verify/
-
-
-class Stop(Exception):
-    """A reason to stop with a one-line message and a documented exit code."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def _say(message: str) -> None:
@@ -72,7 +71,7 @@ def parse_flags(text: str | None, extras: str | None) -> dict[str, str]:
             key, _, value = item.partition("=")
             value = value or "1"
             if value not in ("0", "1"):
-                raise Stop(exit_codes.USAGE, f"--flags: {item!r} must be KEY=1 or KEY=0")
+                raise UsageError(f"--flags: {item!r} must be KEY=1 or KEY=0")
             flags[_known_flag(key, known, "--flags")] = value
     for item in re.split(r"[,\s]+", (extras or "").strip()):
         if item:
@@ -86,21 +85,19 @@ def _known_flag(key: str, known: tuple[str, ...], option: str) -> str:
         return key
     close = difflib.get_close_matches(key, known, n=1)
     hint = f"perhaps you meant {close[0]}?" if close else f"known flags: {', '.join(known)}"
-    raise Stop(exit_codes.USAGE, f"{option}: unknown Apex flag {key!r}; {hint}")
+    raise UsageError(f"{option}: unknown Apex flag {key!r}; {hint}")
 
 
 def parse_archs(text: str) -> list[str]:
     """`9.0`, `8.0;9.0`, `8.0 9.0+PTX`, `8.0,9.0` -> ["8.0", "9.0+PTX"]; bad entries exit 2."""
     archs = [a for a in re.split(r"[;,\s]+", text.strip()) if a]
     if not archs:
-        raise Stop(
-            exit_codes.USAGE,
+        raise UsageError(
             "--archs is empty; give compute capabilities such as --archs 9.0 or --archs '8.0;9.0'",
         )
     for arch in archs:
         if not _ARCH.match(arch):
-            raise Stop(
-                exit_codes.USAGE,
+            raise UsageError(
                 f"--archs: {arch!r} is not a compute capability; use MAJOR.MINOR with optional +PTX, e.g. 9.0 or 9.0+PTX",
             )
     return archs
@@ -108,13 +105,11 @@ def parse_archs(text: str) -> list[str]:
 
 def check_apex_source(src: Path) -> None:
     if not src.is_dir():
-        raise Stop(
-            exit_codes.USAGE,
+        raise UsageError(
             f"--apex-src {src}: no such directory; clone https://github.com/NVIDIA/apex and pass its path",
         )
     if not (src / "setup.py").is_file() or not (src / "apex" / "__init__.py").is_file():
-        raise Stop(
-            exit_codes.USAGE,
+        raise UsageError(
             f"--apex-src {src}: not an Apex source tree (needs setup.py and apex/__init__.py); pass the root of an NVIDIA/apex checkout",
         )
 
@@ -146,11 +141,11 @@ def nvcc_version(nvcc: Path) -> tuple[str, str]:
     try:
         out = _run([str(nvcc), "--version"])
     except (subprocess.CalledProcessError, OSError) as error:
-        raise Stop(exit_codes.ENVIRONMENT, f"{nvcc} --version failed ({error}); check the CUDA toolkit install") from None
+        raise EnvironmentUnavailable(f"{nvcc} --version failed ({error}); check the CUDA toolkit install") from None
     release = re.search(r"release (\d+\.\d+)", out)
     full = re.search(r"V(\d+\.\d+\.\d+)", out)
     if not release:
-        raise Stop(exit_codes.ENVIRONMENT, f"{nvcc} --version printed no 'release X.Y'; is it a real nvcc?")
+        raise EnvironmentUnavailable(f"{nvcc} --version printed no 'release X.Y'; is it a real nvcc?")
     return release.group(1), full.group(1) if full else release.group(1)
 
 
@@ -167,8 +162,7 @@ def torch_info() -> dict:
     try:
         import torch  # the build compiles against the installed torch (--no-build-isolation)
     except ImportError as error:
-        raise Stop(
-            exit_codes.ENVIRONMENT,
+        raise EnvironmentUnavailable(
             f"torch is not importable by {sys.executable} ({error}); install the torch the build targets first",
         ) from None
     import torch.utils.cpp_extension  # noqa: F401  (what setup.py imports; fails loudly if torch is broken)
@@ -188,7 +182,7 @@ def compiler_version(env: dict[str, str]) -> str | None:
         return None
 
 
-def check_build_tools(flags: dict[str, str], env: dict[str, str], archs: list[str] | None) -> dict:
+def check_build_tools(env: dict[str, str], archs: list[str] | None) -> dict:
     """Everything setup.py needs, checked up front so the user reads one clear line, not setup.py's
     traceback. Returns the versions for the manifest."""
     info = torch_info()
@@ -201,8 +195,7 @@ def check_build_tools(flags: dict[str, str], env: dict[str, str], archs: list[st
         looked = f"torch's CUDA_HOME={home}"
     if nvcc is None:
         # Apex's setup.py runs `$CUDA_HOME/bin/nvcc -V` at import time, even for a Python-only build.
-        raise Stop(
-            exit_codes.ENVIRONMENT,
+        raise EnvironmentUnavailable(
             f"nvcc not found (looked at {looked}); Apex's setup.py needs the CUDA toolkit even for a Python-only "
             f"build: install the CUDA {info['torch_cuda'] or ''} toolkit (cuda-nvcc) or set CUDA_HOME to it".replace(
                 "  ", " "
@@ -210,16 +203,14 @@ def check_build_tools(flags: dict[str, str], env: dict[str, str], archs: list[st
         )
     release, full = nvcc_version(nvcc)
     if info["torch_cuda"] is None:
-        raise Stop(
-            exit_codes.ENVIRONMENT,
+        raise EnvironmentUnavailable(
             f"torch {info['torch']} is a CPU-only build (torch.version.cuda is None), so torch.utils.cpp_extension has "
             f"no CUDA_HOME and Apex's setup.py cannot run; install a CUDA {release} build of torch "
-            f"(e.g. --index-url https://download.pytorch.org/whl/cu{release.replace('.', '')})",
+            f"(e.g. --index-url {TORCH_INDEX_URL.format(cuda_tag='cu' + release.replace('.', ''))})",
         )
     torch_cuda = ".".join(info["torch_cuda"].split(".")[:2])
     if torch_cuda != release:
-        raise Stop(
-            exit_codes.ENVIRONMENT,
+        raise EnvironmentUnavailable(
             f"nvcc {release} ({nvcc}) does not match torch {info['torch']}'s CUDA {torch_cuda}; Apex's setup.py requires "
             f"the same major.minor: put the CUDA {torch_cuda} toolkit first (CUDA_HOME) or install torch built for CUDA {release}",
         )
@@ -228,8 +219,7 @@ def check_build_tools(flags: dict[str, str], env: dict[str, str], archs: list[st
         bad = [a for a in archs if supported and a.split("+")[0].rstrip("af") not in supported]
         if bad:
             ordered = sorted(supported, key=lambda a: tuple(map(int, a.split("."))))
-            raise Stop(
-                exit_codes.USAGE,
+            raise UsageError(
                 f"--archs: nvcc {release} cannot compile for {', '.join(bad)}; it supports {', '.join(ordered)}",
             )
     # --no-build-isolation fetches nothing: setup.py's imports and a bdist_wheel command must be here
@@ -237,8 +227,7 @@ def check_build_tools(flags: dict[str, str], env: dict[str, str], archs: list[st
         if module == "wheel" and importlib.util.find_spec("setuptools.command.bdist_wheel"):
             continue  # setuptools >= 70.1 carries bdist_wheel itself
         if importlib.util.find_spec(module) is None:
-            raise Stop(
-                exit_codes.ENVIRONMENT,
+            raise EnvironmentUnavailable(
                 f"{module} is not installed in {sys.executable}; pip install {package}",
             )
     return {
@@ -266,8 +255,7 @@ def ccache_env(
     ccache = shutil.which("ccache", path=env.get("PATH"))
     if ccache is None:
         if mode == "on":
-            raise Stop(
-                exit_codes.ENVIRONMENT,
+            raise EnvironmentUnavailable(
                 "--ccache: ccache is not on PATH; apt-get install ccache (or drop --ccache)",
             )
         return {}, {"used": False, "reason": "ccache not on PATH"}
@@ -380,11 +368,10 @@ def build_wheel(src: Path, out: Path, env: dict[str, str], log_path: Path) -> tu
             "peak_rss_single_process_mb": round(peak_single, 1),
         }
         if code != 0:
-            raise Stop(exit_codes.FAILED, _failure_summary(log_path, code))
+            raise BuildFailed(_failure_summary(log_path, code))
         wheels = sorted(staging.glob("*.whl"))
         if len(wheels) != 1:
-            raise Stop(
-                exit_codes.FAILED,
+            raise BuildFailed(
                 f"pip wheel finished but left {len(wheels)} wheels in {staging}; see {log_path}",
             )
         target = out / wheels[0].name
@@ -398,8 +385,7 @@ def _failure_summary(log_path: Path, code: int) -> str:
     lines = log_path.read_text(errors="replace").splitlines()
     text = "\n".join(lines)
     if "No space left on device" in text:
-        raise Stop(
-            exit_codes.ENVIRONMENT,
+        raise EnvironmentUnavailable(
             f"the build ran out of disk space (No space left on device); free space and retry; see {log_path}",
         )
     hint = ""
@@ -442,11 +428,11 @@ def wheel_hashes(paths: list[str]) -> dict[str, str]:
         try:
             lines = Path(path).read_text().splitlines()
         except OSError as error:
-            raise Stop(exit_codes.USAGE, f"--wheel-hashes {path}: cannot read it ({error.strerror})") from None
+            raise UsageError(f"--wheel-hashes {path}: cannot read it ({error.strerror})") from None
         for line in lines:
             digest, _, name = line.strip().partition("  ")
             if not re.fullmatch(r"[0-9a-f]{64}", digest) or not name:
-                raise Stop(exit_codes.USAGE, f"--wheel-hashes {path}: {line!r} is not a `sha256sum` line (HASH  FILE)")
+                raise UsageError(f"--wheel-hashes {path}: {line!r} is not a `sha256sum` line (HASH  FILE)")
             hashes[Path(name.lstrip("*")).name] = digest
     return hashes
 
@@ -454,14 +440,27 @@ def wheel_hashes(paths: list[str]) -> dict[str, str]:
 # ---------------------------------------------------------------- gate and install
 
 
+def gate_required(expected_modules: list[str]) -> str:
+    """`verify --require` for the static gate: the default required features this build promises (every
+    module of the feature is expected), comma-joined; '' when none. verify's default would demand
+    FusedAdam/FusedLayerNorm/FusedRMSNorm even of a Python-only or APEX_CPP_EXT-only build."""
+    expected = set(expected_modules)
+    return ",".join(
+        feature
+        for feature in module_map.default_required_features()
+        if (needs := module_map.modules_for_feature(feature)) and set(needs) <= expected
+    )
+
+
 def install_and_verify(wheel: Path, manifest: Path, out: Path, env: dict[str, str]) -> int:
-    """Install the wheel, then let `verify --static` (imports, archs, expectations) be the gate."""
+    """Install the wheel, then let `verify --static` (imports, archs, expectations) be the gate: the
+    manifest's expected_modules plus the default features those modules provide."""
     log = out / LOG_NAME
     code, *_ = run_logged(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--force-reinstall", str(wheel)], env, log
     )
     if code != 0:
-        raise Stop(exit_codes.FAILED, f"pip install {wheel.name} failed (exit {code}); see {log}")
+        raise BuildFailed(f"pip install {wheel.name} failed (exit {code}); see {log}")
     verify_env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH")])))
     cmd = [
         sys.executable,
@@ -470,6 +469,7 @@ def install_and_verify(wheel: Path, manifest: Path, out: Path, env: dict[str, st
         "--static",
         "--manifest",
         str(manifest),
+        f"--require={gate_required(json.loads(manifest.read_text())['expected_modules'])}",
         "--json",
         str(out / "verify-static.json"),
         "--markdown",
@@ -534,12 +534,26 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _main(args)
-    except Stop as stop:
-        print(f"[apex-builder] error: {stop}", file=sys.stderr, flush=True)
-        return stop.code
+    except ToolchainError as err:
+        print(f"[apex-builder] error: {err}", file=sys.stderr, flush=True)
+        return err.exit_code
+    except OSError as err:  # writing OUT (or reading a file it names) failed: one line, not a traceback
+        print(f"[apex-builder] error: {_os_error_message(err, args.out)}", file=sys.stderr, flush=True)
+        return exit_codes.ENVIRONMENT if err.errno in (errno.ENOSPC, errno.EDQUOT) else exit_codes.USAGE
     except KeyboardInterrupt:
         print("[apex-builder] interrupted; no manifest written", file=sys.stderr)
         return exit_codes.FAILED
+
+
+def _os_error_message(err: OSError, out: Path) -> str:
+    path = err.filename or out
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"no space left on device writing {path}; free space, or pass --out on another filesystem"
+    name = str(err.filename or "")
+    if name and not (name.startswith(str(out)) or str(out).startswith(name)):  # not OUT, inside or above it
+        return f"{path}: {err.strerror or err}; check that it exists and this user can read and write it"
+    return (f"--out {out}: cannot write {path} ({err.strerror or err}); pass a directory you can create "
+            "and write, e.g. --out ./dist")
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -551,20 +565,20 @@ def _main(args: argparse.Namespace) -> int:
     needs_cuda = any(module_map.module(m).cuda for m in expected)
     for name, value in (("--jobs", args.jobs), ("--nvcc-threads", args.nvcc_threads)):
         if value is not None and value < 1:
-            raise Stop(exit_codes.USAGE, f"{name} {value}: must be 1 or more")
+            raise UsageError(f"{name} {value}: must be 1 or more")
     arch_text = args.archs or os.environ.get("TORCH_CUDA_ARCH_LIST")
     if args.naive:
         archs = None
     elif arch_text:
         archs = parse_archs(arch_text)
     elif needs_cuda:
-        raise Stop(
-            exit_codes.USAGE,
+        raise UsageError(
             "--archs is required for CUDA extensions (setup.py would guess 7+ archs); e.g. --archs 9.0",
         )
     else:
         archs = None
 
+    out.mkdir(parents=True, exist_ok=True)  # an unwritable --out fails now, not after the checks
     env = dict(os.environ)
     # the venv's bin (ninja from pip) must be on PATH even when the venv is not activated
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
@@ -573,7 +587,7 @@ def _main(args: argparse.Namespace) -> int:
     ) in module_map.known_flags():  # only the flags asked for: a stray APEX_* in the shell must not leak in
         env.pop(flag, None)
     env.update(flags)
-    versions = check_build_tools(flags, env, archs)
+    versions = check_build_tools(env, archs)
     return build_and_gate(args, src, out, flags, archs, env, versions, started)
 
 
@@ -618,7 +632,7 @@ def build_and_gate(
                 env=env,
             )
         except ValueError as error:
-            raise Stop(exit_codes.USAGE, str(error)) from None
+            raise UsageError(str(error)) from None
         env.update(plan.env(env))
         par = plan.to_json()
     _say(f"parallelism: {par['reason']}")

@@ -17,6 +17,7 @@ import argparse
 import errno
 import json
 import os
+import re
 import shlex
 import sys
 import types
@@ -250,10 +251,7 @@ def cmd_matrix(args: argparse.Namespace, console: Console) -> int:
     from toolchain import matrix_run
 
     path = args.matrix or default_matrix_path()
-    matrix = matrix_mod.load_matrix(path)  # every cell valid before any build
-    cells = matrix.select(names=args.cell, cuda=args.cuda, torch=args.torch)
-    if not cells:
-        raise UsageError(f"no cell of {path} matches --cell/--cuda/--torch; `build.py plan` lists them")
+    cells = _selected(args)  # every cell of the matrix is validated before any build
     matrix_run.check_inputs(args)
     _preflight(args.verify)
     return matrix_run.run_matrix(cells, args, console, matrix_path=path)
@@ -384,6 +382,30 @@ def _safe_name(text: str) -> str:
 # --- entry point ------------------------------------------------------------------------------
 
 
+# atomic writes go through a temp file `.NAME.XXXXXXXX.tmp` beside the target: name the target instead
+_ATOMIC_TEMP = re.compile(r"^\.(?P<name>.+)\.[^.]+\.tmp$")
+
+
+def _os_error(err: OSError) -> ToolchainError:
+    """An OSError that reached the top, as one line: a full disk is the environment (exit 3); a path
+    the user gave (--matrix, --out, --logs, --output) that cannot be read or written is usage (exit 2)."""
+    path = err.filename
+    if path is not None:
+        path = Path(os.fsdecode(path))
+        if match := _ATOMIC_TEMP.match(path.name):
+            path = path.with_name(match["name"])
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        # a report or log could not be written: atomic writes leave the previous file whole
+        where = f" writing {path}" if path else ""
+        return EnvironmentUnavailable(f"the disk is full (no space left on device){where}; free space, or point "
+                                      "--out/--logs at another filesystem")
+    if path is None:  # no path to blame: a socket or device, not an input (requests' errors land here)
+        return EnvironmentUnavailable(f"{err.strerror or err}; check the Docker daemon and the network, then retry")
+    return UsageError(f"{path}: {err.strerror or err}; pass a path that exists and this user can read and write "
+                      "(check --matrix, --out, --logs and --output)")
+
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     console = Console()
@@ -409,13 +431,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return exit_codes.OK
     except OSError as err:
-        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        # a report or log could not be written: atomic writes leave the previous file whole
-        where = f" writing {err.filename}" if err.filename else ""
-        return report(EnvironmentUnavailable(
-            f"the disk is full (no space left on device){where}; free space, or point --out/--logs at "
-            "another filesystem"))
+        return report(_os_error(err))
     except ModuleNotFoundError as err:
         if err.name != "docker":  # only the optional SDK is an environment problem; anything else is a bug
             raise

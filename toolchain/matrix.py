@@ -456,8 +456,10 @@ def _resolve_gcc(r: _Resolver, cuda: str | None, toolkit: compat_mod.Toolkit | N
         if toolkit is not None and int(text) > toolkit.gcc_max:
             newer = [t for t in r.facts.toolkits if t.gcc_max >= int(text)]
             hint = f", or CUDA {newer[0].nvcc[0]}+" if newer else ""
-            r.problem(f"GCC {text} is newer than nvcc {cuda} allows (newest: {toolkit.gcc_max})",
-                      f"use {r.how('gcc', str(toolkit.gcc_max))}{hint}")
+            # suggest a GCC the OS packages too, so the fix works on the first try
+            packaged = [g for g in os_facts.gcc if int(g) <= toolkit.gcc_max] if os_facts else [str(toolkit.gcc_max)]
+            fix = f"use {r.how('gcc', max(packaged, key=int))}" if packaged else f"use another os than {os_name}"
+            r.problem(f"GCC {text} is newer than nvcc {cuda} allows (newest: {toolkit.gcc_max})", fix + hint)
             return None
         if os_facts is not None and text not in os_facts.gcc:
             r.problem(f"{os_name} has no gcc-{text} package (it has {', '.join(os_facts.gcc)})",

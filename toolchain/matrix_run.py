@@ -96,9 +96,17 @@ class MatrixReport:
             data["status"] = status
 
 
+# Entries that say "this run did not finish the cell": never worth more than another run's finished result.
+PLACEHOLDER_STATUSES = {"pending", "not_run", "interrupted"}
+
+
 def _merge(data: dict[str, Any], entry: dict[str, Any]) -> None:
     for index, existing in enumerate(data["cells"]):
         if existing.get("id") == entry["id"]:
+            # a concurrent run's start() or Ctrl-C must not wipe a cell another run finished
+            if (existing.get("finished_at") and existing.get("run_id") != entry.get("run_id")
+                    and entry.get("status") in PLACEHOLDER_STATUSES):
+                return
             data["cells"][index] = entry
             return
     data["cells"].append(entry)

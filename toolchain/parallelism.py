@@ -29,7 +29,7 @@ COMPILES_PER_CORE = 2
 MIN_JOBS_PER_EXTENSION = 4
 # Most extensions have 1-3 source files, so one extension's build rarely fills its ninja jobs; only
 # amp_C (16 files) does. Expected concurrent compiles ~= MAX_JOBS + (APEX_PARALLEL_BUILD - 1) * this.
-# Measured on the H200 host (reports/h200/build-figures.md): MAX_JOBS=8 x APEX_PARALLEL_BUILD=4 peaked
+# Measured on the H200 host (reports/h200-2026-11-30/README.md): MAX_JOBS=8 x APEX_PARALLEL_BUILD=4 peaked
 # at 15 GiB summed RSS and left cores idle behind 4-wide extension waves.
 TYPICAL_FILES_PER_EXTENSION = 2
 # nvcc --threads only splits a file's -gencode targets: more threads than archs buy nothing.

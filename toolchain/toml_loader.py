@@ -20,5 +20,9 @@ def load_toml(path: str | Path) -> dict[str, Any]:
             return tomllib.load(handle)
     except FileNotFoundError:
         raise UsageError(f"{path}: file not found; pass an existing file with --matrix PATH") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a directory, not a TOML file; pass the file itself, e.g. {path / 'matrix.toml'}") from None
+    except OSError as exc:  # unreadable (permissions, I/O): the path and why, not a traceback
+        raise UsageError(f"{path}: cannot read it ({exc.strerror or exc}); check the path and its permissions") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: malformed TOML ({exc}); fix the syntax at that line") from None

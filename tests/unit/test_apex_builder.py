@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from toolchain import apex_builder, build_outputs
+from toolchain import apex_builder, build_outputs, compat
+from toolchain.errors import ToolchainError
 from verify import exit_codes, module_map
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,9 +88,9 @@ def test_flags_default_none_and_extras() -> None:
     [("APEX_CUDA_EX=1", None, "perhaps you meant APEX_CUDA_EXT"), (None, "xentropi", "APEX_XENTROPY"), ("APEX_CPP_EXT=2", None, "KEY=1")],
 )
 def test_bad_flags_exit_2(flags: str | None, extras: str | None, needle: str) -> None:
-    with pytest.raises(apex_builder.Stop) as stop:
+    with pytest.raises(ToolchainError) as stop:
         apex_builder.parse_flags(flags, extras)
-    assert stop.value.code == exit_codes.USAGE and needle in str(stop.value)
+    assert stop.value.exit_code == exit_codes.USAGE and needle in str(stop.value)
 
 
 def test_arch_list_syntax() -> None:
@@ -97,9 +98,9 @@ def test_arch_list_syntax() -> None:
     assert apex_builder.parse_archs("8.0;9.0+PTX") == ["8.0", "9.0+PTX"]
     assert apex_builder.parse_archs("8.0, 10.0a 12.0f") == ["8.0", "10.0a", "12.0f"]
     for bad in ("", "sm_90", "9", "9.0+ptx", "9.0;x"):
-        with pytest.raises(apex_builder.Stop) as stop:
+        with pytest.raises(ToolchainError) as stop:
             apex_builder.parse_archs(bad)
-        assert stop.value.code == exit_codes.USAGE
+        assert stop.value.exit_code == exit_codes.USAGE
 
 
 def test_cli_rejects_missing_and_non_apex_source(tmp_path: Path) -> None:
@@ -192,9 +193,9 @@ def test_no_gate_reports_but_passes(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 def test_failed_compile_exit_1_with_log_tail(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     code = None
-    with pytest.raises(apex_builder.Stop) as stop:
+    with pytest.raises(ToolchainError) as stop:
         code, _ = build(tmp_path, {"APEX_CPP_EXT": "1"}, broken=True)
-    assert code is None and stop.value.code == exit_codes.FAILED
+    assert code is None and stop.value.exit_code == exit_codes.FAILED
     assert "pip wheel failed" in str(stop.value) and "first error at log line" in str(stop.value)
     assert "--- last lines ---" in str(stop.value)
 
@@ -223,6 +224,35 @@ def test_wheel_hashes_from_sha256sum(tmp_path: Path) -> None:
     assert apex_builder.wheel_hashes([str(tmp_path / "w.sha256")]) == {wheel.name: apex_builder.sha256_of(wheel)}
     (tmp_path / "bad.sha256").write_text("nonsense\n")
     for bad in ("bad.sha256", "missing.sha256"):
-        with pytest.raises(apex_builder.Stop) as stop:
+        with pytest.raises(ToolchainError) as stop:
             apex_builder.wheel_hashes([str(tmp_path / bad)])
-        assert stop.value.code == exit_codes.USAGE
+        assert stop.value.exit_code == exit_codes.USAGE
+
+
+# ---------------------------------------------------------------- static gate, errors, shared facts
+
+
+def test_static_gate_requires_only_the_features_this_build_promises() -> None:
+    def gate(flags: str | None) -> str:
+        return apex_builder.gate_required(list(module_map.modules_for_flags(apex_builder.parse_flags(flags, None))))
+
+    assert gate(None) == ",".join(module_map.default_required_features())  # the core CUDA build: all of them
+    assert gate("none") == "" and gate("APEX_CPP_EXT") == ""  # nothing fused promised: only expected_modules
+    assert apex_builder.gate_required(["amp_C"]) == "FusedAdam"
+    from verify.expectations import parse_required
+
+    assert parse_required([gate("none")]) == ()  # verify reads '' as "no features", not as its defaults
+
+
+def test_unwritable_out_is_one_line_exit_2(tmp_path: Path) -> None:
+    src = make_project(tmp_path / "src")
+    result = run_builder("--apex-src", str(src), "--out", "/proc/no-such/out", "--flags", "none")
+    assert result.returncode == exit_codes.USAGE, result.stderr
+    assert "--out /proc/no-such/out: cannot write" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_builder_literals_match_compat_toml() -> None:
+    facts = compat.load()
+    assert tuple(apex_builder.DEFAULT_FLAGS) == facts.apex_core_flags
+    assert set(apex_builder.DEFAULT_FLAGS.values()) == {"1"}
+    assert apex_builder.TORCH_INDEX_URL == facts.index_url_pattern

@@ -110,6 +110,15 @@ def test_matrix_with_one_bad_cell_builds_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "logs").exists()
 
 
+def test_paths_that_cannot_be_read_or_written_are_exit_2_naming_them(tmp_path: Path) -> None:
+    assert_clean_error(run_build("validate", "--matrix", str(tmp_path)), exit_codes.USAGE,
+                       f"{tmp_path}: is a directory", "matrix.toml")
+    # /proc takes no new files, even for root: the atomic write's temp file fails, the target is named
+    assert_clean_error(run_build("bake", "--output", "/proc/x.json"), exit_codes.USAGE,
+                       "/proc/x.json: No such file or directory", "--output")
+    assert_clean_error(run_build("report", "--out", "/proc/apex-out"), exit_codes.USAGE, "/proc/apex-out", "--out")
+
+
 def test_github_actions_gets_an_error_annotation() -> None:
     proc = run_build("plan", "--cuda", "12.5", env={"GITHUB_ACTIONS": "true"})
     assert proc.returncode == exit_codes.USAGE

@@ -124,6 +124,8 @@ def test_images_workflow_builds_from_the_generated_matrix(cells) -> None:
         assert strategy["fail-fast"] is False
         assert strategy["matrix"] == "${{ fromJson(needs.plan.outputs.matrix) }}"
     assert jobs["gpu-verify"]["runs-on"] == ["self-hosted", "linux", "gpu"]
+    # one failed build cell must not skip the GPU verify of the others
+    assert "!cancelled()" in jobs["gpu-verify"]["if"] and "needs.plan.result == 'success'" in jobs["gpu-verify"]["if"]
     gpu_runs = " ".join(str(s.get("run", "")) for s in jobs["gpu-verify"]["steps"])
     assert "build.py pull" in gpu_runs and "--gpu require" in gpu_runs
     assert jobs["build"]["permissions"]["packages"] == "write"

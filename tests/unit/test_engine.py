@@ -130,7 +130,8 @@ def test_a_tag_docker_rejects_is_a_usage_error_naming_the_tag() -> None:
 def test_an_unreachable_daemon_during_the_lookup_is_exit_3(tmp_path: Path) -> None:
     import docker
 
-    client = docker.DockerClient(base_url=f"unix://{tmp_path / 'no-daemon.sock'}", timeout=5)
+    # a fixed API version: the client would otherwise ask the (absent) daemon for it at construction
+    client = docker.DockerClient(base_url=f"unix://{tmp_path / 'no-daemon.sock'}", version="1.41", timeout=5)
     with pytest.raises(EnvironmentUnavailable, match="did not answer while looking up image 'x:y'") as err:
         engine.local_image(client, "x:y")
     assert err.value.exit_code == 3

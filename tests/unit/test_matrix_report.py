@@ -105,6 +105,27 @@ def test_two_runs_at_once_keep_each_others_cells(tmp_path: Path) -> None:
     assert set(data["runs"]) == {"run-a", "run-b"}
 
 
+def test_a_second_run_does_not_reset_or_void_cells_another_run_finished(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    a, b, _ = cells()
+    first, second = MatrixReport(out, None, "run-a"), MatrixReport(out, None, "run-b")
+    first.start([a, b])
+    first.update(result(a, "run-a", "built", {"ok": True, "tag": a.id}))
+    first.finish("complete")
+    second.start([a, b])  # pending placeholders: a keeps run-a's result, b was never finished: pending
+    by_id = {c["id"]: c for c in json.loads((out / "matrix-report.json").read_text())["cells"]}
+    assert (by_id[a.id]["status"], by_id[a.id]["run_id"]) == ("built", "run-a")
+    assert (by_id[b.id]["status"], by_id[b.id]["run_id"]) == ("pending", "run-b")
+    second.update(result(a, "run-b", "interrupted", {"ok": False, "interrupted": True}))  # Ctrl-C in a
+    second.finish("interrupted", leftover=[b])
+    by_id = {c["id"]: c for c in json.loads((out / "matrix-report.json").read_text())["cells"]}
+    assert (by_id[a.id]["status"], by_id[a.id]["run_id"]) == ("built", "run-a")
+    assert by_id[b.id]["status"] == "not_run"
+    second.update(result(a, "run-b", "verified", {"ok": True, "tag": a.id}))  # a real newer result wins
+    by_id = {c["id"]: c for c in json.loads((out / "matrix-report.json").read_text())["cells"]}
+    assert (by_id[a.id]["status"], by_id[a.id]["run_id"]) == ("verified", "run-b")
+
+
 def test_report_command_with_nothing_run(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(REPO / "build.py"), "report", "--out", str(tmp_path / "out")],
                           capture_output=True, text=True, cwd=tmp_path, timeout=60)

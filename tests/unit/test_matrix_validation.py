@@ -47,7 +47,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "gcc_newer_than_nvcc_allows": (
         '[cells.gcc]\ncuda = "12.4"\nos = "ubuntu22.04"\ngcc = "14"\n',
-        ("cell gcc", "GCC 14 is newer than nvcc 12.4 allows (newest: 13)", 'gcc = "13"', "CUDA 12.8+"),
+        # newest nvcc 12.4 allows is 13, but ubuntu22.04 packages gcc up to 12: the fix names one it has
+        ("cell gcc", "GCC 14 is newer than nvcc 12.4 allows (newest: 13)", 'gcc = "12"', "CUDA 12.8+"),
     ),
     "gcc_the_os_does_not_have": (
         '[cells.gcc]\ncuda = "12.8"\nos = "ubuntu22.04"\ngcc = "13"\n',
@@ -210,8 +211,11 @@ def test_command_line_problems_name_the_option(tmp_path: Path) -> None:
     message = str(caught.value)
     assert message.startswith("command line: torch 2.8 has no wheel for CUDA 12.4")
     assert "--torch 2.6" in message
-    with pytest.raises(MatrixError, match=r"cell a with command-line overrides: GCC 14 .*--gcc 13"):
-        cli_cell({"gcc": "14"}, matrix_path=path, base_cell="a")
+    # nvcc 12.4 allows GCC 13, but the fix names the newest GCC the OS packages too
+    with pytest.raises(MatrixError, match=r"cell a with command-line overrides: GCC 14 .*--gcc 12"):
+        cli_cell({"gcc": "14"}, matrix_path=path, base_cell="a")  # ubuntu22.04: gcc 9-12
+    with pytest.raises(MatrixError, match=r"GCC 14 is newer than nvcc 12.4 allows \(newest: 13\); use --gcc 13"):
+        cli_cell({"gcc": "14", "os": "ubuntu24.04"}, matrix_path=path, base_cell="a")  # ubuntu24.04: gcc 9-14
 
 
 def test_unknown_cell_name(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -22,12 +23,39 @@ def test_host_resources_are_read_from_this_machine() -> None:
     assert quota is None or quota > 0
 
 
-def test_default_plan_fits_cores_and_memory_of_this_machine() -> None:
+def expected_compiles(plan: parallelism.Plan) -> int:
+    """The concurrency model the rule sizes for: MAX_JOBS for the big extension plus ~TYPICAL files for
+    each other extension built beside it (not the product: most extensions have 1-3 files), x nvcc threads."""
+    per_thread = min(plan.max_jobs * plan.apex_parallel_build,
+                     plan.max_jobs + (plan.apex_parallel_build - 1) * parallelism.TYPICAL_FILES_PER_EXTENSION)
+    return per_thread * plan.nvcc_threads
+
+
+def slots_of(res: parallelism.HostResources) -> tuple[int, int]:
+    """(concurrent compile slots, compiles that fit in memory) for a host, by the documented facts."""
+    fits = max(1, math.floor(res.mem_available_gib * parallelism.MEMORY_FRACTION / parallelism.GIB_PER_COMPILE))
+    return min(res.cores * parallelism.COMPILES_PER_CORE, fits), fits
+
+
+@pytest.mark.parametrize("cores", [2, 4, 16, 64])
+@pytest.mark.parametrize("mem_gib", [500, 16, 2])  # plenty, scarce, almost none
+@pytest.mark.parametrize("n_archs", [1, 3])
+def test_default_plan_fits_the_slots_and_memory(cores: int, mem_gib: float, n_archs: int) -> None:
+    res = parallelism.HostResources(cpus_affinity=cores, cpu_quota=None, mem_available_gib=mem_gib,
+                                    mem_source="MemAvailable")
+    plan = parallelism.plan(res, n_archs=n_archs, n_extensions=12, env={})
+    slots, fits = slots_of(res)
+    assert 1 <= expected_compiles(plan) <= slots
+    assert expected_compiles(plan) <= fits
+    assert plan.nvcc_threads == max(1, min(n_archs, parallelism.MAX_NVCC_THREADS, slots))
+    # warned only where not even one compile fits
+    assert ("WARNING" in plan.reason) == (mem_gib < parallelism.GIB_PER_COMPILE)
+
+
+def test_default_plan_on_this_machine() -> None:
     res = parallelism.host_resources()
     plan = parallelism.plan(res, n_archs=1, n_extensions=12, env={})
-    concurrent = plan.max_jobs * plan.apex_parallel_build * plan.nvcc_threads
-    assert concurrent <= max(1, res.cores * parallelism.COMPILES_PER_CORE)
-    assert concurrent * parallelism.GIB_PER_COMPILE <= max(parallelism.GIB_PER_COMPILE, res.mem_available_gib)
+    assert expected_compiles(plan) <= slots_of(res)[0]
     assert plan.nvcc_threads == 1, "one arch: nvcc --threads has nothing to split"
     assert "cores" in plan.reason and "GiB available" in plan.reason
 
