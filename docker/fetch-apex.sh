@@ -4,6 +4,7 @@
 # /src/apex-source.txt ("git+URL@SHA" or "dir:NAME") for the build manifest.
 set -euo pipefail
 inputs=/run/apex-toolchain/docker/build-inputs
+mkdir -p /src
 if [ -n "${APEX_SRC_DIR:-}" ]; then
   src="$inputs/$APEX_SRC_DIR"
   if [ ! -f "$src/setup.py" ] || [ ! -d "$src/apex" ]; then
