@@ -59,7 +59,7 @@ def test_cuda_alone_picks_the_newest_torch_that_ships_it() -> None:
 
 
 @pytest.mark.parametrize(("cuda", "torch"), [("11.8", "2.7"), ("12.1", "2.5"), ("12.8", "2.11"), ("12.9", "2.8"),
-                                             ("13.0", "2.13")])
+                                             ("13.0", "2.14")])
 def test_newest_torch_per_cuda(cuda: str, torch: str) -> None:
     assert compat.minor_of(cli_cell({"cuda": cuda}, matrix_path=REPO / "matrix.toml").torch) == torch
 
