@@ -166,8 +166,9 @@ def identity_checks(info: dict[str, Any], apex_import: dict[str, Any] | None, ma
     info["commit"], info["commit_source"] = commit, source
     if commit is None:
         checks.append(Check("identity", "commit", Status.WARN,
-                            "Apex commit unknown (no build manifest, no VCS metadata); the version is always 0.1,"
-                            " so build with toolchain's apex builder to record it"))
+                            f"Apex commit unknown ({'the build manifest records none' if manifest else 'no build manifest'}"
+                            ", no VCS metadata); the version is always 0.1, so build from a git checkout with"
+                            " toolchain's apex builder to record it"))
     elif disagree:
         checks.append(Check("identity", "commit", Status.WARN,
                             f"commit {commit[:12]} from {source}, but {'; '.join(disagree)}: the manifest and the"
