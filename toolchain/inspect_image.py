@@ -8,11 +8,12 @@ import json
 import tarfile
 
 from toolchain import engine
+from verify.manifest import DEFAULT_PATH as MANIFEST_PATH
 
 NAMESPACE = "io.apex-toolchain."
 OCI = "org.opencontainers.image."
 EMBEDDED = {
-    "manifest": "/opt/apex/build-manifest.json",
+    "manifest": str(MANIFEST_PATH),
     "static_report": "/opt/apex/verify-static.json",
     "static_report_markdown": "/opt/apex/verify-static.md",
 }

@@ -24,6 +24,7 @@ from verify import (
     exit_codes,
     expectations,
     extensions,
+    fatbin,
     identity,
     manifest,
     module_map,
@@ -143,7 +144,7 @@ def _run(args: argparse.Namespace, required: tuple[str, ...], manifest_data: dic
     checks += extensions.extension_checks(ext_results, expected)
     checks += arch_checks
     entry_points = {f: probe_results[f"feature:{f}"] for f in required if f"feature:{f}" in probe_results}
-    arch_fix = f"rebuild with TORCH_CUDA_ARCH_LIST={capability[0]}.{capability[1]}" if capability else None
+    arch_fix = f"rebuild with TORCH_CUDA_ARCH_LIST={fatbin.arch_list_value(capability)}" if capability else None
     checks += expectations.expectation_checks(required, ext_results, entry_points, manifest_data, arch_fix,
                                                 apex_kind=apex_info["kind"])
 
