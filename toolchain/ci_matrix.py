@@ -14,6 +14,11 @@ from toolchain.matrix import Cell
 
 CACHE_KINDS = ("gha", "registry", "none")
 _BAKE_NAME = re.compile(r"[^A-Za-z0-9_-]")
+# GitHub runners per docker platform, so every image builds natively (no QEMU): hosted runners for
+# the build (`ubuntu-24.04-arm` is GitHub's hosted arm64 Linux runner), self-hosted GPU runners for
+# the GPU verify (`ARM64` is the architecture label every arm64 self-hosted runner carries).
+BUILD_RUNNERS = {"linux/amd64": "ubuntu-24.04", "linux/arm64": "ubuntu-24.04-arm"}
+GPU_RUNNERS = {"linux/amd64": ["self-hosted", "linux", "gpu"], "linux/arm64": ["self-hosted", "linux", "gpu", "ARM64"]}
 
 
 def image_ref(cell: Cell, registry: str | None) -> str:
@@ -34,6 +39,9 @@ def gh_matrix(cells: list[Cell], registry: str | None = None) -> dict[str, Any]:
                 "python": cell.python,
                 "os": cell.os,
                 "archs": cell.arch_list,
+                "platform": cell.platform,
+                "runner": BUILD_RUNNERS[cell.platform],
+                "gpu_runner": GPU_RUNNERS[cell.platform],
                 # one BuildKit cache per cell: cells never evict each other's layers
                 "cache_scope": cell.id,
             }
@@ -68,6 +76,7 @@ def bake(
             "args": cell.build_args(),
             "tags": [image_ref(cell, registry)],
             "labels": {"io.apex-toolchain.cell": cell.id},
+            "platforms": [cell.platform],
         }
         if cache == "gha":
             entry["cache-from"] = [f"type=gha,scope={cell.id}"]

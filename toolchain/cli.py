@@ -33,7 +33,7 @@ from verify import exit_codes
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Command-line options that override a cell's keys (option dest == matrix key).
 OVERRIDE_KEYS = ("cuda", "torch", "python", "os", "gcc", "archs", "apex_repo", "apex_ref", "extras",
-                 "apex_flags", "base_devel", "base_runtime", "torch_index_url", "tag")
+                 "apex_flags", "base_devel", "base_runtime", "torch_index_url", "tag", "platform")
 
 
 def default_matrix_path() -> Path:
@@ -76,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--base-runtime", help="runtime base image")
     group.add_argument("--torch-index-url", help="pip index for torch (default: the PyTorch index for the CUDA)")
     group.add_argument("--tag", help="image tag instead of the cell id")
+    group.add_argument("--platform", help="docker platform: linux/amd64 (default) or linux/arm64 (GH200, GB200)")
 
     build = argparse.ArgumentParser(add_help=False)
     bgroup = build.add_argument_group("build")

@@ -1,5 +1,6 @@
-"""The compatibility facts (data/compat.toml) as typed lookups: torch<->CUDA wheels, Python ranges,
-nvcc's host-GCC and GPU-arch limits, base images per CUDA and OS, the pinned Apex commit."""
+"""The compatibility facts (data/compat.toml) as typed lookups: torch<->CUDA wheels (per platform),
+Python ranges, nvcc's host-GCC and GPU-arch limits, base images per CUDA and OS, the pinned Apex
+commit, and the leads (claims seen but not confirmed) recorded beside them."""
 
 from __future__ import annotations
 
@@ -25,16 +26,25 @@ def minor_of(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
 
 
+DEFAULT_PLATFORM = "linux/amd64"
+
+
 @dataclasses.dataclass(frozen=True)
 class TorchRelease:
     minor: str
     version: str  # the patch pinned by default
-    cuda: tuple[str, ...]
+    cuda: tuple[str, ...]  # CUDA builds with linux x86_64 wheels
     python_min: str
     python_max: str
+    pypi_cuda: str | None = None  # the CUDA of the wheels on PyPI itself (None: CPU-only there)
+    aarch64_cuda: tuple[str, ...] = ()  # CUDA builds with linux aarch64 wheels
 
     def supports_python(self, python: str) -> bool:
         return version_key(self.python_min) <= version_key(python) <= version_key(self.python_max)
+
+    def cuda_for(self, platform: Platform) -> tuple[str, ...]:
+        """The CUDA builds with wheels for this platform's machine."""
+        return self.aarch64_cuda if platform.torch_wheels == "aarch64_cuda" else self.cuda
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +52,23 @@ class Toolkit:
     nvcc: tuple[str, ...]
     gcc_max: int
     archs: tuple[str, ...]
+    ptx_on_highest: bool = False  # default arch lists end in "<highest>+PTX" (as PyTorch's CUDA 13 wheels)
+
+
+@dataclasses.dataclass(frozen=True)
+class Platform:
+    name: str  # "linux/arm64", as docker --platform takes it
+    machine: str  # "aarch64", as `uname -m` and wheel tags say it
+    id_suffix: str  # "arm64" -> "...-ubuntu24.04-arm64"; "" for the default platform
+    torch_wheels: str  # the TorchRelease field listing its CUDA builds: "cuda" | "aarch64_cuda"
+
+
+@dataclasses.dataclass(frozen=True)
+class Lead:
+    """A claim seen in a source but not confirmed: recorded, never used as a fact."""
+
+    where: str  # "torch 2.15", "cuda 13.4"
+    text: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,15 +98,26 @@ class Compat:
     os: dict[str, OsRelease]
     devel_image_pattern: str
     runtime_image_pattern: str
+    platforms: dict[str, Platform] = dataclasses.field(default_factory=dict)  # first is the default
+    leads: tuple[Lead, ...] = ()
 
     # --- lookups -----------------------------------------------------------------------------
     def torch_release(self, version: str) -> TorchRelease | None:
         return self.torch.get(minor_of(version))
 
-    def torch_for_cuda(self, cuda: str) -> list[TorchRelease]:
-        """Torch releases with a wheel for this CUDA, newest first."""
-        found = [t for t in self.torch.values() if cuda in t.cuda]
+    def torch_for_cuda(self, cuda: str, platform: str = DEFAULT_PLATFORM) -> list[TorchRelease]:
+        """Torch releases with a wheel for this CUDA (on this platform), newest first."""
+        where = self.platform(platform)
+        found = [t for t in self.torch.values() if cuda in t.cuda_for(where)]
         return sorted(found, key=lambda t: version_key(t.minor), reverse=True)
+
+    def platform(self, name: str) -> Platform:
+        """The platform record; one not in the facts is read as the default platform's rules."""
+        return self.platforms.get(name) or Platform(DEFAULT_PLATFORM, "x86_64", "", "cuda")
+
+    @property
+    def default_platform(self) -> str:
+        return next(iter(self.platforms), DEFAULT_PLATFORM)
 
     def toolkit(self, nvcc: str) -> Toolkit | None:
         for row in self.toolkits:
@@ -107,6 +145,18 @@ def parse_arch(arch: str) -> tuple[str, str, bool] | None:
     return match["num"], match["suffix"], bool(match["ptx"])
 
 
+def _leads(raw: dict) -> tuple[Lead, ...]:
+    """Every `leads = [...]` of the torch, toolkit and cuda rows, labelled with its row."""
+    found: list[Lead] = []
+    for minor, row in raw.get("torch", {}).items():
+        found += [Lead(f"torch {minor}", text) for text in row.get("leads", ())]
+    for row in raw.get("toolkit", ()):
+        found += [Lead(f"nvcc {'/'.join(row['nvcc'])}", text) for text in row.get("leads", ())]
+    for version, row in raw.get("cuda", {}).items():
+        found += [Lead(f"cuda {version}", text) for text in row.get("leads", ())]
+    return tuple(found)
+
+
 @functools.lru_cache(maxsize=4)
 def load(path: Path = DATA) -> Compat:
     raw = load_toml(path)
@@ -122,11 +172,14 @@ def load(path: Path = DATA) -> Compat:
                 cuda=tuple(row["cuda"]),
                 python_min=row["python"][0],
                 python_max=row["python"][1],
+                pypi_cuda=row.get("pypi_cuda"),
+                aarch64_cuda=tuple(row.get("aarch64_cuda", ())),
             )
             for minor, row in raw["torch"].items()
         },
         toolkits=tuple(
-            Toolkit(nvcc=tuple(row["nvcc"]), gcc_max=int(row["gcc_max"]), archs=tuple(row["archs"]))
+            Toolkit(nvcc=tuple(row["nvcc"]), gcc_max=int(row["gcc_max"]), archs=tuple(row["archs"]),
+                    ptx_on_highest=bool(row.get("ptx_on_highest", False)))
             for row in raw["toolkit"]
         ),
         cuda={
@@ -140,4 +193,10 @@ def load(path: Path = DATA) -> Compat:
         },
         devel_image_pattern=raw["images"]["devel"],
         runtime_image_pattern=raw["images"]["runtime"],
+        platforms={
+            name: Platform(name=name, machine=row["machine"], id_suffix=row["id_suffix"],
+                           torch_wheels=row["torch_wheels"])
+            for name, row in raw.get("platform", {}).items()
+        },
+        leads=_leads(raw),
     )

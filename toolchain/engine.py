@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from toolchain.compat import DEFAULT_PLATFORM
 from toolchain.errors import EnvironmentUnavailable, UsageError
 
 if TYPE_CHECKING:
@@ -200,6 +201,8 @@ def build_command(cell: Cell, *, target: str = "runtime", apex_src: Path | str |
     prefix = (client or _client_or_default()).build_prefix()
     command = [*prefix, "--file", str(Path(context) / DOCKERFILE), "--target", target, "--progress", "plain",
                "--tag", cell.id]
+    if cell.platform != DEFAULT_PLATFORM:  # e.g. linux/arm64: native on an arm64 builder, else QEMU
+        command += ["--platform", cell.platform]
     args = build_args_for(cell, apex_src=Path(apex_src) if apex_src else None,
                           wheelhouse=Path(wheelhouse) if wheelhouse else None, extra=extra_args)
     for key, value in args.items():

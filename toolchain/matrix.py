@@ -40,6 +40,7 @@ CELL_KEYS: dict[str, type] = {
     "base_runtime": str,
     "torch_index_url": str,
     "tag": str,
+    "platform": str,
 }
 # Docker's tag grammar: https://docs.docker.com/reference/cli/docker/image/tag/
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -75,6 +76,7 @@ class Cell:
     base_runtime: str
     torch_index_url: str
     variant: str = ""  # the id's suffix when archs/extras/flags/gcc differ from the defaults
+    platform: str = compat_mod.DEFAULT_PLATFORM  # docker --platform: "linux/amd64" or "linux/arm64"
 
     @property
     def arch_list(self) -> str:
@@ -282,7 +284,8 @@ def resolve(
         r.problems += _check_layer(layer, where if origin != "cell" else r.label)
 
     cuda = _resolve_cuda(r)
-    release = _resolve_torch(r, cuda)
+    platform = _resolve_platform(r)
+    release = _resolve_torch(r, cuda, platform)
     toolkit = facts.toolkit(cuda) if cuda else None
     if cuda and toolkit is None:
         r.problem(f"CUDA {cuda}: nvcc's limits (host GCC, GPU archs) are not in the compatibility facts",
@@ -318,7 +321,8 @@ def resolve(
         return None, r.problems
 
     variant = _variant(r, archs, default_archs, extras, flags, gcc, os_name)
-    cell_id = _cell_id(r, apex_ref, torch_version, cuda, python, os_name, variant)
+    os_part = "-".join(p for p in (os_name or "", facts.platform(platform or "").id_suffix) if p)
+    cell_id = _cell_id(r, apex_ref, torch_version, cuda, python, os_part, variant)
     if cell_id is None:
         return None, r.problems
     cell = Cell(
@@ -338,6 +342,7 @@ def resolve(
         base_runtime=base_runtime,
         torch_index_url=r.text("torch_index_url") or facts.index_url(cuda),
         variant=variant,
+        platform=platform or facts.default_platform,
     )
     return cell, r.problems
 
@@ -358,14 +363,31 @@ def _resolve_cuda(r: _Resolver) -> str | None:
     return cuda
 
 
-def _resolve_torch(r: _Resolver, cuda: str | None) -> compat_mod.TorchRelease | None:
-    text = r.text("torch")
-    if cuda is None:
+def _resolve_platform(r: _Resolver) -> str | None:
+    text = r.text("platform")
+    known = list(r.facts.platforms) or [compat_mod.DEFAULT_PLATFORM]
+    if text is None:
+        return known[0]
+    if text not in known:
+        r.problem(f"platform {text!r} is not one the facts know",
+                  _did_you_mean(text, known, f"use {r.how('platform', known[0])} (one of {', '.join(known)})"))
         return None
-    shipping = r.facts.torch_for_cuda(cuda)
+    return text
+
+
+def _resolve_torch(r: _Resolver, cuda: str | None, platform: str | None) -> compat_mod.TorchRelease | None:
+    text = r.text("torch")
+    if cuda is None or platform is None:
+        return None
+    shipping = r.facts.torch_for_cuda(cuda, platform)
+    machine = r.facts.platform(platform)
+    on = "" if platform == r.facts.default_platform else f" {machine.machine}"
     if text is None:
         if not shipping:
-            r.problem(f"no torch release ships wheels for CUDA {cuda}", "pick another CUDA version")
+            with_wheels = sorted({c for t in r.facts.torch.values() for c in t.cuda_for(machine)}, key=version_key)
+            r.problem(f"no torch release ships{on} wheels for CUDA {cuda} in the compatibility facts",
+                      f"use {r.how('cuda', _nearest(cuda, with_wheels))} (CUDA with{on} torch wheels: "
+                      f"{', '.join(with_wheels)})" if with_wheels else "pick another CUDA version")
             return None
         return shipping[0]  # newest torch that ships this CUDA
     release = r.facts.torch_release(text) if _TORCH_VERSION.match(text) else None
@@ -375,10 +397,16 @@ def _resolve_torch(r: _Resolver, cuda: str | None) -> compat_mod.TorchRelease | 
         r.problem(f"torch {text!r} is not in the compatibility facts",
                   f"use {r.how('torch', best)} (known: {', '.join(known)})")
         return None
-    if cuda not in release.cuda:
-        cu = ", ".join("cu" + c.replace(".", "") for c in release.cuda)
-        other_cuda = f"a CUDA it ships ({', '.join(release.cuda)})"
-        r.problem(f"torch {text} has no wheel for CUDA {cuda} (it ships {cu})",
+    builds = release.cuda_for(machine)
+    if cuda not in builds:
+        if not builds:  # e.g. torch 2.6 on aarch64: PyPI had CPU-only wheels, no CUDA build recorded
+            r.problem(f"torch {text} has no{on} CUDA wheels in the compatibility facts",
+                      f"use {r.how('torch', shipping[0].minor)} (newest with{on} CUDA {cuda} wheels)" if shipping
+                      else f"use {r.how('platform', r.facts.default_platform)}")
+            return None
+        cu = ", ".join("cu" + c.replace(".", "") for c in builds)
+        other_cuda = f"a CUDA it ships ({', '.join(builds)})"
+        r.problem(f"torch {text} has no{on} wheel for CUDA {cuda} (it ships {cu})",
                   (f"use {r.how('torch', shipping[0].minor)} (newest for CUDA {cuda}), or " if shipping else "use ")
                   + other_cuda)
         return None
@@ -499,7 +527,7 @@ def _resolve_archs(r: _Resolver, cuda: str | None, toolkit: compat_mod.Toolkit |
         return [a for a, _ in parsed], [a for a, _ in parsed]
     fits = [(a, p) for a, p in parsed if p[0] in toolkit.archs]
     if from_defaults:  # archs from [defaults]: keep those this toolkit compiles
-        kept = _sort_archs([a for a, _ in fits])
+        kept = _with_ptx(_sort_archs([a for a, _ in fits]), toolkit)
         if not kept and parsed:
             r.problem(f"none of the default archs {', '.join(requested)} can be compiled by nvcc {cuda}",
                       f"set archs in [cells.{r.name}] to some of {', '.join(toolkit.archs)}")
@@ -512,7 +540,15 @@ def _resolve_archs(r: _Resolver, cuda: str | None, toolkit: compat_mod.Toolkit |
                       f"(it compiles {toolkit.archs[0]}-{toolkit.archs[-1]})",
                       f"drop {arch} from archs, or build it with {where}")
     defaults_for_toolkit = _sort_archs([a for a in r.defaults_archs if (parse_arch(a) or ("",))[0] in toolkit.archs])
-    return _sort_archs([a for a, _ in fits]), defaults_for_toolkit
+    return _sort_archs([a for a, _ in fits]), _with_ptx(defaults_for_toolkit, toolkit)
+
+
+def _with_ptx(archs: list[str], toolkit: compat_mod.Toolkit) -> list[str]:
+    """Default archs for a toolkit whose row says so end in PTX for the highest one (as PyTorch's
+    CUDA 13 wheels: "...;12.0+PTX"), so a newer GPU JIT-compiles it instead of failing."""
+    if not toolkit.ptx_on_highest or not archs or any((parse_arch(a) or ("", "", False))[2] for a in archs):
+        return archs
+    return [*archs[:-1], archs[-1] + "+PTX"]
 
 
 def _sort_archs(archs: list[str]) -> list[str]:

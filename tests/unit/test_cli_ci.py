@@ -45,8 +45,13 @@ def test_gh_matrix_has_one_entry_per_cell(cells) -> None:
     assert all(e["image"] == f"{REGISTRY}:{e['id']}" for e in include)
     assert len({e["cache_scope"] for e in include}) == len(cells)  # a cache scope per cell
     for entry, cell in zip(include, cells, strict=True):
-        assert (entry["cuda"], entry["torch"], entry["python"], entry["archs"]) == (
-            cell.cuda, cell.torch, cell.python, cell.arch_list)
+        assert (entry["cuda"], entry["torch"], entry["python"], entry["archs"], entry["platform"]) == (
+            cell.cuda, cell.torch, cell.python, cell.arch_list, cell.platform)
+        # each cell builds and is GPU-verified on a runner of its own platform (no emulation)
+        arm = cell.platform == "linux/arm64"
+        assert entry["runner"] == ("ubuntu-24.04-arm" if arm else "ubuntu-24.04")
+        assert entry["gpu_runner"] == ["self-hosted", "linux", "gpu", *(["ARM64"] if arm else [])]
+    assert {"linux/amd64", "linux/arm64"} <= {e["platform"] for e in include}
 
 
 def test_gh_matrix_filters(cells) -> None:
@@ -71,6 +76,7 @@ def test_bake_definition_matches_the_matrix(tmp_path: Path, cells) -> None:
         assert target["tags"] == [f"{REGISTRY}:{cell.id}"]
         assert target["cache-from"] == [f"type=gha,scope={cell.id}"]
         assert target["cache-to"] == [f"type=gha,scope={cell.id},mode=max"]
+        assert target["platforms"] == [cell.platform]
 
 
 def test_bake_registry_cache_needs_a_place(tmp_path: Path) -> None:
@@ -123,7 +129,8 @@ def test_images_workflow_builds_from_the_generated_matrix(cells) -> None:
         strategy = jobs[name]["strategy"]
         assert strategy["fail-fast"] is False
         assert strategy["matrix"] == "${{ fromJson(needs.plan.outputs.matrix) }}"
-    assert jobs["gpu-verify"]["runs-on"] == ["self-hosted", "linux", "gpu"]
+    assert jobs["build"]["runs-on"] == "${{ matrix.runner }}"
+    assert jobs["gpu-verify"]["runs-on"] == "${{ matrix.gpu_runner }}"
     # one failed build cell must not skip the GPU verify of the others
     assert "!cancelled()" in jobs["gpu-verify"]["if"] and "needs.plan.result == 'success'" in jobs["gpu-verify"]["if"]
     gpu_runs = " ".join(str(s.get("run", "")) for s in jobs["gpu-verify"]["steps"])
