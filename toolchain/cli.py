@@ -9,6 +9,7 @@
     build.py report                       all cells -> out/matrix-report.md + .html
     build.py wheel    --apex-src DIR ...  the Apex wheel builder (bare metal, no Docker)
     build.py gh-matrix | bake | pull      CI generators and pulling a prebuilt image
+    build.py facts check                  compare the compatibility facts with what PyPI publishes
 """
 
 from __future__ import annotations
@@ -148,6 +149,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_pull)
 
     sub.add_parser("wheel", help="build the Apex wheel on bare metal (see build.py wheel --help)")
+
+    p = sub.add_parser("facts", help="the compatibility facts: `facts check` compares them with PyPI")
+    facts_sub = p.add_subparsers(dest="facts_command", metavar="ACTION")
+    check = facts_sub.add_parser("check", help="exit 1 when PyPI publishes torch releases or CUDA toolkits the "
+                                 "facts lack or contradict; 3 when the index cannot be read")
+    check.add_argument("--index", default="https://pypi.org",
+                       help="PyPI, or a mirror of its JSON API (https:// or file://; default https://pypi.org)")
+    check.add_argument("--facts", type=Path, default=None, help="facts file (default: toolchain/data/compat.toml)")
+    check.set_defaults(func=cmd_facts_check)
+    p.set_defaults(func=lambda args, console: _usage("facts: name an action: build.py facts check"))
     return parser
 
 
@@ -346,6 +357,41 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     else:
         console.error(f"{ref} is not ready: verify exit {code}; report {report_path}", title=f"pull {cell.id}")
     return code
+
+
+def cmd_facts_check(args: argparse.Namespace, console: Console) -> int:
+    from toolchain import compat, facts_check
+
+    path = args.facts or compat.DATA
+    if not path.is_file():
+        raise UsageError(f"--facts {path}: no such file; pass a compat.toml (default toolchain/data/compat.toml)")
+    try:
+        facts = compat.load(path)
+    except (KeyError, TypeError, IndexError) as err:
+        raise UsageError(f"--facts {path}: not a compatibility facts file ({type(err).__name__}: {err}); "
+                         "start from toolchain/data/compat.toml") from None
+    console.line(f"facts check: {path} against {args.index}")
+    result = facts_check.run(facts, facts_check.urllib_fetcher(), args.index)
+    for finding in result.findings:
+        console.status("DRIFT", "fail", f"{finding.kind}: {finding.subject}: {finding.problem}; {finding.fix}")
+        if console.github:
+            console.error(f"{finding.subject}: {finding.problem}; {finding.fix}", title="facts drift")
+    if result.not_visible:
+        console.status("INFO", "info", f"PyPI's JSON shows no Requires-Dist (the wheels' CUDA) for torch "
+                       f"{', '.join(result.not_visible)}: their pypi_cuda not compared")
+    for lead in facts.leads:
+        console.status("LEAD", "warn", f"{lead.where}: {lead.text} (unconfirmed: not used as a fact)")
+    if result.findings:
+        kinds = {k: sum(f.kind == k for f in result.findings) for k in ("missing", "wrong")}
+        console.line(f"facts check: {len(result.findings)} problems ({kinds['missing']} missing, {kinds['wrong']} wrong) "
+                     f"- update {path} - exit 1")
+        return exit_codes.FAILED
+    console.line(f"facts check: current ({'; '.join(result.checked)}) - exit 0")
+    return exit_codes.OK
+
+
+def _usage(message: str) -> int:
+    raise UsageError(message)
 
 
 # --- environment ------------------------------------------------------------------------------
