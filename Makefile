@@ -12,6 +12,7 @@ ARCHS ?=
 APEX_REF ?=
 EXTRAS ?=
 GCC ?=
+PLATFORM ?=
 CELL ?=
 TARGET ?= runtime
 IMAGE ?=
@@ -19,10 +20,11 @@ IMAGE ?=
 # Only the variables that are set become options, so matrix.toml's [defaults] fill the rest.
 CELL_OPTS = $(if $(CELL),--cell '$(CELL)') $(if $(CUDA),--cuda '$(CUDA)') $(if $(TORCH),--torch '$(TORCH)') \
             $(if $(PYTHON),--python '$(PYTHON)') $(if $(ARCHS),--archs '$(ARCHS)') \
-            $(if $(APEX_REF),--apex-ref '$(APEX_REF)') $(if $(EXTRAS),--extras '$(EXTRAS)') $(if $(GCC),--gcc '$(GCC)')
+            $(if $(APEX_REF),--apex-ref '$(APEX_REF)') $(if $(EXTRAS),--extras '$(EXTRAS)') $(if $(GCC),--gcc '$(GCC)') \
+            $(if $(PLATFORM),--platform '$(PLATFORM)')
 FILTER_OPTS = $(if $(CELL),--cell '$(CELL)') $(if $(CUDA),--cuda '$(CUDA)') $(if $(TORCH),--torch '$(TORCH)')
 
-.PHONY: image matrix verify report plan validate lint test
+.PHONY: image matrix verify report plan validate facts-check lint test
 
 image:
 	$(BUILD) image $(CELL_OPTS) --target $(TARGET)
@@ -42,6 +44,10 @@ plan:
 
 validate:
 	$(BUILD) validate
+
+# the compatibility facts against PyPI: exit 1 on drift, 3 without network
+facts-check:
+	$(BUILD) facts check
 
 lint:
 	$(PY) -m ruff check .

@@ -140,6 +140,14 @@ def test_images_workflow_builds_from_the_generated_matrix(cells) -> None:
     assert all(bake_target_name(c) == c.name for c in cells)
 
 
+def test_facts_workflow_runs_the_drift_check_weekly() -> None:
+    wf = load_workflow("facts.yml")
+    assert "cron" in wf["on"]["schedule"][0] and "workflow_dispatch" in wf["on"]
+    runs = " ".join(str(s.get("run", "")) for s in wf["jobs"]["check"]["steps"])
+    # pipefail: the exit code of `build.py facts check` (1 drift, 3 no index), not tee's, decides the run
+    assert "build.py facts check" in runs and "set -o pipefail" in runs
+
+
 def test_workflow_build_py_commands_exist() -> None:
     """Every `build.py SUBCOMMAND` a workflow runs is one the CLI has."""
     choices = next(a for a in build_parser()._actions if a.dest == "command").choices
