@@ -42,7 +42,8 @@ def hook_problem() -> str | None:
 
 def default_group_timeout(check_timeout_s: float, n_checks: int) -> float:
     """Every check at its limit, plus a setup for each group that may be started."""
-    return (check_timeout_s + launcher.REPORT_GRACE_S) * (n_checks + launcher.MAX_LAUNCHES)
+    return ((check_timeout_s + launcher.REPORT_GRACE_S) * n_checks
+            + launcher.setup_timeout(check_timeout_s) * launcher.MAX_LAUNCHES)
 
 
 def run_distributed_layer(*, requested: bool | None, device_count: int, usable_modules: frozenset[str], seed: int,

@@ -4,7 +4,7 @@ Each rank is `python -m verify.distributed.rank` in its own session (process gro
 torch's env:// rendezvous (MASTER_ADDR 127.0.0.1, a free MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK)
 and NVLink multicast off. No torchrun, no torch in this process. Timeouts, so that a hung collective
 costs one FAIL and never the run:
-  - setup: every rank must join the group within check_timeout_s;
+  - setup: every rank must join the group within setup_timeout(check_timeout_s);
   - each check: every rank must report it within check_timeout_s + REPORT_GRACE_S (the ranks' own
     process group times a collective out at check_timeout_s; the grace lets such a rank say so);
   - a rank that dies: the others get REPORT_GRACE_S more to report, then the group is killed;
@@ -41,6 +41,9 @@ from verify.gpu.runner import _exit_description, _last_line, _worker_env  # one 
 
 MAX_LAUNCHES = 3  # the first group plus two fresh ones after a hang or a death
 REPORT_GRACE_S = 5.0
+# Joining is Python + torch import + CUDA context + NCCL communicator: seconds alone, tens of seconds
+# with 8 ranks starting at once on a busy node; a short --check-timeout must not cut it.
+SETUP_TIMEOUT_MIN_S = 60.0
 STDERR_TAIL_CHARS = 2000
 
 
@@ -59,6 +62,10 @@ class LayerResult:
     launches: list[dict[str, Any]]  # per group started: port, ranks (pid, device, exit), outcome
     ready: dict[int, dict[str, Any]]  # each rank's ready event from the first group that got ready
     wall_s: float = 0.0
+
+
+def setup_timeout(check_timeout_s: float) -> float:
+    return max(check_timeout_s, SETUP_TIMEOUT_MIN_S)
 
 
 def free_port() -> int:
@@ -191,7 +198,7 @@ class _Launch:
         outcome = _Outcome([], [], self.ready, {"port": self.port, "checks": list(self.names)})
         try:
             self._wait(lambda: len(self.ready) == self.world,
-                       min(time.monotonic() + self.plan.check_timeout_s, self.deadline))
+                       min(time.monotonic() + setup_timeout(self.plan.check_timeout_s), self.deadline))
             if len(self.ready) < self.world:
                 self._stop()
                 outcome.setup_failure = self._setup_failure()
@@ -238,13 +245,12 @@ class _Launch:
         return f"rank {rank.rank} died ({_exit_description(rank.returncode)})" + (f": {line}" if line else "")
 
     def _setup_failure(self) -> str:
-        missing = [r for r in self.ranks if r.rank not in self.ready]
-        died = [r for r in missing if r.rank not in self.hung]
+        died = [r for r in self.ranks if r.rank not in self.hung]  # a rank that joined and died stops the rest too
         if died:
             return "; ".join(self._dead(r) for r in died[:2])
-        ranks = ", ".join(str(r.rank) for r in missing)
-        return f"rank(s) {ranks} did not join the {self.plan.topology.backend} group within " \
-               f"{self.plan.check_timeout_s:g} s"
+        ranks = ", ".join(str(r.rank) for r in self.ranks if r.rank not in self.ready)
+        limit = min(setup_timeout(self.plan.check_timeout_s), self.plan.group_timeout_s)
+        return f"rank(s) {ranks} did not join the {self.plan.topology.backend} group within {limit:g} s"
 
     def _incomplete(self, name: str, spent_s: float) -> Check:
         views = self.views[name]

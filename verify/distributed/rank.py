@@ -56,8 +56,13 @@ def _describe_device(torch, device) -> str:  # noqa: ANN001 - torch is imported 
 def _init_group(torch, dist, backend: str, device, timeout_s: float) -> None:  # noqa: ANN001
     kwargs = {"backend": backend, "init_method": "env://", "timeout": datetime.timedelta(seconds=timeout_s)}
     if device.type == "cuda" and "device_id" in inspect.signature(dist.init_process_group).parameters:
-        kwargs["device_id"] = device  # NCCL communicator made here, so an NCCL that cannot start fails setup
+        kwargs["device_id"] = device  # bind the rank to its GPU at once (NCCL's eager init where torch has it)
     dist.init_process_group(**kwargs)
+    # every rank has joined when any says ready; NCCL makes its communicator here, not in the first check
+    if device.type == "cuda":
+        dist.barrier(device_ids=[device.index])
+    else:
+        dist.barrier()
 
 
 def _failed(name: str, rank: int, err: BaseException, seed: int) -> Check:
