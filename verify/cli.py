@@ -92,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.distributed and args.static:
         return _usage_error("--distributed with --static: the cross-GPU checks run processes on the GPUs, --static"
                             " stops after layer 5; drop one of the two")
-    if distributed.hook_problem():
-        return _usage_error(distributed.hook_problem())
+    hook_problem = distributed.hook_problem()
+    if hook_problem:
+        return _usage_error(hook_problem)
     try:
         required = expectations.parse_required(args.require)
     except expectations.RequireError as exc:

@@ -271,3 +271,24 @@ def test_a_rank_started_by_hand_says_who_starts_it(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT not set" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_rank_that_cannot_be_started_stops_the_layer_without_stranding_the_others(monkeypatch, token, tmp_path):
+    # rank 0 starts; the interpreter for rank 1 is gone: a real OSError from Popen
+    real_popen = subprocess.Popen
+    started: list[subprocess.Popen] = []
+
+    def popen(argv, **kwargs):
+        if started:
+            argv = [str(tmp_path / "no-such-python"), *argv[1:]]
+        proc = real_popen(argv, **kwargs)
+        started.append(proc)
+        return proc
+
+    monkeypatch.setattr(launcher.subprocess, "Popen", popen)
+    results = _cpu_layer(monkeypatch, check_timeout_s=30)
+    stopped = _by_name(results.checks)["all"]
+    assert stopped.status is Status.FAIL and "FileNotFoundError" in stopped.summary
+    assert stopped.details["not_run"] == ["all_reduce.correctness", "all_reduce.bandwidth"]
+    assert len(started) == 1 and started[0].poll() is not None
+    assert _leftovers(token) == []

@@ -16,10 +16,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from verify.checks import Check
+from verify.checks import Check, Status
 from verify.distributed import launcher
 from verify.distributed import plan as plan_mod
-from verify.distributed.cases import CASES
+from verify.distributed.cases import CASES, LAYER
 from verify.distributed.rank import MULTICAST_OFF
 
 __all__ = ["DistributedResults", "hook_problem", "run_distributed_layer"]
@@ -64,7 +64,12 @@ def run_distributed_layer(*, requested: bool | None, device_count: int, usable_m
         return DistributedResults(list(plan.skipped), block)
     names = tuple(c.name for c in plan.to_run)
     timeout = group_timeout_s or default_group_timeout(check_timeout_s, len(names))
-    result = launcher.run(launcher.LaunchPlan(topo, names, seed, check_timeout_s, timeout))
+    try:
+        result = launcher.run(launcher.LaunchPlan(topo, names, seed, check_timeout_s, timeout))
+    except Exception as exc:  # noqa: BLE001 - a bug or an OS refusal here must not lose the other layers
+        stopped = Check(LAYER, "all", Status.FAIL, f"the distributed layer stopped: {type(exc).__name__}: {exc}"
+                        f"; not run: {', '.join(names)}", {"not_run": list(names)})
+        return DistributedResults([stopped, *plan.skipped], block)
     order = {c.name: i for i, c in enumerate(CASES)}
     checks = sorted(result.checks + list(plan.skipped), key=lambda c: order.get(c.name, len(order)))
     bandwidth = next((c for c in result.checks if c.name == "all_reduce.bandwidth" and "figures" in c.details), None)

@@ -193,10 +193,10 @@ class _Launch:
                 return
 
     def run(self) -> _Outcome:
-        for rank in range(self.world):
-            self.ranks.append(_Rank(rank, self.plan, self.names, self.port, self.events))
         outcome = _Outcome([], [], self.ready, {"port": self.port, "checks": list(self.names)})
         try:
+            for rank in range(self.world):  # inside: a rank that cannot start must not strand the others
+                self.ranks.append(_Rank(rank, self.plan, self.names, self.port, self.events))
             self._wait(lambda: len(self.ready) == self.world,
                        min(time.monotonic() + setup_timeout(self.plan.check_timeout_s), self.deadline))
             if len(self.ready) < self.world:

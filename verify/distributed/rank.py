@@ -49,8 +49,8 @@ def _describe_device(torch, device) -> str:  # noqa: ANN001 - torch is imported 
     if device.type != "cuda":
         return f"cpu (pid {os.getpid()})"
     props = torch.cuda.get_device_properties(device)
-    bus = getattr(props, "pci_bus_id", None)
-    return f"cuda:{device.index} {props.name} (sm_{props.major}{props.minor}" + (f", PCI {bus})" if bus else ")")
+    bus = getattr(props, "pci_bus_id", None)  # tells two GPUs of one model apart
+    return f"cuda:{device.index} {props.name} (sm_{props.major}{props.minor}" + (f", PCI bus {bus})" if bus else ")")
 
 
 def _init_group(torch, dist, backend: str, device, timeout_s: float) -> None:  # noqa: ANN001
@@ -100,7 +100,8 @@ def run(args: argparse.Namespace, proto: Protocol) -> int:
         return exit_codes.FAILED
     nccl = None
     if device.type == "cuda":
-        nccl = ".".join(str(v) for v in torch.cuda.nccl.version()) if hasattr(torch.cuda, "nccl") else None
+        version = torch.cuda.nccl.version()  # a tuple in torch >= 1.x releases of this decade; an int before
+        nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
     proto.emit("ready", rank=rank, pid=os.getpid(), device=_describe_device(torch, device), backend=args.backend,
                setup_s=round(time.perf_counter() - t0, 3), env={k: os.environ.get(k) for k in MULTICAST_OFF},
                nccl_version=nccl)
