@@ -196,6 +196,20 @@ def test_a_rank_that_dies_is_one_fail_and_the_rest_still_run(monkeypatch, token)
     assert _leftovers(token) == []
 
 
+def test_when_a_rank_dies_the_others_get_a_grace_not_the_whole_check_timeout(monkeypatch, token):
+    # rank 1 exits inside the check while rank 0 is stuck: the parent stops waiting a grace after the death
+    monkeypatch.setenv(FAULT_ENV, "all_reduce.bandwidth@0:hang,all_reduce.bandwidth@1:exit")
+    results = _cpu_layer(monkeypatch, check_timeout_s=120)
+    failed = _by_name(results.checks)["all_reduce.bandwidth"]
+    assert failed.status is Status.FAIL
+    assert f"rank 0 still running {launcher.REPORT_GRACE_S:g} s after rank 1 had ended" in failed.summary
+    assert "rank 1 died (exit code 7)" in failed.summary
+    assert failed.duration_s < launcher.REPORT_GRACE_S + 5
+    assert failed.details["hung_ranks"] == [0] and failed.details["died_ranks"] == [1]
+    assert _by_name(results.checks)["all_reduce.correctness"].status is Status.PASS
+    assert _leftovers(token) == []
+
+
 def test_a_rank_that_cannot_start_is_one_setup_fail(monkeypatch, token):
     monkeypatch.setenv(FAULT_ENV, "setup@1:exit")
     results = _cpu_layer(monkeypatch, check_timeout_s=30)

@@ -258,10 +258,15 @@ class _Launch:
         hung = [r.rank for r in missing if r.rank in self.hung]
         parts = []
         if hung:
-            out_of_time = time.monotonic() >= self.deadline
-            limit = (f"before the layer's time limit of {self.plan.group_timeout_s:g} s ran out" if out_of_time
-                     else f"within {self.plan.check_timeout_s:g} s")
-            parts.append(f"rank{'s' if len(hung) > 1 else ''} {', '.join(map(str, hung))} did not finish {limit}")
+            who = f"rank{'s' if len(hung) > 1 else ''} {', '.join(map(str, hung))}"
+            gone = [r for r in sorted(self.ended, key=self.ended.get) if r not in hung]
+            if time.monotonic() >= self.deadline:
+                parts.append(f"{who} did not finish before the layer's time limit of {self.plan.group_timeout_s:g}"
+                             " s ran out")
+            elif spent_s < self.plan.check_timeout_s and gone:
+                parts.append(f"{who} still running {REPORT_GRACE_S:g} s after rank {gone[0]} had ended")
+            else:
+                parts.append(f"{who} did not finish within {self.plan.check_timeout_s:g} s")
         parts += [self._dead(r) for r in missing if r.rank not in self.hung][:2]
         failed = [(r, c) for r, c in sorted(views.items()) if c.status is Status.FAIL]
         if failed:
