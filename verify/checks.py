@@ -15,7 +15,7 @@ class Status(str, enum.Enum):
     INFO = "INFO"
 
 
-LAYERS = ("environment", "identity", "extensions", "arch", "expectations", "parity", "timing")
+LAYERS = ("environment", "identity", "extensions", "arch", "expectations", "parity", "timing", "distributed")
 
 
 @dataclasses.dataclass

@@ -20,6 +20,7 @@ from typing import Any
 
 from verify import (
     atomic,
+    distributed,
     environment,
     exit_codes,
     expectations,
@@ -59,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--check-timeout", metavar="S", type=float, default=DEFAULT_CHECK_TIMEOUT_S,
                         help=f"seconds one import or GPU check group may take (default {DEFAULT_CHECK_TIMEOUT_S:g})")
     parser.add_argument("--quiet", action="store_true", help="print only FAIL/WARN lines and the verdict")
+    parser.add_argument("--distributed", action=argparse.BooleanOptionalAction, default=None,
+                        help="cross-GPU checks, one process per GPU (default: on when 2+ GPUs are visible)")
     return parser
 
 
@@ -86,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.check_timeout <= 0:
         return _usage_error(f"--check-timeout {args.check_timeout:g}: must be a positive number of seconds")
+    if args.distributed and args.static:
+        return _usage_error("--distributed with --static: the cross-GPU checks run processes on the GPUs, --static"
+                            " stops after layer 5; drop one of the two")
+    hook_problem = distributed.hook_problem()
+    if hook_problem:
+        return _usage_error(hook_problem)
     try:
         required = expectations.parse_required(args.require)
     except expectations.RequireError as exc:
@@ -149,11 +158,17 @@ def _run(args: argparse.Namespace, required: tuple[str, ...], manifest_data: dic
                                                 apex_kind=apex_info["kind"])
 
     timings: list[dict[str, Any]] = []
+    dist_block = None
     if mode == "full":
         usable = frozenset(e.module for e in ext_results
                            if e.status == "ok" and not (e.arch and e.arch.get("compatible") is False))
         gpu_checks, timings = _gpu_layers(gpu_missing, seed=seed, timeout_s=args.check_timeout, usable=usable)
         checks += gpu_checks
+        dist = distributed.run_distributed_layer(
+            requested=args.distributed, device_count=(env.get("torch") or {}).get("device_count") or 0,
+            usable_modules=usable, seed=seed, check_timeout_s=args.check_timeout)
+        checks += dist.checks
+        dist_block = dist.block
 
     report = report_mod.build(
         mode=mode, started_at=started_at, duration_s=time.perf_counter() - t0, environment=env,
@@ -161,8 +176,9 @@ def _run(args: argparse.Namespace, required: tuple[str, ...], manifest_data: dic
         manifest={"path": str(manifest_path), "origin": manifest_origin, "data": manifest_data} if manifest_data else None,
         extensions=[e.to_json() for e in ext_results], checks=checks, timings=timings,
         options={"require": list(required), "seed": seed, "check_timeout_s": args.check_timeout,
-                 "require_gpu": args.require_gpu},
-        environment_unavailable=args.require_gpu and gpu_missing,
+                 "require_gpu": args.require_gpu,
+                 "distributed": {True: "on", False: "off", None: "auto"}[args.distributed]},
+        environment_unavailable=args.require_gpu and gpu_missing, distributed=dist_block,
     )
     for path, writer in ((args.json, lambda p: atomic.write_json(p, report)),
                          (args.markdown, lambda p: atomic.write_text(p, render.markdown(report)))):

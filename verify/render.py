@@ -137,4 +137,24 @@ def markdown(report: dict[str, Any]) -> str:
                        f" | {_md(t.get('best_native'))} | {_num(best.get('median_ms'), '.4f')}"
                        f" | {_num(t.get('speedup'), '.2f', 'x')} | {_md(t.get('verdict'))} |")
         out.append("")
+    if report.get("distributed"):
+        out += _distributed_md(report["distributed"])
     return "\n".join(out)
+
+
+def _distributed_md(dist: dict[str, Any]) -> list[str]:
+    out = ["## Distributed", ""]
+    if not dist.get("ran"):
+        return out + [f"- not run: {_md(dist.get('skip_reason') or 'see the distributed checks')}", ""]
+    off = ", ".join(f"{k}={v}" for k, v in (dist.get("multicast_off") or {}).items())
+    out.append(f"- {dist['world_size']} ranks, {_md(dist['backend'])} on {_md(dist['device'])} ({_md(dist.get('origin'))});"
+               f" NCCL {_md(dist.get('nccl_version') or 'n/a')}; NVLink multicast off ({_md(off)})")
+    ar = dist.get("all_reduce")
+    if ar:
+        out.append(f"- all-reduce of {ar['bytes'] / 2**20:g} MiB {_md(ar['dtype'])}: bus bandwidth **{ar['busbw_gbps']:.1f} GB/s**"
+                   f" (algorithm {ar['algbw_gbps']:.1f} GB/s), median {ar['median_ms']:.3f} ms of {ar['iters']} after"
+                   f" {ar['warmup']} warm-up ({_md(ar['timer'])}, slowest rank)")
+    out += ["", "| rank | pid | device | setup s |", "|---|---|---|---|"]
+    out += [f"| {r['rank']} | {r['pid']} | {_md(r.get('device'))} | {_num(r.get('setup_s'), '.2f')} |"
+            for r in dist.get("ranks", [])]
+    return out + [""]

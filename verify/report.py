@@ -43,10 +43,10 @@ def exit_code(checks: list[Check], *, environment_unavailable: bool) -> int:
 def build(*, mode: str, started_at: datetime.datetime, duration_s: float, environment: dict[str, Any],
           apex: dict[str, Any], manifest: dict[str, Any] | None, extensions: list[dict[str, Any]],
           checks: list[Check], timings: list[dict[str, Any]], options: dict[str, Any],
-          environment_unavailable: bool = False) -> dict[str, Any]:
+          environment_unavailable: bool = False, distributed: dict[str, Any] | None = None) -> dict[str, Any]:
     summary = summarize(checks)
     code = exit_code(checks, environment_unavailable=environment_unavailable)
-    return {
+    report = {
         "schema_version": SCHEMA_VERSION,
         "tool_version": __version__,
         "created_at": started_at.isoformat(timespec="seconds"),
@@ -64,3 +64,6 @@ def build(*, mode: str, started_at: datetime.datetime, duration_s: float, enviro
         "exit_code": code,
         "duration_s": round(duration_s, 3),
     }
+    if distributed is not None:  # the cross-GPU layer ran or was SKIP (full mode); absent otherwise
+        report["distributed"] = distributed
+    return report
