@@ -10,7 +10,7 @@ import dataclasses
 import sys
 from typing import TextIO
 
-from verify import exit_codes
+from verify import exit_codes, workflow_commands
 
 
 class ToolchainError(Exception):
@@ -67,7 +67,8 @@ class MatrixError(UsageError):
 
 
 def report(err: ToolchainError, stream: TextIO | None = None) -> int:
-    """Print the error for a user (no traceback) and return its exit code."""
+    """Print the error for a user (no traceback) and return its exit code. A message can quote a user's
+    value or a log's lines: inert, so that on GitHub Actions none of them runs as a workflow command."""
     stream = stream or sys.stderr
-    print(f"error: {err}", file=stream)
+    print(workflow_commands.inert(f"error: {err}"), file=stream)
     return err.exit_code

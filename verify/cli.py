@@ -20,6 +20,7 @@ from typing import Any
 
 from verify import (
     atomic,
+    entry_point,
     environment,
     exit_codes,
     expectations,
@@ -29,6 +30,7 @@ from verify import (
     manifest,
     module_map,
     render,
+    workflow_commands,
 )
 from verify import report as report_mod
 from verify.checks import Check, Status
@@ -63,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _usage_error(message: str) -> int:
-    print(f"verify: {message}", file=sys.stderr)
+    print(f"verify: {workflow_commands.one_line(message)}", file=sys.stderr)
     return exit_codes.USAGE
 
 
@@ -79,8 +81,16 @@ def _bench(argv: list[str]) -> int:
     return int(bench_main(argv) or 0)
 
 
+_ON_INTERRUPT = "child processes stopped; no report written or left half-written"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    prog = "verify bench" if argv[:1] == ["bench"] else "verify"
+    return entry_point.run(prog, lambda: _main(argv), on_interrupt=_ON_INTERRUPT)
+
+
+def _main(argv: list[str]) -> int:
     if argv and argv[0] == "bench":
         return _bench(argv[1:])
     args = _parser().parse_args(argv)
@@ -120,13 +130,17 @@ def _run(args: argparse.Namespace, required: tuple[str, ...], manifest_data: dic
     cancel = threading.Event()
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         probe_future = pool.submit(extensions.probe, tasks, timeout_s=args.check_timeout, cancel=cancel)
-        env, checks = environment.collect()  # imports torch in this process, overlapping the child's
-        torch_version = (env.get("torch") or {}).get("version")
-        mismatch = manifest.torch_mismatch(manifest_data, torch_version) if manifest_data else None
-        if mismatch:
+        try:
+            env, checks = environment.collect()  # imports torch in this process, overlapping the child's
+            torch_version = (env.get("torch") or {}).get("version")
+            mismatch = manifest.torch_mismatch(manifest_data, torch_version) if manifest_data else None
+            if mismatch:
+                cancel.set()
+                return _usage_error(mismatch)
+            probe_results = probe_future.result()
+        except BaseException:  # Ctrl-C, SIGTERM: the pool's exit must not wait out the probe's timeout
             cancel.set()
-            return _usage_error(mismatch)
-        probe_results = probe_future.result()
+            raise
 
     capability = environment.capability(env)
     gpu_missing = capability is None
