@@ -11,6 +11,7 @@ import sys
 from typing import TextIO
 
 from verify import exit_codes, workflow_commands
+from verify.workflow_commands import one_line
 
 
 class ToolchainError(Exception):
@@ -60,9 +61,9 @@ class MatrixError(UsageError):
     def _message(self) -> str:
         prefix = f"{self.source}: " if self.source else ""
         if len(self.problems) == 1:
-            return f"{prefix}{self.problems[0]}"
+            return f"{prefix}{one_line(str(self.problems[0]))}"
         lines = [f"{prefix}{len(self.problems)} problems, nothing built"]
-        lines += [f"  - {p}" for p in self.problems]
+        lines += [f"  - {one_line(str(p))}" for p in self.problems]  # a quoted key may hold a newline
         return "\n".join(lines)
 
 
@@ -70,5 +71,5 @@ def report(err: ToolchainError, stream: TextIO | None = None) -> int:
     """Print the error for a user (no traceback) and return its exit code. A message can quote a user's
     value or a log's lines: inert, so that on GitHub Actions none of them runs as a workflow command."""
     stream = stream or sys.stderr
-    print(workflow_commands.inert(f"error: {err}"), file=stream)
+    print(workflow_commands.inert(f"error: {err}\n"), file=stream, end="")
     return err.exit_code

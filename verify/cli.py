@@ -81,13 +81,15 @@ def _bench(argv: list[str]) -> int:
     return int(bench_main(argv) or 0)
 
 
-_ON_INTERRUPT = "child processes stopped; no report written or left half-written"
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    prog = "verify bench" if argv[:1] == ["bench"] else "verify"
-    return entry_point.run(prog, lambda: _main(argv), on_interrupt=_ON_INTERRUPT)
+    bench = argv[:1] == ["bench"]
+    return entry_point.run("verify bench" if bench else "verify", lambda: _main(argv),
+                           on_interrupt=BENCH_ON_INTERRUPT if bench else ON_INTERRUPT)
+
+
+ON_INTERRUPT = "child processes stopped; no report written or left half-written"
+BENCH_ON_INTERRUPT = "no results written or left half-written"
 
 
 def _main(argv: list[str]) -> int:

@@ -81,6 +81,8 @@ def _representable(text: str, encoding: str | None) -> str:
 
 def _point_at_devnull(fd: int) -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
+    if devnull == fd:  # fd was closed, and open() handed out the lowest free descriptor: it
+        return
     try:
         os.dup2(devnull, fd)
     finally:

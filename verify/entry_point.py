@@ -5,7 +5,8 @@
   process at once (verify.child_processes); the run then ends with one line on stderr and exit 1
   (exit_codes.FAILED: a run that was stopped did not verify or build anything), never a traceback and
   never 124-127 or 128+N;
-- when the run ends, however it ends, no child process it started is left running.
+- when the run ends, however it ends, no child process it started is left running; between a signal
+  and the end of the run no new child is started.
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ def run(prog: str, body: Callable[[], int], *, on_interrupt: str = "") -> int:
                     code = exit_codes.FAILED
                 finally:
                     interrupts.stop_raising()  # a signal from here on only kills children
-                    child_processes.stop_all()
+                    child_processes.kill_all()
         except KeyboardInterrupt:  # a signal in the few statements before stop_raising(): the run is over
-            child_processes.stop_all()
+            child_processes.kill_all()
             code = exit_codes.FAILED
+        finally:
+            child_processes.allow()  # the run is over: a later run (or a library caller) may start children
     return code
