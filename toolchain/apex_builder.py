@@ -37,7 +37,7 @@ from pathlib import Path
 from toolchain import build_outputs, parallelism
 from toolchain.errors import BuildFailed, EnvironmentUnavailable, ToolchainError, UsageError
 from toolchain.process_tree import PeakSampler
-from verify import exit_codes, module_map
+from verify import entry_point, exit_codes, module_map, workflow_commands
 from verify.atomic import write_json
 
 MANIFEST_NAME = "build-manifest.json"
@@ -333,12 +333,13 @@ def run_logged(
             with PeakSampler(proc.pid) as sampler:
                 assert proc.stdout is not None
                 for line in proc.stdout:
-                    sys.stdout.write(line)
+                    sys.stdout.write(workflow_commands.inert(line))  # a compiler's line is no CI command
                     log.write(line)
                 code = proc.wait()
-        except BaseException:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait()
+        except BaseException:  # Ctrl-C, SIGTERM (verify.interrupts): stop the whole tree
+            if proc.returncode is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait()
             raise
     single = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux
     return code, time.monotonic() - start, sampler.peak_bytes / 2**20, single
@@ -558,7 +559,8 @@ def _os_error_message(err: OSError, out: Path) -> str:
 
 def _main(args: argparse.Namespace) -> int:
     started = dt.datetime.now(dt.timezone.utc)
-    src, out = args.apex_src.expanduser(), args.out.expanduser()
+    # absolute: these paths reach pip's and verify's command lines, where one that starts with "-" is an option
+    src, out = args.apex_src.expanduser().absolute(), args.out.expanduser().absolute()
     check_apex_source(src)
     flags = parse_flags(args.flags, args.extras)
     expected = list(module_map.modules_for_flags(flags))
@@ -707,5 +709,5 @@ def build_and_gate(
     return exit_codes.OK
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # the Dockerfile's apex-build stage; build.py wheel calls main() under the same rules
+    raise SystemExit(entry_point.run("apex-builder", main))

@@ -29,7 +29,7 @@ from toolchain import ci_matrix
 from toolchain import matrix as matrix_mod
 from toolchain.console import Console
 from toolchain.errors import EnvironmentUnavailable, ToolchainError, UsageError, report
-from verify import exit_codes
+from verify import entry_point, exit_codes
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Command-line options that override a cell's keys (option dest == matrix key).
@@ -454,7 +454,12 @@ def _os_error(err: OSError) -> ToolchainError:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """build.py: signals, stdout and child processes as every CLI of the project (verify.entry_point)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    return entry_point.run("build.py", lambda: _main(argv))
+
+
+def _main(argv: list[str]) -> int:
     console = Console()
     try:
         if argv[:1] == ["wheel"]:  # the builder parses its own options (it also runs inside images)
@@ -471,12 +476,6 @@ def main(argv: list[str] | None = None) -> int:
         if console.github:
             console.error(str(err).splitlines()[0])
         return report(err)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return exit_codes.FAILED
-    except BrokenPipeError:  # `build.py plan | head`: the reader left; not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return exit_codes.OK
     except OSError as err:
         return report(_os_error(err))
     except ModuleNotFoundError as err:

@@ -1,7 +1,10 @@
 """Progress output that reads well in a terminal and stays plain in CI logs.
 
 On GitHub Actions (GITHUB_ACTIONS=true) a cell's build is folded with ::group:: and a failure becomes
-an ::error:: annotation; on a terminal, status words are coloured; elsewhere, plain lines.
+an ::error:: annotation; on a terminal, status words are coloured; elsewhere, plain lines. Commands are
+built and text kept inert by verify.workflow_commands (shared with verify's report): a status line is
+one line, whatever a cell name or an error holds. The stream is sys.stdout, which build.py's entry point
+(verify.entry_point) makes tolerant: a closed pipe, a closed stdout or a full disk never raise here.
 """
 
 from __future__ import annotations
@@ -13,13 +16,15 @@ import time
 from collections.abc import Iterator
 from typing import TextIO
 
+from verify import workflow_commands
+
 _COLOURS = {"ok": "32", "fail": "31", "warn": "33", "info": "36"}
 
 
 class Console:
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stdout
-        self.github = os.environ.get("GITHUB_ACTIONS") == "true"
+        self.github = workflow_commands.active()
         self.colour = (
             not self.github
             and "NO_COLOR" not in os.environ
@@ -35,12 +40,11 @@ class Console:
 
     def status(self, word: str, kind: str, text: str) -> None:
         """`[ OK ] cell ...`: a fixed-width status word, then the message."""
-        self.line(f"[{self._paint(word.center(6), kind)}] {text}")
+        self.line(f"[{self._paint(word.center(6), kind)}] {workflow_commands.one_line(text)}")
 
     def error(self, text: str, *, title: str | None = None) -> None:
         if self.github:  # an annotation on the run's summary page
-            prefix = f"::error title={_escape(title)}::" if title else "::error::"
-            self.line(prefix + _escape(text))
+            self.line(workflow_commands.command("error", text, title=title))
         else:
             self.status("FAIL", "fail", text)
 
@@ -48,18 +52,14 @@ class Console:
     def group(self, title: str) -> Iterator[None]:
         start = time.monotonic()
         if self.github:
-            self.line(f"::group::{title}")
+            self.line(workflow_commands.command("group", workflow_commands.one_line(title)))
         else:
-            self.line(self._paint("==> ", "info") + title)
+            self.line(self._paint("==> ", "info") + workflow_commands.one_line(title))
         try:
             yield
         finally:
             if self.github:
-                self.line("::endgroup::")
+                self.line(workflow_commands.command("endgroup"))
             elif self.colour:
                 self.line(self._paint(f"    ({time.monotonic() - start:.0f} s)", "info"))
 
-
-def _escape(text: str) -> str:
-    """Workflow-command escaping: https://github.com/actions/toolkit/blob/main/packages/core/src/command.ts"""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")

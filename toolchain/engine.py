@@ -9,9 +9,11 @@ PATH is probed; `DOCKER_CLI=/path/to/docker` skips the probe.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import datetime as dt
 import functools
+import io
 import os
 import re
 import shutil
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from toolchain.compat import DEFAULT_PLATFORM
 from toolchain.errors import EnvironmentUnavailable, UsageError
+from verify import workflow_commands
 
 if TYPE_CHECKING:
     from toolchain.matrix import Cell
@@ -208,8 +211,15 @@ def build_command(cell: Cell, *, target: str = "runtime", apex_src: Path | str |
     for key, value in args.items():
         command += ["--build-arg", f"{key}={value}"]
     if extra_ca is not None:
-        command += ["--secret", f"id=extra_ca,src={Path(extra_ca).resolve()}"]
+        command += ["--secret", _csv_fields("id=extra_ca", f"src={Path(extra_ca).resolve()}")]
     return [*command, str(context)]
+
+
+def _csv_fields(*fields: str) -> str:
+    """`--secret` is a CSV line to docker: a path holding `,` or `"` is quoted, not split into new fields."""
+    line = io.StringIO()
+    csv.writer(line, lineterminator="").writerow(fields)
+    return line.getvalue()
 
 
 def _client_or_default() -> DockerClient:
@@ -327,7 +337,7 @@ def _run_build(command: list[str], env: dict[str, str], log_path: Path, show: st
                 log.write(line)
                 step = _STEP.match(line)
                 if show == "plain" or "ERROR" in line or (step and step.group(1) not in shown):
-                    sys.stdout.write(line)  # tty: each step's header once, and errors
+                    sys.stdout.write(workflow_commands.inert(line))  # tty: each step's header once, and errors
                     if step:
                         shown.add(step.group(1))
             return proc.wait()

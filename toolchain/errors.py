@@ -10,7 +10,8 @@ import dataclasses
 import sys
 from typing import TextIO
 
-from verify import exit_codes
+from verify import exit_codes, workflow_commands
+from verify.workflow_commands import one_line
 
 
 class ToolchainError(Exception):
@@ -60,14 +61,15 @@ class MatrixError(UsageError):
     def _message(self) -> str:
         prefix = f"{self.source}: " if self.source else ""
         if len(self.problems) == 1:
-            return f"{prefix}{self.problems[0]}"
+            return f"{prefix}{one_line(str(self.problems[0]))}"
         lines = [f"{prefix}{len(self.problems)} problems, nothing built"]
-        lines += [f"  - {p}" for p in self.problems]
+        lines += [f"  - {one_line(str(p))}" for p in self.problems]  # a quoted key may hold a newline
         return "\n".join(lines)
 
 
 def report(err: ToolchainError, stream: TextIO | None = None) -> int:
-    """Print the error for a user (no traceback) and return its exit code."""
+    """Print the error for a user (no traceback) and return its exit code. A message can quote a user's
+    value or a log's lines: inert, so that on GitHub Actions none of them runs as a workflow command."""
     stream = stream or sys.stderr
-    print(f"error: {err}", file=stream)
+    print(workflow_commands.inert(f"error: {err}\n"), file=stream, end="")
     return err.exit_code

@@ -21,6 +21,7 @@ from typing import Any
 from verify import (
     atomic,
     distributed,
+    entry_point,
     environment,
     exit_codes,
     expectations,
@@ -30,6 +31,7 @@ from verify import (
     manifest,
     module_map,
     render,
+    workflow_commands,
 )
 from verify import report as report_mod
 from verify.checks import Check, Status
@@ -66,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _usage_error(message: str) -> int:
-    print(f"verify: {message}", file=sys.stderr)
+    print(f"verify: {workflow_commands.one_line(message)}", file=sys.stderr)
     return exit_codes.USAGE
 
 
@@ -84,6 +86,16 @@ def _bench(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    bench = argv[:1] == ["bench"]
+    return entry_point.run("verify bench" if bench else "verify", lambda: _main(argv),
+                           on_interrupt=BENCH_ON_INTERRUPT if bench else ON_INTERRUPT)
+
+
+ON_INTERRUPT = "child processes stopped; no report written or left half-written"
+BENCH_ON_INTERRUPT = "no results written or left half-written"
+
+
+def _main(argv: list[str]) -> int:
     if argv and argv[0] == "bench":
         return _bench(argv[1:])
     args = _parser().parse_args(argv)
@@ -129,13 +141,17 @@ def _run(args: argparse.Namespace, required: tuple[str, ...], manifest_data: dic
     cancel = threading.Event()
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         probe_future = pool.submit(extensions.probe, tasks, timeout_s=args.check_timeout, cancel=cancel)
-        env, checks = environment.collect()  # imports torch in this process, overlapping the child's
-        torch_version = (env.get("torch") or {}).get("version")
-        mismatch = manifest.torch_mismatch(manifest_data, torch_version) if manifest_data else None
-        if mismatch:
+        try:
+            env, checks = environment.collect()  # imports torch in this process, overlapping the child's
+            torch_version = (env.get("torch") or {}).get("version")
+            mismatch = manifest.torch_mismatch(manifest_data, torch_version) if manifest_data else None
+            if mismatch:
+                cancel.set()
+                return _usage_error(mismatch)
+            probe_results = probe_future.result()
+        except BaseException:  # Ctrl-C, SIGTERM: the pool's exit must not wait out the probe's timeout
             cancel.set()
-            return _usage_error(mismatch)
-        probe_results = probe_future.result()
+            raise
 
     capability = environment.capability(env)
     gpu_missing = capability is None

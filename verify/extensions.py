@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from verify import fatbin, module_map
+from verify import child_processes, fatbin, module_map
 from verify.checks import Check, Status
 
 _PROBE_SOURCE = Path(__file__).with_name("import_probe.py")
@@ -68,9 +68,9 @@ def _probe_once(source: str, tasks: list[dict[str, str]], results: dict[str, dic
     """One child process; fills `results`. Returns the child's last output lines and torch's import error."""
     torch_error: str | None = None
     read_fd, write_fd = os.pipe()
-    with tempfile.TemporaryFile() as log:
+    with tempfile.TemporaryFile() as log, os.fdopen(read_fd, "rb", buffering=0) as reader:
         try:
-            proc = subprocess.Popen(
+            proc = child_processes.start(  # its own process group, killed with verify (Ctrl-C, SIGTERM)
                 [sys.executable, "-c", source, str(write_fd)],
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
             )
@@ -81,11 +81,11 @@ def _probe_once(source: str, tasks: list[dict[str, str]], results: dict[str, dic
         buffer = b""
         timed_out = False
         try:
-            proc.stdin.write(json.dumps({"sys_path": sys.path, "tasks": tasks}).encode())
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
-        with os.fdopen(read_fd, "rb", buffering=0) as reader:
+            try:
+                proc.stdin.write(json.dumps({"sys_path": sys.path, "tasks": tasks}).encode())
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
             while True:
                 if cancel and cancel.is_set():
                     break
@@ -111,9 +111,9 @@ def _probe_once(source: str, tasks: list[dict[str, str]], results: dict[str, dic
                         current = None
                     elif "torch_error" in message:
                         torch_error = message["torch_error"]
-        if proc.poll() is None:
-            proc.kill()
-        returncode = proc.wait()
+        finally:  # on a timeout, a cancel, or an exception in this thread: never leave the child behind
+            child_processes.kill(proc)
+            returncode = child_processes.reap(proc)
         log.seek(0)
         tail = log.read().decode("utf-8", "replace").strip().splitlines()[-5:]
         if current is not None and current not in results:
@@ -152,11 +152,15 @@ class ExtensionResult:
 
 
 def demangle(symbol: str) -> str:
-    """c++filt when present (build images); else a small reader for the nested name (runtime images)."""
+    """c++filt when present (build images); else a small reader for the nested name (runtime images).
+
+    The symbol comes from an error text, so it goes to c++filt on stdin, never on its command line,
+    where `-n`, `--help` or `@FILE` (read options from a file) would be taken as options."""
     tool = shutil.which("c++filt")
     if tool:
         try:
-            done = subprocess.run([tool, symbol], capture_output=True, text=True, timeout=5, check=False)
+            done = subprocess.run([tool], input=symbol.replace("\n", " ") + "\n", capture_output=True, text=True,
+                                  timeout=5, check=False, errors="replace")
             if done.returncode == 0 and done.stdout.strip():
                 return done.stdout.strip()
         except (OSError, subprocess.TimeoutExpired):

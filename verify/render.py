@@ -2,7 +2,9 @@
 
 Terminal: one line per check (`PASS  extensions.amp_C  imports from ...`), grouped by layer, then the
 timings table and one verdict line. Colour only on a TTY (and never with NO_COLOR); on GitHub Actions
-each FAIL also becomes an `::error::` annotation.
+each FAIL also becomes an `::error::` annotation. A check's id and summary are printed on one line
+whatever they hold (an import error, a manifest's module name), so no text of theirs starts a line
+the Actions runner would read as a command (verify.workflow_commands).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, TextIO
 
-from verify import exit_codes
+from verify import exit_codes, workflow_commands
 from verify.checks import LAYERS
 
 _COLORS = {"PASS": "32", "FAIL": "31;1", "WARN": "33", "SKIP": "2", "INFO": "36"}
@@ -57,7 +59,8 @@ def timings_table(timings: list[dict[str, Any]]) -> list[str]:
 def terminal(report: dict[str, Any], *, color: bool = False, quiet: bool = False) -> str:
     lines: list[str] = []
     checks = _ordered(report["checks"])
-    width = max((len(c["id"]) for c in checks), default=10)
+    one_line = workflow_commands.one_line
+    width = max((len(one_line(c["id"])) for c in checks), default=10)
     layer = None
     for check in checks:
         if quiet and check["status"] not in ("FAIL", "WARN"):
@@ -66,12 +69,13 @@ def terminal(report: dict[str, Any], *, color: bool = False, quiet: bool = False
             layer = check["layer"]
             lines.append(f"── {layer} ──")
         status = _paint(f"{check['status']:<4}", check["status"], color)
-        lines.append(f"{status}  {check['id']:<{width}}  {check['summary']}")
+        lines.append(f"{status}  {one_line(check['id']):<{width}}  {one_line(check['summary'])}")
     if report.get("timings") and not quiet:
         lines.append("── timings (median of CUDA-event samples; speedup = best native / fused) ──")
         lines.extend(timings_table(report["timings"]))
-    if os.environ.get("GITHUB_ACTIONS") == "true":
-        lines.extend(f"::error title=verify {c['id']}::{c['summary']}" for c in checks if c["status"] == "FAIL")
+    if workflow_commands.active():
+        lines.extend(workflow_commands.command("error", c["summary"], title=f"verify {c['id']}")
+                     for c in checks if c["status"] == "FAIL")
     verdict = verdict_line(report)
     lines.append(_paint(verdict, report["verdict"], color))
     return "\n".join(lines) + "\n"

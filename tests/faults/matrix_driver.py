@@ -54,5 +54,7 @@ def main() -> int:
         return 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # under the rules build.py runs under: a SIGTERM arrives as Interrupted
+    from verify import entry_point
+
+    sys.exit(entry_point.run("build.py", main))

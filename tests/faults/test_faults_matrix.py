@@ -3,6 +3,7 @@ a corrupt wheel, Ctrl-C mid-build, two runs at once on the same out/ and logs/."
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -77,6 +78,30 @@ def test_ctrl_c_mid_build_leaves_a_partial_report(verify_image_tag: str, wheelho
     assert list(out.rglob("*.tmp")) == []
     clients = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
     assert clients == [], "no docker client left running"
+
+
+def test_sigterm_mid_build_leaves_a_partial_report_and_no_docker_client(verify_image_tag: str, wheelhouse: Path,
+                                                                        tmp_path: Path) -> None:
+    """`kill PID` (or a CI runner's cancel) reaches build.py alone, not its docker client: the signal
+    arrives as an exception, so the engine stops the client and the runner records the cell."""
+    out, logs_dir = tmp_path / "out", tmp_path / "logs"
+    first, second = "apex-ci-sigterm-a-torch2.13.0-cpu-py3.11-debian12", "apex-ci-sigterm-b-torch2.13.0-cpu-py3.11-debian12"
+    proc = subprocess.Popen(driver_command(out, logs_dir, [first, second], wheelhouse=wheelhouse), cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for(lambda: log_has(logs_dir, "[internal] load build context"), 120, "the first build to start")
+        os.kill(proc.pid, signal.SIGTERM)  # the driver only
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        with contextlib.suppress(ProcessLookupError):  # its session: the driver and its docker client only
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == exit_codes.FAILED, stdout + stderr
+    assert "interrupted during" in stdout + stderr and "Traceback" not in stderr
+    cells = {c["id"]: c for c in _report(out)["cells"]}
+    assert cells[first]["status"] == "interrupted" and cells[second]["status"] == "not_run"
+    assert list(out.rglob("*.tmp")) == []
+    assert left == [], "the docker client was stopped"
 
 
 def test_two_runs_at_once_keep_each_others_cells(verify_image_tag: str, wheelhouse: Path, tmp_path: Path) -> None:

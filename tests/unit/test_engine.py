@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,14 @@ def test_command_carries_target_args_secret_and_tag(tmp_path: Path) -> None:
     assert f"id=extra_ca,src={ca.resolve()}" in command
     buildx = engine.build_command(cell(), client=engine.DockerClient("docker", True, "28.2.2"))
     assert buildx[:4] == ["docker", "buildx", "build", "--load"]
+
+
+def test_a_ca_path_with_commas_stays_one_secret_field(tmp_path: Path) -> None:
+    ca = tmp_path / 'corp,env=HOME,"x".pem'  # --secret is a CSV line to docker: a comma would start a field
+    ca.write_text("x")
+    command = engine.build_command(cell(), extra_ca=ca, client=engine.DockerClient("/usr/bin/docker", False, "20.10"))
+    fields = next(csv.reader([command[command.index("--secret") + 1]]))
+    assert fields == ["id=extra_ca", f"src={ca.resolve()}"]
 
 
 def test_unknown_target_and_progress_are_usage_errors() -> None:

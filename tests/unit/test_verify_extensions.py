@@ -105,6 +105,16 @@ def test_demangle_fallback_without_cxxfilt() -> None:
     assert extensions._demangle_name("not_mangled") is None
 
 
+@pytest.mark.skipif(shutil.which("c++filt") is None, reason="binutils' c++filt is not installed")
+def test_a_symbol_reaches_cxxfilt_as_data_never_as_an_option(tmp_path: Path) -> None:
+    secret = tmp_path / "options"
+    secret.write_text("--version\n")  # c++filt @FILE reads its options from FILE
+    assert extensions.demangle("_ZN3c106detail14torchCheckFailEPKcS2_jRKSs").startswith(
+        "c10::detail::torchCheckFail(char const*")
+    for text in (f"@{secret}", "--help", "-n", "--version"):
+        assert extensions.demangle(text) == text  # not a usage text, not the file's content
+
+
 @pytest.fixture(scope="module")
 def nvidia_apex_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """NVIDIA Apex's Python package from the upstream mirror, as an in-tree (Python-only) install."""

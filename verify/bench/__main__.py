@@ -1,5 +1,7 @@
 import sys
 
+from verify import entry_point
 from verify.bench.cli import main
+from verify.cli import BENCH_ON_INTERRUPT
 
-raise SystemExit(main(sys.argv[1:]))
+raise SystemExit(entry_point.run("verify bench", lambda: main(sys.argv[1:]), on_interrupt=BENCH_ON_INTERRUPT))

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from verify import child_processes
 from verify.checks import Check, Status
 from verify.gpu import cases as case_table
 
@@ -72,16 +73,9 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
-_LIVE: set[_Worker] = set()
-_LIVE_LOCK = threading.Lock()
-
-
 def kill_all_workers() -> None:
-    """Ctrl-C: end every worker this process started (their groups then report what they had)."""
-    with _LIVE_LOCK:
-        live = list(_LIVE)
-    for worker in live:
-        worker.kill()
+    """Ctrl-C or a failure here: end every child this process started (verify.child_processes)."""
+    child_processes.kill_all()
 
 
 class _Worker:
@@ -92,11 +86,15 @@ class _Worker:
         self.stderr_path = Path(self.stderr_file.name)
         argv = [sys.executable, "-m", "verify.gpu.worker", group, "--seed", str(seed), "--cases", ",".join(names)]
         self.started = time.monotonic()
-        # its own session, so a timeout kills the worker and anything it started, and nothing else
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.stderr_file, stdin=subprocess.DEVNULL,
-                                     env=_worker_env(), start_new_session=True)
-        with _LIVE_LOCK:
-            _LIVE.add(self)
+        # its own session, so a timeout kills the worker and anything it started, and nothing else;
+        # registered, so a signal to verify kills it too
+        try:
+            self.proc = child_processes.start(argv, stdout=subprocess.PIPE, stderr=self.stderr_file,
+                                              stdin=subprocess.DEVNULL, env=_worker_env())
+        except BaseException:  # verify is stopping (child_processes.Stopping), or Popen failed
+            self.stderr_file.close()
+            self.stderr_path.unlink(missing_ok=True)
+            raise
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -127,20 +125,15 @@ class _Worker:
                 return event
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait()
+        child_processes.kill(self.proc)
+        child_processes.reap(self.proc)
 
     def finish(self, grace_s: float = 10.0) -> tuple[int | None, str]:
         try:
             self.proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             self.kill()
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
+        child_processes.reap(self.proc)
         self.stderr_file.close()
         tail = _tail(self.stderr_path)
         self.stderr_path.unlink(missing_ok=True)
@@ -151,14 +144,16 @@ def _fail(case: case_table.Case, summary: str, details: dict[str, Any], duration
     return Check(case.layer, case.name, Status.FAIL, summary, details, duration_s)
 
 
-def run_group(group: str, seed: int, check_timeout_s: float, names: list[str] | None = None) -> GroupResult:
-    """Run `names` (default: every case of the group) in worker processes; never raises for a bad worker."""
+def run_group(group: str, seed: int, check_timeout_s: float, names: list[str] | None = None,
+              stop: threading.Event | None = None) -> GroupResult:
+    """Run `names` (default: every case of the group) in worker processes; never raises for a bad worker.
+    Once `stop` is set no further worker is started."""
     table = {c.name: c for c in case_table.cases_of(group)}
     pending = list(names) if names is not None else list(table)
     result = GroupResult(group)
     t0 = time.monotonic()
     last_death = ""
-    while pending and len(result.workers) < MAX_WORKERS_PER_GROUP:
+    while pending and len(result.workers) < MAX_WORKERS_PER_GROUP and not (stop and stop.is_set()):
         worker = _Worker(group, seed, pending)
         info: dict[str, Any] = {"pid": worker.proc.pid, "cases": list(pending)}
         current: str | None = None
@@ -246,15 +241,20 @@ def run_groups(groups: list[str], seed: int, check_timeout_s: float,
     shared = [g for g in groups if g not in case_table.EXCLUSIVE_GROUPS]
     alone = [g for g in groups if g in case_table.EXCLUSIVE_GROUPS]
     results: dict[str, GroupResult] = {}
+    stop = threading.Event()
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(shared)) if parallel and len(shared) > 1 else None
     try:
-        if parallel and len(shared) > 1:
-            with concurrent.futures.ThreadPoolExecutor(max_workers=len(shared)) as pool:
-                futures = {g: pool.submit(run_group, g, seed, check_timeout_s, names.get(g)) for g in shared}
-                results.update({g: f.result() for g, f in futures.items()})
+        if pool is not None:
+            futures = {g: pool.submit(run_group, g, seed, check_timeout_s, names.get(g), stop) for g in shared}
+            results.update({g: f.result() for g, f in futures.items()})
         else:
-            results.update({g: run_group(g, seed, check_timeout_s, names.get(g)) for g in shared})
-        results.update({g: run_group(g, seed, check_timeout_s, names.get(g)) for g in alone})
-    except BaseException:
+            results.update({g: run_group(g, seed, check_timeout_s, names.get(g), stop) for g in shared})
+        results.update({g: run_group(g, seed, check_timeout_s, names.get(g), stop) for g in alone})
+    except BaseException:  # before the pool waits for its threads: they must not start fresh workers
+        stop.set()
         kill_all_workers()
         raise
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
     return [results[g] for g in groups]
