@@ -32,6 +32,7 @@ class TorchRelease:
     cuda: tuple[str, ...]
     python_min: str
     python_max: str
+    patches: tuple[str, ...] = ()  # the patch releases a cell may name (the pinned one among them)
 
     def supports_python(self, python: str) -> bool:
         return version_key(self.python_min) <= version_key(python) <= version_key(self.python_max)
@@ -122,6 +123,7 @@ def load(path: Path = DATA) -> Compat:
                 cuda=tuple(row["cuda"]),
                 python_min=row["python"][0],
                 python_max=row["python"][1],
+                patches=tuple(row.get("patches", [row["version"]])),
             )
             for minor, row in raw["torch"].items()
         },

@@ -11,6 +11,7 @@ import sys
 from typing import TextIO
 
 from verify import exit_codes
+from verify.messages import bounded
 
 
 class ToolchainError(Exception):
@@ -69,5 +70,5 @@ class MatrixError(UsageError):
 def report(err: ToolchainError, stream: TextIO | None = None) -> int:
     """Print the error for a user (no traceback) and return its exit code."""
     stream = stream or sys.stderr
-    print(f"error: {err}", file=stream)
+    print(f"error: {bounded(str(err))}", file=stream)
     return err.exit_code
