@@ -38,7 +38,7 @@ from toolchain.errors import BuildFailed, EnvironmentUnavailable, ToolchainError
 from toolchain.process_tree import PeakSampler
 from verify import exit_codes, module_map
 from verify.atomic import write_json
-from verify.messages import did_you_mean, shown
+from verify.messages import bounded, did_you_mean, shown
 from verify.out_dirs import OutputDirs
 
 MANIFEST_NAME = "build-manifest.json"
@@ -547,7 +547,7 @@ def _main_reporting(args: argparse.Namespace) -> int:
     try:
         return _main(args)
     except ToolchainError as err:
-        print(f"[apex-builder] error: {err}", file=sys.stderr, flush=True)
+        print(f"[apex-builder] error: {bounded(str(err))}", file=sys.stderr, flush=True)
         return err.exit_code
     except OSError as err:  # writing OUT (or reading a file it names) failed: one line, not a traceback
         print(f"[apex-builder] error: {_os_error_message(err, args.out)}", file=sys.stderr, flush=True)
