@@ -2,8 +2,9 @@
 #   make image CUDA=12.4 [TORCH=2.6] [PYTHON=3.12] [ARCHS='8.0;9.0'] [APEX_REF=<sha>] [EXTRAS=xentropy] [GCC=11]
 #   make image CELL=cu130 [TARGET=runtime-devel]
 # PYTHON is the image's Python version (a cell key); PY is the interpreter that runs build.py.
+# Exit status: make's own is 2 whenever build.py fails; build.py's code (1/2/3) is the N in
+# "make: *** [...] Error N" (run `python3 build.py ...` directly, `make -n` prints it, to get it as $?).
 PY ?= python3
-BUILD := $(PY) build.py
 
 CUDA ?=
 TORCH ?=
@@ -17,30 +18,44 @@ CELL ?=
 TARGET ?= runtime
 IMAGE ?=
 
-# Only the variables that are set become options, so matrix.toml's [defaults] fill the rest.
-CELL_OPTS = $(if $(CELL),--cell '$(CELL)') $(if $(CUDA),--cuda '$(CUDA)') $(if $(TORCH),--torch '$(TORCH)') \
-            $(if $(PYTHON),--python '$(PYTHON)') $(if $(ARCHS),--archs '$(ARCHS)') \
-            $(if $(APEX_REF),--apex-ref '$(APEX_REF)') $(if $(EXTRAS),--extras '$(EXTRAS)') $(if $(GCC),--gcc '$(GCC)') \
-            $(if $(PLATFORM),--platform '$(PLATFORM)')
-FILTER_OPTS = $(if $(CELL),--cell '$(CELL)') $(if $(CUDA),--cuda '$(CUDA)') $(if $(TORCH),--torch '$(TORCH)')
+# The one quoting rule: a variable reaches its program as ONE literal argument, never as shell or make
+# text. $(value V) is V exactly as given (a '$' in it is not expanded by make), and q single-quotes it
+# for sh with each ' written as '\'' , so a ', $, backtick or ; in CUDA=... is just a character. A line
+# break would split the recipe into two shell commands: make stops instead. The variables are not
+# exported, since make expands a command-line variable it exports ($(shell ...) would run).
+VARIABLES := PY CUDA TORCH PYTHON ARCHS APEX_REF EXTRAS GCC PLATFORM CELL TARGET IMAGE
+unexport $(VARIABLES)
+define newline
+
+
+endef
+q = $(if $(findstring $(newline),$(value $(1))),$(error $(1) holds a line break; pass it on one line))'$(subst ','\'',$(value $(1)))'
+# `--opt 'VALUE'` when variable $(2) is set, else nothing (matrix.toml's [defaults] fill the rest)
+opt = $(if $(value $(2)),$(1) $(call q,$(2)))
+BUILD = $(call q,PY) build.py
+
+CELL_OPTS = $(call opt,--cell,CELL) $(call opt,--cuda,CUDA) $(call opt,--torch,TORCH) \
+            $(call opt,--python,PYTHON) $(call opt,--archs,ARCHS) $(call opt,--apex-ref,APEX_REF) \
+            $(call opt,--extras,EXTRAS) $(call opt,--gcc,GCC) $(call opt,--platform,PLATFORM)
+FILTER_OPTS = $(call opt,--cell,CELL) $(call opt,--cuda,CUDA) $(call opt,--torch,TORCH)
 
 .PHONY: image matrix verify report plan validate facts-check lint test
 
 image:
-	$(BUILD) image $(CELL_OPTS) --target $(TARGET)
+	$(BUILD) image $(CELL_OPTS) --target $(call q,TARGET)
 
 matrix:
 	$(BUILD) matrix $(FILTER_OPTS)
 
 # make verify IMAGE=<tag>  (or CUDA=12.4 ...: the tag that cell resolves to)
 verify:
-	$(BUILD) verify $(if $(IMAGE),'$(IMAGE)',$(CELL_OPTS))
+	$(BUILD) verify $(if $(value IMAGE),$(call q,IMAGE),$(CELL_OPTS))
 
 report:
 	$(BUILD) report
 
 plan:
-	$(BUILD) plan $(CELL_OPTS) --target $(TARGET)
+	$(BUILD) plan $(CELL_OPTS) --target $(call q,TARGET)
 
 validate:
 	$(BUILD) validate
@@ -50,8 +65,8 @@ facts-check:
 	$(BUILD) facts check
 
 lint:
-	$(PY) -m ruff check .
+	$(call q,PY) -m ruff check .
 	hadolint --failure-threshold warning docker/Dockerfile   # info-level hints do not fail the build
 
 test:
-	bash scripts/test.sh
+	PY=$(call q,PY) bash scripts/test.sh

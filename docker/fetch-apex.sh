@@ -16,14 +16,19 @@ if [ -n "${APEX_SRC_DIR:-}" ]; then
   echo "dir:$APEX_SRC_DIR" >/src/apex-source.txt
 else
   : "${APEX_REPO:?}" "${APEX_REF:?}"
+  # build.py validates both; a build driven another way must not hand git an option (--upload-pack=...)
+  if [[ $APEX_REPO == -* || $APEX_REF == -* ]]; then
+    echo "apex-src stage: APEX_REPO and APEX_REF must not start with '-'; pass a git URL and a commit, tag or branch" >&2
+    exit 1
+  fi
   git init -q /src/apex
-  git -C /src/apex remote add origin "$APEX_REPO"
+  git -C /src/apex remote add -- origin "$APEX_REPO"
   # a shallow fetch of exactly the ref (full SHA, tag or branch); a short SHA needs the full history
-  if git -C /src/apex fetch -q --depth 1 origin "$APEX_REF" 2>/dev/null; then
+  if git -C /src/apex fetch -q --depth 1 -- origin "$APEX_REF" 2>/dev/null; then
     git -C /src/apex checkout -q --detach FETCH_HEAD
   else
-    git -C /src/apex fetch -q --tags origin '+refs/heads/*:refs/remotes/origin/*'
-    git -C /src/apex checkout -q --detach "$APEX_REF" 2>/dev/null || {
+    git -C /src/apex fetch -q --tags -- origin '+refs/heads/*:refs/remotes/origin/*'
+    git -C /src/apex checkout -q --detach "$APEX_REF" -- 2>/dev/null || {
       echo "apex-src stage: APEX_REF=$APEX_REF does not exist in $APEX_REPO; use a commit, tag or branch of it" >&2
       exit 1
     }

@@ -6,7 +6,8 @@
 #   3. create BASE_IMAGE (default apex-toolchain/base:bookworm) with debootstrap + docker import,
 #      unless it exists. It has no Python: the Dockerfile's devel stage installs it from apt.
 # Idempotent: a second run changes nothing. Environment: BASE_IMAGE, BASE_SUITE, DEBIAN_MIRROR,
-# DOCKERD_LOG.
+# DOCKERD_LOG. Their values are data, never shell text: each reaches its program as one argument
+# (never inside an `sh -c` string), and a value that a program could read as an option is refused.
 set -euo pipefail
 
 BASE_IMAGE=${BASE_IMAGE:-apex-toolchain/base:bookworm}
@@ -16,6 +17,14 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 
 say() { echo "[ensure-docker] $*"; }
+refuse() { echo "[ensure-docker] error: $1" >&2; exit 2; }
+
+[[ $BASE_IMAGE =~ ^[a-z0-9][a-z0-9._/:-]*$ ]] ||
+  refuse "BASE_IMAGE is not an image name (lower-case letters, digits, . _ / : -); e.g. apex-toolchain/base:bookworm"
+[[ $BASE_SUITE =~ ^[a-z][a-z0-9-]*$ ]] || refuse "BASE_SUITE is not a Debian suite name; e.g. bookworm"
+if [ -n "${DEBIAN_MIRROR:-}" ] && ! [[ $DEBIAN_MIRROR =~ ^(https?|file)://[^[:space:]]+$ ]]; then
+  refuse "DEBIAN_MIRROR is not an http(s):// or file:// URL; e.g. http://deb.debian.org/debian"
+fi
 
 # Debian's client (20.10): the other client on PATH may demand the missing buildx plugin.
 DOCKER=/usr/bin/docker
@@ -28,14 +37,15 @@ fi
 
 if ! "$DOCKER" info >/dev/null 2>&1; then
   say "no daemon answers: starting dockerd (log: $DOCKERD_LOG)"
-  $SUDO sh -c "nohup dockerd >'$DOCKERD_LOG' 2>&1 &"
+  # the log path is sh's $1, not part of the script text
+  $SUDO sh -c 'nohup dockerd >"$1" 2>&1 &' sh "$DOCKERD_LOG"
   for _ in $(seq 1 60); do
     "$DOCKER" info >/dev/null 2>&1 && break
     sleep 1
   done
   if ! "$DOCKER" info >/dev/null 2>&1; then
     say "dockerd did not answer within 60 s; last lines of $DOCKERD_LOG:"
-    tail -n 20 "$DOCKERD_LOG" >&2 || true
+    tail -n 20 -- "$DOCKERD_LOG" >&2 || true
     exit 3
   fi
 fi

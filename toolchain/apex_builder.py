@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import difflib
 import errno
 import hashlib
 import importlib.util
@@ -39,6 +38,8 @@ from toolchain.errors import BuildFailed, EnvironmentUnavailable, ToolchainError
 from toolchain.process_tree import PeakSampler
 from verify import entry_point, exit_codes, module_map, workflow_commands
 from verify.atomic import write_json
+from verify.messages import bounded, did_you_mean, shown
+from verify.out_dirs import OutputDirs
 
 MANIFEST_NAME = "build-manifest.json"
 LOG_NAME = "apex-build.log"
@@ -48,7 +49,7 @@ LOG_NAME = "apex-build.log"
 DEFAULT_FLAGS = {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"}
 TORCH_INDEX_URL = "https://download.pytorch.org/whl/{cuda_tag}"
 # TORCH_CUDA_ARCH_LIST entries: 9.0, 9.0+PTX, 9.0a, 10.0f (arch-specific / family suffixes)
-_ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
+_ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$", re.ASCII)  # ASCII digits: nvcc reads no others
 _REPO_ROOT = Path(__file__).resolve().parents[1]  # holds toolchain/ and verify/
 
 
@@ -71,7 +72,7 @@ def parse_flags(text: str | None, extras: str | None) -> dict[str, str]:
             key, _, value = item.partition("=")
             value = value or "1"
             if value not in ("0", "1"):
-                raise UsageError(f"--flags: {item!r} must be KEY=1 or KEY=0")
+                raise UsageError(f"--flags: {shown(item)} must be KEY=1 or KEY=0")
             flags[_known_flag(key, known, "--flags")] = value
     for item in re.split(r"[,\s]+", (extras or "").strip()):
         if item:
@@ -83,9 +84,8 @@ def parse_flags(text: str | None, extras: str | None) -> dict[str, str]:
 def _known_flag(key: str, known: tuple[str, ...], option: str) -> str:
     if key in known:
         return key
-    close = difflib.get_close_matches(key, known, n=1)
-    hint = f"perhaps you meant {close[0]}?" if close else f"known flags: {', '.join(known)}"
-    raise UsageError(f"{option}: unknown Apex flag {key!r}; {hint}")
+    hint = did_you_mean(key, known) or f"known flags: {', '.join(known)}"
+    raise UsageError(f"{option}: unknown Apex flag {shown(key)}; {hint}")
 
 
 def parse_archs(text: str) -> list[str]:
@@ -98,7 +98,7 @@ def parse_archs(text: str) -> list[str]:
     for arch in archs:
         if not _ARCH.match(arch):
             raise UsageError(
-                f"--archs: {arch!r} is not a compute capability; use MAJOR.MINOR with optional +PTX, e.g. 9.0 or 9.0+PTX",
+                f"--archs: {shown(arch)} is not a compute capability; use MAJOR.MINOR with optional +PTX, e.g. 9.0 or 9.0+PTX",
             )
     return archs
 
@@ -533,10 +533,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    made = OutputDirs([args.out.expanduser()])  # removed again if the build fails before writing to it
+    try:
+        code = _main_reporting(args)
+    except BaseException:
+        made.remove_empty()
+        raise
+    if code != exit_codes.OK:
+        made.remove_empty()
+    return code
+
+
+def _main_reporting(args: argparse.Namespace) -> int:
     try:
         return _main(args)
     except ToolchainError as err:
-        print(f"[apex-builder] error: {err}", file=sys.stderr, flush=True)
+        print(f"[apex-builder] error: {bounded(str(err))}", file=sys.stderr, flush=True)
         return err.exit_code
     except OSError as err:  # writing OUT (or reading a file it names) failed: one line, not a traceback
         print(f"[apex-builder] error: {_os_error_message(err, args.out)}", file=sys.stderr, flush=True)

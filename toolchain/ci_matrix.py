@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from toolchain.matrix import Cell
+from toolchain.errors import UsageError
+from toolchain.matrix import REPOSITORY_RE, Cell
+from verify.messages import shown
 
 CACHE_KINDS = ("gha", "registry", "none")
 _BAKE_NAME = re.compile(r"[^A-Za-z0-9_-]")
@@ -19,6 +21,13 @@ _BAKE_NAME = re.compile(r"[^A-Za-z0-9_-]")
 # the GPU verify (`ARM64` is the architecture label every arm64 self-hosted runner carries).
 BUILD_RUNNERS = {"linux/amd64": "ubuntu-24.04", "linux/arm64": "ubuntu-24.04-arm"}
 GPU_RUNNERS = {"linux/amd64": ["self-hosted", "linux", "gpu"], "linux/arm64": ["self-hosted", "linux", "gpu", "ARM64"]}
+
+
+def check_repository(value: str | None, option: str) -> None:
+    """--registry / --cache-ref name an image repository (no tag: the cell id is the tag); exit 2 if not."""
+    if value is not None and not REPOSITORY_RE.match(value.rstrip("/")):
+        raise UsageError(f"{option} {shown(value)}: not an image repository (lower-case [host[:port]/]path, no tag "
+                         "or spaces); pass e.g. ghcr.io/acme/apex or 127.0.0.1:5000/apex")
 
 
 def image_ref(cell: Cell, registry: str | None) -> str:
@@ -68,7 +77,13 @@ def bake(
     BuildKit builders are configured (local, remote, Kubernetes), with no scheduler of ours.
     """
     targets: dict[str, Any] = {}
-    for cell in cells:
+    owners: dict[str, str] = {}
+    for cell in cells:  # cu12.4 and cu12_4 would both be target cu12_4: one would silently replace the other
+        name = bake_target_name(cell)
+        if name in owners:
+            raise UsageError(f"cells {owners[name]} and {cell.name} both become bake target {name!r} (a target name "
+                             "has only letters, digits, '_' and '-'); rename one of them in the matrix")
+        owners[name] = cell.name
         entry: dict[str, Any] = {
             "context": ".",
             "dockerfile": "docker/Dockerfile",

@@ -30,6 +30,8 @@ from toolchain import matrix as matrix_mod
 from toolchain.console import Console
 from toolchain.errors import EnvironmentUnavailable, ToolchainError, UsageError, report
 from verify import entry_point, exit_codes
+from verify.messages import bounded, did_you_mean, shown
+from verify.out_dirs import OutputDirs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Command-line options that override a cell's keys (option dest == matrix key).
@@ -45,8 +47,17 @@ def default_matrix_path() -> Path:
 # --- argument parsing -------------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises a UsageError (one line, exit 2) instead of printing usage and exiting."""
+
+    commands: dict[str, argparse.ArgumentParser] = {}
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {bounded(message)}; see `{self.prog} --help`")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="build.py",
         description="Build NVIDIA Apex into training images, one per validated matrix cell, and verify them.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -159,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--facts", type=Path, default=None, help="facts file (default: toolchain/data/compat.toml)")
     check.set_defaults(func=cmd_facts_check)
     p.set_defaults(func=lambda args, console: _usage("facts: name an action: build.py facts check"))
+    parser.commands = sub.choices  # for "did you mean" on a mistyped command or option
     return parser
 
 
@@ -307,12 +319,20 @@ def _selected(args: argparse.Namespace) -> list[matrix_mod.Cell]:
     return cells
 
 
+def _check_registry(args: argparse.Namespace) -> None:
+    from_env = args.registry is not None and args.registry == os.environ.get("APEX_IMAGE_REGISTRY")
+    ci_matrix.check_repository(args.registry, "$APEX_IMAGE_REGISTRY" if from_env else "--registry")
+    ci_matrix.check_repository(getattr(args, "cache_ref", None), "--cache-ref")
+
+
 def cmd_gh_matrix(args: argparse.Namespace, console: Console) -> int:
+    _check_registry(args)
     print(json.dumps(ci_matrix.gh_matrix(_selected(args), args.registry), indent=2 if args.pretty else None))
     return exit_codes.OK
 
 
 def cmd_bake(args: argparse.Namespace, console: Console) -> int:
+    _check_registry(args)
     if args.cache == "registry" and not (args.cache_ref or args.registry):
         raise UsageError("--cache registry needs --registry or --cache-ref (where the cache images go)")
     definition = ci_matrix.bake(_selected(args), registry=args.registry, target=args.target, cache=args.cache,
@@ -331,6 +351,7 @@ def cmd_bake(args: argparse.Namespace, console: Console) -> int:
 def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     from toolchain import matrix_run, pull
 
+    _check_registry(args)
     cell = resolve_cells(args, all_when_empty=False)[0]
     if not args.registry and not args.no_pull:
         raise UsageError("pull: no registry; pass --registry ghcr.io/OWNER/apex (or set APEX_IMAGE_REGISTRY), "
@@ -453,6 +474,39 @@ def _os_error(err: OSError) -> ToolchainError:
 
 
 
+def _parse(parser: _Parser, argv: list[str]) -> argparse.Namespace:
+    """parse_args, with "did you mean" for a mistyped command or option."""
+    if argv and not argv[0].startswith("-") and argv[0] not in parser.commands:
+        hint = did_you_mean(argv[0], parser.commands)
+        raise UsageError(f"unknown command {shown(argv[0])}; " + (f"{hint} " if hint else "")
+                         + f"(commands: {', '.join(parser.commands)})")
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        command = parser.commands.get(args.command or "", parser)
+        options = [o for action in command._actions for o in action.option_strings if o.startswith("--")]
+        word = extra[0].split("=", 1)[0]
+        hint = did_you_mean(word, options) if word.startswith("-") else None
+        what = "unknown option" if word.startswith("-") else "unexpected argument"
+        raise UsageError(f"{command.prog}: {what} {shown(word)}; " + (f"{hint} " if hint else "")
+                         + f"see `{command.prog} --help`")
+    return args
+
+
+def _run(args: argparse.Namespace, console: Console) -> int:
+    """Run the command; if it fails, remove the output directories it created and left empty."""
+    output = getattr(args, "output", None)
+    made = OutputDirs([getattr(args, "out", None), getattr(args, "logs", None),
+                       output.parent if output is not None else None])
+    try:
+        code = args.func(args, console)
+    except BaseException:
+        made.remove_empty()
+        raise
+    if code != exit_codes.OK:
+        made.remove_empty()
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     """build.py: signals, stdout and child processes as every CLI of the project (verify.entry_point)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -467,11 +521,11 @@ def _main(argv: list[str]) -> int:
 
             return apex_builder.main(argv[1:])
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
         if not getattr(args, "func", None):
             parser.print_help()
             return exit_codes.USAGE
-        return args.func(args, console)
+        return _run(args, console)
     except ToolchainError as err:
         if console.github:
             console.error(str(err).splitlines()[0])

@@ -38,6 +38,7 @@ class TorchRelease:
     python_max: str
     pypi_cuda: str | None = None  # the CUDA of the wheels on PyPI itself (None: CPU-only there)
     aarch64_cuda: tuple[str, ...] = ()  # CUDA builds with linux aarch64 wheels
+    patches: tuple[str, ...] = ()  # the patch releases a cell may name (the pinned one among them)
 
     def supports_python(self, python: str) -> bool:
         return version_key(self.python_min) <= version_key(python) <= version_key(self.python_max)
@@ -174,6 +175,7 @@ def load(path: Path = DATA) -> Compat:
                 python_max=row["python"][1],
                 pypi_cuda=row.get("pypi_cuda"),
                 aarch64_cuda=tuple(row.get("aarch64_cuda", ())),
+                patches=tuple(row.get("patches", [row["version"]])),
             )
             for minor, row in raw["torch"].items()
         },

@@ -87,8 +87,7 @@ def verify_image(tag: str, *, out_dir: Path | str, gpu: str = "auto", timeout_s:
     engine.ping()
     client = docker.from_env(timeout=60)
     engine.local_image(client, tag)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = Path(out_dir)  # made by the first file written into it: a run refused here leaves no folder
     run = {"image": tag, "gpu_requested": gpu != "none", "gpu_runtime": None, "mode": "full", "note": None}
     try:
         if gpu == "none":

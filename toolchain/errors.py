@@ -11,6 +11,7 @@ import sys
 from typing import TextIO
 
 from verify import exit_codes, workflow_commands
+from verify.messages import bounded
 from verify.workflow_commands import one_line
 
 
@@ -71,5 +72,5 @@ def report(err: ToolchainError, stream: TextIO | None = None) -> int:
     """Print the error for a user (no traceback) and return its exit code. A message can quote a user's
     value or a log's lines: inert, so that on GitHub Actions none of them runs as a workflow command."""
     stream = stream or sys.stderr
-    print(workflow_commands.inert(f"error: {err}\n"), file=stream, end="")
+    print(workflow_commands.inert(f"error: {bounded(str(err))}\n"), file=stream, end="")
     return err.exit_code

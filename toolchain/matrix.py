@@ -10,9 +10,9 @@ before anything is built, and every problem is reported at once (MatrixError, ex
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from toolchain import compat as compat_mod
 from toolchain.compat import Compat, parse_arch, version_key
 from toolchain.errors import CellProblem, MatrixError, UsageError
 from toolchain.toml_loader import load_toml
+from verify.messages import closest, did_you_mean, shown
 
 FORMAT_VERSION = 1
 TOP_KEYS = ("format_version", "defaults", "cells")
@@ -45,15 +46,30 @@ CELL_KEYS: dict[str, type] = {
 # Docker's tag grammar: https://docs.docker.com/reference/cli/docker/image/tag/
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 TAG_MAX = 128
-_MAJOR_MINOR = re.compile(r"^\d+\.\d+$")
-_TORCH_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
+# ASCII digits only: Python's \d also matches '１' and '٣', which no tool downstream reads as digits
+_MAJOR_MINOR = re.compile(r"^[0-9]+\.[0-9]+$")
+_TORCH_VERSION = re.compile(r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")
+_CUDA_WHEEL_TAG = re.compile(r"^cu([0-9]{1,2})([0-9])$")  # PyTorch's spelling: cu124 is CUDA 12.4
 _HEX_SHA = re.compile(r"^[0-9a-f]{7,40}$")
 # What git accepts as a ref name, minus the corner cases nobody writes (see git-check-ref-format).
 _GIT_REF = re.compile(r"^(?!.*\.\.)(?!.*//)[A-Za-z0-9_][A-Za-z0-9_./+-]*(?<![./])$")
 _CLI = "command line"
+# An image repository (what --registry names): [registry[:port]/]name, lower-case path components.
+REPOSITORY = r"(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._/]|__|-+)[a-z0-9]+)*"
+REPOSITORY_RE = re.compile(f"^{REPOSITORY}$")
 # An image reference: [registry[:port]/]name[:tag][@sha256:<64 hex>] (lower-case name; the digest is a pin).
-_IMAGE_REF = re.compile(r"^(?:[A-Za-z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:(?:[._/]|__|-+)[a-z0-9]+)*"
-                        r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
+_IMAGE_REF = re.compile(f"^{REPOSITORY}" r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
+# Where git may fetch Apex from: a URL, scp-like user@host:path, or an absolute path. Never a word that
+# starts with '-' (git would read it as an option, e.g. --upload-pack=CMD), no whitespace or quotes.
+_GIT_URL = re.compile(r"^(?:(?:https?|ssh|git|file)://[^\s'\"\\]+"
+                      r"|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^\s'\"\\-][^\s'\"\\]*|/[^\s'\"\\]*)$")
+_INDEX_URL = re.compile(r"^(?:https?|file)://[^\s'\"\\]+$")
+# [cells.NAME]: NAME becomes a label, a bake target and a --cell value.
+_CELL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+# A cell field is a version, a name, a ref or a URL: anything longer is refused before it is parsed.
+FIELD_MAX = 1024
+# APEX_X=<one of these> in apex_flags means "off", which a list of flags to build cannot say.
+_FLAG_OFF = frozenset({"0", "false", "no", "off", ""})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,11 +134,13 @@ class Matrix:
     ) -> list[Cell]:
         """Cells matching every given filter (a filter with several values matches any of them)."""
         names, cuda, torch = set(names), {compat_mod.minor_of(c) for c in cuda}, set(torch)
-        unknown = names - {c.name for c in self.cells} - {c.id for c in self.cells}
+        unknown = sorted(names - {c.name for c in self.cells} - {c.id for c in self.cells})
         if unknown:
+            known = [c.name for c in self.cells]
+            hint = did_you_mean(unknown[0], known)
             raise UsageError(
-                f"--cell {', '.join(sorted(unknown))}: no such cell in {self.path}; "
-                f"use one of {', '.join(c.name for c in self.cells)}"
+                f"--cell {', '.join(shown(u, quote=False) for u in unknown)}: no such cell in {self.path}; "
+                + (f"{hint} (cells: {', '.join(known)})" if hint else f"use one of {', '.join(known)}")
             )
         return [
             c
@@ -148,7 +166,7 @@ def load_matrix(
     version = raw.get("format_version", FORMAT_VERSION)
     if version != FORMAT_VERSION:
         problems.append(
-            CellProblem("top level", f"format_version = {version!r} is not supported",
+            CellProblem("top level", f"format_version = {shown(version)} is not supported",
                         f"write format_version = {FORMAT_VERSION}")
         )
     defaults = raw.get("defaults", {})
@@ -159,10 +177,14 @@ def load_matrix(
     if not isinstance(cells_raw, dict) or not cells_raw:
         problems.append(CellProblem("[cells]", "no cells defined", 'add at least one [cells.NAME] table with cuda = "12.4"'))
         cells_raw = {}
-    problems += _check_layer(defaults, "[defaults]")
+    problems += _check_layer(defaults, "[defaults]", "defaults")
     cells: list[Cell] = []
     for name, table in cells_raw.items():
         label = f"cell {name}"
+        if not _CELL_NAME.match(name):  # the name is a label, a bake target, a --cell value: keep it plain
+            label = f"cell {shown(name)}"
+            problems.append(CellProblem(label, "the cell name has characters other than letters, digits, '_', '.', "
+                                        "'-' (or is longer than 64)", "rename the table, e.g. [cells.cu124]"))
         if not isinstance(table, dict):
             problems.append(CellProblem(label, "must be a table", f'write [cells.{name}] with cuda = "12.4" under it'))
             continue
@@ -225,20 +247,28 @@ class _Resolver:
         self.facts = facts
         self.problems: list[CellProblem] = []
         self.values: dict[str, _Value] = {}
+        # keys whose value has the wrong type or characters (reported by _check_layer): key -> origin.
+        # They are neither used nor replaced by a lower layer's value, and never reported as missing.
+        self.invalid: dict[str, str] = {}
         self.defaults_archs: list[str] = []
         for origin, layer in layers:
-            if origin == "defaults" and isinstance(layer.get("archs"), (list, str)):
-                archs = layer["archs"]
-                self.defaults_archs = re.split(r"[;,\s]+", archs) if isinstance(archs, str) else [str(a) for a in archs]
             for key, value in layer.items():
-                if key in CELL_KEYS and value is not None and value != "":
-                    self.values[key] = _Value(value, origin)
+                if key not in CELL_KEYS or value is None or value == "":
+                    continue
+                if _field_problems(key, value, origin):
+                    self.values.pop(key, None)
+                    self.invalid[key] = origin
+                    continue
+                self.values[key] = _Value(value, origin)
+                self.invalid.pop(key, None)
+                if origin == "defaults" and key == "archs":
+                    self.defaults_archs = self.as_list("archs") or []
 
     # how to write a fix where this value came from
     def how(self, key: str, value: str, like: str | None = None) -> str:
         """`--key value` or `key = "value" in [cells.X]`, matching where `key` (or `like`) was written."""
         source = key if key in self.values else like
-        origin = self.values[source].origin if source in self.values else "cell"
+        origin = self.values[source].origin if source in self.values else self.invalid.get(key, "cell")
         if origin == "cli":
             return f"--{key.replace('_', '-')} {value}"
         where = "[defaults]" if origin == "defaults" else f"[cells.{self.name}]"
@@ -249,6 +279,10 @@ class _Resolver:
 
     def get(self, key: str) -> _Value | None:
         return self.values.get(key)
+
+    def missing(self, key: str) -> bool:
+        """Not given at all (an invalid value was given: its problem is already reported)."""
+        return key not in self.values and key not in self.invalid
 
     def text(self, key: str) -> str | None:
         entry = self.values.get(key)
@@ -275,13 +309,17 @@ def resolve(
     label: str | None = None,
     check_defaults: bool = True,
 ) -> tuple[Cell | None, list[CellProblem]]:
-    """Layer and validate one cell. Returns (cell, []) or (None, problems)."""
+    """Layer and validate one cell. Returns (cell, []) or (None, problems).
+
+    Each axis is checked on its own wherever it can be, so that one bad value (a CUDA without
+    wheels, say) does not hide the other problems of the same cell.
+    """
     r = _Resolver(name, label or f"cell {name}", layers, facts)
     for origin, layer in layers:
         if origin == "defaults" and not check_defaults:
             continue  # [defaults] is checked once, by load_matrix
         where = {"defaults": "[defaults]", "cell": r.label, "cli": _CLI}[origin]
-        r.problems += _check_layer(layer, where if origin != "cell" else r.label)
+        r.problems += _check_layer(layer, where, origin)
 
     cuda = _resolve_cuda(r)
     platform = _resolve_platform(r)
@@ -296,8 +334,14 @@ def resolve(
     gcc = _resolve_gcc(r, cuda, toolkit, os_name)
     archs, default_archs = _resolve_archs(r, cuda, toolkit)
     flags, extras = _resolve_flags(r)
-    apex_repo = r.text("apex_repo") or facts.apex_repo
+    apex_repo = _resolve_repo(r)
     apex_ref = _resolve_ref(r)
+    index_url = _resolve_index_url(r)
+    for key in ("base_devel", "base_runtime"):  # written ones are checked now; derived ones below
+        _check_image_ref(r, key, r.text(key))
+    explicit_tag = _check_tag(r)
+    if explicit_tag is None and apex_ref is not None:
+        _check_ref_fits_tag(r, apex_ref)
     if r.problems or cuda is None or release is None:
         return None, r.problems
 
@@ -313,16 +357,13 @@ def resolve(
                   "set base_devel and base_runtime, or add the CUDA to [cuda] in toolchain/data/compat.toml")
         return None, r.problems
     for key, ref in (("base_devel", base_devel), ("base_runtime", base_runtime)):
-        if not _IMAGE_REF.match(ref):
-            r.problem(f"{key} {ref!r} is not an image reference docker accepts",
-                      f"use {r.how(key, 'nvidia/cuda:12.4.1-devel-ubuntu22.04')} or pin a digest: "
-                      "name@sha256:<64 hex digits>")
+        _check_image_ref(r, key, ref)
     if r.problems:
         return None, r.problems
 
     variant = _variant(r, archs, default_archs, extras, flags, gcc, os_name)
     os_part = "-".join(p for p in (os_name or "", facts.platform(platform or "").id_suffix) if p)
-    cell_id = _cell_id(r, apex_ref, torch_version, cuda, python, os_part, variant)
+    cell_id = _cell_id(r, explicit_tag, apex_ref, torch_version, cuda, python, os_part, variant)
     if cell_id is None:
         return None, r.problems
     cell = Cell(
@@ -334,13 +375,13 @@ def resolve(
         os=os_name or "",
         gcc=gcc or "",
         archs=tuple(archs),
-        apex_repo=apex_repo,
+        apex_repo=apex_repo or facts.apex_repo,
         apex_ref=apex_ref or "",
         apex_flags={flag: "1" for flag in flags},
         extras=tuple(extras),
         base_devel=base_devel,
         base_runtime=base_runtime,
-        torch_index_url=r.text("torch_index_url") or facts.index_url(cuda),
+        torch_index_url=index_url or facts.index_url(cuda),
         variant=variant,
         platform=platform or facts.default_platform,
     )
@@ -351,13 +392,21 @@ def _resolve_cuda(r: _Resolver) -> str | None:
     text = r.text("cuda")
     known = r.facts.all_cuda_versions()
     if text is None:
-        r.problem("no CUDA version", f'set cuda = "{known[-1]}" (one of {", ".join(known)})')
+        if r.missing("cuda"):
+            r.problem("no CUDA version", f'set cuda = "{known[-1]}" (one of {", ".join(known)})')
+        return None
+    wheel_tag = _CUDA_WHEEL_TAG.match(text)
+    if wheel_tag:  # cu124: PyTorch's index name, not a version; say which version it means
+        meant = f"{int(wheel_tag[1])}.{wheel_tag[2]}"
+        best = meant if meant in known else _nearest(meant, known)
+        r.problem(f"CUDA {shown(text)} is a PyTorch wheel tag, not a CUDA version",
+                  f"use {r.how('cuda', best)}" + ("" if best == meant else f" (CUDA {meant} has no PyTorch wheels)"))
         return None
     cuda = text.removeprefix("cu")
-    if re.fullmatch(r"\d+\.\d+\.\d+", cuda):
+    if re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", cuda):
         cuda = compat_mod.minor_of(cuda)  # 12.4.1 -> 12.4: wheels and toolkits are per minor
     if not _MAJOR_MINOR.match(cuda) or cuda not in known:
-        r.problem(f"CUDA {text!r} has no PyTorch wheels in the compatibility facts",
+        r.problem(f"CUDA {shown(text)} has no PyTorch wheels in the compatibility facts",
                   f"use {r.how('cuda', _nearest(cuda, known))} (known: {', '.join(known)})")
         return None
     return cuda
@@ -369,20 +418,22 @@ def _resolve_platform(r: _Resolver) -> str | None:
     if text is None:
         return known[0]
     if text not in known:
-        r.problem(f"platform {text!r} is not one the facts know",
-                  _did_you_mean(text, known, f"use {r.how('platform', known[0])} (one of {', '.join(known)})"))
+        hint = did_you_mean(text, known)
+        r.problem(f"platform {shown(text)} is not one the facts know",
+                  (f"{hint} " if hint else "") + f"use {r.how('platform', known[0])} (one of {', '.join(known)})")
         return None
     return text
 
 
 def _resolve_torch(r: _Resolver, cuda: str | None, platform: str | None) -> compat_mod.TorchRelease | None:
+    """The torch release; checked on its own (known minor, known patch) even when the CUDA is bad."""
     text = r.text("torch")
-    if cuda is None or platform is None:
-        return None
-    shipping = r.facts.torch_for_cuda(cuda, platform)
-    machine = r.facts.platform(platform)
-    on = "" if platform == r.facts.default_platform else f" {machine.machine}"
+    machine = r.facts.platform(platform or "")
+    on = "" if platform in (None, r.facts.default_platform) else f" {machine.machine}"
+    shipping = r.facts.torch_for_cuda(cuda, platform) if cuda and platform else []
     if text is None:
+        if cuda is None:
+            return None
         if not shipping:
             with_wheels = sorted({c for t in r.facts.torch.values() for c in t.cuda_for(machine)}, key=version_key)
             r.problem(f"no torch release ships{on} wheels for CUDA {cuda} in the compatibility facts",
@@ -393,10 +444,18 @@ def _resolve_torch(r: _Resolver, cuda: str | None, platform: str | None) -> comp
     release = r.facts.torch_release(text) if _TORCH_VERSION.match(text) else None
     if release is None:
         known = sorted(r.facts.torch, key=version_key)
-        best = shipping[0].minor if shipping else known[-1]
-        r.problem(f"torch {text!r} is not in the compatibility facts",
+        best = shipping[0].minor if shipping else _nearest(compat_mod.minor_of(text), known)
+        r.problem(f"torch {shown(text)} is not in the compatibility facts",
                   f"use {r.how('torch', best)} (known: {', '.join(known)})")
         return None
+    if text.count(".") >= 2 and text not in release.patches:
+        r.problem(f"torch {text} is not a release in the compatibility facts (torch {release.minor}: "
+                  f"{', '.join(release.patches)})",
+                  f"use {r.how('torch', release.version)}, or {r.how('torch', release.minor)} for the pinned "
+                  f"patch; a newer patch goes into patches of [torch.\"{release.minor}\"] in toolchain/data/compat.toml")
+        return None
+    if cuda is None or platform is None:
+        return release
     builds = release.cuda_for(machine)
     if cuda not in builds:
         if not builds:  # e.g. torch 2.6 on aarch64: PyPI had CPU-only wheels, no CUDA build recorded
@@ -421,13 +480,16 @@ def _resolve_python(r: _Resolver, release: compat_mod.TorchRelease | None, os_na
     usable = [p for p in shipped if release is None or release.supports_python(p)]
     suggestion = max(usable, key=version_key) if usable else (release.python_max if release else "3.12")
     if text is None:
-        if release is not None:
+        if release is not None and r.missing("python"):
             r.problem("no Python version", f'set python = "{suggestion}" in [defaults] or the cell')
         return None
     if not _MAJOR_MINOR.match(text):
-        r.problem(f"Python {text!r} is not a MAJOR.MINOR version", f"use {r.how('python', '3.12')}")
+        r.problem(f"Python {shown(text)} is not a MAJOR.MINOR version", f"use {r.how('python', suggestion)}")
         return None
-    if release is None:
+    if release is None:  # torch unknown: what the OS ships can still be checked
+        if r.explicit("python") and os_facts is not None and text not in os_facts.python:
+            r.problem(f"{os_name} has no python{text} package (it has {', '.join(os_facts.python)})",
+                      f"use {r.how('python', max(os_facts.python, key=version_key))} or another os")
         return text
     fitting = usable if os_facts else [text] if release.supports_python(text) else []
     if not r.explicit("python"):
@@ -456,14 +518,14 @@ def _resolve_python(r: _Resolver, release: compat_mod.TorchRelease | None, os_na
 def _resolve_os(r: _Resolver, cuda: str | None) -> str | None:
     text = r.text("os")
     custom_bases = r.text("base_devel") and r.text("base_runtime")
+    if text is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", text):
+        r.problem(f"os {shown(text)} cannot be part of an image tag", f"use {r.how('os', 'ubuntu22.04')}")
+        return None
     if cuda is None:
         return text
     published = r.facts.cuda[cuda].os if cuda in r.facts.cuda else ()
     if text is None:
         return published[0] if published else None
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", text):
-        r.problem(f"os {text!r} cannot be part of an image tag", f"use {r.how('os', 'ubuntu22.04')}")
-        return None
     if custom_bases or text in published:
         return text
     if not r.explicit("os") and published:
@@ -477,9 +539,11 @@ def _resolve_os(r: _Resolver, cuda: str | None) -> str | None:
 def _resolve_gcc(r: _Resolver, cuda: str | None, toolkit: compat_mod.Toolkit | None, os_name: str | None) -> str | None:
     text = r.text("gcc")
     os_facts = r.facts.os.get(os_name or "")
+    limit = toolkit.gcc_max if toolkit else 99
     if text is not None and r.explicit("gcc"):
-        if not text.isdigit():
-            r.problem(f"GCC {text!r} is not a major version", f"use {r.how('gcc', '13')}")
+        if not re.fullmatch(r"[0-9]+", text):
+            fit = _gcc_fit(os_facts, limit) or (str(toolkit.gcc_max) if toolkit else "13")
+            r.problem(f"GCC {shown(text)} is not a major version", f"use {r.how('gcc', fit)}")
             return None
         if toolkit is not None and int(text) > toolkit.gcc_max:
             newer = [t for t in r.facts.toolkits if t.gcc_max >= int(text)]
@@ -490,20 +554,27 @@ def _resolve_gcc(r: _Resolver, cuda: str | None, toolkit: compat_mod.Toolkit | N
             r.problem(f"GCC {text} is newer than nvcc {cuda} allows (newest: {toolkit.gcc_max})", fix + hint)
             return None
         if os_facts is not None and text not in os_facts.gcc:
+            fit = _gcc_fit(os_facts, limit)  # one the OS packages AND nvcc accepts
             r.problem(f"{os_name} has no gcc-{text} package (it has {', '.join(os_facts.gcc)})",
-                      f"use {r.how('gcc', os_facts.gcc_default)} or another os")
+                      f"use {r.how('gcc', fit)} or another os" if fit else "use another os")
             return None
         return text
     if os_facts is None:
         return text  # custom base image: the image's own compiler unless one is named
-    limit = toolkit.gcc_max if toolkit else 99
-    fitting = [g for g in os_facts.gcc if int(g) <= limit]
+    fit = _gcc_fit(os_facts, limit)
+    if fit is None:
+        r.problem(f"{os_name} has no GCC that nvcc {cuda} accepts (newest: {limit})", "use another os")
+    return fit
+
+
+def _gcc_fit(os_facts: compat_mod.OsRelease | None, limit: int) -> str | None:
+    """The GCC a cell gets when it names none: the OS's default, else its newest one nvcc accepts."""
+    if os_facts is None:
+        return None
     if int(os_facts.gcc_default) <= limit:
         return os_facts.gcc_default
-    if fitting:
-        return max(fitting, key=int)
-    r.problem(f"{os_name} has no GCC that nvcc {cuda} accepts (newest: {limit})", "use another os")
-    return None
+    fitting = [g for g in os_facts.gcc if int(g) <= limit]
+    return max(fitting, key=int) if fitting else None
 
 
 def _resolve_archs(r: _Resolver, cuda: str | None, toolkit: compat_mod.Toolkit | None) -> tuple[list[str], list[str]]:
@@ -512,15 +583,19 @@ def _resolve_archs(r: _Resolver, cuda: str | None, toolkit: compat_mod.Toolkit |
     from_defaults = entry is not None and entry.origin == "defaults"
     requested = r.as_list("archs")
     if requested is None:
-        r.problem("no GPU archs", 'set archs = ["8.0", "9.0"] in [defaults] or the cell')
+        if r.missing("archs"):
+            r.problem("no GPU archs", 'set archs = ["8.0", "9.0"] in [defaults] or the cell')
+        return [], []
+    if not requested:  # archs = [] or --archs ';': the build would fail after the devel stage
+        r.problem("archs is empty", f"list at least one compute capability: {r.how('archs', '9.0')} (H100/H200)")
         return [], []
     parsed: list[tuple[str, tuple[str, str, bool]]] = []
     for arch in requested:
         got = parse_arch(arch)
         if got is None:
-            digits = re.sub(r"\D", "", arch)
+            digits = re.sub(r"[^0-9]", "", arch)[:4]
             guess = f"{digits[:-1]}.{digits[-1]}" if len(digits) >= 2 else "9.0"
-            r.problem(f"arch {arch!r} is not a compute capability", f"write it as {guess} (e.g. 9.0 for H100/H200)")
+            r.problem(f"arch {shown(arch)} is not a compute capability", f"write it as {guess} (e.g. 9.0 for H100/H200)")
             continue
         parsed.append((arch.strip(), got))
     if toolkit is None:
@@ -577,14 +652,26 @@ def _resolve_flags(r: _Resolver) -> tuple[list[str], list[str]]:
     from verify import module_map
 
     known = module_map.known_flags()
-    flags = r.as_list("apex_flags")
-    if flags is None:
+    written = r.as_list("apex_flags")
+    flags: list[str] = []
+    if written is None:
         flags = list(r.facts.apex_core_flags)
-    else:
-        flags = [f.split("=")[0].upper() for f in flags]
-        for flag in flags:
-            if flag not in known:
-                r.problem(f"apex_flags: unknown flag {flag}", _did_you_mean(flag, known, f"use one of {', '.join(known)}"))
+    for item in written or []:
+        flag, is_set, value = (part.strip() for part in item.partition("="))
+        flag = flag.upper()
+        if is_set and value.lower() in _FLAG_OFF:
+            # the list says what is built: APEX_CPP_EXT=0 in it would be read as "build it"
+            r.problem(f"apex_flags: {shown(item)} turns a flag off, but apex_flags lists the flags to build",
+                      f"drop {flag} from apex_flags (a flag not listed is off)")
+            continue
+        if is_set and value != "1":
+            r.problem(f"apex_flags: {shown(item)} is not a flag to turn on", f"write {flag} (or {flag}=1)")
+            continue
+        if flag not in known:
+            r.problem(f"apex_flags: unknown flag {shown(flag, quote=False)}",
+                      did_you_mean(flag, known) or f"use one of {', '.join(known)}")
+            continue
+        flags.append(flag)
     extras_text = r.as_list("extras") or []
     by_name = extra_flag_names()
     extras: list[str] = []
@@ -597,8 +684,8 @@ def _resolve_flags(r: _Resolver) -> tuple[list[str], list[str]]:
             extras.append(next(n for n, f in by_name.items() if f == extra.upper()))
         else:
             short = [n for n in by_name if not n.endswith(("_cuda", "_lib"))]
-            r.problem(f"extras: unknown contrib extension {extra!r}",
-                      _did_you_mean(key, list(by_name), f"use some of {', '.join(short)}"))
+            r.problem(f"extras: unknown contrib extension {shown(extra)}",
+                      did_you_mean(key, by_name) or f"use some of {', '.join(short)}")
     extras = list(dict.fromkeys(extras))
     for extra in extras:
         flag = by_name[extra]
@@ -608,12 +695,63 @@ def _resolve_flags(r: _Resolver) -> tuple[list[str], list[str]]:
 
 
 def _resolve_ref(r: _Resolver) -> str | None:
+    if "apex_ref" in r.invalid:
+        return None
     ref = r.text("apex_ref") or r.facts.apex_default_ref
     if not _GIT_REF.match(ref):
-        r.problem(f"apex_ref {ref!r} is not a git commit, tag or branch name",
+        r.problem(f"apex_ref {shown(ref)} is not a git commit, tag or branch name",
                   f"use {r.how('apex_ref', r.facts.apex_default_ref[:12])} (a commit sha) or a tag like 24.04.01")
         return None
     return ref
+
+
+def _resolve_repo(r: _Resolver) -> str | None:
+    """apex_repo: what git clones. A URL or a path, never something git could read as an option."""
+    repo = r.text("apex_repo")
+    if repo is not None and not _GIT_URL.match(repo):
+        r.problem(f"apex_repo {shown(repo)} is not a git URL or an absolute path",
+                  f"use {r.how('apex_repo', r.facts.apex_repo)} (https://, ssh://, git://, file://, "
+                  "user@host:path or /path)")
+        return None
+    return repo
+
+
+def _resolve_index_url(r: _Resolver) -> str | None:
+    url = r.text("torch_index_url")
+    if url is not None and not _INDEX_URL.match(url):
+        r.problem(f"torch_index_url {shown(url)} is not an http(s):// or file:// URL",
+                  f"use {r.how('torch_index_url', 'https://download.pytorch.org/whl/cu124')} (a pip index)")
+        return None
+    return url
+
+
+def _check_image_ref(r: _Resolver, key: str, ref: str | None) -> None:
+    if ref and not _IMAGE_REF.match(ref):
+        r.problem(f"{key} {shown(ref)} is not an image reference docker accepts",
+                  f"use {r.how(key, 'nvidia/cuda:12.4.1-devel-ubuntu22.04')} or pin a digest: "
+                  "name@sha256:<64 hex digits>")
+
+
+def _check_tag(r: _Resolver) -> str | None:
+    """An explicit tag, if it is one docker accepts (else a problem and None)."""
+    explicit = r.text("tag")
+    if explicit is None or TAG_RE.match(explicit):
+        return explicit
+    bad = sorted({ch for ch in explicit if not re.match(r"[A-Za-z0-9_.-]", ch)})
+    why = f"has characters {''.join(bad)!r} a docker tag cannot hold" if bad else "is not a valid docker tag"
+    if len(explicit) > TAG_MAX:
+        why = f"is {len(explicit)} characters long (docker allows {TAG_MAX})"
+    r.problem(f"tag {shown(explicit)} {why}",
+              f"use only letters, digits, '_', '.', '-', at most {TAG_MAX} characters, not starting with '.' or '-'")
+    return None
+
+
+def _check_ref_fits_tag(r: _Resolver, ref: str) -> None:
+    """Without an explicit tag, the ref (or its short sha) becomes part of the image tag."""
+    short = ref[:7] if _HEX_SHA.match(ref) else ref
+    if r.missing("tag") and not re.fullmatch(r"[A-Za-z0-9_.-]+", short):
+        r.problem(f"apex_ref {shown(ref)} cannot be part of an image tag (only letters, digits, '_', '.', '-')",
+                  f"use the commit sha as apex_ref, or set {r.how('tag', 'my-tag', like='apex_ref')}")
 
 
 def _variant(r: _Resolver, archs: list[str], default_archs: list[str], extras: list[str],
@@ -638,25 +776,13 @@ def _arch_token(arch: str) -> str:
     return num.replace(".", "") + suffix + ("ptx" if ptx else "")
 
 
-def _cell_id(r: _Resolver, apex_ref: str | None, torch: str, cuda: str, python: str | None,
-             os_name: str | None, variant: str) -> str | None:
-    explicit = r.text("tag")
+def _cell_id(r: _Resolver, explicit: str | None, apex_ref: str | None, torch: str, cuda: str,
+             python: str | None, os_name: str | None, variant: str) -> str | None:
+    """The explicit tag (already checked), else the id made from the cell's values."""
     if explicit is not None:
-        if not TAG_RE.match(explicit):
-            bad = sorted({ch for ch in explicit if not re.match(r"[A-Za-z0-9_.-]", ch)})
-            why = f"has characters {''.join(bad)!r} a docker tag cannot hold" if bad else "is not a valid docker tag"
-            if len(explicit) > TAG_MAX:
-                why = f"is {len(explicit)} characters long (docker allows {TAG_MAX})"
-            r.problem(f"tag {explicit!r} {why}",
-                      f"use only letters, digits, '_', '.', '-', at most {TAG_MAX} characters, not starting with '.' or '-'")
-            return None
         return explicit
     ref = apex_ref or ""
     short = ref[:7] if _HEX_SHA.match(ref) else ref
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", short):
-        r.problem(f"apex_ref {ref!r} cannot be part of an image tag (only letters, digits, '_', '.', '-')",
-                  f"use the commit sha as apex_ref, or set {r.how('tag', 'my-tag', like='apex_ref')}")
-        return None
     cell_id = f"apex-{short}-torch{torch}-cu{cuda}-py{python}-{os_name}"
     if variant:
         candidate = f"{cell_id}-{variant}"
@@ -664,7 +790,7 @@ def _cell_id(r: _Resolver, apex_ref: str | None, torch: str, cuda: str, python: 
             candidate = f"{cell_id}-v{hashlib.sha256(variant.encode()).hexdigest()[:10]}"
         cell_id = candidate
     if not TAG_RE.match(cell_id):
-        r.problem(f"the image tag {cell_id!r} would be invalid",
+        r.problem(f"the image tag {shown(cell_id)} would be invalid",
                   f"set {r.how('tag', 'a-short-tag')} with letters, digits, '_', '.', '-'")
         return None
     return cell_id
@@ -673,39 +799,112 @@ def _cell_id(r: _Resolver, apex_ref: str | None, torch: str, cuda: str, python: 
 # --- structural checks ------------------------------------------------------------------------
 
 
-def _did_you_mean(word: str, choices: Iterable[str], otherwise: str) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}?" if close else otherwise
-
-
 def _check_keys(table: Mapping[str, Any], allowed: Iterable[str], where: str, what: str) -> list[CellProblem]:
     allowed = list(allowed)
     return [
-        CellProblem(where, f"unknown key {key!r}", _did_you_mean(key, allowed, f"use one of {', '.join(allowed)}"))
+        CellProblem(where, f"unknown key {shown(key)}", did_you_mean(key, allowed) or f"use one of {', '.join(allowed)}")
         for key in table
         if key not in allowed
     ]
 
 
-def _check_layer(layer: Mapping[str, Any], where: str) -> list[CellProblem]:
+def _check_layer(layer: Mapping[str, Any], where: str, origin: str = "cell") -> list[CellProblem]:
     problems = _check_keys(layer, CELL_KEYS, where, "a cell key")
     for key, value in layer.items():
-        want = CELL_KEYS.get(key)
-        if want is None:
-            continue
-        if want is list and isinstance(value, (list, str)):
-            if isinstance(value, list) and not all(isinstance(v, (str, int, float)) for v in value):
-                problems.append(CellProblem(where, f"{key} must be a list of strings", f'write {key} = ["..."]'))
-            continue
-        if want is str and isinstance(value, (int, float)) and not isinstance(value, bool):
-            # cuda = 12.4 (a TOML float) is a classic slip: 12.10 would read as 12.1
-            problems.append(CellProblem(where, f"{key} = {value!r} is a number", f'quote it: {key} = "{value}"'))
-            continue
-        if not isinstance(value, want):
-            kind = "a list of strings" if want is list else "a string"
-            problems.append(CellProblem(where, f"{key} must be {kind}, not {type(value).__name__}",
-                                        f'write {key} = "..."' if want is str else f'write {key} = ["..."]'))
+        if key in CELL_KEYS and value is not None and value != "":
+            problems += [CellProblem(where, p.problem, p.fix) for p in _field_problems(key, value, origin)]
     return problems
+
+
+# --- field types and characters ---------------------------------------------------------------
+# The shape of each cell field, checked before what it means. Kept here, as data plus one function,
+# so that it can later hand the type part to a shared field checker with dotted paths.
+
+LIST_MAX = 64  # entries of one list field (archs, extras, apex_flags)
+_TOML_TYPES = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
+               (list, "an array"), (dict, "a table"))
+# ASCII control characters other than tab, LF and CR (those are whitespace the field grammars refuse)
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldProblem:
+    path: str  # the field, dotted like the shared checker's: "archs", "archs[1]"
+    problem: str
+    fix: str
+
+
+def _toml_type(value: Any) -> str:
+    return next((name for kind, name in _TOML_TYPES if isinstance(value, kind)), "a date/time")
+
+
+def _field_problems(key: str, value: Any, origin: str) -> list[FieldProblem]:
+    """What is wrong with the type or the characters of one field (empty: the resolver may read it)."""
+    want = CELL_KEYS[key]
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    literal = value if len(shown(value)) <= 40 else "..."
+    if isinstance(value, str):
+        return _text_problems(key, key, value, origin)
+    if want is str:
+        if is_number:  # cuda = 12.4 (a TOML float) is a classic slip: 12.10 would read as 12.1
+            return [FieldProblem(key, f"{key} = {shown(value)} is a number", f'quote it: {key} = "{literal}"')]
+        return [FieldProblem(key, f"{key} must be a string, not {_toml_type(value)}", f'write {key} = "..."')]
+    if is_number:  # archs = 9.0: one number where a list of strings is expected
+        return [FieldProblem(key, f"{key} = {shown(value)} is a number, not a list", f'write {key} = ["{literal}"]')]
+    if not isinstance(value, list):
+        return [FieldProblem(key, f"{key} must be an array of strings, not {_toml_type(value)}",
+                             f'write {key} = ["..."]')]
+    if len(value) > LIST_MAX:
+        return [FieldProblem(key, f"{key} has {len(value)} entries (at most {LIST_MAX})", "list fewer")]
+    problems: list[FieldProblem] = []
+    for index, item in enumerate(value):
+        path = f"{key}[{index}]"
+        if isinstance(item, str):
+            problems += _text_problems(path, key, item, origin)
+        elif isinstance(item, bool) or not isinstance(item, (int, float)):  # numbers: 9.0 reads as "9.0"
+            problems.append(FieldProblem(path, f"{path} must be a string, not {_toml_type(item)}",
+                                         f'write it in quotes: {key} = ["...", "..."]'))
+    return problems
+
+
+def _text_problems(path: str, key: str, text: str, origin: str) -> list[FieldProblem]:
+    if len(text) > FIELD_MAX:
+        return [FieldProblem(path, f"{path} is {len(text)} characters long (at most {FIELD_MAX})",
+                             "write the version, name, ref or URL it should be")]
+    if not text.isascii():
+        odd = list(dict.fromkeys(ch for ch in text if not ch.isascii()))
+        named = ", ".join(f"U+{ord(ch):04X} {unicodedata.name(ch, 'unnamed')}" for ch in odd[:3])
+        ascii_text = _ascii_form(text)
+        if ascii_text is None:
+            fix = "use ASCII letters, digits and punctuation only"
+        elif origin == "cli" and path == key:
+            fix = f"write it in ASCII: --{key.replace('_', '-')} {shown(ascii_text, quote=False)}"
+        else:
+            fix = f"write it in ASCII: {shown(ascii_text).replace(chr(39), chr(34))}"
+        return [FieldProblem(path, f"{path} {shown(text)} has non-ASCII characters ({named})", fix)]
+    control = _CONTROL.search(text)
+    if control:
+        return [FieldProblem(path, f"{path} {shown(text)} holds a control character (U+{ord(control[0]):04X})",
+                             "remove it")]
+    return []  # tab, LF, CR: separators in "8.0 9.0"-style lists; the other fields' grammars refuse them
+
+
+def _ascii_form(text: str) -> str | None:
+    """'１２.4' -> '12.4', '٣.١١' -> '3.11' (any script's decimal digits, full-width forms); None if no such form."""
+    out: list[str] = []
+    for ch in text:
+        if ch.isascii():
+            out.append(ch)
+        elif unicodedata.decimal(ch, None) is not None:
+            out.append(str(unicodedata.decimal(ch)))
+        elif unicodedata.category(ch) == "Cf":  # zero-width and direction marks: invisible, dropped
+            continue
+        else:
+            folded = unicodedata.normalize("NFKC", ch)
+            if not folded.isascii():
+                return None
+            out.append(folded)
+    return "".join(out)
 
 
 def _check_unique(cells: list[Cell]) -> list[CellProblem]:
@@ -721,15 +920,5 @@ def _check_unique(cells: list[Cell]) -> list[CellProblem]:
 
 
 def _nearest(value: str, choices: list[str]) -> str:
-    """The choice numerically closest to value (the newest on a tie or when value is not numeric)."""
-    ordered = sorted(set(choices), key=version_key)
-    try:
-        target = version_key(value)
-    except ValueError:
-        return ordered[-1]
-
-    def distance(choice: str) -> tuple[int, ...]:
-        key = version_key(choice)
-        return tuple(abs(a - b) for a, b in zip(key, target, strict=False))
-
-    return min(reversed(ordered), key=distance)
+    """The choice closest to value (numerically for versions); the newest when none is close."""
+    return next(iter(closest(value, choices)), max(choices, key=version_key))

@@ -35,13 +35,21 @@ from verify import (
 )
 from verify import report as report_mod
 from verify.checks import Check, Status
+from verify.messages import bounded, did_you_mean, shown
+from verify.out_dirs import OutputDirs
 
 DEFAULT_CHECK_TIMEOUT_S = 120.0
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # one line naming the flag, not the whole usage block
+        self.exit(exit_codes.USAGE, f"verify: {bounded(message)}; see `verify --help`\n")
+
+
 def _parser() -> argparse.ArgumentParser:
     features = ", ".join(module_map.feature_names())
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="verify",
         description="Does this Apex install really work on this GPU, and if not, why not. Layers: environment,"
         " identity, extensions, arch, expectations (--static stops here), then parity and timing on a GPU."
@@ -68,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _usage_error(message: str) -> int:
-    print(f"verify: {workflow_commands.one_line(message)}", file=sys.stderr)
+    print(f"verify: {workflow_commands.one_line(bounded(message))}", file=sys.stderr)
     return exit_codes.USAGE
 
 
@@ -98,7 +106,13 @@ BENCH_ON_INTERRUPT = "no results written or left half-written"
 def _main(argv: list[str]) -> int:
     if argv and argv[0] == "bench":
         return _bench(argv[1:])
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    if argv and not argv[0].startswith("-"):  # verify takes options; its one command is bench
+        options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+        hint = did_you_mean(argv[0], ["bench", *options])
+        return _usage_error(f"unknown command {shown(argv[0])}; " + (f"{hint} " if hint else "")
+                            + "(verify takes options, see `verify --help`; `verify bench` runs the benchmarks)")
+    args = parser.parse_args(argv)
     if args.check_timeout <= 0:
         return _usage_error(f"--check-timeout {args.check_timeout:g}: must be a positive number of seconds")
     if args.distributed and args.static:
@@ -196,12 +210,14 @@ def _run(args: argparse.Namespace, required: tuple[str, ...], manifest_data: dic
                  "distributed": {True: "on", False: "off", None: "auto"}[args.distributed]},
         environment_unavailable=args.require_gpu and gpu_missing, distributed=dist_block,
     )
+    made = OutputDirs([Path(p).parent for p in (args.json, args.markdown) if p])
     for path, writer in ((args.json, lambda p: atomic.write_json(p, report)),
                          (args.markdown, lambda p: atomic.write_text(p, render.markdown(report)))):
         if path:
             try:
                 writer(path)
             except OSError as exc:
+                made.remove_empty()  # directories this run created for a report it could not write
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the environment, not the user's input: exit 3
                     print(f"verify: cannot write report to {path}: the disk is full ({exc.strerror}); free space"
                           " or write the report to another filesystem", file=sys.stderr)

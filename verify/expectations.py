@@ -7,12 +7,12 @@ visible), and its Python entry point resolves. Anything expected and not usable 
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 from verify import module_map
 from verify.checks import Check, Status
 from verify.extensions import ExtensionResult
+from verify.messages import did_you_mean, shown
 
 
 class RequireError(ValueError):
@@ -40,11 +40,9 @@ def parse_required(values: list[str] | None) -> tuple[str, ...]:
         elif name.lower() in lowered:  # be forgiving about case: fusedadam -> FusedAdam
             resolved.append(lowered[name.lower()])
         else:
-            close = difflib.get_close_matches(name, known, n=3, cutoff=0.5) or difflib.get_close_matches(
-                name.lower(), list(lowered), n=3, cutoff=0.5)
-            hint = f"did you mean {' or '.join(lowered.get(c, c) for c in close)}?" if close else (
+            hint = did_you_mean(name, known, n=2) or (
                 f"known features: {', '.join(module_map.default_required_features())}, ...")
-            raise RequireError(f"--require {name}: unknown feature or module; {hint}"
+            raise RequireError(f"--require {shown(name, quote=False)}: unknown feature or module; {hint}"
                                " (see `verify --help` for the list)")
     return tuple(dict.fromkeys(resolved))
 

@@ -85,7 +85,7 @@ def test_flags_default_none_and_extras() -> None:
 
 @pytest.mark.parametrize(
     ("flags", "extras", "needle"),
-    [("APEX_CUDA_EX=1", None, "perhaps you meant APEX_CUDA_EXT"), (None, "xentropi", "APEX_XENTROPY"), ("APEX_CPP_EXT=2", None, "KEY=1")],
+    [("APEX_CUDA_EX=1", None, "did you mean 'APEX_CUDA_EXT'"), (None, "xentropi", "APEX_XENTROPY"), ("APEX_CPP_EXT=2", None, "KEY=1")],
 )
 def test_bad_flags_exit_2(flags: str | None, extras: str | None, needle: str) -> None:
     with pytest.raises(ToolchainError) as stop:

@@ -135,7 +135,7 @@ def test_no_plots_and_stage_selection(tmp_path: Path) -> None:
         (["--steps", "0"], "--steps"),
         (["--layers", "two"], "--layers"),
         (["--stages", "9"], "unknown stage '9'"),
-        (["--stages", "fusedadm-fp32"], "perhaps you meant 'fusedadam-fp32'"),
+        (["--stages", "fusedadm-fp32"], "did you mean 'fusedadam-fp32'"),
         (["--big-params", "lots"], "--big-params"),
         (["--device", "tpu"], "--device"),
         (["--d-model", "100"], "--d-model"),

@@ -146,7 +146,7 @@ def test_make_passes_only_the_variables_that_are_set() -> None:
                           "APEX_REF=6424da3", "EXTRAS=xentropy"], capture_output=True, text=True, cwd=REPO, check=True)
     command = dry.stdout.strip()
     for part in ("build.py image", "--cuda '12.4'", "--torch '2.6'", "--python '3.11'", "--archs '8.0;9.0'",
-                 "--apex-ref '6424da3'", "--extras 'xentropy'", "--target runtime"):
+                 "--apex-ref '6424da3'", "--extras 'xentropy'", "--target 'runtime'"):
         assert part in command
     bare = subprocess.run(["make", "-n", "image", "CUDA=12.4"], capture_output=True, text=True, cwd=REPO, check=True)
     assert "--torch" not in bare.stdout and "--python" not in bare.stdout

@@ -113,7 +113,7 @@ def test_unrelated_pypi_apex(tmp_path: Path, pypi_apex: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--require", "FusedAdm"], "did you mean FusedAdam"),
+        (["--require", "FusedAdm"], "did you mean 'FusedAdam'"),
         (["--require", "FusedAdam,fused_layer_norm_cuda,Nope"], "--require Nope: unknown"),
         (["--check-timeout", "0"], "--check-timeout"),
     ],

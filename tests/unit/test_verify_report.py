@@ -18,7 +18,7 @@ def test_require_default_and_names() -> None:
 
 
 def test_require_unknown_suggests_closest() -> None:
-    with pytest.raises(expectations.RequireError, match="did you mean FusedLayerNorm"):
+    with pytest.raises(expectations.RequireError, match="did you mean 'FusedLayerNorm'"):
         expectations.parse_required(["FusedLayerNrom"])
 
 

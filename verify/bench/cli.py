@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import difflib
 import re
 import sys
 import time
@@ -17,6 +16,8 @@ from pathlib import Path
 
 from verify import exit_codes
 from verify.bench import config as bench_config
+from verify.messages import bounded, did_you_mean, shown
+from verify.out_dirs import OutputDirs
 
 PROG = "verify bench"
 DEFAULT_OUT = "bench-results"
@@ -30,7 +31,7 @@ class UsageError(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse would print usage and exit 2 itself
-        raise UsageError(f"{message}; see `{PROG} --help`")
+        raise UsageError(f"{bounded(message)}; see `{PROG} --help`")
 
 
 def _positive_int(flag: str, example: str):
@@ -71,10 +72,10 @@ def parse_stages(text: str) -> tuple[str, ...]:
     chosen = set()
     for token in (t.strip().lower() for t in text.split(",")):
         if token not in by_name:
-            near = difflib.get_close_matches(token, list(by_name), n=1)
-            hint = f"perhaps you meant {near[0]!r}? " if near else ""
+            near = did_you_mean(token, by_name)
+            hint = f"{near} " if near else ""
             valid = ", ".join(f"{s.number}={s.key}" for s in STAGES)
-            raise argparse.ArgumentTypeError(f"unknown stage {token!r}; {hint}use all, none or numbers/keys: {valid}")
+            raise argparse.ArgumentTypeError(f"unknown stage {shown(token)}; {hint}use all, none or numbers/keys: {valid}")
         chosen.add(by_name[token])
     return tuple(s.key for s in STAGES if s.key in chosen)
 
@@ -224,10 +225,18 @@ def main(argv: list[str] | None = None) -> int:
         if reason:
             print(f"{PROG}: {reason}", file=sys.stderr)
             return exit_codes.ENVIRONMENT
+    made = OutputDirs([cfg.out])  # removed again if the run fails and leaves it empty
     try:
         cfg.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         print(f"{PROG}: error: argument --out: cannot create {cfg.out} ({exc.strerror}); pass a writable directory",
               file=sys.stderr)
         return exit_codes.USAGE
-    return run(cfg)
+    try:
+        code = run(cfg)
+    except BaseException:
+        made.remove_empty()
+        raise
+    if code != exit_codes.OK:
+        made.remove_empty()
+    return code
