@@ -234,7 +234,7 @@ def test_a_good_registry_still_works() -> None:
     (["xyzzy"], ("unknown command 'xyzzy'; (commands:",)),
     (["plan", "--cdua", "12.4"], ("build.py plan: unknown option '--cdua'; did you mean '--cuda'?",)),
     (["plan", "--cuda", "12.4", "stray"], ("unexpected argument 'stray'",)),
-    (["plan", "--cell", "cu12"], ("--cell cu12: no such cell", "did you mean 'cu128'?", "cells: cu124, cu126")),
+    (["plan", "--cell", "cu1288"], ("--cell cu1288: no such cell", "did you mean 'cu128'?", "cells: cu124, cu126")),
     (["plan", "--cuda", "cu124"], ("CUDA 'cu124' is a PyTorch wheel tag, not a CUDA version; use --cuda 12.4",)),
     (["plan", "--cuda", "cu130"], ("use --cuda 13.0",)),
     (["plan", "--cuda", "cu125"], ("use --cuda 12.6 (CUDA 12.5 has no PyTorch wheels)",)),
