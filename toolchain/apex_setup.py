@@ -16,6 +16,8 @@ import dataclasses
 import re
 from pathlib import Path
 
+from toolchain.errors import UsageError
+
 ENV, ARGV, UNKNOWN = "env", "argv", "unknown"
 
 _ENV_TO_FLAG = re.compile(r"^ENV_TO_FLAG\s*=\s*\{(?P<body>.*?)^\}", re.S | re.M)
@@ -23,7 +25,7 @@ _PAIR = re.compile(r"""["'](APEX_[A-Z0-9_]+)["']\s*:\s*["'](--[a-z0-9_]+)["']"""
 _SWITCH = re.compile(r"""["'](--[a-z0-9_]+)["']""")
 _ARGV_TEST = re.compile(r"""["']--(?:cpp|cuda)_ext["']\s+in\s+sys\.argv""")
 # CUDAExtension(name="amp_C", ...), CppExtension("apex_C", [...]), name='permutation_search_cuda'
-_MODULE = re.compile(r"""(?:\bname\s*=\s*|(?:Cpp|CUDA)Extension\(\s*)["']([A-Za-z_][A-Za-z0-9_]*)["']""")
+_MODULE = re.compile(r"""(?:\bname\s*=\s*|\b(?:Cpp|CUDA)?Extension\(\s*)["']([A-Za-z_][A-Za-z0-9_]*)["']""")
 _COMPUTE = re.compile(r"compute_(\d+)")
 _ARCH_LOOP = re.compile(r"for\s+(\w+)\s+in\s+\[([\d,\s]+)\]")
 # setup.py's own helpers, not extensions
@@ -164,3 +166,89 @@ def read(src: Path) -> SetupPy:
     else:
         parallel = "none"
     return SetupPy(path, style, evidence, env_vars, tuple(blocks), parallel)
+
+
+# ---------------------------------------------------------------- what to pass, and what to refuse
+
+
+def flag_switches(setup: SetupPy, flags: dict[str, str]) -> list[str]:
+    """The argv switches for the flags asked for; APEX_ALL_CONTRIB_EXT becomes every non-core switch that
+    builds something at this ref (the argv era has no such switch)."""
+    from verify import module_map
+
+    core = {m.flag for m in module_map.modules() if m.kind == "core"}
+    switches: list[str] = []
+    for flag in flags:
+        if flag == module_map.contrib_all_flag():
+            switches += [module_map.switch_for(f) for f in module_map.known_flags()
+                         if f not in core and f != flag and setup.speaks(f, module_map.switch_for(f))]
+        else:
+            switches.append(module_map.switch_for(flag))
+    return list(dict.fromkeys(switches))
+
+
+def check_flags(setup: SetupPy, flags: dict[str, str], src: Path) -> None:
+    """Every flag asked for must build something at this ref, else exit 2 naming it."""
+    from verify import module_map
+
+    for flag in flags:
+        if flag == module_map.contrib_all_flag():
+            continue
+        switch = module_map.switch_for(flag)
+        if setup.speaks(flag, switch):
+            continue
+        mods = [m for m in module_map.modules() if m.flag == flag]
+        history = "; ".join(
+            f"{m.name}: " + (f"first in tag {m.since}" if m.since else "") + (
+                f"{', ' if m.since else ''}last in tag {m.until}, removed in {m.removed}" if m.until else "")
+            for m in mods if m.since or m.until
+        )
+        spoken = f"ENV_TO_FLAG has no {flag}" if setup.style == ENV else f"no block tests {switch!r} in sys.argv"
+        raise UsageError(
+            f"{flag} ({switch}): Apex at --apex-src {src} cannot build it: its setup.py reads {describe(setup)} and "
+            f"{spoken}{f' ({history})' if history else ''}; drop it from --flags/--extras or use an Apex ref that has it"
+        )
+
+
+def check_archs(setup: SetupPy, switches: list[str], supported: set[str], nvcc_release: str, src: Path) -> None:
+    """Refuse (exit 2) a build whose setup.py hard-codes a GPU arch this nvcc no longer compiles: nvcc would
+    stop with "Unsupported gpu architecture" minutes into the build."""
+    for switch in switches:
+        dropped = setup.dropped_archs(switch, supported)
+        if dropped:
+            arch, line = dropped[0]
+            oldest = min(supported, key=_arch_key)
+            raise UsageError(
+                f"--apex-src {src}: setup.py line {line} hard-codes -gencode arch=compute_{arch.replace('.', '')} for "
+                f"{switch}, which nvcc {nvcc_release} cannot compile (its oldest arch is {oldest}), so the build would "
+                f"fail with \"nvcc fatal : Unsupported gpu architecture 'compute_{arch.replace('.', '')}'\"; build this "
+                "Apex ref with an older CUDA toolkit (and a torch built for it), or use a newer Apex ref whose setup.py "
+                "does not hard-code it (upstream master); --ignore-hardcoded-archs builds anyway"
+            )
+
+
+def describe(setup: SetupPy) -> str:
+    return {ENV: "APEX_* environment variables", ARGV: "argv switches"}.get(setup.style, "no known flag style")
+
+
+def check_style(setup: SetupPy, src: Path) -> None:
+    if setup.style == UNKNOWN:
+        raise UsageError(
+            f"--apex-src {src}: {setup.evidence}, so this builder cannot tell how to ask it for extensions (it knows "
+            "APEX_* environment variables, upstream from tag 25.09, and --cpp_ext/--cuda_ext argv switches, tags "
+            "22.03-25.08); pass an NVIDIA/apex checkout of one of those"
+        )
+
+
+def pip_options(setup: SetupPy, switches: list[str], parallel: int) -> list[str]:
+    """pip wheel options that hand the switches to setup.py: none for the env style (the variables do it);
+    for the argv style `--config-settings=--build-option=SWITCH`, one setting per switch (pip >= 23.1 keeps
+    repeated keys as a list, which setuptools appends to `setup.py bdist_wheel`). `--parallel N` goes the
+    same way where setup.py reads it from its argv and not from APEX_PARALLEL_BUILD."""
+    options: list[str] = []
+    if setup.style == ARGV:
+        options.append("--use-pep517")  # tags before 23.07 have no pyproject.toml: config settings need PEP 517
+        options += [f"--config-settings=--build-option={switch}" for switch in switches]
+    if setup.parallel == ARGV and parallel > 1:
+        options += ["--config-settings=--build-option=--parallel", f"--config-settings=--build-option={parallel}"]
+    return options

@@ -125,3 +125,8 @@ def in_tag(module_name: str, tag: str) -> bool | None:
     if m.since and key < (tag_key(m.since) or ()):
         return False
     return not (m.until and key > (tag_key(m.until) or ()))
+
+
+def contrib_all_flag() -> str:
+    """APEX_ALL_CONTRIB_EXT: every non-core flag at once (env-style setup.py only)."""
+    return str(_raw()["contrib_all_flag"])
