@@ -701,7 +701,7 @@ def build_and_gate(
         par = plan.to_json()
         if setup.parallel == "none":
             par["reason"] += "; setup.py at this ref has no --parallel: one extension at a time"
-        elif setup.parallel == apex_setup.ARGV:
+        elif setup.parallel == apex_setup.ARGV and int(par["apex_parallel_build"]) > 1:
             par["reason"] += f"; extensions at once passed as setup.py's --parallel {par['apex_parallel_build']}"
     _say(f"parallelism: {par['reason']}")
     options = apex_setup.pip_options(setup, switches, int(par["apex_parallel_build"]))
