@@ -595,7 +595,7 @@ def _check_apex_ref(r: _Resolver, ref: str, torch: str, cuda: str, flags: list[s
             fixes.append(f"use {r.how('apex_ref', row.fix_ref[:12])}")
         r.problem(f"Apex {ref} does not compile against CUDA {cuda} ({row.error}): {row.cause}",
                   " or ".join(fixes or ["use an Apex ref or CUDA outside this known failure"])
-                  + f" [evidence: {row.evidence.split(' ', 1)[0]}]")
+                  + f" [evidence: {row.evidence.split(' ', 1)[0].rstrip(':;,')}]")
     for flag, why in apex_refs.absent_modules(ref, flags, r.facts.apex_default_ref):
         r.problem(f"apex_ref {ref} has no module for {flag} ({why})",
                   "drop it from extras/apex_flags, or use an apex_ref that has it")
