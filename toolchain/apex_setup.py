@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from toolchain.errors import UsageError
+from verify import module_map
 
 ENV, ARGV, UNKNOWN = "env", "argv", "unknown"
 
@@ -174,8 +175,6 @@ def read(src: Path) -> SetupPy:
 def flag_switches(setup: SetupPy, flags: dict[str, str]) -> list[str]:
     """The argv switches for the flags asked for; APEX_ALL_CONTRIB_EXT becomes every non-core switch that
     builds something at this ref (the argv era has no such switch)."""
-    from verify import module_map
-
     core = {m.flag for m in module_map.modules() if m.kind == "core"}
     switches: list[str] = []
     for flag in flags:
@@ -189,8 +188,6 @@ def flag_switches(setup: SetupPy, flags: dict[str, str]) -> list[str]:
 
 def check_flags(setup: SetupPy, flags: dict[str, str], src: Path) -> None:
     """Every flag asked for must build something at this ref, else exit 2 naming it."""
-    from verify import module_map
-
     for flag in flags:
         if flag == module_map.contrib_all_flag():
             continue
