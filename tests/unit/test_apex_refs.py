@@ -3,6 +3,7 @@ any build (exit 2 from the CLI, nothing fetched)."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import tarfile
@@ -60,10 +61,12 @@ def test_possible_pairs_pass(overrides: dict[str, str], why: str) -> None:
     assert cell(overrides).apex_ref == overrides["apex_ref"], why
 
 
-def test_newer_torch_without_older_cuda_gets_the_ref_fix_only() -> None:
-    # torch 2.14 ships only cu130 here: no CUDA to fall back to, so the fix is the Apex ref
+def test_torch_without_an_older_cuda_gets_the_ref_fix_only() -> None:
+    # facts where torch 2.11 ships cu130 alone: no CUDA to fall back to, so the fix is the Apex ref
+    facts = compat.load()
+    only_13 = dataclasses.replace(facts, torch={**facts.torch, "2.11": dataclasses.replace(facts.torch["2.11"], cuda=("13.0",))})
     with pytest.raises(MatrixError) as stop:
-        cell({"cuda": "13.0", "torch": "2.14", "apex_ref": "24.04"})
+        cli_cell({**BASE, "cuda": "13.0", "torch": "2.11", "apex_ref": "24.04"}, facts=only_13)
     assert "use --cuda" not in str(stop.value) and f"use --apex-ref {HEAD[:12]}" in str(stop.value)
 
 
