@@ -5,10 +5,11 @@ The Dockerfile's apex-build stage runs it, and so does a bare-metal host without
     python -m toolchain.apex_builder --apex-src ~/apex --out dist --archs 9.0 [--install]
     python build.py wheel ...            (the same `main`, behind the project's CLI)
 
-Steps: check the inputs and the toolchain (nvcc == torch's CUDA, arch list nvcc can compile),
-size parallelism from cores and memory, `pip wheel --no-build-isolation` with the APEX_* flags,
-then list the extensions really in the wheel, write OUT/build-manifest.json and gate: an expected
-module missing fails (exit 1) instead of shipping Apex's silent Python-only fallback.
+Steps: check the inputs and the toolchain (nvcc == torch's CUDA, arch list nvcc can compile), read
+how SRC/setup.py takes its switches (toolchain.apex_setup: APEX_* variables from tag 25.09, argv
+switches before), size parallelism from cores and memory, `pip wheel --no-build-isolation` with the
+flags passed that way, then list the extensions really in the wheel, write OUT/build-manifest.json and
+gate: an expected module missing fails (exit 1) instead of shipping Apex's silent Python-only fallback.
 Standard library only (plus torch, which the build needs anyway): it runs inside the build image.
 """
 
@@ -33,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from toolchain import build_outputs, parallelism
+from toolchain import apex_setup, build_outputs, parallelism
 from toolchain.errors import BuildFailed, EnvironmentUnavailable, ToolchainError, UsageError
 from toolchain.process_tree import PeakSampler
 from verify import entry_point, exit_codes, module_map, workflow_commands
@@ -345,23 +346,21 @@ def run_logged(
     return code, time.monotonic() - start, sampler.peak_bytes / 2**20, single
 
 
-def build_wheel(src: Path, out: Path, env: dict[str, str], log_path: Path) -> tuple[Path, dict]:
+def pip_wheel_command(src: Path, staging: Path, options: list[str]) -> list[str]:
+    """`pip wheel --no-build-isolation --no-deps -v SRC -w STAGING` plus the flag style's options."""
+    return [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v", *options, str(src),
+            "-w", str(staging)]
+
+
+def build_wheel(
+    src: Path, out: Path, env: dict[str, str], log_path: Path, options: list[str] | None = None,
+    setup: apex_setup.SetupPy | None = None,
+) -> tuple[Path, dict]:
     """`pip wheel --no-build-isolation --no-deps -v SRC` into a fresh directory (so a stale wheel in
     OUT is never picked up), then moved into OUT."""
     staging = Path(tempfile.mkdtemp(prefix=".wheel-", dir=out))
     try:
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-build-isolation",
-            "--no-deps",
-            "-v",
-            str(src),
-            "-w",
-            str(staging),
-        ]
+        cmd = pip_wheel_command(src, staging, options or [])
         code, wall, peak_tree, peak_single = run_logged(cmd, env, log_path)
         stats = {
             "wall_s": round(wall, 1),
@@ -369,7 +368,7 @@ def build_wheel(src: Path, out: Path, env: dict[str, str], log_path: Path) -> tu
             "peak_rss_single_process_mb": round(peak_single, 1),
         }
         if code != 0:
-            raise BuildFailed(_failure_summary(log_path, code))
+            raise BuildFailed(_failure_summary(log_path, code, setup))
         wheels = sorted(staging.glob("*.whl"))
         if len(wheels) != 1:
             raise BuildFailed(
@@ -382,7 +381,9 @@ def build_wheel(src: Path, out: Path, env: dict[str, str], log_path: Path) -> tu
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _failure_summary(log_path: Path, code: int) -> str:
+def _failure_summary(log_path: Path, code: int, setup: apex_setup.SetupPy | None = None) -> str:
+    """One paragraph: what failed and where the log says why. The log's lines were already streamed to
+    stdout, so they are not repeated here."""
     lines = log_path.read_text(errors="replace").splitlines()
     text = "\n".join(lines)
     if "No space left on device" in text:
@@ -392,10 +393,23 @@ def _failure_summary(log_path: Path, code: int) -> str:
     hint = ""
     if re.search(r"Killed signal terminated program|out of memory|std::bad_alloc", text):
         hint = " The compiler was killed or ran out of memory: lower --jobs / --nvcc-threads."
-    first_error = next((i for i, line in enumerate(lines, 1) if re.search(r"\berror\b", line, re.I)), None)
-    where = f"first error at log line {first_error}" if first_error else "no line says 'error'"
-    tail = "\n".join(lines[-30:])
-    return f"pip wheel failed (exit {code}); {where} of {log_path}.{hint}\n--- last lines ---\n{tail}"
+    unsupported = re.search(r"Unsupported gpu architecture '(compute_(\d+))'", text)
+    if unsupported:
+        number = unsupported.group(2)
+        arch = f"{number[:-1]}.{number[-1]}"
+        where_set = next(
+            (f"setup.py line {line} hard-codes it for {block.switches[0]}" for block in (setup.blocks if setup else ())
+             for a, line in block.hardcoded_archs if a == arch),
+            "it is not in your --archs",
+        )
+        hint += (f" nvcc rejects {unsupported.group(1)}: {where_set}; this Apex ref cannot be built with this CUDA"
+                 " toolkit: use an older toolkit (and a torch built for it) or a newer Apex ref.")
+    first_error = next(
+        (i for i, line in enumerate(lines, 1) if re.search(r"\berror\b|\bfatal\b", line, re.I)), None
+    )
+    where = (f"first error at log line {first_error}: {lines[first_error - 1].strip()[:300]}"
+             if first_error else "no line says 'error'")
+    return f"pip wheel failed (exit {code}); {where} (log {log_path}).{hint}"
 
 
 def sha256_of(path: Path) -> str:
@@ -496,7 +510,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--archs", help="TORCH_CUDA_ARCH_LIST, e.g. 9.0 or '8.0;9.0+PTX' (required for CUDA flags)"
     )
     p.add_argument(
-        "--flags", help="APEX_* flags, e.g. APEX_CPP_EXT=1,APEX_CUDA_EXT=1 (default); 'none' = Python-only"
+        "--flags", help="APEX_* flags, e.g. APEX_CPP_EXT=1,APEX_CUDA_EXT=1 (default); 'none' = Python-only; "
+        "passed as setup.py's argv switches (--cpp_ext ...) to Apex trees before tag 25.09"
     )
     p.add_argument("--extras", help="contrib extensions to add, e.g. xentropy,fast_layer_norm")
     p.add_argument("--jobs", type=int, help="concurrent compiles in total (default: from cores and memory)")
@@ -508,6 +523,10 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--no-ccache", dest="ccache", action="store_const", const="off", help="never use ccache")
     p.set_defaults(ccache="auto")
     p.add_argument("--no-gate", action="store_true", help="report missing modules but exit 0")
+    p.add_argument(
+        "--ignore-hardcoded-archs", action="store_true",
+        help="build even when setup.py hard-codes a GPU arch this nvcc dropped (to see the compiler's own error)",
+    )
     p.add_argument(
         "--install", action="store_true", help="pip install the wheel and gate with verify --static"
     )
@@ -574,8 +593,11 @@ def _main(args: argparse.Namespace) -> int:
     # absolute: these paths reach pip's and verify's command lines, where one that starts with "-" is an option
     src, out = args.apex_src.expanduser().absolute(), args.out.expanduser().absolute()
     check_apex_source(src)
+    setup = apex_setup.read(src)
+    apex_setup.check_style(setup, src)
     flags = parse_flags(args.flags, args.extras)
-    expected = list(module_map.modules_for_flags(flags))
+    apex_setup.check_flags(setup, flags, src)
+    expected, _ = expected_modules(setup, flags)
     needs_cuda = any(module_map.module(m).cuda for m in expected)
     for name, value in (("--jobs", args.jobs), ("--nvcc-threads", args.nvcc_threads)):
         if value is not None and value < 1:
@@ -596,13 +618,46 @@ def _main(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     # the venv's bin (ninja from pip) must be on PATH even when the venv is not activated
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    for (
-        flag
-    ) in module_map.known_flags():  # only the flags asked for: a stray APEX_* in the shell must not leak in
-        env.pop(flag, None)
-    env.update(flags)
     versions = check_build_tools(env, archs)
-    return build_and_gate(args, src, out, flags, archs, env, versions, started)
+    if setup.style == apex_setup.ARGV:
+        check_argv_passing()
+    if not args.ignore_hardcoded_archs:
+        apex_setup.check_archs(setup, apex_setup.flag_switches(setup, flags),
+                               nvcc_archs(Path(versions["nvcc_path"])), versions["nvcc"].rsplit(".", 1)[0], src)
+    return build_and_gate(args, src, out, flags, archs, env, versions, started, setup)
+
+
+def expected_modules(setup: apex_setup.SetupPy, flags: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(modules the flags build at this ref, modules of those flags that this setup.py does not have):
+    older tags lack some core modules (fused_rotary_positional_embedding is there from 24.02)."""
+    expected, absent = [], []
+    for name in module_map.modules_for_flags(flags):
+        (expected if name in setup.modules(module_map.module(name).switch) else absent).append(name)
+    return expected, absent
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
+
+
+def check_argv_passing() -> None:
+    """The argv style needs pip >= 23.1 (repeated --config-settings keys kept as a list; older pips keep the
+    last) and setuptools >= 64 (forwards --build-option settings to setup.py bdist_wheel)."""
+    import importlib.metadata
+
+    for package, minimum, why in (
+        ("pip", (23, 1), "keeps only the last of repeated --config-settings keys"),
+        ("setuptools", (64, 0), "does not forward --config-settings --build-option to setup.py"),
+    ):
+        try:
+            have = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue  # check_build_tools already required setuptools; pip runs as `python -m pip`
+        if _version_tuple(have) < minimum:
+            raise EnvironmentUnavailable(
+                f"{package} {have} in {sys.executable} {why}, so an Apex tree that reads argv switches would build "
+                f"without them; {sys.executable} -m pip install '{package}>={'.'.join(map(str, minimum))}'",
+            )
 
 
 def build_and_gate(
@@ -614,9 +669,17 @@ def build_and_gate(
     env: dict[str, str],
     versions: dict,
     started: dt.datetime,
+    setup: apex_setup.SetupPy | None = None,
 ) -> int:
     """After the checks: size, build, list, write the manifest, gate (and install + verify)."""
-    expected = list(module_map.modules_for_flags(flags))
+    setup = setup or apex_setup.read(src)
+    expected, absent = expected_modules(setup, flags)
+    switches = apex_setup.flag_switches(setup, flags)
+    # only the flags asked for, and only where setup.py reads them: a stray APEX_* in the shell must not leak in
+    for flag in module_map.known_flags():
+        env.pop(flag, None)
+    if setup.style == apex_setup.ENV:
+        env.update(flags)
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / LOG_NAME
     log_path.write_text("")
@@ -640,7 +703,8 @@ def build_and_gate(
             plan = parallelism.plan(
                 parallelism.host_resources(),
                 n_archs=len(archs or [1]),
-                n_extensions=len(expected),
+                # a setup.py without --parallel / APEX_PARALLEL_BUILD builds one extension at a time
+                n_extensions=len(expected) if setup.parallel != "none" else 1,
                 jobs=args.jobs,
                 nvcc_threads=args.nvcc_threads,
                 env=env,
@@ -649,7 +713,17 @@ def build_and_gate(
             raise UsageError(str(error)) from None
         env.update(plan.env(env))
         par = plan.to_json()
+        if setup.parallel == "none":
+            par["reason"] += "; setup.py at this ref has no --parallel: one extension at a time"
+        elif setup.parallel == apex_setup.ARGV and int(par["apex_parallel_build"]) > 1:
+            par["reason"] += f"; extensions at once passed as setup.py's --parallel {par['apex_parallel_build']}"
     _say(f"parallelism: {par['reason']}")
+    options = apex_setup.pip_options(setup, switches, int(par["apex_parallel_build"]))
+    if setup.style == apex_setup.ARGV:
+        passed = (f"{' '.join(switches) or 'no switch'} as pip --config-settings=--build-option=..., one setting per switch"
+                  if switches else "no switch (Python-only)")
+    else:
+        passed = f"{' '.join(f'{f}=1' for f in flags) or 'no APEX_* variable'} in pip's environment"
     if not shutil.which("ninja", path=env["PATH"]):
         _say("WARNING: ninja not found: torch compiles one file at a time without it (pip install ninja)")
 
@@ -664,7 +738,8 @@ def build_and_gate(
         _say(
             f"building {src} flags={' '.join(flags) or 'none (Python-only)'} TORCH_CUDA_ARCH_LIST={env.get('TORCH_CUDA_ARCH_LIST', '(unset)')}"
         )
-        wheel, stats = build_wheel(src, out, env, log_path)
+        _say(f"flag style: {setup.style} ({setup.evidence}); passing {passed}")
+        wheel, stats = build_wheel(src, out, env, log_path, options, setup)
         if ccache["used"]:
             after = ccache_stats(env)
             ccache["stats"] = {k: after[k] - before.get(k, 0) for k in after}
@@ -677,6 +752,9 @@ def build_and_gate(
         "flags": flags,
         "expected_modules": expected,
         "built_modules": built,
+        # the flags' modules this ref's setup.py does not have (older tags lack some), so not expected
+        "absent_at_ref": absent,
+        "flag_style": {"style": setup.style, "evidence": setup.evidence, "passed": passed, "pip_options": options},
         "skipped_extensions": build_outputs.skipped_extensions(log_lines),
         # a build with no CUDA module compiles for no arch, whatever the environment says
         "arch_list": env.get("TORCH_CUDA_ARCH_LIST") if any(module_map.module(m).cuda for m in expected) else None,
@@ -709,11 +787,10 @@ def build_and_gate(
     _say(f"built modules: {', '.join(built) or 'none'}")
 
     missing = build_outputs.missing_modules(expected, built, log_lines)
-    for item in missing:
-        print(
-            f"[apex-builder] {'warning' if args.no_gate else 'error'}: {item.message(log_path)}",
-            file=sys.stderr,
-        )
+    if missing:
+        cause = build_outputs.nothing_built_cause(setup.style, setup.evidence, passed, log_lines, log_path)
+        print(build_outputs.gate_report(missing, expected, cause, log_path, "warning" if args.no_gate else "error"),
+              file=sys.stderr, flush=True)
     if missing and not args.no_gate:
         return exit_codes.FAILED
     if args.install:

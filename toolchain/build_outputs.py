@@ -112,3 +112,38 @@ def missing_modules(expected: list[str], built: list[str], log_lines: list[str])
 
 def _last_line_naming(log_lines: list[str], word: str) -> int | None:
     return next((i for i in range(len(log_lines), 0, -1) if word in log_lines[i - 1]), None)
+
+
+def _first_line(log_lines: list[str], needle: str) -> int | None:
+    return next((i for i, line in enumerate(log_lines, 1) if needle in line), None)
+
+
+def nothing_built_cause(style: str, evidence: str, passed: str, log_lines: list[str], log_path: str | Path) -> str:
+    """Why no expected module is in the wheel, from the flag style and the log: names how the switches were
+    passed and whether setup.py ever compiled (`running build_ext`)."""
+    said = {"argv": "reads argv switches", "env": "reads APEX_* environment variables"}.get(style, "speaks no known flag style")
+    build_ext = _first_line(log_lines, "running build_ext")
+    pip_line = _first_line(log_lines, "$ ") or 1
+    if build_ext is None:
+        seen = ("the switches never reached it: pip >= 23.1 and setuptools >= 64 forward --config-settings "
+                "--build-option to `setup.py bdist_wheel`" if style == "argv" else
+                "it did not act on the variables: look for its '[apex] Detected APEX_...' lines")
+        what = f"setup.py compiled nothing (no 'running build_ext' in {log_path}): {seen}; the pip command is log line {pip_line}"
+    else:
+        what = f"setup.py ran build_ext (log line {build_ext} of {log_path}) yet built none of them"
+    return f"setup.py at this ref {said} ({evidence}); the builder passed {passed}; {what}"
+
+
+def gate_report(missing: list[MissingModule], expected: list[str], cause: str, log_path: str | Path,
+                level: str) -> str:
+    """The gate's verdict as one block, each line once: a headline (with the cause when nothing at all was
+    built), then one line per missing module."""
+    if not missing:
+        return ""
+    if len(missing) == len(expected):
+        head = f"none of the {len(expected)} expected modules is in the wheel: {cause}"
+    else:
+        head = f"{len(missing)} of {len(expected)} expected modules are not in the wheel"
+    lines = [f"[apex-builder] {level}: {head}"]
+    lines += [f"[apex-builder]   - {item.message(log_path)}" for item in dict.fromkeys(missing)]
+    return "\n".join(lines)

@@ -342,6 +342,8 @@ def resolve(
     explicit_tag = _check_tag(r)
     if explicit_tag is None and apex_ref is not None:
         _check_ref_fits_tag(r, apex_ref)
+    if apex_ref and cuda and release:
+        _check_apex_ref(r, apex_ref, r.text("torch") or release.version, cuda, flags, release)
     if r.problems or cuda is None or release is None:
         return None, r.problems
 
@@ -752,6 +754,25 @@ def _check_ref_fits_tag(r: _Resolver, ref: str) -> None:
     if r.missing("tag") and not re.fullmatch(r"[A-Za-z0-9_.-]+", short):
         r.problem(f"apex_ref {shown(ref)} cannot be part of an image tag (only letters, digits, '_', '.', '-')",
                   f"use the commit sha as apex_ref, or set {r.how('tag', 'my-tag', like='apex_ref')}")
+
+
+def _check_apex_ref(r: _Resolver, ref: str, torch: str, cuda: str, flags: list[str],
+                    release: compat_mod.TorchRelease) -> None:
+    """An Apex ref x torch x CUDA known not to compile, or extras the ref does not have (toolchain.apex_refs)."""
+    from toolchain import apex_refs
+
+    row = apex_refs.known_failure(ref, torch, cuda, flags)
+    if row is not None:
+        fine = [c for c in release.cuda if not row.holds(ref, torch, c, flags)]
+        fixes = [f"use {r.how('cuda', max(fine, key=version_key))} (torch {release.minor} ships it)"] if fine else []
+        if row.fix_ref:
+            fixes.append(f"use {r.how('apex_ref', row.fix_ref[:12])}")
+        r.problem(f"Apex {ref} does not compile against CUDA {cuda} ({row.error}): {row.cause}",
+                  " or ".join(fixes or ["use an Apex ref or CUDA outside this known failure"])
+                  + f" [evidence: {row.evidence.split(' ', 1)[0].rstrip(':;,')}]")
+    for flag, why in apex_refs.absent_modules(ref, flags, r.facts.apex_default_ref):
+        r.problem(f"apex_ref {ref} has no module for {flag} ({why})",
+                  "drop it from extras/apex_flags, or use an apex_ref that has it")
 
 
 def _variant(r: _Resolver, archs: list[str], default_archs: list[str], extras: list[str],

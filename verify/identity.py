@@ -94,7 +94,8 @@ def locate() -> dict[str, Any]:
         "distribution": {"name": dist.metadata["Name"], "version": dist.version, "summary": summary,
                          "location": str(dist.locate_file(""))} if dist else None,
         "direct_url": direct,
-        "legacy_apis": {api: (package_dir / api.split(".", 1)[1]).exists() for api in module_map.legacy_apis()},
+        # apex.contrib.fmha -> <package>/contrib/fmha: the legacy APIs an older build still carries
+        "legacy_apis": {api: package_dir.joinpath(*api.split(".")[1:]).exists() for api in module_map.legacy_apis()},
     }
     return info
 
@@ -179,7 +180,7 @@ def identity_checks(info: dict[str, Any], apex_import: dict[str, Any] | None, ma
     legacy = module_map.legacy_apis()
     for api, present in info["legacy_apis"].items():
         checks.append(Check("identity", f"legacy.{api}", Status.INFO,
-                            f"{api} present (an older Apex; {legacy[api].split(';', 1)[-1].strip()})" if present
+                            f"{api} present (an older Apex): {legacy[api]}" if present
                             else f"{api} absent: {legacy[api]}"))
 
     checks.append(_mixed_install_check(info, extensions))

@@ -18,6 +18,13 @@ class ExtensionModule:
     cuda: bool
     features: tuple[str, ...]
     requires: str | None = None
+    since: str | None = None  # first tag whose setup.py builds it (None: 22.03 or earlier)
+    until: str | None = None  # last tag that has it (None: still at upstream HEAD)
+    removed: str | None = None  # the upstream commit that dropped it
+
+    @property
+    def switch(self) -> str:
+        return switch_for(self.flag)
 
 
 @functools.lru_cache(maxsize=1)
@@ -34,6 +41,9 @@ def modules() -> tuple[ExtensionModule, ...]:
             cuda=m["cuda"],
             features=tuple(m["features"]),
             requires=m.get("requires"),
+            since=m.get("since"),
+            until=m.get("until"),
+            removed=m.get("removed"),
         )
         for m in _raw()["modules"]
     )
@@ -86,3 +96,37 @@ def known_flags() -> tuple[str, ...]:
         if m.flag not in flags:
             flags.append(m.flag)
     return tuple(flags) + (_raw()["contrib_all_flag"],)
+
+
+def switch_for(flag: str) -> str:
+    """setup.py's argv switch for a flag: APEX_CUDA_EXT -> --cuda_ext (the pairs of Apex's ENV_TO_FLAG)."""
+    return "--" + flag.removeprefix("APEX_").lower()
+
+
+def flag_styles() -> dict[str, dict[str, str]]:
+    """How setup.py takes its switches, per era: 'env' (APEX_* variables) and 'argv' (--switch)."""
+    return {name: dict(style) for name, style in _raw()["flag_styles"].items()}
+
+
+def tag_key(tag: str) -> tuple[int, ...] | None:
+    """'24.04.01' -> (24, 4, 1); None when the ref is not an NGC-style YY.MM[.NN] tag."""
+    parts = tag.split(".")
+    if not 2 <= len(parts) <= 3 or not all(p.isdigit() and len(p) == 2 for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
+
+
+def in_tag(module_name: str, tag: str) -> bool | None:
+    """Whether Apex at this NGC-style tag has the module (from since/until); None for a ref that is no tag."""
+    key = tag_key(tag)
+    if key is None:
+        return None
+    m = module(module_name)
+    if m.since and key < (tag_key(m.since) or ()):
+        return False
+    return not (m.until and key > (tag_key(m.until) or ()))
+
+
+def contrib_all_flag() -> str:
+    """APEX_ALL_CONTRIB_EXT: every non-core flag at once (env-style setup.py only)."""
+    return str(_raw()["contrib_all_flag"])

@@ -70,7 +70,7 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     house = tmp_path_factory.mktemp("wheelhouse")
     subprocess.run(
         [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(house), str(TORCH_WHEEL),
-         "setuptools>=70.1", "packaging", "ninja"],
+         "setuptools>=70.1", "packaging", "ninja", "pip>=23.1"],
         check=True, timeout=600,
     )  # fmt: skip
     return house

@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -31,21 +30,69 @@ PyMODINIT_FUNC PyInit_%s(void) { return PyModule_Create(&m); }
 """
 
 
-def make_project(root: Path, *, broken: bool = False) -> Path:
-    """A real setuptools project with two real C extensions: top-level `apex_C` and `apex._probe`."""
+# Two real setup.py shapes, small enough to compile on a CPU in a second: Apex's from tag 25.09 (ENV_TO_FLAG,
+# APEX_* variables) and every earlier tag's (switches on its own argv). The CUDA blocks name their modules
+# but build them only where TINY_CUDA=1 (never here), as Apex's setup.py skips what the toolkit cannot do.
+SETUP_ENV = """
+import os, sys
+from setuptools import Extension, setup
+
+ENV_TO_FLAG = {
+    "APEX_CPP_EXT": "--cpp_ext",
+    "APEX_CUDA_EXT": "--cuda_ext",
+    "APEX_XENTROPY": "--xentropy",
+}
+
+
+def has_flag(flag, env_var):
+    return flag in sys.argv or os.environ.get(env_var, "0") == "1"
+
+
+ext_modules = [Extension("apex._probe", ["probe.c"])]
+if has_flag("--cpp_ext", "APEX_CPP_EXT"):
+    ext_modules.append(Extension("apex_C", ["apex_c.c"]))
+if has_flag("--cuda_ext", "APEX_CUDA_EXT"):
+    if os.environ.get("TINY_CUDA") == "1":
+        ext_modules += [Extension(name="amp_C", sources=["x.c"]), Extension(name="fused_layer_norm_cuda", sources=["x.c"])]
+if has_flag("--xentropy", "APEX_XENTROPY"):
+    if os.environ.get("TINY_CUDA") == "1":
+        ext_modules.append(Extension(name="xentropy_cuda", sources=["x.c"]))
+setup(name="tinyext", version="0.1", packages=["apex"], ext_modules=ext_modules)
+"""
+
+SETUP_ARGV = """
+import os, sys
+from setuptools import Extension, setup
+
+ext_modules = [Extension("apex._probe", ["probe.c"])]
+if "--cpp_ext" in sys.argv:
+    sys.argv.remove("--cpp_ext")
+    ext_modules.append(Extension("apex_C", ["apex_c.c"]))
+if "--cuda_ext" in sys.argv:
+    sys.argv.remove("--cuda_ext")
+    if os.environ.get("TINY_CUDA") == "1":
+        ext_modules.append(Extension(name="amp_C", sources=["x.c"]))
+if "--xentropy" in sys.argv:
+    sys.argv.remove("--xentropy")
+    ext_modules.append(Extension("xentropy_cuda", ["xentropy.c"]))
+if "--parallel" in sys.argv:
+    at = sys.argv.index("--parallel")
+    print(f"tiny setup.py: --parallel {int(sys.argv[at + 1])}")
+    del sys.argv[at : at + 2]
+setup(name="tinyext", version="0.1", packages=["apex"], ext_modules=ext_modules)
+"""
+
+
+def make_project(root: Path, *, broken: bool = False, style: str = "env") -> Path:
+    """A real setuptools project with real C extensions (top-level `apex_C`, `xentropy_cuda`, `apex._probe`)
+    whose setup.py reads its switches the way Apex does in that era (`style`: env | argv | none)."""
     (root / "apex").mkdir(parents=True)
     (root / "apex" / "__init__.py").write_text("")
     (root / "apex_c.c").write_text(C_MODULE % ("apex_C", "apex_C") + ("syntax error here;" if broken else ""))
+    (root / "xentropy.c").write_text(C_MODULE % ("xentropy_cuda", "xentropy_cuda"))
     (root / "probe.c").write_text(C_MODULE % ("_probe", "_probe"))
-    (root / "setup.py").write_text(
-        textwrap.dedent(
-            """
-            from setuptools import Extension, setup
-            setup(name="tinyext", version="0.1", packages=["apex"],
-                  ext_modules=[Extension("apex_C", ["apex_c.c"]), Extension("apex._probe", ["probe.c"])])
-            """
-        )
-    )
+    plain = 'from setuptools import Extension, setup\nsetup(name="tinyext", version="0.1", packages=["apex"])\n'
+    (root / "setup.py").write_text({"env": SETUP_ENV, "argv": SETUP_ARGV, "none": plain}[style])
     return root
 
 
@@ -60,11 +107,12 @@ def run_builder(*argv: str, env: dict[str, str] | None = None) -> subprocess.Com
     )
 
 
-def build(tmp_path: Path, flags: dict[str, str], *extra: str, broken: bool = False) -> tuple[int, Path]:
-    src = make_project(tmp_path / "src", broken=broken)
+def build(tmp_path: Path, flags: dict[str, str], *extra: str, broken: bool = False, style: str = "env",
+          env: dict[str, str] | None = None) -> tuple[int, Path]:
+    src = make_project(tmp_path / "src", broken=broken, style=style)
     out = tmp_path / "out"
     args = apex_builder.build_parser().parse_args(["--apex-src", str(src), "--out", str(out), "--cell", "c1", *extra])
-    env = {**os.environ, **flags}
+    env = {**os.environ, **(env or {})}
     versions = {"torch": "2.13.0+cpu", "python": "3", "nvcc_path": shutil.which("nvcc") or "nvcc"}
     started = dt.datetime.now(dt.timezone.utc)
     code = apex_builder.build_and_gate(args, src, out, flags, None, env, versions, started)
@@ -188,7 +236,9 @@ def test_gate_fails_naming_module_flag_and_log_line(tmp_path: Path, capsys: pyte
 
 def test_no_gate_reports_but_passes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     code, _ = build(tmp_path, {"APEX_CPP_EXT": "1", "APEX_XENTROPY": "1"}, "--no-gate")
-    assert code == exit_codes.OK and "warning: expected module xentropy_cuda" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == exit_codes.OK and "warning: 1 of 2 expected modules are not in the wheel" in err
+    assert "- expected module xentropy_cuda (flag APEX_XENTROPY) is not in the wheel" in err
 
 
 def test_failed_compile_exit_1_with_log_tail(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -196,8 +246,12 @@ def test_failed_compile_exit_1_with_log_tail(tmp_path: Path, capsys: pytest.Capt
     with pytest.raises(ToolchainError) as stop:
         code, _ = build(tmp_path, {"APEX_CPP_EXT": "1"}, broken=True)
     assert code is None and stop.value.exit_code == exit_codes.FAILED
-    assert "pip wheel failed" in str(stop.value) and "first error at log line" in str(stop.value)
-    assert "--- last lines ---" in str(stop.value)
+    message = str(stop.value)
+    assert "pip wheel failed" in message and "first error at log line" in message
+    line_no = int(message.split("first error at log line ")[1].split(":")[0])
+    log = (tmp_path / "out" / "apex-build.log").read_text().splitlines()
+    assert log[line_no - 1].strip()[:100] in message  # the line itself, not a re-print of the log's tail
+    assert "--- last lines ---" not in message
 
 
 def test_skip_warnings_and_missing_modules_from_log_lines() -> None:

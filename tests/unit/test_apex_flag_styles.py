@@ -1,0 +1,192 @@
+"""Both Apex flag styles, on the real upstream trees: APEX_* variables (HEAD 6424da3b, from tag 25.09) and
+setup.py argv switches (tag 25.04, and every tag before 25.09), plus real pip builds of setup.py files in
+each shape. The Apex archives come from ../shared/fixtures (see its README); without them those tests skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from test_apex_builder import build, make_project, run_builder
+
+from toolchain import apex_builder, apex_setup, build_outputs, compat
+from toolchain.errors import ToolchainError
+from verify import exit_codes, module_map
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO.parent / "shared" / "fixtures"
+CORE = {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"}
+
+
+def _tree(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    archive = FIXTURES / f"apex-{name}.tar.gz"
+    if not archive.is_file():
+        pytest.skip(f"{archive} is absent: the upstream Apex fixture archives live in ../shared/fixtures beside the checkout")
+    root = tmp_path_factory.mktemp(f"apex-{name}")
+    with tarfile.open(archive) as tar:
+        tar.extractall(root, filter="data")
+    return root / "apex"
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _tree(tmp_path_factory, "6424da3b")
+
+
+@pytest.fixture(scope="module")
+def tag2504(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _tree(tmp_path_factory, "25.04")
+
+
+# ---------------------------------------------------------------- detection on the real trees
+
+
+def test_head_reads_apex_variables(head: Path) -> None:
+    setup = apex_setup.read(head)
+    assert setup.style == apex_setup.ENV and "defines ENV_TO_FLAG" in setup.evidence
+    assert setup.parallel == apex_setup.ENV  # APEX_PARALLEL_BUILD
+    assert {"APEX_CPP_EXT", "APEX_CUDA_EXT", "APEX_XENTROPY", "APEX_NCCL_ALLOCATOR"} <= set(setup.env_vars)
+    # the module map's flag -> switch rule is setup.py's own ENV_TO_FLAG, pair by pair
+    text = (head / "setup.py").read_text()
+    for var in setup.env_vars:
+        assert f'"{var}": "{module_map.switch_for(var)}"' in text
+    assert apex_setup.pip_options(setup, ["--cpp_ext", "--cuda_ext"], 12) == []  # the variables carry it all
+
+
+def test_tag_2504_reads_argv_switches(tag2504: Path) -> None:
+    setup = apex_setup.read(tag2504)
+    assert setup.style == apex_setup.ARGV and setup.env_vars == ()
+    assert "reads '--cpp_ext'/'--cuda_ext' from sys.argv" in setup.evidence
+    assert setup.parallel == apex_setup.ARGV  # `--parallel N` on its argv, no APEX_PARALLEL_BUILD
+    assert setup.speaks("APEX_FMHA", "--fmha") and setup.speaks("APEX_GPU_DIRECT_STORAGE", "--gpu_direct_storage")
+
+
+@pytest.mark.parametrize("tree", ["head", "tag2504"])
+def test_module_map_agrees_with_each_setup_py(tree: str, request: pytest.FixtureRequest) -> None:
+    """Per flag, the modules each era builds: the map's since/until against the real setup.py."""
+    src = request.getfixturevalue(tree)
+    setup = apex_setup.read(src)
+    for m in module_map.modules():
+        at_ref = m.until is None if tree == "head" else module_map.in_tag(m.name, "25.04")
+        assert (m.name in setup.modules(m.switch)) == at_ref, m.name
+    expected, absent = apex_builder.expected_modules(setup, CORE)
+    assert len(expected) == 12 and absent == [] and "fused_rotary_positional_embedding" in expected
+
+
+def test_legacy_apis_of_each_tree_are_named(head: Path, tag2504: Path, tmp_path: Path) -> None:
+    """verify's identity layer on the two real Apex packages (file reads only, no GPU)."""
+    def legacy(tree: Path) -> dict[str, bool]:
+        code = "import json; from verify import identity; print(json.dumps(identity.locate()['legacy_apis']))"
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
+                              env={**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{REPO}"}, cwd=tmp_path)
+        return json.loads(done.stdout)
+
+    old = legacy(tag2504)
+    assert old["apex.amp"] and old["apex.parallel"] and old["apex.contrib.fmha"] and old["apex.contrib.multihead_attn"]
+    assert old["apex.contrib.gpu_direct_storage"] and old["apex.transformer"]
+    assert not any(legacy(head).values())
+
+
+# ---------------------------------------------------------------- refusals before any compile
+
+
+def test_hardcoded_compute_70_refused_for_nvcc_13_only(head: Path, tag2504: Path) -> None:
+    facts = compat.load()
+    nvcc13, nvcc128 = set(facts.toolkit("13.0").archs), set(facts.toolkit("12.8").archs)
+    old = apex_setup.read(tag2504)
+    switches = apex_setup.flag_switches(old, CORE)
+    with pytest.raises(ToolchainError) as stop:
+        apex_setup.check_archs(old, switches, nvcc13, "13.0", tag2504)
+    assert stop.value.exit_code == exit_codes.USAGE
+    assert "setup.py line 361 hard-codes -gencode arch=compute_70 for --cuda_ext" in str(stop.value)
+    assert "Unsupported gpu architecture 'compute_70'" in str(stop.value)
+    apex_setup.check_archs(old, switches, nvcc128, "12.8", tag2504)  # 12.8 still compiles sm_70
+    apex_setup.check_archs(old, ["--cpp_ext"], nvcc13, "13.0", tag2504)  # C++ only: no nvcc at all
+    apex_setup.check_archs(apex_setup.read(head), switches, nvcc13, "13.0", head)  # upstream dropped them
+
+
+def test_builder_refuses_flags_a_tree_lacks(head: Path, tag2504: Path, tmp_path: Path) -> None:
+    result = run_builder("--apex-src", str(head), "--out", str(tmp_path / "o"), "--archs", "9.0", "--extras", "fmha")
+    assert result.returncode == exit_codes.USAGE and "Traceback" not in result.stderr
+    assert "APEX_FMHA (--fmha)" in result.stderr and "ENV_TO_FLAG has no APEX_FMHA" in result.stderr
+    assert "removed in 526871a2" in result.stderr
+    apex_setup.check_flags(apex_setup.read(tag2504), {"APEX_FMHA": "1"}, tag2504)  # 25.04 still has it
+
+
+def test_unknown_flag_style_is_named(tmp_path: Path) -> None:
+    src = make_project(tmp_path / "src", style="none")
+    result = run_builder("--apex-src", str(src), "--out", str(tmp_path / "o"), "--flags", "none")
+    assert result.returncode == exit_codes.USAGE and "Traceback" not in result.stderr
+    assert "has no ENV_TO_FLAG and never tests '--cpp_ext' or '--cuda_ext' in sys.argv" in result.stderr
+    assert "argv switches, tags 22.03-25.08" in result.stderr
+
+
+# ---------------------------------------------------------------- passing the switches
+
+
+def test_argv_pip_command_has_one_config_setting_per_switch(tag2504: Path, tmp_path: Path) -> None:
+    setup = apex_setup.read(tag2504)
+    switches = apex_setup.flag_switches(setup, {**CORE, "APEX_XENTROPY": "1"})
+    assert switches == ["--cpp_ext", "--cuda_ext", "--xentropy"]
+    cmd = apex_builder.pip_wheel_command(tag2504, tmp_path, apex_setup.pip_options(setup, switches, 8))
+    settings = [arg.split("=", 1)[1] for arg in cmd if arg.startswith("--config-settings")]
+    assert settings == [f"--build-option={s}" for s in [*switches, "--parallel", "8"]]
+    # never several switches in one setting (the shape of Apex #1763, which builds nothing)
+    assert all(" " not in s for s in settings) and "--use-pep517" in cmd
+    assert cmd[cmd.index(str(tag2504)) + 1 :] == ["-w", str(tmp_path)]
+
+
+def test_all_contrib_becomes_every_switch_of_the_argv_tree(tag2504: Path) -> None:
+    switches = apex_setup.flag_switches(apex_setup.read(tag2504), {"APEX_ALL_CONTRIB_EXT": "1"})
+    assert {"--fmha", "--fast_multihead_attn", "--xentropy", "--deprecated_fused_adam"} <= set(switches)
+    assert "--cuda_ext" not in switches and "--all_contrib_ext" not in switches
+
+
+def test_real_pip_forwards_every_argv_switch(tmp_path: Path) -> None:
+    """setup.py sees each switch on its argv only if pip and setuptools forward every --config-settings."""
+    code, out = build(tmp_path, {"APEX_CPP_EXT": "1", "APEX_XENTROPY": "1"}, style="argv",
+                      env={"APEX_PARALLEL_BUILD": "2"})
+    assert code == exit_codes.OK
+    manifest = json.loads((out / "build-manifest.json").read_text())
+    assert manifest["built_modules"] == ["apex._probe", "apex_C", "xentropy_cuda"]
+    assert manifest["flag_style"]["style"] == "argv"
+    assert manifest["flag_style"]["pip_options"] == [
+        "--use-pep517", "--config-settings=--build-option=--cpp_ext", "--config-settings=--build-option=--xentropy",
+        "--config-settings=--build-option=--parallel", "--config-settings=--build-option=2",
+    ]
+    assert "tiny setup.py: --parallel 2" in (out / "apex-build.log").read_text()
+
+
+def test_argv_build_with_nothing_built_names_the_cause_once(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+    code, out = build(tmp_path, {"APEX_CUDA_EXT": "1"}, style="argv")
+    assert code == exit_codes.FAILED
+    captured = capfd.readouterr()
+    err = captured.err
+    assert "none of the 1 expected modules is in the wheel: setup.py at this ref reads argv switches" in err
+    assert "the builder passed --cuda_ext as pip --config-settings=--build-option=..., one setting per switch" in err
+    assert "- expected module amp_C (flag APEX_CUDA_EXT) is not in the wheel" in err
+    lines = [line for line in (captured.out + err).splitlines() if line.startswith("[apex-builder]")]
+    assert len(lines) == len(set(lines)), "a builder line was printed twice"
+
+
+def test_env_build_prints_each_missing_module_once(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+    code, _ = build(tmp_path, CORE)
+    assert code == exit_codes.FAILED
+    captured = capfd.readouterr()
+    assert "2 of 3 expected modules are not in the wheel" in captured.err
+    lines = [line for line in (captured.out + captured.err).splitlines() if line.startswith("[apex-builder]")]
+    assert len(lines) == len(set(lines)) and sum("expected module amp_C" in line for line in lines) == 1
+
+
+def test_cause_when_setup_py_compiled_nothing() -> None:
+    log = ["$ python -m pip wheel ... --config-settings=--build-option=--cpp_ext", "running bdist_wheel"]
+    cause = build_outputs.nothing_built_cause("argv", "setup.py line 114 reads '--cpp_ext'", "--cpp_ext as ...", log, "b.log")
+    assert cause.startswith("setup.py at this ref reads argv switches (setup.py line 114")
+    assert "setup.py compiled nothing" in cause and "the switches never reached it" in cause
+    assert "the pip command is log line 1" in cause
