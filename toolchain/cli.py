@@ -9,6 +9,7 @@
     build.py report                       all cells -> out/matrix-report.md + .html
     build.py wheel    --apex-src DIR ...  the Apex wheel builder (bare metal, no Docker)
     build.py gh-matrix | bake | pull      CI generators and pulling a prebuilt image
+    build.py zipapp   --out verify.pyz    verify as one file: `python verify.pyz` audits any Python + torch
 """
 
 from __future__ import annotations
@@ -105,9 +106,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="verify each built image (default auto: GPU if the daemon has one, else static)")
     p.set_defaults(func=cmd_matrix)
 
-    p = sub.add_parser("verify", parents=[common, cell], help="run verify inside an image")
-    p.add_argument("image", nargs="?", help="image tag or id (default: the tag of the cell given by --cuda ...)")
+    engine_opt = argparse.ArgumentParser(add_help=False)
+    engine_opt.add_argument("--engine", choices=("docker", "podman"), default=None,
+                            help="container engine (default: $APEX_CONTAINER_ENGINE, else docker)")
+
+    p = sub.add_parser("verify", parents=[common, cell, engine_opt], help="run verify inside an image (any image)")
+    p.add_argument("image", nargs="?", help="image tag, id or REPO@sha256:DIGEST (default: the cell's tag)")
     p.add_argument("--gpu", choices=("auto", "require", "none"), default="auto")
+    p.add_argument("--verify-from", choices=("auto", "image", "zipapp"), default="auto",
+                   help="auto (default): the image's own verify if this toolchain built it, else the zipapp")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("inspect", parents=[common], help="labels and embedded reports of an image")
@@ -139,12 +146,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", type=Path, help="write here instead of stdout (e.g. docker-bake.json)")
     p.set_defaults(func=cmd_bake)
 
-    p = sub.add_parser("pull", parents=[common, cell, registry],
+    p = sub.add_parser("pull", parents=[common, cell, registry, engine_opt],
                        help="pull a cell's published image and verify it on this node's GPU")
     p.add_argument("--gpu", choices=("require", "auto", "none"), default="require",
                    help="require (default): no GPU runtime is exit 3; auto: static verify without one")
     p.add_argument("--no-pull", action="store_true", help="verify the local image, do not pull")
     p.set_defaults(func=cmd_pull)
+
+    p = sub.add_parser("zipapp", help="write verify as a self-contained zipapp (python verify.pyz [flags])")
+    p.add_argument("--out", type=Path, default=Path("out") / "verify.pyz",
+                   help="file to write, or a directory to write verify.pyz into (default: out/verify.pyz)")
+    p.set_defaults(func=cmd_zipapp)
 
     sub.add_parser("wheel", help="build the Apex wheel on bare metal (see build.py wheel --help)")
     return parser
@@ -261,14 +273,26 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
     if not args.image:
         args.image = resolve_cells(args, all_when_empty=False)[0].id
     container_verify = load_part("container_verify")
-    require_docker()
+    require_engine(args.engine)
 
     out_dir = args.out / "verify" / _safe_name(args.image)
     with console.group(f"verify {args.image}"):
-        code, report_path = container_verify.verify_image(args.image, out_dir=out_dir, gpu=args.gpu)
+        code, report_path = container_verify.verify_image(args.image, out_dir=out_dir, gpu=args.gpu,
+                                                          verify_from=args.verify_from, engine=args.engine)
     word, kind = ("PASS", "ok") if code == exit_codes.OK else ("FAIL", "fail")
     console.status(word, kind, f"{args.image}: verify exit {code}; report {report_path}")
+    audit = _audit_of(out_dir)
+    if audit:
+        console.line(f"  audited {audit['image']} (image id {audit['image_id']}, digest {audit['digest'] or 'none: local'})"
+                     f" with {audit['engine']}, verify from {audit['verify_from']}")
     return code
+
+
+def _audit_of(out_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((out_dir / "container-run.json").read_text()).get("audit")
+    except (OSError, ValueError):
+        return None
 
 
 def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
@@ -325,12 +349,12 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
                          "or --no-pull to verify a local image")
     ref = ci_matrix.image_ref(cell, args.registry)
     load_part("container_verify")
-    require_docker()
+    require_engine(args.engine)
     out_dir = args.out / "cells" / cell.id / "verify"
     started = matrix_run.now()
     with console.group(f"{'verify' if args.no_pull else 'pull and verify'} {ref}"):
         code, report_path, image_id = pull.pull_and_verify(ref, out_dir=out_dir, gpu=args.gpu,
-                                                           pull_first=not args.no_pull)
+                                                           pull_first=not args.no_pull, engine=args.engine)
     # recorded like a matrix cell, so `build.py report` shows what this node verified
     verify = {"exit_code": code, "report_path": str(report_path), "mode_requested": args.gpu,
               "status": "verified" if code == exit_codes.OK else "verify_failed"}
@@ -345,6 +369,17 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     else:
         console.error(f"{ref} is not ready: verify exit {code}; report {report_path}", title=f"pull {cell.id}")
     return code
+
+
+def cmd_zipapp(args: argparse.Namespace, console: Console) -> int:
+    from toolchain import verify_zipapp
+
+    if args.out.exists() and not args.out.is_dir() and not args.out.is_file():
+        raise UsageError(f"--out {args.out}: not a regular file or directory; pass a path like DIR/verify.pyz")
+    app = verify_zipapp.build(args.out)
+    console.line(f"{app.path}: verify zipapp, {len(app.files)} files, {app.size_bytes} bytes, sha256 {app.sha256}")
+    console.line(f"  run it with any Python >= 3.10 that has torch: python {app.path} --static")
+    return exit_codes.OK
 
 
 # --- environment ------------------------------------------------------------------------------
@@ -373,6 +408,16 @@ def _preflight(verify_mode: str) -> None:
 def require_docker() -> None:
     """Fail fast (exit 3) when no Docker daemon answers, before any cell starts."""
     load_part("engine").ping()
+
+
+def require_engine(name: str | None) -> None:
+    """The engine verify/pull use: Docker needs its daemon (exit 3 without); podman needs only its CLI."""
+    from toolchain import container_engine
+
+    if container_engine.choose(name) == "docker":
+        require_docker()
+    else:
+        container_engine.PodmanEngine()  # exit 3 when podman is not installed
 
 
 def _safe_name(text: str) -> str:

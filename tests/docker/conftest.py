@@ -123,5 +123,44 @@ def torch_stage_tag(docker_client, wheelhouse: Path, test_ca: dict, logs: Path) 
 
 
 @pytest.fixture(scope="session")
+def base_image(docker_client) -> str:
+    """The debootstrap base: a Debian with no Python at all."""
+    return BASE_IMAGE
+
+
+@pytest.fixture(scope="session")
 def cell_factory():
     return make_cell
+
+
+# An image like NGC PyTorch or a user's own: a Python with torch, and no verify, no toolchain labels.
+_TORCH_ONLY_DOCKERFILE = """\
+FROM {devel}
+RUN --mount=type=bind,source=.,target=/wheels pip install --no-index --no-cache-dir --find-links /wheels torch \\
+ && ! python -c "import verify" 2>/dev/null
+"""
+
+
+@pytest.fixture(scope="session")
+def torch_only_image_tag(docker_client, wheelhouse: Path, logs: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The local base + Python (the Dockerfile's devel stage) + torch from the wheelhouse; verify absent.
+    Unique tags per session, removed afterwards (the daemon is shared)."""
+    unique = uuid.uuid4().hex[:8]
+    devel = make_cell(f"apex-ci-devel-{unique}")
+    result = engine.build_image(devel, target="devel", log_path=logs / "devel.log", progress="plain")
+    assert result.ok, "\n".join(result.log_tail)
+    tag = f"apex-ci-torch-only-{unique}:latest"
+    dockerfile = tmp_path_factory.mktemp("torch-only") / "Dockerfile"
+    dockerfile.write_text(_TORCH_ONLY_DOCKERFILE.format(devel=devel.id))
+    client = engine.docker_client()
+    with open(logs / "torch-only.log", "w") as log:
+        done = subprocess.run([*client.build_prefix(), "--progress", "plain", "--file", str(dockerfile), "--tag", tag,
+                               str(wheelhouse)], env=dict(os.environ, DOCKER_BUILDKIT="1"), stdout=log,
+                              stderr=subprocess.STDOUT, timeout=900, check=False)
+    assert done.returncode == 0, (logs / "torch-only.log").read_text()[-3000:]
+    yield tag
+    for name in (tag, devel.id):
+        try:
+            docker_client.images.remove(name, noprune=False)
+        except Exception:  # noqa: BLE001 - best effort: another test may still hold a container
+            pass
