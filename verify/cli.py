@@ -130,10 +130,12 @@ def _run(args: argparse.Namespace, required: tuple[str, ...], manifest_data: dic
 
     capability = environment.capability(env)
     gpu_missing = capability is None
+    old_driver = environment.driver_too_old(env)  # the node cannot run this torch's CUDA: exit 3 (environment.driver)
     if args.require_gpu and gpu_missing:
+        why = ("the NVIDIA driver is too old for this torch's CUDA (see environment.driver)" if old_driver else
+               "check the driver, the container's GPU access, CUDA_VISIBLE_DEVICES")
         checks.append(Check("environment", "require_gpu", Status.FAIL,
-                            "--require-gpu: no CUDA device is visible to torch (check the driver, the container's"
-                            " GPU access, CUDA_VISIBLE_DEVICES)"))
+                            f"--require-gpu: no CUDA device is visible to torch ({why})"))
 
     ext_results = [extensions.classify(n, probe_results.get(f"module:{n}", {"status": "missing"}))
                    for n in module_names]
@@ -162,7 +164,7 @@ def _run(args: argparse.Namespace, required: tuple[str, ...], manifest_data: dic
         extensions=[e.to_json() for e in ext_results], checks=checks, timings=timings,
         options={"require": list(required), "seed": seed, "check_timeout_s": args.check_timeout,
                  "require_gpu": args.require_gpu},
-        environment_unavailable=args.require_gpu and gpu_missing,
+        environment_unavailable=(args.require_gpu and gpu_missing) or old_driver,
     )
     for path, writer in ((args.json, lambda p: atomic.write_json(p, report)),
                          (args.markdown, lambda p: atomic.write_text(p, render.markdown(report)))):
