@@ -151,7 +151,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", choices=("require", "auto", "none"), default="require",
                    help="require (default): no GPU runtime is exit 3; auto: static verify without one")
     p.add_argument("--no-pull", action="store_true", help="verify the local image, do not pull")
+    p.add_argument("--digest", help="pull REGISTRY@DIGEST (default: the digest build.py publish recorded, if any)")
+    p.add_argument("--by-digest", action="store_true", help="refuse to pull by tag: a digest must be recorded or given")
     p.set_defaults(func=cmd_pull)
+
+    p = sub.add_parser("publish", parents=[common, cell, registry],
+                       help="push a built cell's image and record its digest (out/cells/<id>/published.json)")
+    p.add_argument("--image", help="local image to push (default: the cell's tag)")
+    p.add_argument("--bake-metadata", type=Path,
+                   help="record what `buildx bake --push --metadata-file FILE` pushed instead of pushing here")
+    p.set_defaults(func=cmd_publish)
 
     p = sub.add_parser("zipapp", help="write verify as a self-contained zipapp (python verify.pyz [flags])")
     p.add_argument("--out", type=Path, default=Path("out") / "verify.pyz",
@@ -344,17 +353,26 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     from toolchain import matrix_run, pull
 
     cell = resolve_cells(args, all_when_empty=False)[0]
-    if not args.registry and not args.no_pull:
-        raise UsageError("pull: no registry; pass --registry ghcr.io/OWNER/apex (or set APEX_IMAGE_REGISTRY), "
-                         "or --no-pull to verify a local image")
-    ref = ci_matrix.image_ref(cell, args.registry)
+    if not args.registry and not args.no_pull and not args.by_digest and not args.digest:
+        from toolchain import publish
+
+        if publish.read_record(args.out, cell.id) is None:
+            raise UsageError("pull: no registry; pass --registry ghcr.io/OWNER/apex (or set APEX_IMAGE_REGISTRY), "
+                             "or --no-pull to verify a local image")
+    if args.no_pull:
+        ref, digest, record = ci_matrix.image_ref(cell, args.registry), None, None
+    else:
+        ref, digest, record = pull.resolve(cell.id, args.registry, digest=args.digest, by_digest=args.by_digest,
+                                           out=args.out)
     load_part("container_verify")
     require_engine(args.engine)
     out_dir = args.out / "cells" / cell.id / "verify"
     started = matrix_run.now()
+    expected_id = (record or {}).get("image_id") if record and digest == record.get("digest") else None
     with console.group(f"{'verify' if args.no_pull else 'pull and verify'} {ref}"):
         code, report_path, image_id = pull.pull_and_verify(ref, out_dir=out_dir, gpu=args.gpu,
-                                                           pull_first=not args.no_pull, engine=args.engine)
+                                                           pull_first=not args.no_pull, engine=args.engine,
+                                                           expected_image_id=expected_id)
     # recorded like a matrix cell, so `build.py report` shows what this node verified
     verify = {"exit_code": code, "report_path": str(report_path), "mode_requested": args.gpu,
               "status": "verified" if code == exit_codes.OK else "verify_failed"}
@@ -362,13 +380,31 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     matrix_run.save_result({
         "result_version": matrix_run.RESULT_VERSION, "id": cell.id, "name": cell.name, "run_id": "pull",
         "cell": cell.to_json(), "status": verify["status"], "started_at": started, "finished_at": matrix_run.now(),
-        "build": {"ok": True, "tag": ref, "pulled": not args.no_pull, "image_id": image_id}, "verify": verify,
+        "build": {"ok": True, "tag": ref, "digest": digest, "pulled": not args.no_pull, "image_id": image_id},
+        "verify": verify,
     }, args.out)
     if code == exit_codes.OK:
         console.status("READY", "ok", f"{ref} (report {report_path})")
     else:
         console.error(f"{ref} is not ready: verify exit {code}; report {report_path}", title=f"pull {cell.id}")
     return code
+
+
+def cmd_publish(args: argparse.Namespace, console: Console) -> int:
+    from toolchain import publish
+
+    cell = resolve_cells(args, all_when_empty=False)[0]
+    if not args.registry:
+        raise UsageError("publish: no registry; pass --registry ghcr.io/OWNER/apex (or set APEX_IMAGE_REGISTRY)")
+    repository = args.registry.rstrip("/")
+    if args.bake_metadata:
+        record = publish.from_bake_metadata(cell.id, ci_matrix.bake_target_name(cell), repository, args.bake_metadata,
+                                            out=args.out)
+    else:
+        with console.group(f"publish {cell.id} to {repository}"):
+            record = publish.push(cell.id, repository, out=args.out, local=args.image)
+    console.status("PUSHED", "ok", f"{record['ref']} (recorded in {publish.record_path(args.out, cell.id)})")
+    return exit_codes.OK
 
 
 def cmd_zipapp(args: argparse.Namespace, console: Console) -> int:

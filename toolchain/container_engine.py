@@ -124,7 +124,7 @@ class DockerEngine:
                 container.start()
             except APIError as error:
                 if _DOCKER_NO_GPU in str(error):
-                    raise NoGpuRuntime(str(error)) from None
+                    raise NoGpuRuntime(error.explanation or str(error)) from None
                 raise EnvironmentUnavailable(f"the Docker daemon refused to run {ref}: "
                                              f"{error.explanation or error}") from None
             timed_out = False
@@ -191,7 +191,7 @@ class PodmanEngine:
     def run(self, ref: str, command: list[str], *, gpu: bool, files_in: dict[str, bytes], collect: str,
             timeout_s: float) -> RunResult:
         name = f"apex-verify-{uuid.uuid4().hex[:12]}"
-        create = ["create", "--name", name]
+        create = ["create", "--name", name, *_own_ulimits()]
         if gpu:
             create += ["--device", "nvidia.com/gpu=all"]
         try:
@@ -210,10 +210,12 @@ class PodmanEngine:
             except EnvironmentUnavailable:  # the run hung
                 self._podman("kill", name, timeout=60, check=False)
                 status, timed_out = -1, True
-            if status == 125 and gpu:  # podman itself failed to start it (CDI resolution happens here too)
-                text = self._podman("logs", name, timeout=60, check=False).stderr.decode(errors="replace")
-                if any(word in text for word in _PODMAN_NO_GPU):
-                    raise NoGpuRuntime(text.strip().splitlines()[-1] if text.strip() else "no CDI GPU devices")
+            if status == 125 and not timed_out:  # podman's own failure to start it (CDI devices resolve here)
+                text = started.stderr.decode("utf-8", errors="replace").strip()
+                line = text.splitlines()[-1] if text else "podman start failed (exit 125)"
+                if gpu and any(word in text for word in _PODMAN_NO_GPU):
+                    raise NoGpuRuntime(line)
+                raise EnvironmentUnavailable(f"podman could not start a container of {ref}: {line}")
             logs = self._podman("logs", name, timeout=60, check=False)
             log = (logs.stdout + logs.stderr).decode("utf-8", errors="replace")
             with tempfile.TemporaryDirectory(prefix="apex-podman-cp.") as where:
@@ -226,6 +228,28 @@ class PodmanEngine:
             return RunResult(status, log, collected, timed_out)
         finally:
             self._podman("rm", "--force", name, timeout=120, check=False)
+
+
+# Root podman asks runc for nofile and nproc 1048576 by default; raising a limit above the hard one
+# needs CAP_SYS_RESOURCE, which a CI sandbox or a locked-down node drops, and runc then fails with
+# "error setting rlimit type 6/7: operation not permitted". So the container gets this process's
+# open-file limit and a process limit of at most PODMAN_NPROC (the limit conmon ran with in this
+# project's CI sandbox; verify starts a handful of processes). APEX_PODMAN_ULIMITS overrides both,
+# e.g. "nofile=65536:65536,nproc=65536:65536".
+PODMAN_NPROC = 32768
+
+
+def _own_ulimits() -> list[str]:
+    import resource
+
+    override = os.environ.get("APEX_PODMAN_ULIMITS")
+    if override:
+        return [f"--ulimit={item.strip()}" for item in override.split(",") if item.strip()]
+    soft_files, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    soft_procs, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    files = 1048576 if soft_files == resource.RLIM_INFINITY else soft_files
+    procs = PODMAN_NPROC if soft_procs == resource.RLIM_INFINITY else min(soft_procs, PODMAN_NPROC)
+    return [f"--ulimit=nofile={files}:{files}", f"--ulimit=nproc={procs}:{procs}"]
 
 
 class _PodmanError(Exception):

@@ -127,7 +127,7 @@ def verify_image(tag: str, *, out_dir: Path | str, gpu: str = "auto", timeout_s:
             run["gpu_runtime"] = True
         except NoGpuRuntime as error:
             run["gpu_runtime"] = False
-            what = "Docker daemon" if runtime.name == "docker" else "podman"
+            what = "the Docker daemon has" if runtime.name == "docker" else "podman has"
             fix = ("install the NVIDIA Container Toolkit" if runtime.name == "docker" else
                    "install the NVIDIA Container Toolkit and generate its CDI spec (nvidia-ctk cdi generate)")
             message = f"the {what} has no NVIDIA GPU runtime ({str(error).splitlines()[0][:200]}); {fix} to run the GPU checks"

@@ -60,16 +60,71 @@ def pull(ref: str, *, attempts: int = PULL_ATTEMPTS, backoff_s: float = 5.0) -> 
 
     repository, tag = split_ref(ref)
     client = docker.from_env(timeout=600)
-    return with_retries(ref, lambda: client.images.pull(repository, tag=tag).id,
-                        errors=(APIError, DockerException, OSError), attempts=attempts, backoff_s=backoff_s)
+
+    def attempt() -> str:
+        # the low-level stream: images.pull() drops the daemon's error event (e.g. "manifest verification
+        # failed") and only then fails its own lookup with a 404 that hides why
+        for event in client.api.pull(repository, tag=tag, stream=True, decode=True):
+            if "error" in event:
+                raise _StreamError(str(event["error"]))
+        return client.images.get(ref).id
+
+    return with_retries(ref, attempt, errors=(APIError, DockerException, OSError, _StreamError), attempts=attempts,
+                        backoff_s=backoff_s)
+
+
+class _StreamError(Exception):
+    """An error event in the daemon's pull stream."""
+
+
+def resolve(cell_id: str, registry: str | None, *, digest: str | None, by_digest: bool, out: Path
+            ) -> tuple[str, str | None, dict | None]:
+    """(ref to pull, digest or None, publish record or None). The digest comes from --digest, else from
+    the cell's publish record (out/cells/<id>/published.json); --by-digest makes one mandatory."""
+    from toolchain import publish
+
+    record = publish.read_record(out, cell_id)
+    if digest:
+        publish.check_digest(digest, "--digest")
+    elif record:
+        if registry and record["repository"] != registry.rstrip("/"):
+            raise UsageError(f"{publish.record_path(out, cell_id)} records a push to {record['repository']}, not "
+                             f"--registry {registry}; pass that registry, or --digest for this one")
+        digest, registry = record["digest"], record["repository"]
+    if by_digest and not digest:
+        raise UsageError(f"--by-digest: no digest for {cell_id} (no {publish.record_path(out, cell_id)}); run "
+                         "build.py publish first, or pass --digest sha256:...")
+    if not registry:
+        raise UsageError("pull: no registry; pass --registry ghcr.io/OWNER/apex (or set APEX_IMAGE_REGISTRY)")
+    repository = registry.rstrip("/")
+    return (f"{repository}@{digest}" if digest else f"{repository}:{cell_id}"), digest, record
 
 
 def pull_and_verify(ref: str, *, out_dir: Path, gpu: str, pull_first: bool = True, engine: str | None = None,
-                    ) -> tuple[int, Path, str | None]:
-    """(verify exit code, report path, image id or None when the local image was used)."""
-    from toolchain import container_engine, container_verify
+                    expected_image_id: str | None = None) -> tuple[int, Path, str | None]:
+    """(verify exit code, report path, image id or None when the local image was used). A ref by digest
+    is checked after the pull: the engine must list it among the image's repo digests, and the image id
+    must be the published one (when known)."""
+    from toolchain import container_engine, container_verify, publish
 
     runtime = container_engine.get(engine)
-    image_id = runtime.pull(ref).id if pull_first else None
+    image_id = None
+    if pull_first:
+        try:
+            info = runtime.pull(ref)
+        except PullFailed as failure:
+            refused = publish.refusal(failure.reason, ref) if "@sha256:" in ref else None
+            if refused:
+                raise refused from None
+            raise
+        image_id = info.id
+        if "@" in ref:
+            repository, _, digest = ref.partition("@")
+            if info.digest_for(repository) != digest:
+                raise publish.DigestRefused(f"refusing {ref}: the pulled image does not carry this digest "
+                                            f"(repo digests: {', '.join(info.repo_digests) or 'none'})")
+            if expected_image_id and info.id != expected_image_id:
+                raise publish.DigestRefused(f"refusing {ref}: its image id {info.id} is not the published "
+                                            f"{expected_image_id}")
     code, report_path = container_verify.verify_image(ref, out_dir=out_dir, gpu=gpu, engine=runtime)
     return code, Path(report_path), image_id
