@@ -191,7 +191,8 @@ class PodmanEngine:
     def run(self, ref: str, command: list[str], *, gpu: bool, files_in: dict[str, bytes], collect: str,
             timeout_s: float) -> RunResult:
         name = f"apex-verify-{uuid.uuid4().hex[:12]}"
-        create = ["create", "--name", name, *_own_ulimits()]
+        # no network: verify needs none, and a node may have no CNI/netavark configured for podman
+        create = ["create", "--name", name, "--network=none", *_own_ulimits()]
         if gpu:
             create += ["--device", "nvidia.com/gpu=all"]
         try:

@@ -130,7 +130,7 @@ def verify_image(tag: str, *, out_dir: Path | str, gpu: str = "auto", timeout_s:
             what = "the Docker daemon has" if runtime.name == "docker" else "podman has"
             fix = ("install the NVIDIA Container Toolkit" if runtime.name == "docker" else
                    "install the NVIDIA Container Toolkit and generate its CDI spec (nvidia-ctk cdi generate)")
-            message = f"the {what} has no NVIDIA GPU runtime ({str(error).splitlines()[0][:200]}); {fix} to run the GPU checks"
+            message = f"{what} no NVIDIA GPU runtime ({str(error).splitlines()[0][:200]}); {fix} to run the GPU checks"
             if gpu == "require":
                 raise EnvironmentUnavailable(message) from None
             _note(message + "; running verify --static instead")
