@@ -22,7 +22,7 @@ CELL_OPTS = $(if $(CELL),--cell '$(CELL)') $(if $(CUDA),--cuda '$(CUDA)') $(if $
             $(if $(APEX_REF),--apex-ref '$(APEX_REF)') $(if $(EXTRAS),--extras '$(EXTRAS)') $(if $(GCC),--gcc '$(GCC)')
 FILTER_OPTS = $(if $(CELL),--cell '$(CELL)') $(if $(CUDA),--cuda '$(CUDA)') $(if $(TORCH),--torch '$(TORCH)')
 
-.PHONY: image matrix verify report plan validate lint test
+.PHONY: image matrix verify report plan validate lint test zipapp
 
 image:
 	$(BUILD) image $(CELL_OPTS) --target $(TARGET)
@@ -36,6 +36,10 @@ verify:
 
 report:
 	$(BUILD) report
+
+# verify as one file for any image or node: python out/verify.pyz [verify's flags]
+zipapp:
+	$(BUILD) zipapp --out out/verify.pyz
 
 plan:
 	$(BUILD) plan $(CELL_OPTS) --target $(TARGET)

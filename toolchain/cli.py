@@ -8,7 +8,8 @@
     build.py inspect  IMAGE               labels and embedded reports, no container run
     build.py report                       all cells -> out/matrix-report.md + .html
     build.py wheel    --apex-src DIR ...  the Apex wheel builder (bare metal, no Docker)
-    build.py gh-matrix | bake | pull      CI generators and pulling a prebuilt image
+    build.py gh-matrix | bake | pull      CI generators and pulling a prebuilt image (by digest: --by-digest)
+    build.py publish  --cell X --registry R   push a built cell, record its digest (out/cells/<id>/published.json)
     build.py zipapp   --out verify.pyz    verify as one file: `python verify.pyz` audits any Python + torch
 """
 
