@@ -39,7 +39,7 @@ CELL_OPTS = $(call opt,--cell,CELL) $(call opt,--cuda,CUDA) $(call opt,--torch,T
             $(call opt,--extras,EXTRAS) $(call opt,--gcc,GCC) $(call opt,--platform,PLATFORM)
 FILTER_OPTS = $(call opt,--cell,CELL) $(call opt,--cuda,CUDA) $(call opt,--torch,TORCH)
 
-.PHONY: image matrix verify report plan validate facts-check lint test
+.PHONY: image matrix verify report plan validate facts-check lint test zipapp
 
 image:
 	$(BUILD) image $(CELL_OPTS) --target $(call q,TARGET)
@@ -53,6 +53,10 @@ verify:
 
 report:
 	$(BUILD) report
+
+# verify as one file for any image or node: python out/verify.pyz [verify's flags]
+zipapp:
+	$(BUILD) zipapp --out out/verify.pyz
 
 plan:
 	$(BUILD) plan $(CELL_OPTS) --target $(call q,TARGET)

@@ -3,6 +3,7 @@
 #   1. install Debian's docker.io (engine + a 20.10 client whose DOCKER_BUILDKIT=1 needs no buildx
 #      plugin) and debootstrap, if missing;
 #   2. start dockerd in the background if no daemon answers, and wait until it does;
+#   2b. install docker-registry, podman and shellcheck (the cluster tests), if missing;
 #   3. create BASE_IMAGE (default apex-toolchain/base:bookworm) with debootstrap + docker import,
 #      unless it exists. It has no Python: the Dockerfile's devel stage installs it from apt.
 # Idempotent: a second run changes nothing. Environment: BASE_IMAGE, BASE_SUITE, DEBIAN_MIRROR,
@@ -33,6 +34,16 @@ if [ ! -x "$DOCKER" ] || ! command -v debootstrap >/dev/null 2>&1; then
   say "installing docker.io and debootstrap from apt"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends docker.io debootstrap >/dev/null
+fi
+
+# The cluster tests (issue 11): a local registry for the publish/pull-by-digest round trip, podman as
+# the daemonless engine, shellcheck for the Slurm prolog. Debian packages all three.
+if ! command -v docker-registry >/dev/null 2>&1 || ! command -v podman >/dev/null 2>&1 \
+   || ! command -v shellcheck >/dev/null 2>&1; then
+  say "installing docker-registry, podman and shellcheck from apt"
+  $SUDO apt-get update -qq
+  # with recommends: podman's rootless helpers (uidmap, slirp4netns, fuse-overlayfs) come with them
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq docker-registry podman shellcheck >/dev/null
 fi
 
 if ! "$DOCKER" info >/dev/null 2>&1; then

@@ -36,11 +36,14 @@ def image_ref(cell: Cell, registry: str | None) -> str:
 
 
 def gh_matrix(cells: list[Cell], registry: str | None = None) -> dict[str, Any]:
-    """`strategy.matrix` for GitHub Actions: one `include` entry per cell (use with fromJson)."""
+    """`strategy.matrix` for GitHub Actions: one `include` entry per cell (use with fromJson). `target` is
+    the cell's bake target (bake_target_name): the workflow asks bake for it, never for `cell`."""
+    targets = bake_target_names(cells)
     return {
         "include": [
             {
                 "cell": cell.name,
+                "target": targets[cell.name],
                 "id": cell.id,
                 "image": image_ref(cell, registry),
                 "cuda": cell.cuda,
@@ -60,7 +63,23 @@ def gh_matrix(cells: list[Cell], registry: str | None = None) -> dict[str, Any]:
 
 
 def bake_target_name(cell: Cell) -> str:
+    """The one naming rule between matrix cells and bake targets: bake allows [A-Za-z0-9_-], so every
+    other character of the cell name becomes `_` (cell `cu12.4` -> target `cu12_4`). gh-matrix,
+    bake and `publish --bake-metadata` all name a cell's target through this function."""
     return _BAKE_NAME.sub("_", cell.name)
+
+
+def bake_target_names(cells: list[Cell]) -> dict[str, str]:
+    """{cell name: bake target}; two cells that would share a target are a usage error (exit 2)."""
+    names: dict[str, str] = {}
+    for cell in cells:
+        target = bake_target_name(cell)
+        clash = next((other for other, t in names.items() if t == target), None)
+        if clash:
+            raise UsageError(f"cells {clash} and {cell.name} both become bake target {target!r} (a target name "
+                             "has only letters, digits, '_' and '-'); rename one of them in the matrix")
+        names[cell.name] = target
+    return names
 
 
 def bake(
@@ -77,13 +96,8 @@ def bake(
     BuildKit builders are configured (local, remote, Kubernetes), with no scheduler of ours.
     """
     targets: dict[str, Any] = {}
-    owners: dict[str, str] = {}
-    for cell in cells:  # cu12.4 and cu12_4 would both be target cu12_4: one would silently replace the other
-        name = bake_target_name(cell)
-        if name in owners:
-            raise UsageError(f"cells {owners[name]} and {cell.name} both become bake target {name!r} (a target name "
-                             "has only letters, digits, '_' and '-'); rename one of them in the matrix")
-        owners[name] = cell.name
+    names = bake_target_names(cells)
+    for cell in cells:
         entry: dict[str, Any] = {
             "context": ".",
             "dockerfile": "docker/Dockerfile",
@@ -101,5 +115,5 @@ def bake(
             if ref:
                 entry["cache-from"] = [f"type=registry,ref={ref}:{cell.id}"]
                 entry["cache-to"] = [f"type=registry,ref={ref}:{cell.id},mode=max"]
-        targets[bake_target_name(cell)] = entry
+        targets[names[cell.name]] = entry
     return {"group": {"default": {"targets": list(targets)}}, "target": targets}

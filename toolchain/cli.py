@@ -8,8 +8,10 @@
     build.py inspect  IMAGE               labels and embedded reports, no container run
     build.py report                       all cells -> out/matrix-report.md + .html
     build.py wheel    --apex-src DIR ...  the Apex wheel builder (bare metal, no Docker)
-    build.py gh-matrix | bake | pull      CI generators and pulling a prebuilt image
+    build.py gh-matrix | bake | pull      CI generators and pulling a prebuilt image (by digest: --by-digest)
     build.py facts check                  compare the compatibility facts with what PyPI publishes
+    build.py publish  --cell X --registry R   push a built cell, record its digest (out/cells/<id>/published.json)
+    build.py zipapp   --out verify.pyz    verify as one file: `python verify.pyz` audits any Python + torch
 """
 
 from __future__ import annotations
@@ -118,9 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="verify each built image (default auto: GPU if the daemon has one, else static)")
     p.set_defaults(func=cmd_matrix)
 
-    p = sub.add_parser("verify", parents=[common, cell], help="run verify inside an image")
-    p.add_argument("image", nargs="?", help="image tag or id (default: the tag of the cell given by --cuda ...)")
+    engine_opt = argparse.ArgumentParser(add_help=False)
+    engine_opt.add_argument("--engine", choices=("docker", "podman"), default=None,
+                            help="container engine (default: $APEX_CONTAINER_ENGINE, else docker)")
+
+    p = sub.add_parser("verify", parents=[common, cell, engine_opt], help="run verify inside an image (any image)")
+    p.add_argument("image", nargs="?", help="image tag, id or REPO@sha256:DIGEST (default: the cell's tag)")
     p.add_argument("--gpu", choices=("auto", "require", "none"), default="auto")
+    p.add_argument("--verify-from", choices=("auto", "image", "zipapp"), default="auto",
+                   help="auto (default): the image's own verify if this toolchain built it, else the zipapp")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("inspect", parents=[common], help="labels and embedded reports of an image")
@@ -152,12 +160,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", type=Path, help="write here instead of stdout (e.g. docker-bake.json)")
     p.set_defaults(func=cmd_bake)
 
-    p = sub.add_parser("pull", parents=[common, cell, registry],
+    p = sub.add_parser("pull", parents=[common, cell, registry, engine_opt],
                        help="pull a cell's published image and verify it on this node's GPU")
     p.add_argument("--gpu", choices=("require", "auto", "none"), default="require",
                    help="require (default): no GPU runtime is exit 3; auto: static verify without one")
     p.add_argument("--no-pull", action="store_true", help="verify the local image, do not pull")
+    p.add_argument("--digest", help="pull REGISTRY@DIGEST (default: the digest build.py publish recorded, if any)")
+    p.add_argument("--by-digest", action="store_true", help="refuse to pull by tag: a digest must be recorded or given")
     p.set_defaults(func=cmd_pull)
+
+    p = sub.add_parser("publish", parents=[common, cell, registry],
+                       help="push a built cell's image and record its digest (out/cells/<id>/published.json)")
+    p.add_argument("--image", help="local image to push (default: the cell's tag)")
+    p.add_argument("--bake-metadata", type=Path,
+                   help="record what `buildx bake --push --metadata-file FILE` pushed instead of pushing here")
+    p.set_defaults(func=cmd_publish)
+
+    p = sub.add_parser("zipapp", help="write verify as a self-contained zipapp (python verify.pyz [flags])")
+    p.add_argument("--out", type=Path, default=Path("out") / "verify.pyz",
+                   help="file to write, or a directory to write verify.pyz into (default: out/verify.pyz)")
+    p.set_defaults(func=cmd_zipapp)
 
     sub.add_parser("wheel", help="build the Apex wheel on bare metal (see build.py wheel --help)")
 
@@ -285,14 +307,26 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
     if not args.image:
         args.image = resolve_cells(args, all_when_empty=False)[0].id
     container_verify = load_part("container_verify")
-    require_docker()
+    require_engine(args.engine)
 
     out_dir = args.out / "verify" / _safe_name(args.image)
     with console.group(f"verify {args.image}"):
-        code, report_path = container_verify.verify_image(args.image, out_dir=out_dir, gpu=args.gpu)
+        code, report_path = container_verify.verify_image(args.image, out_dir=out_dir, gpu=args.gpu,
+                                                          verify_from=args.verify_from, engine=args.engine)
     word, kind = ("PASS", "ok") if code == exit_codes.OK else ("FAIL", "fail")
     console.status(word, kind, f"{args.image}: verify exit {code}; report {report_path}")
+    audit = _audit_of(out_dir)
+    if audit:
+        console.line(f"  audited {audit['image']} (image id {audit['image_id']}, digest {audit['digest'] or 'none: local'})"
+                     f" with {audit['engine']}, verify from {audit['verify_from']}")
     return code
+
+
+def _audit_of(out_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((out_dir / "container-run.json").read_text()).get("audit")
+    except (OSError, ValueError):
+        return None
 
 
 def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
@@ -353,17 +387,26 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
 
     _check_registry(args)
     cell = resolve_cells(args, all_when_empty=False)[0]
-    if not args.registry and not args.no_pull:
-        raise UsageError("pull: no registry; pass --registry ghcr.io/OWNER/apex (or set APEX_IMAGE_REGISTRY), "
-                         "or --no-pull to verify a local image")
-    ref = ci_matrix.image_ref(cell, args.registry)
+    if not args.registry and not args.no_pull and not args.by_digest and not args.digest:
+        from toolchain import publish
+
+        if publish.read_record(args.out, cell.id) is None:
+            raise UsageError("pull: no registry; pass --registry ghcr.io/OWNER/apex (or set APEX_IMAGE_REGISTRY), "
+                             "or --no-pull to verify a local image")
+    if args.no_pull:
+        ref, digest, record = ci_matrix.image_ref(cell, args.registry), None, None
+    else:
+        ref, digest, record = pull.resolve(cell.id, args.registry, digest=args.digest, by_digest=args.by_digest,
+                                           out=args.out)
     load_part("container_verify")
-    require_docker()
+    require_engine(args.engine)
     out_dir = args.out / "cells" / cell.id / "verify"
     started = matrix_run.now()
+    expected_id = (record or {}).get("image_id") if record and digest == record.get("digest") else None
     with console.group(f"{'verify' if args.no_pull else 'pull and verify'} {ref}"):
         code, report_path, image_id = pull.pull_and_verify(ref, out_dir=out_dir, gpu=args.gpu,
-                                                           pull_first=not args.no_pull)
+                                                           pull_first=not args.no_pull, engine=args.engine,
+                                                           expected_image_id=expected_id)
     # recorded like a matrix cell, so `build.py report` shows what this node verified
     verify = {"exit_code": code, "report_path": str(report_path), "mode_requested": args.gpu,
               "status": "verified" if code == exit_codes.OK else "verify_failed"}
@@ -371,7 +414,8 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     matrix_run.save_result({
         "result_version": matrix_run.RESULT_VERSION, "id": cell.id, "name": cell.name, "run_id": "pull",
         "cell": cell.to_json(), "status": verify["status"], "started_at": started, "finished_at": matrix_run.now(),
-        "build": {"ok": True, "tag": ref, "pulled": not args.no_pull, "image_id": image_id}, "verify": verify,
+        "build": {"ok": True, "tag": ref, "digest": digest, "pulled": not args.no_pull, "image_id": image_id},
+        "verify": verify,
     }, args.out)
     if code == exit_codes.OK:
         console.status("READY", "ok", f"{ref} (report {report_path})")
@@ -415,6 +459,34 @@ def _usage(message: str) -> int:
     raise UsageError(message)
 
 
+def cmd_publish(args: argparse.Namespace, console: Console) -> int:
+    from toolchain import publish
+
+    cell = resolve_cells(args, all_when_empty=False)[0]
+    if not args.registry:
+        raise UsageError("publish: no registry; pass --registry ghcr.io/OWNER/apex (or set APEX_IMAGE_REGISTRY)")
+    repository = args.registry.rstrip("/")
+    if args.bake_metadata:
+        record = publish.from_bake_metadata(cell.id, ci_matrix.bake_target_name(cell), repository, args.bake_metadata,
+                                            out=args.out)
+    else:
+        with console.group(f"publish {cell.id} to {repository}"):
+            record = publish.push(cell.id, repository, out=args.out, local=args.image)
+    console.status("PUSHED", "ok", f"{record['ref']} (recorded in {publish.record_path(args.out, cell.id)})")
+    return exit_codes.OK
+
+
+def cmd_zipapp(args: argparse.Namespace, console: Console) -> int:
+    from toolchain import verify_zipapp
+
+    if args.out.exists() and not args.out.is_dir() and not args.out.is_file():
+        raise UsageError(f"--out {args.out}: not a regular file or directory; pass a path like DIR/verify.pyz")
+    app = verify_zipapp.build(args.out)
+    console.line(f"{app.path}: verify zipapp, {len(app.files)} files, {app.size_bytes} bytes, sha256 {app.sha256}")
+    console.line(f"  run it with any Python >= 3.10 that has torch: python {app.path} --static")
+    return exit_codes.OK
+
+
 # --- environment ------------------------------------------------------------------------------
 
 
@@ -441,6 +513,16 @@ def _preflight(verify_mode: str) -> None:
 def require_docker() -> None:
     """Fail fast (exit 3) when no Docker daemon answers, before any cell starts."""
     load_part("engine").ping()
+
+
+def require_engine(name: str | None) -> None:
+    """The engine verify/pull use: Docker needs its daemon (exit 3 without); podman needs only its CLI."""
+    from toolchain import container_engine
+
+    if container_engine.choose(name) == "docker":
+        require_docker()
+    else:
+        container_engine.PodmanEngine()  # exit 3 when podman is not installed
 
 
 def _safe_name(text: str) -> str:

@@ -1,126 +1,163 @@
-"""Run `python -m verify` inside an image through the Docker SDK, with every GPU requested.
+"""Run verify inside an image, with every GPU requested, through Docker or podman (container_engine).
 
-A daemon without the NVIDIA container runtime refuses a GPU request with `could not select device
-driver "" with capabilities: [[gpu]]`: then this says so and runs `verify --static` instead (or exits
-3 when a GPU is required). The report is written inside the container's /tmp and copied out with
-`get_archive` once it stops, so the image's non-root user needs no writable host mount.
+Which verify runs: an image this toolchain built carries verify (label `io.apex-toolchain.cell`) and
+runs its own `python -m verify`; any other image (NGC PyTorch, a user's own) gets the zipapp of this
+checkout (`build.py zipapp`) copied in before the container starts and runs it with the image's own
+Python and torch (`--verify-from zipapp|image` overrides). An engine without a GPU runtime: say so and
+run `verify --static` instead (or exit 3 when a GPU is required). The report is written inside the
+container's /tmp and copied out once it stops, so the image's non-root user needs no host mount. The
+report gets an `audit` block naming the image (ref, image id, repo digest), the engine and which verify ran.
 """
 
 from __future__ import annotations
 
-import io
+import datetime
 import json
 import sys
-import tarfile
+import tempfile
 from pathlib import Path
 
-from toolchain import engine
+from toolchain import container_engine, verify_zipapp
+from toolchain.container_engine import DockerEngine, NoGpuRuntime, PodmanEngine
 from toolchain.errors import EnvironmentUnavailable, UsageError
 from verify import exit_codes
 from verify.atomic import write_json, write_text
 
 REPORT_DIR = "/tmp/verify-report"  # inside the container: writable by any user
-NO_GPU_RUNTIME = 'could not select device driver ""'
+ZIPAPP_PATH = "/tmp/apex-verify/verify.pyz"
 GPU_MODES = ("auto", "require", "none")
+VERIFY_FROM = ("auto", "image", "zipapp")
+OWN_IMAGE_LABEL = "io.apex-toolchain.cell"  # images built here ship verify in their venv
+# The image's own interpreter: python3 first (Debian-style images have only that), then python.
+_RUN_ZIPAPP = (
+    'for py in python3 python; do if command -v "$py" >/dev/null 2>&1; then exec "$py" '
+    + ZIPAPP_PATH + ' "$@"; fi; done; '
+    'echo "verify: this image has no python3 or python on PATH; verify needs the image\'s Python and torch" >&2; '
+    "exit 3"
+)
 
 
 def _note(message: str) -> None:
     print(f"[verify-image] {message}", file=sys.stderr, flush=True)
 
 
-def _command(static: bool, require_gpu: bool) -> list[str]:
-    command = ["python", "-m", "verify", "--json", f"{REPORT_DIR}/report.json",
-               "--markdown", f"{REPORT_DIR}/report.md"]
+def _verify_args(static: bool, require_gpu: bool) -> list[str]:
+    args = ["--json", f"{REPORT_DIR}/report.json", "--markdown", f"{REPORT_DIR}/report.md"]
     if static:
-        command.append("--static")
+        args.append("--static")
     if require_gpu:
-        command.append("--require-gpu")
-    return command
+        args.append("--require-gpu")
+    return args
 
 
-def _copy_out(container, out_dir: Path) -> list[str]:
-    """Extract the report files from the stopped container into out_dir; returns their names."""
-    from docker.errors import NotFound
-
-    try:
-        stream, _ = container.get_archive(REPORT_DIR)
-    except NotFound:
-        return []
-    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
-        names = []
-        for member in archive.getmembers():
-            if member.isfile():
-                data = archive.extractfile(member).read().decode("utf-8", errors="replace")
-                write_text(out_dir / Path(member.name).name, data)
-                names.append(Path(member.name).name)
-    return names
+def command(verify_from: str, static: bool, require_gpu: bool) -> list[str]:
+    if verify_from == "zipapp":
+        return ["sh", "-c", _RUN_ZIPAPP, "verify", *_verify_args(static, require_gpu)]
+    return ["python", "-m", "verify", *_verify_args(static, require_gpu)]
 
 
-def _run(client, tag: str, command: list[str], gpu: bool, timeout_s: float, out_dir: Path) -> tuple[int, list[str]]:
-    """Create, start, wait, copy out, remove. Raises docker.errors.APIError from create/start."""
-    from docker.types import DeviceRequest
-
-    requests = [DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpu else None
-    container = client.containers.create(tag, command=command, device_requests=requests, detach=True)
-    try:
-        container.start()
-        try:
-            status = container.wait(timeout=timeout_s)["StatusCode"]
-        except Exception as error:  # requests' ReadTimeout: the run hung
-            container.kill()
-            write_text(out_dir / "verify.log", container.logs().decode("utf-8", errors="replace"))
-            raise EnvironmentUnavailable(f"verify in {tag} did not finish within {timeout_s:.0f} s ({error})") from None
-        write_text(out_dir / "verify.log", container.logs().decode("utf-8", errors="replace"))
-        return status, _copy_out(container, out_dir)
-    finally:
-        container.remove(force=True)
+def _resolve_verify_from(asked: str, labels: dict[str, str]) -> str:
+    if asked not in VERIFY_FROM:
+        raise UsageError(f"--verify-from {asked!r}: use one of {', '.join(VERIFY_FROM)}")
+    if asked != "auto":
+        return asked
+    return "image" if OWN_IMAGE_LABEL in labels else "zipapp"
 
 
-def verify_image(tag: str, *, out_dir: Path | str, gpu: str = "auto", timeout_s: float = 3600) -> tuple[int, Path]:
-    """Verify `tag` in a container. gpu: "auto" (GPUs if the daemon has the NVIDIA runtime, else
-    --static), "require" (exit 3 without it), "none" (--static). Returns (exit code, report path)."""
+def repository_of(ref: str) -> str:
+    """'reg:5000/org/apex:tag' or 'reg:5000/org/apex@sha256:..' -> 'reg:5000/org/apex'."""
+    if "@" in ref:
+        return ref.partition("@")[0]
+    name, sep, tag = ref.rpartition(":")
+    return name if sep and "/" not in tag else ref
+
+
+def _audit_block(info: container_engine.ImageInfo, runtime, verify_from: str, app) -> dict:
+    return {
+        "image": info.ref,
+        "image_id": info.id,
+        # the manifest digest in the repository the image was named by: null for an image never pushed or pulled
+        "digest": info.digest_for(repository_of(info.ref)),
+        "repo_digests": list(info.repo_digests),
+        "engine": runtime.name,
+        "verify_from": verify_from,
+        "zipapp_sha256": app.sha256 if app else None,
+        "audited_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _audit_markdown(audit: dict) -> str:
+    digest = audit["digest"] or "none (a local image, never pushed or pulled)"
+    source = (f"the zipapp of this checkout (sha256 `{audit['zipapp_sha256']}`)" if audit["verify_from"] == "zipapp"
+              else "the image's own verify")
+    return (f"> Audited image `{audit['image']}`: image id `{audit['image_id']}`, repo digest `{digest}`; "
+            f"engine {audit['engine']}; verify from {source}.\n\n")
+
+
+def verify_image(tag: str, *, out_dir: Path | str, gpu: str = "auto", timeout_s: float = 3600,
+                 verify_from: str = "auto", engine: str | DockerEngine | PodmanEngine | None = None
+                 ) -> tuple[int, Path]:
+    """Verify `tag` in a container. gpu: "auto" (GPUs if the engine has a GPU runtime, else --static),
+    "require" (exit 3 without it), "none" (--static). Returns (exit code, report path)."""
     if gpu not in GPU_MODES:
         raise UsageError(f"--gpu {gpu!r}: use one of {', '.join(GPU_MODES)}")
-    import docker
-    from docker.errors import APIError
-
-    engine.ping()
-    client = docker.from_env(timeout=60)
-    engine.local_image(client, tag)
+    runtime = engine if isinstance(engine, (DockerEngine, PodmanEngine)) else container_engine.get(engine)
+    info = runtime.image(tag)
+    source = _resolve_verify_from(verify_from, info.labels)
     out_dir = Path(out_dir)  # made by the first file written into it: a run refused here leaves no folder
-    run = {"image": tag, "gpu_requested": gpu != "none", "gpu_runtime": None, "mode": "full", "note": None}
-    try:
-        if gpu == "none":
-            run.update(mode="static", note="--gpu none: static checks only")
-            status, files = _run(client, tag, _command(True, False), False, timeout_s, out_dir)
-        else:
-            try:
-                status, files = _run(client, tag, _command(False, gpu == "require"), True, timeout_s, out_dir)
-                run["gpu_runtime"] = True
-            except APIError as error:
-                if NO_GPU_RUNTIME not in str(error):
-                    raise
-                run["gpu_runtime"] = False
-                message = ("the Docker daemon has no NVIDIA GPU runtime (could not select device driver for "
-                           "capabilities [[gpu]]); install the NVIDIA Container Toolkit to run the GPU checks")
-                if gpu == "require":
-                    raise EnvironmentUnavailable(message) from None
-                _note(message + "; running verify --static instead")
-                run.update(mode="static", note=message + "; ran verify --static instead")
-                status, files = _run(client, tag, _command(True, False), False, timeout_s, out_dir)
-    except APIError as error:
-        raise EnvironmentUnavailable(f"the Docker daemon refused to run {tag}: {error.explanation or error}") from None
+    files_in, app = {}, None
+    if source == "zipapp":
+        with tempfile.TemporaryDirectory(prefix="apex-verify-zipapp.") as where:
+            app = verify_zipapp.build(Path(where) / verify_zipapp.NAME)
+            files_in = {ZIPAPP_PATH: app.path.read_bytes()}
+    run = {"image": tag, "engine": runtime.name, "verify_from": source, "gpu_requested": gpu != "none",
+           "gpu_runtime": None, "mode": "full", "note": None}
+
+    def go(static: bool, with_gpu: bool, require: bool) -> container_engine.RunResult:
+        return runtime.run(tag, command(source, static, require), gpu=with_gpu, files_in=files_in,
+                           collect=REPORT_DIR, timeout_s=timeout_s)
+
+    if gpu == "none":
+        run.update(mode="static", note="--gpu none: static checks only")
+        result = go(True, False, False)
+    else:
+        try:
+            result = go(False, True, gpu == "require")
+            run["gpu_runtime"] = True
+        except NoGpuRuntime as error:
+            run["gpu_runtime"] = False
+            what = "the Docker daemon has" if runtime.name == "docker" else "podman has"
+            fix = ("install the NVIDIA Container Toolkit" if runtime.name == "docker" else
+                   "install the NVIDIA Container Toolkit and generate its CDI spec (nvidia-ctk cdi generate)")
+            message = f"{what} no NVIDIA GPU runtime ({str(error).splitlines()[0][:200]}); {fix} to run the GPU checks"
+            if gpu == "require":
+                raise EnvironmentUnavailable(message) from None
+            _note(message + "; running verify --static instead")
+            run.update(mode="static", note=message + "; ran verify --static instead")
+            result = go(True, False, False)
+    write_text(out_dir / "verify.log", result.log)
+    if result.timed_out:
+        raise EnvironmentUnavailable(f"verify in {tag} did not finish within {timeout_s:.0f} s; its output is in "
+                                     f"{out_dir / 'verify.log'}")
+    status = result.status
     run["exit_code"] = status
+    audit = _audit_block(info, runtime, source, app)
+    run["audit"] = audit
     write_json(out_dir / "container-run.json", run)
-    report = out_dir / "report.json"
-    if "report.json" not in files:
+    if "report.json" not in result.files:
         _note(f"verify wrote no report (exit {status}); its output is in {out_dir / 'verify.log'}")
         return (status if status in (exit_codes.FAILED, exit_codes.USAGE, exit_codes.ENVIRONMENT)
                 else exit_codes.FAILED), out_dir / "verify.log"
+    report_path = out_dir / "report.json"
     try:
-        json.loads(report.read_text())
+        report = json.loads(result.files["report.json"])
     except ValueError:
-        _note(f"{report} is not valid JSON")
-        return exit_codes.FAILED, report
+        write_text(report_path, result.files["report.json"].decode("utf-8", errors="replace"))
+        _note(f"{report_path} is not valid JSON")
+        return exit_codes.FAILED, report_path
+    report["audit"] = audit  # which image this report is about: only the host knows its digest
+    write_json(report_path, report)
+    if "report.md" in result.files:
+        write_text(out_dir / "report.md", _audit_markdown(audit) + result.files["report.md"].decode("utf-8", "replace"))
     # the tool's own codes are 0-3; anything else (a crash, OOM kill: 137) is a failure, never passed through
-    return (status if status in exit_codes.MEANINGS else exit_codes.FAILED), report
+    return (status if status in exit_codes.MEANINGS else exit_codes.FAILED), report_path

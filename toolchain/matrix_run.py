@@ -225,7 +225,8 @@ def _verify(tag: str, args: argparse.Namespace, console: Console, mode: str, cel
     verify: dict[str, Any] = {"mode_requested": mode, "out_dir": str(out_dir)}
     with console.group(f"verify {cell.name}: {tag}"):
         try:
-            code, report_path = container_verify.verify_image(tag, out_dir=out_dir, gpu=mode)
+            # the image was just built by Docker: verify it there, whatever APEX_CONTAINER_ENGINE says
+            code, report_path = container_verify.verify_image(tag, out_dir=out_dir, gpu=mode, engine="docker")
             verify.update(exit_code=code, report_path=str(report_path) if report_path else None)
             verify.update(report_summary(report_path))
         except ToolchainError as err:

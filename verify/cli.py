@@ -169,10 +169,12 @@ def _run(args: argparse.Namespace, required: tuple[str, ...], manifest_data: dic
 
     capability = environment.capability(env)
     gpu_missing = capability is None
+    old_driver = environment.driver_too_old(env)  # the node cannot run this torch's CUDA: exit 3 (environment.driver)
     if args.require_gpu and gpu_missing:
+        why = ("the NVIDIA driver is too old for this torch's CUDA (see environment.driver)" if old_driver else
+               "check the driver, the container's GPU access, CUDA_VISIBLE_DEVICES")
         checks.append(Check("environment", "require_gpu", Status.FAIL,
-                            "--require-gpu: no CUDA device is visible to torch (check the driver, the container's"
-                            " GPU access, CUDA_VISIBLE_DEVICES)"))
+                            f"--require-gpu: no CUDA device is visible to torch ({why})"))
 
     ext_results = [extensions.classify(n, probe_results.get(f"module:{n}", {"status": "missing"}))
                    for n in module_names]
@@ -208,7 +210,7 @@ def _run(args: argparse.Namespace, required: tuple[str, ...], manifest_data: dic
         options={"require": list(required), "seed": seed, "check_timeout_s": args.check_timeout,
                  "require_gpu": args.require_gpu,
                  "distributed": {True: "on", False: "off", None: "auto"}[args.distributed]},
-        environment_unavailable=args.require_gpu and gpu_missing, distributed=dist_block,
+        environment_unavailable=(args.require_gpu and gpu_missing) or old_driver, distributed=dist_block,
     )
     made = OutputDirs([Path(p).parent for p in (args.json, args.markdown) if p])
     for path, writer in ((args.json, lambda p: atomic.write_json(p, report)),

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from verify import drivers
 from verify.checks import Check, Status
 
 TOOL_TIMEOUT_S = 5.0
@@ -59,13 +60,13 @@ def gcc_info() -> dict[str, Any] | None:
     return {"path": path, "version": match.group(1) if match else None, "banner": first.strip()}
 
 
-def driver_version() -> tuple[str | None, str | None]:
+def driver_version(proc_file: Path = _DRIVER_PROC) -> tuple[str | None, str | None]:
     """(version, source): the kernel module's version file first (no process), else nvidia-smi."""
     try:
-        text = _DRIVER_PROC.read_text()
+        text = proc_file.read_text()
         match = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", text)
         if match:
-            return match.group(1), str(_DRIVER_PROC)
+            return match.group(1), str(proc_file)
     except OSError:
         pass
     if shutil.which("nvidia-smi"):
@@ -131,11 +132,54 @@ def collect() -> tuple[dict[str, Any], list[Check]]:
         "platform": {"system": platform.system(), "machine": platform.machine(), "release": platform.release()},
         "torch": torch_info,
         "torch_error": torch_error,
-        "driver": {"version": driver, "source": driver_source},
+        "driver": _driver_block(driver, driver_source, torch_info),
         "nvcc": nvcc,
         "gcc": gcc,
     }
     return env, _checks(env)
+
+
+def _driver_block(driver: str | None, source: str | None, torch_info: dict[str, Any] | None) -> dict[str, Any]:
+    """The driver and, when torch is a CUDA build, whether it is new enough for torch's CUDA."""
+    block: dict[str, Any] = {"version": driver, "source": source}
+    cuda = (torch_info or {}).get("cuda")
+    if driver and cuda:
+        try:
+            verdict = drivers.judge(driver, cuda)
+        except ValueError:  # an unparsable version string: say nothing rather than guess
+            return block
+        block["supports_torch_cuda"] = verdict.ok
+        if verdict.floor:
+            block["needs_branch"] = verdict.floor.branch
+    return block
+
+
+def driver_too_old(env: dict[str, Any]) -> bool:
+    """The driver cannot run torch's CUDA and torch sees no device: the node, not the image, must change."""
+    torch_info = env.get("torch") or {}
+    return (env.get("driver") or {}).get("supports_torch_cuda") is False and not torch_info.get("cuda_available")
+
+
+def _driver_check(env: dict[str, Any]) -> Check:
+    driver = env["driver"]
+    if not driver["version"]:
+        return Check("environment", "driver", Status.INFO, "no NVIDIA driver found")
+    torch_info = env.get("torch") or {}
+    where = f"from {driver['source']}"
+    if driver.get("supports_torch_cuda") is None:
+        return Check("environment", "driver", Status.INFO, f"NVIDIA driver {driver['version']} ({where})")
+    verdict = drivers.judge(driver["version"], torch_info["cuda"])
+    details = {"driver": driver["version"], "driver_branch": drivers.branch_of(driver["version"]),
+               "torch_cuda": torch_info["cuda"], "needs_branch": verdict.floor.branch, "facts": drivers.source()}
+    if verdict.ok:
+        return Check("environment", "driver", Status.PASS, f"{verdict.summary}: OK ({where})", details=details)
+    if torch_info.get("cuda_available"):  # forward compatibility (cuda-compat) makes it work anyway
+        return Check("environment", "driver", Status.WARN,
+                     f"{verdict.summary}, yet torch sees the GPU (CUDA forward compatibility in use?); "
+                     f"{verdict.fix()}", details=details)
+    return Check("environment", "driver", Status.FAIL,
+                 f"driver too old for this torch's CUDA {torch_info['cuda']}: {verdict.summary} ({where}), so torch "
+                 f"sees no CUDA device; {verdict.fix()}", details=details)
 
 
 def _checks(env: dict[str, Any]) -> list[Check]:
@@ -170,15 +214,15 @@ def _checks(env: dict[str, Any]) -> list[Check]:
             "environment", "gpu", Status.WARN,
             "torch is a CPU-only build: no CUDA device can be used; Apex's CUDA extensions need a CUDA build of torch",
         ))
+    elif driver_too_old(env):
+        checks.append(Check("environment", "gpu", Status.WARN,
+                            f"no CUDA device usable: the NVIDIA driver {env['driver']['version']} is too old for "
+                            f"CUDA {torch_info['cuda']} (see environment.driver); GPU layers cannot run here"))
     else:
         reason = torch_info.get("cuda_error") or "torch.cuda.is_available() is False"
         checks.append(Check("environment", "gpu", Status.WARN,
                             f"no CUDA device visible ({reason}); GPU layers cannot run here"))
-    driver = env["driver"]
-    checks.append(Check(
-        "environment", "driver", Status.INFO,
-        f"NVIDIA driver {driver['version']} (from {driver['source']})" if driver["version"] else "no NVIDIA driver found",
-    ))
+    checks.append(_driver_check(env))
     for tool in ("nvcc", "gcc"):
         info = env[tool]
         checks.append(Check(

@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from verify import child_processes, fatbin, module_map
+from verify import child_processes, fatbin, module_map, resources
 from verify.checks import Check, Status
 
-_PROBE_SOURCE = Path(__file__).with_name("import_probe.py")
+_PROBE_SOURCE = "import_probe.py"  # run as `python -c SOURCE`, so it needs no importable verify
 
 # Shared libraries whose absence means "the CUDA runtime this build needs is not here".
 _CUDA_LIB = re.compile(
@@ -42,7 +42,7 @@ _UNDEFINED = re.compile(r"undefined symbol: (\S+)")
 def probe(tasks: list[dict[str, str]], *, timeout_s: float, cancel: threading.Event | None = None
           ) -> dict[str, dict[str, Any]]:
     """Run import tasks ({"id", "op": "import"|"attr", "target"}) in child processes; results by id."""
-    source = _PROBE_SOURCE.read_text(encoding="utf-8")
+    source = resources.read_text(_PROBE_SOURCE)
     results: dict[str, dict[str, Any]] = {}
     pending = list(tasks)
     torch_error: str | None = None

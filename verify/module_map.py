@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from pathlib import Path
 
-_DATA = Path(__file__).with_name("data") / "apex_modules.json"
+from verify import resources
+
+_DATA = "data/apex_modules.json"  # inside the package (a directory or a zipapp)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +30,7 @@ class ExtensionModule:
 
 @functools.lru_cache(maxsize=1)
 def _raw() -> dict:
-    return json.loads(_DATA.read_text())
+    return json.loads(resources.read_text(_DATA))
 
 
 def modules() -> tuple[ExtensionModule, ...]:

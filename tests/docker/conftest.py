@@ -123,5 +123,90 @@ def torch_stage_tag(docker_client, wheelhouse: Path, test_ca: dict, logs: Path) 
 
 
 @pytest.fixture(scope="session")
+def base_image(docker_client) -> str:
+    """The debootstrap base: a Debian with no Python at all."""
+    return BASE_IMAGE
+
+
+@pytest.fixture(scope="session")
 def cell_factory():
     return make_cell
+
+
+# An image like NGC PyTorch or a user's own: a Python with torch, and no verify, no toolchain labels.
+_TORCH_ONLY_DOCKERFILE = """\
+FROM {devel}
+RUN --mount=type=bind,source=.,target=/wheels pip install --no-index --no-cache-dir --find-links /wheels torch \\
+ && ! python -c "import verify" 2>/dev/null
+"""
+
+
+@pytest.fixture(scope="session")
+def torch_only_image_tag(docker_client, wheelhouse: Path, logs: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The local base + Python (the Dockerfile's devel stage) + torch from the wheelhouse; verify absent.
+    Unique tags per session, removed afterwards (the daemon is shared)."""
+    unique = uuid.uuid4().hex[:8]
+    devel = make_cell(f"apex-ci-devel-{unique}")
+    result = engine.build_image(devel, target="devel", log_path=logs / "devel.log", progress="plain")
+    assert result.ok, "\n".join(result.log_tail)
+    tag = f"apex-ci-torch-only-{unique}:latest"
+    dockerfile = tmp_path_factory.mktemp("torch-only") / "Dockerfile"
+    dockerfile.write_text(_TORCH_ONLY_DOCKERFILE.format(devel=devel.id))
+    client = engine.docker_client()
+    with open(logs / "torch-only.log", "w") as log:
+        done = subprocess.run([*client.build_prefix(), "--progress", "plain", "--file", str(dockerfile), "--tag", tag,
+                               str(wheelhouse)], env=dict(os.environ, DOCKER_BUILDKIT="1"), stdout=log,
+                              stderr=subprocess.STDOUT, timeout=900, check=False)
+    assert done.returncode == 0, (logs / "torch-only.log").read_text()[-3000:]
+    yield tag
+    for name in (tag, devel.id):
+        try:
+            docker_client.images.remove(name, noprune=False)
+        except Exception:  # noqa: BLE001 - best effort: another test may still hold a container
+            pass
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory):
+    """A real distribution registry (Debian's docker-registry) on a free localhost port, storage in a temp
+    dir; stopped at the end. {"host": "127.0.0.1:PORT", "storage": Path}. Docker treats 127.0.0.0/8 as
+    an insecure (http) registry by default; podman is told so with APEX_PODMAN_TLS_VERIFY=false."""
+    import shutil
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    binary = shutil.which("docker-registry")
+    if not binary:
+        pytest.skip("docker-registry is not installed; run scripts/ensure-docker.sh (apt-get install docker-registry)")
+    where = tmp_path_factory.mktemp("registry")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (where / "config.yml").write_text(
+        "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
+        f"    rootdirectory: {where / 'data'}\n  delete:\n    enabled: true\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n  secret: apex-toolchain-tests\n"
+    )
+    log = open(where / "registry.log", "w")  # noqa: SIM115 - open for the registry's lifetime
+    process = subprocess.Popen([binary, "serve", str(where / "config.yml")], stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2) as answer:
+                if answer.status == 200:
+                    break
+        except OSError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail("docker-registry did not answer: " + (where / "registry.log").read_text()[-2000:])
+        time.sleep(0.3)
+    yield {"host": f"127.0.0.1:{port}", "storage": where / "data"}
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    log.close()

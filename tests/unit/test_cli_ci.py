@@ -136,8 +136,34 @@ def test_images_workflow_builds_from_the_generated_matrix(cells) -> None:
     gpu_runs = " ".join(str(s.get("run", "")) for s in jobs["gpu-verify"]["steps"])
     assert "build.py pull" in gpu_runs and "--gpu require" in gpu_runs
     assert jobs["build"]["permissions"]["packages"] == "write"
-    # the bake step targets `matrix.cell`, so every cell name must be a bake target name as is
-    assert all(bake_target_name(c) == c.name for c in cells)
+    # issue 11: bake is asked for matrix.target (gh-matrix's bake_target_name), never for the cell name
+    bake = next(s for s in jobs["build"]["steps"] if str(s.get("uses", "")).startswith("docker/bake-action"))
+    assert bake["with"]["targets"] == "${{ matrix.target }}"
+    # the build step pushes, with SBOM and provenance attestations
+    assert bake["with"]["push"] == "${{ github.event_name != 'pull_request' }}"
+    assert bake["with"]["sbom"] is True and bake["with"]["provenance"] == "mode=max"
+    build_runs = " ".join(str(s.get("run", "")) for s in jobs["build"]["steps"])
+    assert "build.py publish" in build_runs and "--bake-metadata" in build_runs
+    assert "docker push" not in build_runs, "pushed once, by buildx, with its attestations"
+    # the GPU job gets the digest (the publish record artifact), not a tag
+    assert "--by-digest" in gpu_runs
+    download = next(s for s in jobs["gpu-verify"]["steps"] if str(s.get("uses", "")).startswith("actions/download-artifact"))
+    upload = next(s for s in jobs["build"]["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
+    assert download["with"]["name"] == upload["with"]["name"] == "reports-build-${{ matrix.target }}"
+
+
+def test_gh_matrix_names_each_cells_bake_target_by_the_bake_rule(cells, tmp_path: Path) -> None:
+    include = json.loads(run_build("gh-matrix").stdout)["include"]
+    assert [e["target"] for e in include] == [bake_target_name(c) for c in cells]
+    matrix = tmp_path / "m.toml"
+    matrix.write_text('[defaults]\narchs = ["9.0"]\npython = "3.11"\n[cells."cu12.4"]\ncuda = "12.4"\n[cells.cu12_4]\ncuda = "12.4"\n'
+                      'python = "3.10"\n')
+    clash = run_build("gh-matrix", "--matrix", str(matrix))
+    assert clash.returncode == exit_codes.USAGE and "both become bake target 'cu12_4'" in clash.stderr
+    matrix.write_text('[defaults]\narchs = ["9.0"]\npython = "3.11"\n[cells."cu12.4"]\ncuda = "12.4"\n')
+    entry = json.loads(run_build("gh-matrix", "--matrix", str(matrix)).stdout)["include"][0]
+    bake = json.loads(run_build("bake", "--matrix", str(matrix)).stdout)
+    assert (entry["cell"], entry["target"]) == ("cu12.4", "cu12_4") and list(bake["target"]) == ["cu12_4"]
 
 
 def test_facts_workflow_runs_the_drift_check_weekly() -> None:

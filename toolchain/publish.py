@@ -1,0 +1,120 @@
+"""`build.py publish`: push a built cell's image to a registry and record the digest it was pushed as, so
+that every later pull names the image by content (`REPO@sha256:...`), never by a mutable tag.
+
+The record, `out/cells/<cell id>/published.json` next to the cell's result.json:
+    {"record_version": "1", "cell": ID, "repository": REPO, "tag": ID, "digest": "sha256:...",
+     "ref": "REPO@sha256:...", "image_id": "sha256:...", "pushed_at": ..., "pushed_by": ...}
+`pushed_by` is "build.py publish" (pushed here through the Docker SDK) or "buildx bake" (CI pushed with
+buildx, SBOM and provenance attached; `--bake-metadata` reads the digest from bake's metadata file).
+
+Pulling back (`build.py pull`, toolchain/pull.py) takes the digest from this record or from --digest:
+a malformed digest is exit 2; a digest the registry does not hold (changed by hand, or the image
+deleted), or content that does not match its digest, is refused with exit 1; so is an image whose id
+differs from the one published.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from toolchain.errors import EnvironmentUnavailable, ToolchainError, UsageError
+from verify import atomic, exit_codes
+
+RECORD_NAME = "published.json"
+RECORD_VERSION = "1"
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+class DigestRefused(ToolchainError):
+    """The registry does not hold what the digest names, or the content does not match it: exit 1."""
+
+    exit_code = exit_codes.FAILED
+
+
+def record_path(out: Path, cell_id: str) -> Path:
+    return out / "cells" / cell_id / RECORD_NAME
+
+
+def check_digest(digest: str, where: str) -> str:
+    if not DIGEST.match(digest or ""):
+        raise UsageError(f"{where} {digest!r}: not a sha256 image digest; pass sha256: and 64 hex digits "
+                         "(the digest `build.py publish` recorded)")
+    return digest
+
+
+def read_record(out: Path, cell_id: str) -> dict[str, Any] | None:
+    path = record_path(out, cell_id)
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:
+        raise UsageError(f"{path}: unreadable publish record ({err}); re-run build.py publish") from None
+    check_digest(record.get("digest", ""), f"{path}: digest")
+    return record
+
+
+def _record(out: Path, cell_id: str, repository: str, digest: str, image_id: str | None, pushed_by: str) -> dict:
+    from toolchain.matrix_run import now
+
+    record = {"record_version": RECORD_VERSION, "cell": cell_id, "repository": repository, "tag": cell_id,
+              "digest": check_digest(digest, "pushed digest"), "ref": f"{repository}@{digest}",
+              "image_id": image_id, "pushed_at": now(), "pushed_by": pushed_by}
+    atomic.write_json(record_path(out, cell_id), record)
+    return record
+
+
+def push(cell_id: str, repository: str, *, out: Path, local: str | None = None) -> dict[str, Any]:
+    """Tag the local image (default: the cell id) as REPOSITORY:<cell id>, push it, record the digest."""
+    import docker
+    from docker.errors import APIError, DockerException
+
+    from toolchain import engine
+
+    engine.ping()
+    client = docker.from_env(timeout=600)
+    image = engine.local_image(client, local or cell_id)
+    image.tag(repository, tag=cell_id)
+    digest, errors = None, []
+    try:
+        for event in client.images.push(repository, tag=cell_id, stream=True, decode=True):
+            if "error" in event:
+                errors.append(str(event.get("error")))
+            aux = event.get("aux") or {}
+            digest = aux.get("Digest", digest)
+    except (APIError, DockerException, OSError) as err:
+        errors.append(str(err).splitlines()[0] if str(err) else type(err).__name__)
+    if errors or not digest:
+        why = errors[-1] if errors else "the registry returned no digest"
+        raise EnvironmentUnavailable(f"pushing {repository}:{cell_id} failed ({why}); check the registry is "
+                                     "reachable and you are logged in (docker login)")
+    return _record(out, cell_id, repository, digest, image.id, "build.py publish")
+
+
+def from_bake_metadata(cell_id: str, target: str, repository: str, metadata: Path, *, out: Path) -> dict[str, Any]:
+    """Record what `docker buildx bake --push --metadata-file FILE` pushed for this cell's bake target."""
+    try:
+        data = json.loads(metadata.read_text())
+    except (OSError, ValueError) as err:
+        raise UsageError(f"--bake-metadata {metadata}: unreadable ({err}); pass the file bake's --metadata-file wrote") from None
+    entry = data.get(target)
+    if not isinstance(entry, dict) or "containerimage.digest" not in entry:
+        raise UsageError(f"--bake-metadata {metadata}: no pushed digest for bake target {target!r} (targets: "
+                         f"{', '.join(sorted(data)) or 'none'}); bake this cell with --push")
+    return _record(out, cell_id, repository, entry["containerimage.digest"], entry.get("containerimage.config.digest"),
+                   "buildx bake")
+
+
+def refusal(reason: str, ref: str) -> DigestRefused | None:
+    """A pull failure that means "not the published image": exit 1 instead of retrying or exit 3."""
+    low = reason.lower()
+    if "manifest unknown" in low or "not found" in low:
+        return DigestRefused(f"refusing {ref}: the registry holds no image with this digest (the digest was changed, "
+                             "or the image deleted); use the digest build.py publish recorded, or publish again")
+    if "verification failed" in low or "digest mismatch" in low or "does not match" in low:
+        return DigestRefused(f"refusing {ref}: the registry's content does not match the digest ({reason}); "
+                             "the image was tampered with in the registry: publish it again")
+    return None

@@ -1,0 +1,104 @@
+"""`build.py zipapp`: verify as one self-contained file, `python verify.pyz [verify's flags]`.
+
+verify needs only the standard library and torch, so a zipapp of the package runs in any image or on
+any node that has a Python >= 3.10 with torch, without installing anything: that is how `build.py
+verify IMAGE` audits images that do not contain verify (NGC PyTorch, a user's own image), and how a
+Slurm prolog or a Kubernetes init container runs it. verify reads its data through
+importlib.resources (verify/resources.py) and starts its GPU workers with the zip on PYTHONPATH, so
+nothing in it needs a directory on disk.
+
+The archive is reproducible: files in sorted order with one fixed timestamp, so the same checkout
+gives the same bytes and the sha256 recorded with an audit names the exact verify that ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import tempfile
+import zipapp
+import zipfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "verify"
+MAIN = "verify.cli:main"
+INTERPRETER = "/usr/bin/env python3"
+SUFFIXES = (".py", ".json")  # the code, the module map, the driver facts and the report schema
+FIXED_DATE = (1980, 1, 2, 0, 0, 0)  # zip timestamps start in 1980; one value keeps the bytes stable
+NAME = "verify.pyz"
+
+
+@dataclasses.dataclass(frozen=True)
+class Zipapp:
+    path: Path
+    sha256: str
+    size_bytes: int
+    files: tuple[str, ...]  # archive member names, without __main__.py
+
+    def to_json(self) -> dict:
+        return {"path": str(self.path), "sha256": self.sha256, "size_bytes": self.size_bytes,
+                "files": len(self.files)}
+
+
+def _sources(package_dir: Path) -> list[Path]:
+    return sorted(p for p in package_dir.rglob("*")
+                  if p.is_file() and p.suffix in SUFFIXES and "__pycache__" not in p.parts)
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# zipapp's main= would write the last two lines; the version check gives an old image's Python one line
+# and exit 3 (environment unavailable) instead of a SyntaxError traceback
+MAIN_SOURCE = """import sys
+
+if sys.version_info < (3, 10):
+    sys.stderr.write("verify: needs Python >= 3.10, this is %d.%d (%s); run the zipapp with a newer Python\\n"
+                     % (sys.version_info[0], sys.version_info[1], sys.executable))
+    sys.exit(3)
+from verify.cli import main
+
+sys.exit(main())
+"""
+
+
+def build(out: Path | str, *, source_root: Path = REPO_ROOT) -> Zipapp:
+    """Write the zipapp to `out` atomically (a directory `out` gets verify.pyz inside); mode 0755."""
+    out = Path(out)
+    if out.is_dir():
+        out = out / NAME
+    out.parent.mkdir(parents=True, exist_ok=True)
+    files = _sources(source_root / PACKAGE)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    try:
+        with tempfile.TemporaryDirectory(prefix="verify-zipapp.") as staging:
+            # the zip itself by hand (sorted members, one timestamp, __main__.py included: zipapp's
+            # own writer stamps __main__.py with the current time), then zipapp adds the interpreter line
+            plain = Path(staging) / "verify.zip"
+            with zipfile.ZipFile(plain, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+                archive.writestr(_member("__main__.py"), MAIN_SOURCE)
+                for src in files:
+                    archive.writestr(_member(src.relative_to(source_root).as_posix()), src.read_bytes())
+            zipapp.create_archive(plain, tmp, interpreter=INTERPRETER)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    names = tuple(src.relative_to(source_root).as_posix() for src in files)
+    return Zipapp(path=out, sha256=sha256_of(out), size_bytes=out.stat().st_size, files=names)
+
+
+def _member(name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, date_time=FIXED_DATE)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o644 << 16
+    return info
