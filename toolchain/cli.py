@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import os
 import re
 import shlex
@@ -28,7 +27,7 @@ from toolchain import ci_matrix
 from toolchain import matrix as matrix_mod
 from toolchain.console import Console
 from toolchain.errors import EnvironmentUnavailable, ToolchainError, UsageError, report
-from verify import exit_codes
+from verify import atomic, exit_codes
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Command-line options that override a cell's keys (option dest == matrix key).
@@ -176,7 +175,7 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     check_inputs(args)
     plans = [plan_for(cell, args) for cell in cells]
     if args.json:
-        print(json.dumps(plans if len(plans) > 1 else plans[0], indent=2))
+        print(atomic.json_dumps(plans if len(plans) > 1 else plans[0], indent=2))
         return exit_codes.OK
     for number, (cell, plan) in enumerate(zip(cells, plans, strict=True)):
         if number:
@@ -275,7 +274,7 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
     inspect_image = load_part("inspect_image")
     require_docker()
 
-    print(json.dumps(inspect_image.inspect(args.image), indent=2, default=str))
+    print(atomic.json_dumps(inspect_image.inspect(args.image), indent=2, default=str))
     return exit_codes.OK
 
 
@@ -296,7 +295,7 @@ def _selected(args: argparse.Namespace) -> list[matrix_mod.Cell]:
 
 
 def cmd_gh_matrix(args: argparse.Namespace, console: Console) -> int:
-    print(json.dumps(ci_matrix.gh_matrix(_selected(args), args.registry), indent=2 if args.pretty else None))
+    print(atomic.json_dumps(ci_matrix.gh_matrix(_selected(args), args.registry), indent=2 if args.pretty else None))
     return exit_codes.OK
 
 
@@ -305,10 +304,8 @@ def cmd_bake(args: argparse.Namespace, console: Console) -> int:
         raise UsageError("--cache registry needs --registry or --cache-ref (where the cache images go)")
     definition = ci_matrix.bake(_selected(args), registry=args.registry, target=args.target, cache=args.cache,
                                 cache_ref=args.cache_ref)
-    text = json.dumps(definition, indent=2) + "\n"
+    text = atomic.json_dumps(definition, indent=2) + "\n"
     if args.output:
-        from verify import atomic
-
         atomic.write_text(args.output, text)
         console.line(f"{len(definition['target'])} targets -> {args.output}")
     else:
@@ -399,6 +396,8 @@ def _os_error(err: OSError) -> ToolchainError:
         where = f" writing {path}" if path else ""
         return EnvironmentUnavailable(f"the disk is full (no space left on device){where}; free space, or point "
                                       "--out/--logs at another filesystem")
+    if isinstance(err, atomic.UnwritableTarget):  # its text already says what the path is and what to do
+        return UsageError(f"{path}: {err.strerror}")
     if path is None:  # no path to blame: a socket or device, not an input (requests' errors land here)
         return EnvironmentUnavailable(f"{err.strerror or err}; check the Docker daemon and the network, then retry")
     return UsageError(f"{path}: {err.strerror or err}; pass a path that exists and this user can read and write "

@@ -11,6 +11,7 @@ import argparse
 import concurrent.futures
 import datetime
 import errno
+import math
 import os
 import sys
 import threading
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "bench":
         return _bench(argv[1:])
     args = _parser().parse_args(argv)
-    if args.check_timeout <= 0:
+    if not (math.isfinite(args.check_timeout) and args.check_timeout > 0):  # nan/inf would reach the report
         return _usage_error(f"--check-timeout {args.check_timeout:g}: must be a positive number of seconds")
     try:
         required = expectations.parse_required(args.require)
