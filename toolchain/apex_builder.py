@@ -37,7 +37,7 @@ from pathlib import Path
 from toolchain import build_outputs, parallelism
 from toolchain.errors import BuildFailed, EnvironmentUnavailable, ToolchainError, UsageError
 from toolchain.process_tree import PeakSampler
-from verify import exit_codes, module_map
+from verify import exit_codes, input_files, module_map
 from verify.atomic import write_json
 
 MANIFEST_NAME = "build-manifest.json"
@@ -426,9 +426,9 @@ def wheel_hashes(paths: list[str]) -> dict[str, str]:
     hashes: dict[str, str] = {}
     for path in paths:
         try:
-            lines = Path(path).read_text().splitlines()
-        except OSError as error:
-            raise UsageError(f"--wheel-hashes {path}: cannot read it ({error.strerror})") from None
+            lines = input_files.read_text(path, input_files.WHEEL_HASHES).splitlines()
+        except input_files.InputFileError as error:
+            raise UsageError(f"--wheel-hashes {error}") from None
         for line in lines:
             digest, _, name = line.strip().partition("  ")
             if not re.fullmatch(r"[0-9a-f]{64}", digest) or not name:

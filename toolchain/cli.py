@@ -281,8 +281,14 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
     from toolchain import matrix_report
 
-    md_path, html_path, rows = matrix_report.write(args.out)
+    problems: list[str] = []
+    md_path, html_path, rows = matrix_report.write(args.out, problems)
     console.line(f"{len(rows)} cells -> {md_path} and {html_path}")
+    for problem in problems:  # each names its file; the table above still has every readable cell
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        raise UsageError(f"{len(problems)} input file(s) under {args.out} could not be used (listed above); "
+                         "the report shows every cell that could be read")
     return exit_codes.OK
 
 

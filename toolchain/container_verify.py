@@ -9,14 +9,13 @@ driver "" with capabilities: [[gpu]]`: then this says so and runs `verify --stat
 from __future__ import annotations
 
 import io
-import json
 import sys
 import tarfile
 from pathlib import Path
 
 from toolchain import engine
 from toolchain.errors import EnvironmentUnavailable, UsageError
-from verify import exit_codes
+from verify import exit_codes, input_files
 from verify.atomic import write_json, write_text
 
 REPORT_DIR = "/tmp/verify-report"  # inside the container: writable by any user
@@ -119,9 +118,9 @@ def verify_image(tag: str, *, out_dir: Path | str, gpu: str = "auto", timeout_s:
         return (status if status in (exit_codes.FAILED, exit_codes.USAGE, exit_codes.ENVIRONMENT)
                 else exit_codes.FAILED), out_dir / "verify.log"
     try:
-        json.loads(report.read_text())
-    except ValueError:
-        _note(f"{report} is not valid JSON")
+        input_files.read_json(report, input_files.VERIFY_REPORT)
+    except input_files.InputFileError as error:
+        _note(f"verify's report {error}")
         return exit_codes.FAILED, report
     # the tool's own codes are 0-3; anything else (a crash, OOM kill: 137) is a failure, never passed through
     return (status if status in exit_codes.MEANINGS else exit_codes.FAILED), report

@@ -16,7 +16,8 @@ runs in images), used for the build manifest, `build.py report`'s inputs and the
 
 Shapes (frozen records; combine freely):
   STR, INT, FLOAT, BOOL    scalars; `Str(max_len=N)`, `Int(minimum=, maximum=)` bound them further. INT
-                           refuses booleans (True is an int in Python); FLOAT takes integers, refuses inf/nan.
+                           refuses booleans (True is an int in Python); FLOAT takes integers and refuses
+                           inf/nan (`Float(finite=False)` takes them).
   ANY                      any value: only the limits apply (free-form parts such as a check's `details`)
   ListOf(item, max_items=) a list whose every element is `item`
   MapOf(value, max_items=) an object / table with any keys, every value `value`
@@ -80,7 +81,7 @@ class Int:
 
 @dataclasses.dataclass(frozen=True)
 class Float:
-    pass
+    finite: bool = True  # False: inf and nan are allowed too
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,7 +238,7 @@ class _Walker:
             self._string(value, path, shape.max_len)
         elif isinstance(shape, Int):
             self._integer(value, path, shape)
-        elif isinstance(shape, Float) and not math.isfinite(value):
+        elif isinstance(shape, Float) and shape.finite and not math.isfinite(value):
             self.report(path, f"expected a finite number, got {value}")
         elif isinstance(shape, ListOf):
             for index, item in enumerate(value):
