@@ -175,6 +175,8 @@ def _run(args: argparse.Namespace, required: tuple[str, ...], manifest_data: dic
                     print(f"verify: cannot write report to {path}: the disk is full ({exc.strerror}); free space"
                           " or write the report to another filesystem", file=sys.stderr)
                     return exit_codes.ENVIRONMENT
+                if isinstance(exc, atomic.UnwritableTarget):  # its text says what the path is and the fix
+                    return _usage_error(f"cannot write report to {path}: {exc.strerror}")
                 return _usage_error(f"cannot write report to {path}: {exc.strerror or exc}; choose a writable path")
     sys.stdout.write(render.terminal(report, color=render.use_color(sys.stdout), quiet=args.quiet))
     sys.stdout.flush()

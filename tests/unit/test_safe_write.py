@@ -253,3 +253,51 @@ def test_verify_json_dev_null_in_a_private_mount_namespace(tmp_path: Path) -> No
     assert proc.stdout.strip() == "rc=1 type=character special file same_inode=yes", log.read_text()[-2000:]
     assert "verify static: FAIL" in log.read_text()  # it really ran (no Apex here: FAIL, exit 1)
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          check=False, env={k: v for k, v in os.environ.items() if k != "GITHUB_ACTIONS"})
+
+
+def test_bake_output_and_report_follow_links_and_refuse_directories(tmp_path: Path) -> None:
+    real = tmp_path / "elsewhere" / "docker-bake.json"
+    real.parent.mkdir()
+    real.write_text("{}")
+    link = tmp_path / "bake.json"
+    link.symlink_to(real)
+    assert _cli("build.py", "bake", "-o", str(link)).returncode == 0
+    assert link.is_symlink() and "target" in json.loads(real.read_text())
+    proc = _cli("build.py", "bake", "-o", str(tmp_path))
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"error: {tmp_path}: is a directory, not a file; name a file (e.g. DIR/report.json)")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "matrix-report.md").symlink_to(tmp_path / "elsewhere" / "table.md")
+    assert _cli("build.py", "report", "--out", str(out)).returncode == 0
+    assert "no cells run yet" in (tmp_path / "elsewhere" / "table.md").read_text()
+    (out / "matrix-report.html").unlink()
+    (out / "matrix-report.html").mkdir()
+    proc = _cli("build.py", "report", "--out", str(out))
+    assert proc.returncode == 2 and f"{out / 'matrix-report.html'}: is a directory" in proc.stderr
+
+
+def test_bench_results_onto_a_device_link_and_a_directory(tmp_path: Path) -> None:
+    args = ("-m", "verify", "bench", "--device", "cpu", "--stages", "none", "--no-micro", "--no-plots", "--out")
+    blocked = tmp_path / "blocked"
+    (blocked / "bench.json").mkdir(parents=True)
+    proc = _cli(*args, str(blocked))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (f"verify bench: error: cannot write {blocked / 'bench.json'}: is a directory,"
+                                   " not a file; name a file (e.g. DIR/report.json)")
+    if os.geteuid() != 0:
+        return  # the device half needs mknod
+    null = tmp_path / "null"
+    os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "bench.json").symlink_to(null)
+    proc = _cli(*args, str(linked))
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_ISCHR(null.lstat().st_mode) and (linked / "bench.json").is_symlink()
+    assert (linked / "bench.md").is_file()
