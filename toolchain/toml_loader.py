@@ -30,6 +30,9 @@ def load_toml(path: str | Path, kind: input_files.InputKind = input_files.MATRIX
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: malformed TOML ({exc}); fix the syntax at that line") from None
+    except ValueError as exc:  # not a syntax error: e.g. an integer beyond Python's 4300-digit conversion limit
+        why = str(exc).split(":")[0][:200]
+        raise UsageError(f"{path}: malformed TOML (a value cannot be read: {why}); fix that value") from None
     except RecursionError:  # tomllib recurses once per nested array / inline table
         raise UsageError(f"{path}: malformed TOML (arrays or inline tables nested too deeply to read); "
                          "a matrix needs at most one level of lists") from None

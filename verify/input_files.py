@@ -102,6 +102,10 @@ def read_json(path: str | os.PathLike, kind: InputKind) -> Any:
     except json.JSONDecodeError as exc:
         raise InputFileError(path, "bad_json", f"is not valid JSON (line {exc.lineno}, column {exc.colno}:"
                              f" {exc.msg})", kind.fix) from None
+    except ValueError as exc:  # valid syntax Python cannot convert: an integer beyond the 4300-digit limit
+        why = str(exc).split(":")[0][:200]
+        raise InputFileError(path, "bad_json", f"is not valid JSON here (a value cannot be read: {why})",
+                             kind.fix) from None
     except RecursionError:
         raise InputFileError(path, "too_deep", f"is nested too deeply to read (over {sys.getrecursionlimit()}"
                              " levels of lists or objects)", kind.fix) from None

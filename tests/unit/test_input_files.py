@@ -67,6 +67,11 @@ def test_size_cap_utf8_position_and_json_errors(tmp_path: Path) -> None:
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 200_000 + "]" * 200_000)
     assert _refused(deep, input_files.MANIFEST).reason == "too_deep"
+    huge_int = tmp_path / "int.json"
+    huge_int.write_text('{"jobs": ' + "1" * 5000 + "}")  # valid JSON; Python refuses > 4300 digits
+    assert _refused(huge_int, input_files.MANIFEST).problem == (
+        "is not valid JSON here (a value cannot be read: Exceeds the limit (4300 digits) for integer string"
+        " conversion)")
 
 
 def _cli(*args: str, timeout: int = 60) -> subprocess.CompletedProcess:
@@ -92,6 +97,10 @@ def test_matrix_from_a_fifo_dev_zero_bad_bytes_or_deep_nesting_is_exit_2(tmp_pat
     deep = tmp_path / "deep.toml"
     deep.write_text("x = " + "[" * 3000 + "]" * 3000 + "\n")
     assert "nested too deeply" in _cli("build.py", "validate", "--matrix", str(deep)).stderr
+    big_int = tmp_path / "int.toml"
+    big_int.write_text('[cells.a]\ncuda = "12.4"\ngcc = ' + "1" * 5000 + "\n")
+    assert "malformed TOML (a value cannot be read: Exceeds the limit (4300 digits)" in _cli(
+        "build.py", "validate", "--matrix", str(big_int)).stderr
     huge = tmp_path / "huge.toml"
     huge.write_text("# " + "x" * (2 << 20) + "\n")
     assert "is larger than 1 MiB, the limit for a matrix file" in _cli("build.py", "validate", "--matrix",
