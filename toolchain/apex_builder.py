@@ -37,7 +37,7 @@ from pathlib import Path
 from toolchain import apex_setup, build_outputs, parallelism
 from toolchain.errors import BuildFailed, EnvironmentUnavailable, ToolchainError, UsageError
 from toolchain.process_tree import PeakSampler
-from verify import entry_point, exit_codes, module_map, workflow_commands
+from verify import entry_point, exit_codes, input_files, module_map, workflow_commands
 from verify.atomic import write_json
 from verify.messages import bounded, did_you_mean, shown
 from verify.out_dirs import OutputDirs
@@ -441,9 +441,9 @@ def wheel_hashes(paths: list[str]) -> dict[str, str]:
     hashes: dict[str, str] = {}
     for path in paths:
         try:
-            lines = Path(path).read_text().splitlines()
-        except OSError as error:
-            raise UsageError(f"--wheel-hashes {path}: cannot read it ({error.strerror})") from None
+            lines = input_files.read_text(path, input_files.WHEEL_HASHES).splitlines()
+        except input_files.InputFileError as error:
+            raise UsageError(f"--wheel-hashes {error}") from None
         for line in lines:
             digest, _, name = line.strip().partition("  ")
             if not re.fullmatch(r"[0-9a-f]{64}", digest) or not name:

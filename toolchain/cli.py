@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import os
 import re
 import shlex
@@ -31,7 +30,7 @@ from toolchain import ci_matrix
 from toolchain import matrix as matrix_mod
 from toolchain.console import Console
 from toolchain.errors import EnvironmentUnavailable, ToolchainError, UsageError, report
-from verify import entry_point, exit_codes
+from verify import atomic, entry_point, exit_codes, input_files
 from verify.messages import bounded, did_you_mean, shown
 from verify.out_dirs import OutputDirs
 
@@ -222,7 +221,7 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     check_inputs(args)
     plans = [plan_for(cell, args) for cell in cells]
     if args.json:
-        print(json.dumps(plans if len(plans) > 1 else plans[0], indent=2))
+        print(atomic.json_dumps(plans if len(plans) > 1 else plans[0], indent=2))
         return exit_codes.OK
     for number, (cell, plan) in enumerate(zip(cells, plans, strict=True)):
         if number:
@@ -324,24 +323,32 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
 
 def _audit_of(out_dir: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((out_dir / "container-run.json").read_text()).get("audit")
-    except (OSError, ValueError):
+        run = input_files.read_json(out_dir / "container-run.json", input_files.CELL_RESULT)
+    except input_files.InputFileError:
         return None
+    audit = run.get("audit") if isinstance(run, dict) else None
+    return audit if isinstance(audit, dict) else None
 
 
 def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
     inspect_image = load_part("inspect_image")
     require_docker()
 
-    print(json.dumps(inspect_image.inspect(args.image), indent=2, default=str))
+    print(atomic.json_dumps(inspect_image.inspect(args.image), indent=2, default=str))
     return exit_codes.OK
 
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
     from toolchain import matrix_report
 
-    md_path, html_path, rows = matrix_report.write(args.out)
+    problems: list[str] = []
+    md_path, html_path, rows = matrix_report.write(args.out, problems)
     console.line(f"{len(rows)} cells -> {md_path} and {html_path}")
+    for problem in problems:  # each names its file; the table above still has every readable cell
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        raise UsageError(f"{len(problems)} input file(s) under {args.out} could not be used (listed above); "
+                         "the report shows every cell that could be read")
     return exit_codes.OK
 
 
@@ -361,7 +368,7 @@ def _check_registry(args: argparse.Namespace) -> None:
 
 def cmd_gh_matrix(args: argparse.Namespace, console: Console) -> int:
     _check_registry(args)
-    print(json.dumps(ci_matrix.gh_matrix(_selected(args), args.registry), indent=2 if args.pretty else None))
+    print(atomic.json_dumps(ci_matrix.gh_matrix(_selected(args), args.registry), indent=2 if args.pretty else None))
     return exit_codes.OK
 
 
@@ -371,10 +378,8 @@ def cmd_bake(args: argparse.Namespace, console: Console) -> int:
         raise UsageError("--cache registry needs --registry or --cache-ref (where the cache images go)")
     definition = ci_matrix.bake(_selected(args), registry=args.registry, target=args.target, cache=args.cache,
                                 cache_ref=args.cache_ref)
-    text = json.dumps(definition, indent=2) + "\n"
+    text = atomic.json_dumps(definition, indent=2) + "\n"
     if args.output:
-        from verify import atomic
-
         atomic.write_text(args.output, text)
         console.line(f"{len(definition['target'])} targets -> {args.output}")
     else:
@@ -549,6 +554,8 @@ def _os_error(err: OSError) -> ToolchainError:
         where = f" writing {path}" if path else ""
         return EnvironmentUnavailable(f"the disk is full (no space left on device){where}; free space, or point "
                                       "--out/--logs at another filesystem")
+    if isinstance(err, atomic.UnwritableTarget):  # its text already says what the path is and what to do
+        return UsageError(f"{path}: {err.strerror}")
     if path is None:  # no path to blame: a socket or device, not an input (requests' errors land here)
         return EnvironmentUnavailable(f"{err.strerror or err}; check the Docker daemon and the network, then retry")
     return UsageError(f"{path}: {err.strerror or err}; pass a path that exists and this user can read and write "

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from toolchain.toml_loader import load_toml
+from verify import input_files
 
 DATA = Path(__file__).with_name("data") / "compat.toml"
 
@@ -160,7 +161,7 @@ def _leads(raw: dict) -> tuple[Lead, ...]:
 
 @functools.lru_cache(maxsize=4)
 def load(path: Path = DATA) -> Compat:
-    raw = load_toml(path)
+    raw = load_toml(path, input_files.FACTS)
     return Compat(
         apex_repo=raw["apex"]["repo"],
         apex_default_ref=raw["apex"]["default_ref"],

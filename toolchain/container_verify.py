@@ -12,7 +12,6 @@ report gets an `audit` block naming the image (ref, image id, repo digest), the 
 from __future__ import annotations
 
 import datetime
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -20,8 +19,8 @@ from pathlib import Path
 from toolchain import container_engine, verify_zipapp
 from toolchain.container_engine import DockerEngine, NoGpuRuntime, PodmanEngine
 from toolchain.errors import EnvironmentUnavailable, UsageError
-from verify import exit_codes
-from verify.atomic import write_json, write_text
+from verify import exit_codes, input_files
+from verify.atomic import write_bytes, write_json, write_text
 
 REPORT_DIR = "/tmp/verify-report"  # inside the container: writable by any user
 ZIPAPP_PATH = "/tmp/apex-verify/verify.pyz"
@@ -149,11 +148,14 @@ def verify_image(tag: str, *, out_dir: Path | str, gpu: str = "auto", timeout_s:
         return (status if status in (exit_codes.FAILED, exit_codes.USAGE, exit_codes.ENVIRONMENT)
                 else exit_codes.FAILED), out_dir / "verify.log"
     report_path = out_dir / "report.json"
+    write_bytes(report_path, result.files["report.json"])  # as verify wrote it, then read back with bounds
     try:
-        report = json.loads(result.files["report.json"])
-    except ValueError:
-        write_text(report_path, result.files["report.json"].decode("utf-8", errors="replace"))
-        _note(f"{report_path} is not valid JSON")
+        report = input_files.read_json(report_path, input_files.VERIFY_REPORT)
+        if not isinstance(report, dict):
+            raise input_files.InputFileError(report_path, "not an object", "is not a JSON object",
+                                             "rerun verify in the image; its report is an object")
+    except input_files.InputFileError as error:
+        _note(f"verify's report {error}")
         return exit_codes.FAILED, report_path
     report["audit"] = audit  # which image this report is about: only the host knows its digest
     write_json(report_path, report)

@@ -3,6 +3,11 @@
 Reads what the runs left behind: out/matrix-report.json (every cell a run selected, including those
 not run or interrupted), out/cells/<id>/result.json (the truth for each cell built), and each cell's
 verify report (schema v1) for the verdict, the extensions and the kernel timings.
+
+Every file is read through verify's bounded reader and each field it uses is type-checked (the shapes
+below). A file that cannot be used is one problem line naming it; the table still shows every cell
+that could be read (a corrupt result.json falls back to the run's overview entry for that cell, else a
+row marked `unreadable`), and `build.py report` exits 2 after writing it.
 """
 
 from __future__ import annotations
@@ -10,16 +15,40 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import html
-import json
 import math
 from pathlib import Path
 from typing import Any
 
-from verify import atomic
+from verify import atomic, input_files
+from verify import field_types as ft
 
 MD_NAME = "matrix-report.md"
 HTML_NAME = "matrix-report.html"
 OK_STATUSES = ("built", "verified")
+
+# The fields this report reads, as the matrix run (toolchain/matrix_run.py) and verify write them;
+# other keys are allowed (within the checker's limits).
+_TEXT = ft.Nullable(ft.STR)
+_BUILD = ft.Record({"ok": ft.BOOL, "tag": ft.STR, "status": ft.STR, "stage_failed": _TEXT, "error": ft.STR,
+                    "summary": ft.STR, "log_tail": ft.ListOf(ft.STR), "duration_s": ft.Nullable(ft.FLOAT),
+                    "exit_code": ft.Nullable(ft.INT)})
+_VERIFY = ft.Record({"exit_code": ft.Nullable(ft.INT), "report_path": _TEXT, "error": ft.STR, "status": ft.STR,
+                     "verdict": _TEXT, "mode": _TEXT})
+_CELL = ft.Record({"cuda": ft.STR, "torch": ft.STR, "python": ft.STR, "os": ft.STR, "archs": ft.ListOf(ft.STR),
+                   "extras": ft.ListOf(ft.STR)})
+ENTRY_SHAPE = ft.Record({"id": ft.STR, "name": ft.STR, "status": ft.STR, "run_id": _TEXT, "cell": _CELL,
+                         "build": ft.Nullable(_BUILD), "verify": ft.Nullable(_VERIFY),
+                         "started_at": _TEXT, "finished_at": _TEXT}, required=("id",))
+# matrix-report.json apart from its "cells" (each entry is checked on its own: see overview_entries)
+OVERVIEW_SHAPE = ft.Record({"report_version": ft.STR, "runs": ft.MapOf(ft.ANY), "status": ft.STR})
+_GPU = ft.Record({"name": _TEXT})
+REPORT_SHAPE = ft.Record({
+    "verdict": ft.STR, "mode": ft.STR, "summary": ft.MapOf(ft.INT),
+    "environment": ft.Record({"torch": ft.Nullable(ft.Record({"gpu": ft.Nullable(_GPU)}))}),
+    "extensions": ft.ListOf(ft.Record({"module": ft.STR, "status": ft.STR}, required=("module", "status"))),
+    "checks": ft.ListOf(ft.Record({"id": ft.STR, "name": ft.STR, "status": ft.STR, "summary": ft.STR})),
+    "timings": ft.ListOf(ft.Record({"kernel": ft.STR, "speedup": ft.Nullable(ft.Float(finite=False))})),
+})
 
 
 @dataclasses.dataclass
@@ -32,12 +61,15 @@ class Row:
     verify: dict[str, Any] | None
     report: dict[str, Any] | None  # the verify report, when one was written and is readable
     report_path: str | None
+    error: str | None = None  # why this cell's own result could not be read (the row shows what is known)
 
     @property
     def ok(self) -> bool:
         return self.status in OK_STATUSES
 
     def build_text(self) -> str:
+        if self.error and self.build is None:
+            return "unreadable"
         build = self.build or {}
         if build.get("ok"):
             return f"ok ({build.get('duration_s', 0):.0f} s)" if build.get("duration_s") is not None else "ok"
@@ -74,7 +106,7 @@ class Row:
         by_kernel: dict[str, list[float]] = {}
         for timing in (self.report or {}).get("timings") or []:
             ratio = timing.get("speedup")
-            if isinstance(ratio, (int, float)) and ratio > 0:
+            if isinstance(ratio, (int, float)) and math.isfinite(ratio) and ratio > 0:
                 by_kernel.setdefault(timing.get("kernel", "?"), []).append(float(ratio))
         return {k: math.exp(sum(map(math.log, v)) / len(v)) for k, v in by_kernel.items()}
 
@@ -83,6 +115,8 @@ class Row:
         return "; ".join(f"{k} {v:.2f}x" for k, v in speedups.items()) or "-"
 
     def details_text(self) -> str:
+        if self.error:
+            return self.error
         build = self.build or {}
         if build.get("error"):
             return str(build["error"])
@@ -106,12 +140,47 @@ def _gpu_name(report: dict[str, Any]) -> str | None:
 # --- collecting -------------------------------------------------------------------------------
 
 
-def _load_json(path: Path) -> dict[str, Any] | None:
+def overview_entries(data: Any, source: str) -> tuple[list[dict[str, Any]] | None, list[str]]:
+    """The cell entries of a decoded matrix-report.json that fit ENTRY_SHAPE, and one line per problem:
+    a document of the wrong shape yields None; an entry of the wrong shape is dropped alone."""
+    cells = data.get("cells", []) if isinstance(data, dict) else None
+    head = ft.check({k: v for k, v in data.items() if k != "cells"} if isinstance(data, dict) else data,
+                    OVERVIEW_SHAPE, source)
+    if isinstance(data, dict) and not isinstance(cells, list):
+        head.append(ft.FieldProblem(f"{source}.cells", f"expected a list, got {ft.type_word(cells)}"))
+    if head:
+        return None, [ft.summary(head)]
+    entries, problems = [], []
+    for index, entry in enumerate(cells):
+        found = ft.check(entry, ENTRY_SHAPE, f"{source}.cells[{index}]")
+        if found:
+            problems.append(ft.summary(found))
+        else:
+            entries.append(entry)
+    return entries, problems
+
+
+def _read(path: Path, kind: input_files.InputKind, problems: list[str], *, missing_ok: bool = False) -> Any:
+    """The decoded file, or None with one line in `problems` naming it, what is wrong and the fix."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        return input_files.read_json(path, kind)
+    except input_files.InputFileError as exc:
+        if not (missing_ok and exc.reason == "missing"):
+            problems.append(f"{kind.name} {exc}")
         return None
-    return data if isinstance(data, dict) else None
+
+
+def _load(path: Path, kind: input_files.InputKind, shape: ft.Record, problems: list[str]) -> dict[str, Any] | None:
+    """The file's data if it can be read and every field this report uses has the right type; else
+    None, with one line in `problems` naming the file, what is wrong and the fix."""
+    data = _read(path, kind, problems)
+    if data is None:
+        return None
+    found = ft.check(data, shape, path.name)
+    if found:
+        problems.append(f"{kind.name} {path}: {ft.summary(found)}; {kind.fix}")
+        return None
+    return data
 
 
 def _find(path_text: str | None, out: Path) -> Path | None:
@@ -125,15 +194,24 @@ def _find(path_text: str | None, out: Path) -> Path | None:
     return None
 
 
-def collect(out: Path) -> list[Row]:
+def collect(out: Path, problems: list[str] | None = None) -> list[Row]:
+    """One row per cell from what the runs left under `out`; every input that could not be used is
+    one line appended to `problems` (the rows still hold every cell that could be read)."""
+    problems = [] if problems is None else problems
     entries: dict[str, dict[str, Any]] = {}
-    overview = _load_json(out / "matrix-report.json") or {}
-    for entry in overview.get("cells") or []:
-        if isinstance(entry, dict) and entry.get("id"):
-            entries[entry["id"]] = entry
+    unreadable: dict[str, str] = {}  # cell id (its directory) -> why its result.json is not used
+    overview_path = out / "matrix-report.json"
+    overview = _read(overview_path, input_files.MATRIX_REPORT, problems, missing_ok=True)
+    if overview is not None:
+        good, bad = overview_entries(overview, overview_path.name)
+        entries.update((entry["id"], entry) for entry in good or [])
+        problems += [f"{input_files.MATRIX_REPORT.name} {overview_path}: {p}; {input_files.MATRIX_REPORT.fix}"
+                     for p in bad]
     for result_file in sorted((out / "cells").glob("*/result.json")):
-        result = _load_json(result_file)
-        if not result or not result.get("id"):
+        before = len(problems)
+        result = _load(result_file, input_files.CELL_RESULT, ENTRY_SHAPE, problems)
+        if result is None:
+            unreadable[result_file.parent.name] = problems[before]
             continue
         known = entries.get(result["id"])
         # the later state wins: a result file over its run's "pending", a later "interrupted" over both
@@ -143,12 +221,16 @@ def collect(out: Path) -> list[Row]:
     for entry in entries.values():
         verify = entry.get("verify") or None
         report_file = _find((verify or {}).get("report_path"), out)
-        report = _load_json(report_file) if report_file else None
+        report = _load(report_file, input_files.VERIFY_REPORT, REPORT_SHAPE, problems) if report_file else None
         rows.append(Row(
             id=entry["id"], name=entry.get("name") or entry["id"], status=entry.get("status", "unknown"),
             cell=entry.get("cell") or {}, build=entry.get("build"), verify=verify, report=report,
-            report_path=str(report_file) if report_file else None,
+            report_path=str(report_file) if report_file and report is not None else None,
         ))
+    for cell_id, why in unreadable.items():
+        if cell_id not in entries:  # nothing else known about it: a row that says so
+            rows.append(Row(id=cell_id, name=cell_id, status="unreadable", cell={}, build=None, verify=None,
+                            report=None, report_path=None, error=why))
     return sorted(rows, key=lambda r: (_version_key(r.cell.get("cuda", "")), _version_key(r.cell.get("torch", "")), r.id))
 
 
@@ -251,8 +333,9 @@ def render_html(rows: list[Row], created_at: str) -> str:
     )
 
 
-def write(out: Path) -> tuple[Path, Path, list[Row]]:
-    rows = collect(out)
+def write(out: Path, problems: list[str] | None = None) -> tuple[Path, Path, list[Row]]:
+    """Write the Markdown and HTML tables; `problems` (when given) receives one line per unusable input."""
+    rows = collect(out, problems)
     created_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     md_path = atomic.write_text(out / MD_NAME, render_markdown(rows, created_at))
     html_path = atomic.write_text(out / HTML_NAME, render_html(rows, created_at))

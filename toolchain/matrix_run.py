@@ -11,7 +11,6 @@ import argparse
 import contextlib
 import datetime as dt
 import fcntl
-import json
 import re
 import time
 import traceback
@@ -20,10 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from toolchain import matrix_report
 from toolchain.console import Console
 from toolchain.errors import EnvironmentUnavailable, ToolchainError
 from toolchain.matrix import Cell
-from verify import atomic, exit_codes
+from verify import atomic, exit_codes, input_files
+from verify import field_types as ft
 
 RESULT_VERSION = "1"
 REPORT_NAME = "matrix-report.json"
@@ -66,12 +67,18 @@ class MatrixReport:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _read(self) -> dict[str, Any]:
+        """The overview so far. Absent, unreadable, of another version or the wrong shape: a fresh one
+        (the per-cell result files remain; `build.py report` names a corrupt file). A cell entry of the
+        wrong shape is dropped, the others kept."""
         try:
-            data = json.loads(self.path.read_text())
-            if isinstance(data, dict) and data.get("report_version") == RESULT_VERSION:
+            data = input_files.read_json(self.path, input_files.MATRIX_REPORT)
+        except input_files.InputFileError:
+            data = None
+        if isinstance(data, dict) and data.get("report_version") == RESULT_VERSION:
+            entries, _ = matrix_report.overview_entries(data, REPORT_NAME)
+            if entries is not None:  # None: the document itself has the wrong shape
+                data.update(cells=entries, runs=data.get("runs", {}))
                 return data
-        except (OSError, ValueError):
-            pass  # absent or unreadable: start a fresh report (the per-cell result files remain)
         return {"report_version": RESULT_VERSION, "created_at": now(), "runs": {}, "cells": []}
 
     def start(self, cells: list[Cell]) -> None:
@@ -249,9 +256,12 @@ def report_summary(report_path: Any) -> dict[str, Any]:
     if not report_path:
         return {}
     try:
-        data = json.loads(Path(report_path).read_text())
-    except (OSError, ValueError) as exc:
-        return {"error": f"verify report {report_path} unreadable: {exc}"}
+        data = input_files.read_json(report_path, input_files.VERIFY_REPORT)
+    except input_files.InputFileError as exc:
+        return {"error": f"verify report unreadable: {exc}"}
+    problems = ft.check(data, matrix_report.REPORT_SHAPE, "report")
+    if problems:
+        return {"error": f"verify report {report_path} unreadable: {ft.summary(problems)}"}
     return {k: data.get(k) for k in ("verdict", "mode", "summary")}
 
 

@@ -15,13 +15,12 @@ differs from the one published.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from toolchain.errors import EnvironmentUnavailable, ToolchainError, UsageError
-from verify import atomic, exit_codes
+from verify import atomic, exit_codes, input_files
 
 RECORD_NAME = "published.json"
 RECORD_VERSION = "1"
@@ -47,13 +46,15 @@ def check_digest(digest: str, where: str) -> str:
 
 def read_record(out: Path, cell_id: str) -> dict[str, Any] | None:
     path = record_path(out, cell_id)
-    try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
+    if not path.exists():
         return None
-    except (OSError, ValueError) as err:
-        raise UsageError(f"{path}: unreadable publish record ({err}); re-run build.py publish") from None
-    check_digest(record.get("digest", ""), f"{path}: digest")
+    try:
+        record = input_files.read_json(path, input_files.CELL_RESULT)
+    except input_files.InputFileError as err:
+        raise UsageError(f"unreadable publish record: {err}; or re-run build.py publish") from None
+    if not isinstance(record, dict):
+        raise UsageError(f"{path}: not a publish record (a JSON object); re-run build.py publish")
+    check_digest(str(record.get("digest", "")), f"{path}: digest")
     return record
 
 
@@ -97,9 +98,12 @@ def push(cell_id: str, repository: str, *, out: Path, local: str | None = None) 
 def from_bake_metadata(cell_id: str, target: str, repository: str, metadata: Path, *, out: Path) -> dict[str, Any]:
     """Record what `docker buildx bake --push --metadata-file FILE` pushed for this cell's bake target."""
     try:
-        data = json.loads(metadata.read_text())
-    except (OSError, ValueError) as err:
-        raise UsageError(f"--bake-metadata {metadata}: unreadable ({err}); pass the file bake's --metadata-file wrote") from None
+        data = input_files.read_json(metadata, input_files.CELL_RESULT)
+    except input_files.InputFileError as err:
+        raise UsageError(f"--bake-metadata unreadable: {err}; pass the file bake's --metadata-file wrote") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--bake-metadata {metadata}: not bake metadata (a JSON object of targets); "
+                         "pass the file bake's --metadata-file wrote")
     entry = data.get(target)
     if not isinstance(entry, dict) or "containerimage.digest" not in entry:
         raise UsageError(f"--bake-metadata {metadata}: no pushed digest for bake target {target!r} (targets: "

@@ -1,4 +1,5 @@
-"""Read a TOML file: stdlib tomllib (3.11+), else the tomli backport; a syntax error becomes a UsageError."""
+"""Read a TOML file: through verify's bounded reader (regular files only, size-capped, UTF-8), parsed by
+stdlib tomllib (3.11+), else the tomli backport; every problem becomes a one-line UsageError (exit 2)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.errors import UsageError
+from verify import input_files
 
 try:
     import tomllib
@@ -13,16 +15,24 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 
-def load_toml(path: str | Path) -> dict[str, Any]:
+def load_toml(path: str | Path, kind: input_files.InputKind = input_files.MATRIX) -> dict[str, Any]:
     path = Path(path)
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError:
-        raise UsageError(f"{path}: file not found; pass an existing file with --matrix PATH") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path}: is a directory, not a TOML file; pass the file itself, e.g. {path / 'matrix.toml'}") from None
-    except OSError as exc:  # unreadable (permissions, I/O): the path and why, not a traceback
-        raise UsageError(f"{path}: cannot read it ({exc.strerror or exc}); check the path and its permissions") from None
+        text = input_files.read_text(path, kind)
+    except input_files.InputFileError as exc:
+        if exc.reason == "missing":
+            raise UsageError(f"{path}: file not found; pass an existing file with --matrix PATH") from None
+        if exc.reason == "not_regular" and path.is_dir():
+            raise UsageError(f"{path}: is a directory, not a TOML file; pass the file itself, e.g. "
+                             f"{path / 'matrix.toml'}") from None
+        raise UsageError(str(exc)) from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: malformed TOML ({exc}); fix the syntax at that line") from None
+    except ValueError as exc:  # not a syntax error: e.g. an integer beyond Python's 4300-digit conversion limit
+        why = str(exc).split(":")[0][:200]
+        raise UsageError(f"{path}: malformed TOML (a value cannot be read: {why}); fix that value") from None
+    except RecursionError:  # tomllib recurses once per nested array / inline table
+        raise UsageError(f"{path}: malformed TOML (arrays or inline tables nested too deeply to read); "
+                         "a matrix needs at most one level of lists") from None

@@ -11,6 +11,7 @@ import argparse
 import concurrent.futures
 import datetime
 import errno
+import math
 import os
 import sys
 import threading
@@ -113,7 +114,7 @@ def _main(argv: list[str]) -> int:
         return _usage_error(f"unknown command {shown(argv[0])}; " + (f"{hint} " if hint else "")
                             + "(verify takes options, see `verify --help`; `verify bench` runs the benchmarks)")
     args = parser.parse_args(argv)
-    if args.check_timeout <= 0:
+    if not (math.isfinite(args.check_timeout) and args.check_timeout > 0):  # nan/inf would reach the report
         return _usage_error(f"--check-timeout {args.check_timeout:g}: must be a positive number of seconds")
     if args.distributed and args.static:
         return _usage_error("--distributed with --static: the cross-GPU checks run processes on the GPUs, --static"
@@ -224,6 +225,8 @@ def _run(args: argparse.Namespace, required: tuple[str, ...], manifest_data: dic
                     print(f"verify: cannot write report to {path}: the disk is full ({exc.strerror}); free space"
                           " or write the report to another filesystem", file=sys.stderr)
                     return exit_codes.ENVIRONMENT
+                if isinstance(exc, atomic.UnwritableTarget):  # its text says what the path is and the fix
+                    return _usage_error(f"cannot write report to {path}: {exc.strerror}")
                 return _usage_error(f"cannot write report to {path}: {exc.strerror or exc}; choose a writable path")
     sys.stdout.write(render.terminal(report, color=render.use_color(sys.stdout), quiet=args.quiet))
     sys.stdout.flush()

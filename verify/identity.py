@@ -49,8 +49,8 @@ def _distribution(package_dir: Path) -> importlib.metadata.Distribution | None:
 
 def _direct_url(dist: importlib.metadata.Distribution) -> dict[str, Any] | None:
     try:
-        text = dist.read_text("direct_url.json")
-        return json.loads(text) if text else None
+        data = json.loads(dist.read_text("direct_url.json") or "null")
+        return data if isinstance(data, dict) else None
     except (OSError, ValueError):
         return None
 

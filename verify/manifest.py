@@ -7,10 +7,12 @@ check against the wrong expectations. The default image path being absent just m
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
+
+from verify import field_types as ft
+from verify import input_files
 
 MANIFEST_VERSION = "1"
 ENV_VAR = "APEX_BUILD_MANIFEST"
@@ -33,45 +35,55 @@ def locate(cli_path: str | None) -> tuple[Path | None, str]:
     return None, "none"
 
 
-def _require(cond: bool, path: Path, problem: str) -> None:
-    if not cond:
-        raise ManifestError(
-            f"build manifest {path}: {problem}; pass the build-manifest.json that toolchain's apex builder wrote"
-            f" (manifest_version {MANIFEST_VERSION}) or drop --manifest / ${ENV_VAR}"
-        )
+_TEXT = ft.Nullable(ft.STR)
+# What the apex builder writes (toolchain/apex_builder.py), field by field; keys not listed (a newer
+# builder's) are allowed, within the checker's depth and size limits.
+SHAPE = ft.Record({
+    "manifest_version": ft.STR,
+    "apex": ft.Record({"commit": _TEXT, "ref": _TEXT, "source": _TEXT, "version": _TEXT}),
+    "flags": ft.MapOf(ft.STR),
+    "expected_modules": ft.ListOf(ft.STR),
+    "built_modules": ft.ListOf(ft.STR),
+    "skipped_extensions": ft.ListOf(ft.Record({"module": ft.STR, "warning": ft.STR})),
+    "arch_list": _TEXT,
+    "versions": ft.Record({"torch": _TEXT, "torch_cuda": _TEXT, "nvcc": _TEXT, "gcc": _TEXT, "python": _TEXT,
+                           "cxx11_abi": ft.Nullable(ft.BOOL)}),
+    "parallelism": ft.Record({"max_jobs": ft.INT, "nvcc_threads": ft.INT, "apex_parallel_build": ft.INT,
+                              "reason": ft.STR}),
+    "build": ft.MapOf(ft.ANY),
+    "cell": _TEXT,
+    "inputs": ft.Record({"base_image": _TEXT, "base_image_digest": _TEXT, "torch_wheel_sha256": ft.MapOf(ft.STR)}),
+}, required=("manifest_version", "expected_modules"))
+
+
+def _invalid(path: Path, problem: str) -> ManifestError:
+    return ManifestError(
+        f"build manifest {path}: {problem}; pass the build-manifest.json that toolchain's apex builder wrote"
+        f" (manifest_version {MANIFEST_VERSION}) or drop --manifest / ${ENV_VAR}"
+    )
 
 
 def load(path: Path, origin: str) -> dict[str, Any]:
-    """Read and validate a manifest; raises ManifestError with a one-line message."""
+    """Read (bounded: a regular file, at most input_files.MANIFEST's size) and type-check every field of
+    a manifest; raises ManifestError with a one-line message naming each wrong field."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ManifestError(
-            f"build manifest {path} (from {origin}) does not exist; fix the path or unset it"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        raise ManifestError(f"build manifest {path} (from {origin}) is unreadable: {reason}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ManifestError(
-            f"build manifest {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg});"
-            " regenerate it with the apex builder"
-        ) from None
-    _require(isinstance(data, dict), path, "top level is not a JSON object")
+        data = input_files.read_json(path, input_files.MANIFEST)
+    except input_files.InputFileError as exc:
+        if exc.reason == "missing":
+            raise ManifestError(f"build manifest {path} (from {origin}) does not exist; fix the path or unset it"
+                                ) from None
+        if exc.reason == "bad_json":
+            raise ManifestError(f"build manifest {path} {exc.problem}; regenerate it with the apex builder") from None
+        raise ManifestError(f"build manifest {path} (from {origin}) is unreadable: it {exc.problem}; {exc.fix}"
+                            ) from None
+    if not isinstance(data, dict):
+        raise _invalid(path, "top level is not a JSON object")
     version = data.get("manifest_version")
-    _require(version == MANIFEST_VERSION, path, f"manifest_version is {version!r}, expected {MANIFEST_VERSION!r}")
-    expected = data.get("expected_modules")
-    _require(
-        isinstance(expected, list) and all(isinstance(m, str) for m in expected),
-        path,
-        "expected_modules is missing or not a list of module names",
-    )
-    for key in ("apex", "versions", "flags"):
-        _require(isinstance(data.get(key, {}), dict), path, f"{key} is not an object")
-    built = data.get("built_modules", [])
-    _require(isinstance(built, list), path, "built_modules is not a list")
+    if version != MANIFEST_VERSION:  # another version may have another shape: say which, check nothing else
+        raise _invalid(path, f"manifest_version is {version!r:.40}, expected {MANIFEST_VERSION!r}")
+    problems = ft.check(data, SHAPE, "manifest")
+    if problems:
+        raise _invalid(path, ft.summary(problems))
     return data
 
 

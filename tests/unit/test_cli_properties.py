@@ -6,9 +6,8 @@ is written outside the example's own temp dir (the working directory, --out, --l
 there) and the checkout stays as it was. Deterministic (derandomized, no example database) and
 bounded: about 20 s for build.py and 30 s for verify on 2 busy cores.
 
-Inputs the generators leave out on purpose are other engineers' scope (issue 12, `files`): a matrix
-that is not UTF-8, an integer beyond Python's 4300 digits, a FIFO or /dev/zero as the matrix. They
-are the xfail reproducers at the end.
+Inputs the generators leave out on purpose (a matrix that is not UTF-8, an integer beyond Python's
+4300 digits, a FIFO or /dev/zero as the matrix) are the reproducers at the end.
 """
 
 from __future__ import annotations
@@ -268,7 +267,7 @@ def _verify_examples(case: tuple) -> None:
         assert all(p.parts[0] == "given" for p in written), written
 
 
-# --- reproducers of faults in the `files` engineer's scope (issue 12): xfail until that lands -----
+# --- reproducers: the bounded reader refuses what is not a small regular UTF-8 file --------------
 
 def _build_in_child(tmp: Path, matrix: Path, *, memory_bytes: int | None = None) -> subprocess.CompletedProcess[str]:
     def limit() -> None:
@@ -283,30 +282,20 @@ def _assert_refused(proc: subprocess.CompletedProcess[str]) -> None:
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.startswith("error: "), proc.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="files scope (issue 12): the TOML reader decodes without catching "
-                   "UnicodeDecodeError; reproducer: printf '\\xff = 1\\n' > m.toml; build.py validate --matrix m.toml")
 def test_matrix_that_is_not_utf8(tmp_path: Path) -> None:
     (tmp_path / "m.toml").write_bytes(b'[cells.a]\ncuda = "12.4"\n\xff = 1\n')
     _assert_refused(_build_in_child(tmp_path, tmp_path / "m.toml"))
 
 
-@pytest.mark.xfail(strict=True, reason="files scope (issue 12): tomllib raises ValueError for an integer of more "
-                   "than 4300 digits; reproducer: a = 1111...(5000 digits)")
 def test_matrix_with_an_integer_beyond_the_digit_limit(tmp_path: Path) -> None:
     (tmp_path / "m.toml").write_text('[cells.a]\ncuda = "12.4"\ngcc = ' + "1" * 5000 + "\n")
     _assert_refused(_build_in_child(tmp_path, tmp_path / "m.toml"))
 
 
-@pytest.mark.xfail(strict=True, raises=(AssertionError, subprocess.TimeoutExpired),
-                   reason="files scope (issue 12): the matrix reader opens a FIFO and blocks; reproducer: mkfifo m; "
-                   "build.py validate --matrix m")
 def test_matrix_that_is_a_fifo(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "m.toml")
     _assert_refused(_build_in_child(tmp_path, tmp_path / "m.toml"))
 
 
-@pytest.mark.xfail(strict=True, raises=(AssertionError, subprocess.TimeoutExpired),
-                   reason="files scope (issue 12): the matrix reader reads /dev/zero without bound (here capped at "
-                   "1 GiB of address space); reproducer: build.py validate --matrix /dev/zero")
 def test_matrix_that_is_dev_zero(tmp_path: Path) -> None:
     _assert_refused(_build_in_child(tmp_path, Path("/dev/zero"), memory_bytes=1 << 30))

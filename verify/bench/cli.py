@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from verify import exit_codes
+from verify import atomic, exit_codes
 from verify.bench import config as bench_config
 from verify.messages import bounded, did_you_mean, shown
 from verify.out_dirs import OutputDirs
@@ -201,6 +201,9 @@ def run(cfg: bench_config.BenchConfig) -> int:
     doc["duration_s"] = round(time.perf_counter() - t0, 2)
     try:
         json_path, md_path = results.write(doc, cfg.out)
+    except atomic.UnwritableTarget as exc:  # e.g. bench.json is a directory, or a FIFO nobody reads
+        print(f"{PROG}: error: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return exit_codes.USAGE
     except OSError as exc:  # disk full, directory removed mid-run
         print(f"{PROG}: cannot write the results to {cfg.out} ({exc.strerror or exc}); free space or pass "
               "another --out", file=sys.stderr)
