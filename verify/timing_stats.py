@@ -1,8 +1,8 @@
 """The statistics behind a timing verdict, as pure functions of measured rounds (standard library only).
 
-    kernel = decide("kernel_time", "apex FusedLayerNorm", "torch nn.LayerNorm", fused_ms, native_ms)
-    loop = decide("host_inclusive", ...)
-    sentence(kernel, loop, [bound_of("apex FusedLayerNorm", 0.32, 0.53)])
+    kernel = decide(KERNEL, FUSED_NAME, NATIVE_NAME, fused_ms_per_round, native_ms_per_round)
+    loop = decide(HOST_INCLUSIVE, ...)
+    sentence(kernel, loop, [bound_of(FUSED_NAME, 0.32, 0.53)])
     -> "kernels tie (1.01x, 0.98-1.03); in a loop torch nn.LayerNorm is 1.62x faster (1.55-1.70):
         apex FusedLayerNorm is host-bound here (0.21 ms of host time per call beyond its 0.32 ms of kernels)"
 
@@ -189,9 +189,8 @@ def bound_phrase(bounds: Sequence[Bound]) -> str:
 
 def sentence(kernel: FigureVerdict | None, loop: FigureVerdict | None, bounds: Sequence[Bound] = (),
              missing_reason: str = "") -> str:
-    """What the user reads: both figures, and which implementation is host-bound, e.g.
-    "kernels tie (1.01x, 0.98-1.03); in a loop torch nn.LayerNorm is 1.52x faster (1.45-1.60): apex
-    FusedLayerNorm is host-bound here (0.21 ms of host time per call beyond its 0.32 ms of kernels)"."""
+    """What the user reads: both figures, and which implementation is host-bound (example in the module
+    docstring)."""
     text = kernel_phrase(kernel, missing_reason)
     if loop is not None:
         text += "; " + loop_phrase(loop)

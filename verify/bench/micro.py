@@ -95,7 +95,7 @@ def _bandwidth(n_bytes: int, figure: dict[str, object] | None, copy_gbps: float 
     if not figure or not figure.get("median_ms"):
         return None, None
     gbps = n_bytes / (float(figure["median_ms"]) / 1e3) / 1e9  # type: ignore[arg-type]
-    return round(gbps, 2), (round(100 * gbps / copy_gbps, 1) if copy_gbps else None)
+    return float(f"{gbps:.4g}"), (float(f"{100 * gbps / copy_gbps:.4g}") if copy_gbps else None)
 
 
 def _compare(kernel: str, case: str, n_bytes: int, variants: list[Variant], cfg: BenchConfig,

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
-from verify import timing_stats
+from verify import kernel_variants, timing_stats
 from verify.bench import model as gpt
 from verify.bench.apex_parts import ApexPart
 from verify.bench.config import N_BATCHES, BenchConfig
@@ -25,10 +25,10 @@ from verify.kernel_compare import one_line_error
 from verify.timing_rules import HOST_INCLUSIVE
 
 OPT_TORCH_ADAM = "torch.optim.Adam"
-OPT_APEX_ADAM = "apex FusedAdam"
-OPT_TORCH_FUSED = "torch AdamW(fused=True)"
+OPT_APEX_ADAM = kernel_variants.FUSED_ADAM
+OPT_TORCH_FUSED = kernel_variants.ADAMW_FUSED
 NORM_TORCH = "nn.LayerNorm"
-NORM_APEX = "apex FusedLayerNorm"
+NORM_APEX = kernel_variants.FUSED_LAYER_NORM
 
 # which figure a stage's ms/iter is (verify.timing_rules): a whole training step, host work included
 STAGE_FIGURE = HOST_INCLUSIVE
