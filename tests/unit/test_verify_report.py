@@ -98,3 +98,19 @@ def test_a_v1_timing_row_does_not_validate_as_v2() -> None:
     schema = json.loads(report.SCHEMA_PATH.read_text())
     with pytest.raises(jsonschema.ValidationError, match="'device' is a required property"):
         jsonschema.Draft202012Validator(schema).validate(rep)
+
+
+def test_the_gpu_line_names_a_node_of_many_gpus_and_what_differs() -> None:
+    from verify import environment
+
+    def gpu(i: int, name: str = "NVIDIA H200", cap: str = "9.0") -> dict:
+        return {"index": i, "name": name, "capability": cap, "sm": f"sm_{cap.replace('.', '')}", "memory_gib": 139.8,
+                "multiprocessors": 132}
+
+    assert environment._other_gpus({"gpus": [gpu(0)]}) == ""  # one GPU: the line is what it always was
+    assert environment._other_gpus({"gpus": [gpu(i) for i in range(8)]}).startswith("all 8 alike")
+    mixed = {"gpus": [gpu(0), gpu(1), gpu(2, "NVIDIA A100-SXM4-80GB", "8.0")]}
+    assert environment._other_gpus(mixed) == "differs: cuda:2 NVIDIA A100-SXM4-80GB (sm_80)"
+    env = {"torch": {"gpus": mixed["gpus"]}}
+    assert environment.device_capabilities(env) == [(9, 0), (9, 0), (8, 0)]
+    assert environment.device_capabilities({"torch": None}) == []
