@@ -353,6 +353,7 @@ def _decide(kernel: str, case: str, label: str, results: list[VariantResult], pl
         compared = {fused.name} | {v.native for v in verdicts.values() if v is not None}
         shown = [r.bound for r in results if r.name in compared and r.bound is not None]
         missing = "" if verdicts[rules.KERNEL] else NO_KERNELS
-        text = stats.sentence(verdicts[rules.KERNEL], verdicts[rules.HOST_INCLUSIVE], shown, missing)
+        several = sum(1 for v in results[1:] if v.status == "OK") > 1
+        text = stats.sentence(verdicts[rules.KERNEL], verdicts[rules.HOST_INCLUSIVE], shown, missing, several)
     return Comparison(kernel, case, label, tuple(results), verdicts[rules.KERNEL], verdicts[rules.HOST_INCLUSIVE],
                       text, plan)

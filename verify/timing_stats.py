@@ -165,18 +165,20 @@ def _faster(v: FigureVerdict) -> tuple[str, str]:
     return v.native, f"{_x(1 / v.ratio)} faster ({_span(1 / v.interval[1], 1 / v.interval[0])})"
 
 
-def kernel_phrase(v: FigureVerdict | None, missing_reason: str = "") -> str:
+def kernel_phrase(v: FigureVerdict | None, missing_reason: str = "", name_native: bool = False) -> str:
     if v is None:
         return f"kernel time not measured ({missing_reason})" if missing_reason else "kernel time not measured"
     if v.winner == "tie":
-        return f"kernels tie ({_x(v.ratio)}, {_span(*v.interval)})"
+        with_whom = f" with {v.native}" if name_native else ""
+        return f"kernels tie{with_whom} ({_x(v.ratio)}, {_span(*v.interval)})"
     who, how = _faster(v)
     return f"{who}'s kernels are {how}"
 
 
-def loop_phrase(v: FigureVerdict, context: str = "in a loop") -> str:
+def loop_phrase(v: FigureVerdict, context: str = "in a loop", name_native: bool = False) -> str:
     if v.winner == "tie":
-        return f"{context} they tie ({_x(v.ratio)}, {_span(*v.interval)})"
+        who = f"it ties with {v.native}" if name_native else "they tie"
+        return f"{context} {who} ({_x(v.ratio)}, {_span(*v.interval)})"
     who, how = _faster(v)
     return f"{context} {who} is {how}"
 
@@ -188,11 +190,11 @@ def bound_phrase(bounds: Sequence[Bound]) -> str:
 
 
 def sentence(kernel: FigureVerdict | None, loop: FigureVerdict | None, bounds: Sequence[Bound] = (),
-             missing_reason: str = "") -> str:
+             missing_reason: str = "", name_native: bool = False) -> str:
     """What the user reads: both figures, and which implementation is host-bound (example in the module
-    docstring)."""
-    text = kernel_phrase(kernel, missing_reason)
+    docstring). name_native: say which native a tie is with (when there are several natives)."""
+    text = kernel_phrase(kernel, missing_reason, name_native)
     if loop is not None:
-        text += "; " + loop_phrase(loop)
+        text += "; " + loop_phrase(loop, name_native=name_native)
     hosted = bound_phrase(bounds)
     return f"{text}: {hosted}" if hosted else text

@@ -138,3 +138,10 @@ def test_the_sentence_names_both_figures_and_the_host_bound_side() -> None:
 ])
 def test_sentence_wording(kernel, loop, expected: str) -> None:
     assert stats.sentence(kernel, loop) == expected
+
+
+def test_with_several_natives_a_tie_says_with_which() -> None:
+    tie = _verdict(KERNEL, 1.0, (0.99, 1.01), "tie")
+    loop = _verdict(LOOP, 1.02, (0.97, 1.06), "tie")
+    assert stats.sentence(tie, loop, name_native=True) == (
+        "kernels tie with torch nn.LayerNorm (1.00x, 0.99-1.01); in a loop it ties with torch nn.LayerNorm (1.02x, 0.97-1.06)")
