@@ -133,10 +133,10 @@ def test_stage_comparisons_say_who_wins_with_an_interval() -> None:
     assert len(out) == 1 and out[0]["status"] == "OK" and out[0]["figure"] == "host_inclusive"
     assert out[0]["speedup"] == pytest.approx(1.25) and out[0]["winner"] == "fused"
     lo, hi = out[0]["interval"]
-    assert lo < 1.25 < hi and lo > 1.1  # outside the 10% tie band of the host-inclusive figure
+    assert lo < 1.25 < hi and lo > 1.1  # well outside the tie band of the host-inclusive figure
     assert out[0]["verdict"].startswith("per training step fusedadam-fp32 is 1.25x faster")
-    tie = stages._comparisons({"adam-fp32": run("adam-fp32", 100.0), "fusedadam-fp32": run("fusedadam-fp32", 97.0)})
-    assert tie[0]["winner"] == "tie" and tie[0]["verdict"].startswith("per training step they tie (1.03x")
+    tie = stages._comparisons({"adam-fp32": run("adam-fp32", 100.0), "fusedadam-fp32": run("fusedadam-fp32", 99.5)})
+    assert tie[0]["winner"] == "tie" and tie[0]["verdict"].startswith("per training step they tie (1.01x")
 
 
 def _norm_variants(rows: int = 64, hidden: int = 128) -> list:

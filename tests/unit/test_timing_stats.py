@@ -57,7 +57,8 @@ def test_winner_only_when_the_interval_excludes_the_band(interval: tuple[float, 
 def test_the_bands_are_records_with_reasons() -> None:
     for figure, band in rules.TIE_BANDS.items():
         assert band.figure == figure and band.low == pytest.approx(1 / band.high) and len(band.reason) > 40
-    assert rules.TIE_BANDS[LOOP].within > rules.TIE_BANDS[KERNEL].within  # host time is the noisier figure
+    # host time only adds to a loop: its band is the narrower one (timing_rules says why)
+    assert 0 < rules.TIE_BANDS[LOOP].within < rules.TIE_BANDS[KERNEL].within
     with pytest.raises(dataclasses.FrozenInstanceError):
         rules.TIE_BANDS[KERNEL].within = 0.5  # type: ignore[misc]
 
@@ -82,7 +83,8 @@ def test_the_same_truth_gives_the_same_winner_in_every_run() -> None:
         (0.32, 0.32, 0.01, KERNEL): "tie",
         (0.26, 0.17, 0.01, KERNEL): "native",  # bf16 norms on an H200 (FACTS.md)
         (0.53, 0.326, 0.08, LOOP): "native",  # a host-bound fused norm: noisy rounds, clear answer
-        (0.75, 0.77, 0.03, LOOP): "tie",
+        (0.75, 0.75, 0.03, LOOP): "tie",
+        (0.36, 0.32, 0.05, LOOP): "native",  # a fused norm barely host-bound: a little slower in every round
         (0.40, 1.10, 0.05, LOOP): "fused",
     }
     for (f_ms, n_ms, noise, figure), expected in situations.items():
