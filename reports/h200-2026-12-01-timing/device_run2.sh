@@ -27,12 +27,12 @@ done
 pack
 
 stamp "independent check"
-timeout 150 python3 "$HERE/independent_check.py" "$R/independent-check.json" "$R"/verify-[1-5].json \
+timeout 60 python3 "$HERE/independent_check.py" "$R/independent-check.json" "$R"/verify-[1-5].json \
   > "$R/independent-check.log" 2>&1
 echo "independent check exit $?"; grep -v -i "warn\|capture_end\|^ *$" "$R/independent-check.log" | cut -c1-260
 pack
 
-if [ $(( $(date +%s) - t0 )) -lt 150 ]; then
+if [ $(( $(date +%s) - t0 )) -lt 120 ]; then
   stamp "bench --quick"
   timeout 60 python3 -m verify bench --quick --no-plots --out "$R/bench-quick" > "$R/bench-quick.log" 2>&1
   echo "bench exit $?"; grep -E "^\[micro\]|finished in" "$R/bench-quick.log" | cut -c1-300
