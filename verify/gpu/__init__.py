@@ -3,7 +3,8 @@
     from verify.gpu import run_gpu_layers
     results = run_gpu_layers(seed=1234, check_timeout_s=120.0, usable_modules=frozenset({"amp_C", ...}))
     results.checks   # verify.checks.Check, layers "parity" and "timing"
-    results.timings  # dicts: kernel, case, fused, natives, best_native, speedup, verdict
+    results.timings  # dicts (verify.kernel_compare): kernel, case, device, fused, natives, kernel_time,
+                     # host_inclusive, winner, verdict
 
 Decided here, without torch: what can run (a CUDA device, the extension modules each case needs) and
 what is SKIP with its reason. What runs, runs in verify.gpu.worker processes (verify.gpu.runner).
