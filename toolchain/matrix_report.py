@@ -2,7 +2,7 @@
 
 Reads what the runs left behind: out/matrix-report.json (every cell a run selected, including those
 not run or interrupted), out/cells/<id>/result.json (the truth for each cell built), and each cell's
-verify report (schema v1) for the verdict, the extensions and the kernel timings.
+verify report (schema v2; v1 still read) for the verdict, the extensions and the kernel timings.
 
 Every file is read through verify's bounded reader and each field it uses is type-checked (the shapes
 below). A file that cannot be used is one problem line naming it; the table still shows every cell
@@ -102,10 +102,12 @@ class Row:
         return text + (f"; {', '.join(bad)}" if bad else "")
 
     def speedups(self) -> dict[str, float]:
-        """kernel -> geometric mean over its cases of (best native median / Apex median); >1: Apex faster."""
+        """kernel -> geometric mean over its cases of the kernel-time speedup (native / Apex); >1: Apex faster.
+
+        Schema v2 keeps it in timing["kernel_time"]["speedup"]; a v1 report had one top-level "speedup"."""
         by_kernel: dict[str, list[float]] = {}
         for timing in (self.report or {}).get("timings") or []:
-            ratio = timing.get("speedup")
+            ratio = (timing.get("kernel_time") or {}).get("speedup", timing.get("speedup"))
             if isinstance(ratio, (int, float)) and math.isfinite(ratio) and ratio > 0:
                 by_kernel.setdefault(timing.get("kernel", "?"), []).append(float(ratio))
         return {k: math.exp(sum(map(math.log, v)) / len(v)) for k, v in by_kernel.items()}

@@ -4,4 +4,4 @@ Runs inside any image or on any host; depends on the standard library and torch 
 """
 
 __version__ = "0.1.0"
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: timings carry two figures (kernel_time, host_inclusive) with winners

@@ -181,7 +181,8 @@ def _run(args: argparse.Namespace, required: tuple[str, ...], manifest_data: dic
                    for n in module_names]
     apex_info = identity.locate()
     expected = expectations.modules_required(required) | set((manifest_data or {}).get("expected_modules", []))
-    arch_checks = extensions.read_arch(ext_results, capability)
+    devices = environment.device_capabilities(env)
+    arch_checks = extensions.read_arch(ext_results, capability, devices)
     checks += identity.identity_checks(apex_info, probe_results.get("apex"), manifest_data, ext_results)
     checks += extensions.extension_checks(ext_results, expected)
     checks += arch_checks
@@ -193,13 +194,13 @@ def _run(args: argparse.Namespace, required: tuple[str, ...], manifest_data: dic
     timings: list[dict[str, Any]] = []
     dist_block = None
     if mode == "full":
-        usable = frozenset(e.module for e in ext_results
-                           if e.status == "ok" and not (e.arch and e.arch.get("compatible") is False))
-        gpu_checks, timings = _gpu_layers(gpu_missing, seed=seed, timeout_s=args.check_timeout, usable=usable)
+        device_usable = extensions.usable_on_devices(ext_results, max(1, len(devices)))
+        gpu_checks, timings = _gpu_layers(gpu_missing, seed=seed, timeout_s=args.check_timeout,
+                                          usable=device_usable[0], device_usable=device_usable)
         checks += gpu_checks
         dist = distributed.run_distributed_layer(
             requested=args.distributed, device_count=(env.get("torch") or {}).get("device_count") or 0,
-            usable_modules=usable, seed=seed, check_timeout_s=args.check_timeout)
+            usable_modules=device_usable[0], seed=seed, check_timeout_s=args.check_timeout)
         checks += dist.checks
         dist_block = dist.block
 
@@ -233,8 +234,8 @@ def _run(args: argparse.Namespace, required: tuple[str, ...], manifest_data: dic
     return report["exit_code"]
 
 
-def _gpu_layers(gpu_missing: bool, *, seed: int, timeout_s: float, usable: frozenset[str]
-                ) -> tuple[list[Check], list[dict[str, Any]]]:
+def _gpu_layers(gpu_missing: bool, *, seed: int, timeout_s: float, usable: frozenset[str],
+                device_usable: dict[int, frozenset[str]]) -> tuple[list[Check], list[dict[str, Any]]]:
     """Layers 6-7 (parity, timing) from verify.gpu; SKIP without a GPU, one FAIL if they cannot run."""
     if gpu_missing:
         reason = "no CUDA device visible: needs a GPU (use --static for layers 1-5 only)"
@@ -245,7 +246,8 @@ def _gpu_layers(gpu_missing: bool, *, seed: int, timeout_s: float, usable: froze
         return [Check("parity", "all", Status.FAIL,
                       f"the GPU layers are not installed with this verify (import verify.gpu failed: {exc})")], []
     try:
-        results = run_gpu_layers(seed=seed, check_timeout_s=timeout_s, usable_modules=usable)
+        results = run_gpu_layers(seed=seed, check_timeout_s=timeout_s, usable_modules=usable,
+                                 device_count=len(device_usable), device_usable=device_usable)
     except Exception as exc:  # one broken layer must not lose the static findings
         return [Check("parity", "all", Status.FAIL, f"GPU layers stopped: {type(exc).__name__}: {exc}")], []
     return list(results.checks), list(results.timings)

@@ -1,7 +1,10 @@
-"""Time a callable the way GPU work must be timed: warm-up, CUDA events, median and spread.
+"""Time a callable repeatedly: warm-up, CUDA events around each call, median and spread.
 
-On a CUDA device each repetition is bracketed by CUDA events (device time, no host jitter);
-on the CPU (tests, smoke runs) by perf_counter. Callers pass fresh, non-zero inputs.
+Each repetition is bracketed by CUDA events with no synchronisation in between, so a sample is the
+call's host-inclusive time in a back-to-back loop (the GPU waits for the host when the host is
+slower). `verify bench` times training steps and the copy ceiling this way; fused-vs-native kernel
+comparisons go through verify.kernel_compare (two figures, interleaved rounds). On the CPU (tests,
+smoke runs) perf_counter brackets each call. Callers pass fresh, non-zero inputs.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ class Timing:
     min_ms: float
     iters: int
     device: str
+    samples: tuple[float, ...] = dataclasses.field(default=(), repr=False)  # ms, in run order; not in JSON
 
     @property
     def spread_pct(self) -> float:
@@ -31,6 +35,7 @@ class Timing:
 
     def to_json(self) -> dict:
         data = dataclasses.asdict(self)
+        del data["samples"]
         data["spread_pct"] = round(self.spread_pct, 2)
         for key in ("median_ms", "p10_ms", "p90_ms", "min_ms"):
             data[key] = round(data[key], 5)
@@ -73,27 +78,14 @@ def measure(
             t0 = time.perf_counter()
             fn()
             samples.append((time.perf_counter() - t0) * 1e3)
-    samples.sort()
+    ordered = sorted(samples)
     return Timing(
         name=name,
-        median_ms=statistics.median(samples),
-        p10_ms=_quantile(samples, 0.10),
-        p90_ms=_quantile(samples, 0.90),
-        min_ms=samples[0],
+        median_ms=statistics.median(ordered),
+        p10_ms=_quantile(ordered, 0.10),
+        p90_ms=_quantile(ordered, 0.90),
+        min_ms=ordered[0],
         iters=iters,
         device=str(device),
+        samples=tuple(samples),
     )
-
-
-def verdict(fused: Timing, best_native: Timing, *, noise_pct: float = 3.0) -> tuple[float, str]:
-    """Speedup of the fused kernel over the best native one, and a plain sentence saying who wins.
-
-    A ratio within noise_pct of 1.0 (or within the spread of either side) is called a tie.
-    """
-    ratio = best_native.median_ms / fused.median_ms
-    margin = max(noise_pct, fused.spread_pct / 2, best_native.spread_pct / 2) / 100.0
-    if abs(ratio - 1.0) <= margin:
-        return ratio, f"tie: {fused.name} and {best_native.name} are within noise ({ratio:.2f}x)"
-    if ratio > 1.0:
-        return ratio, f"{fused.name} is faster here: {ratio:.2f}x vs {best_native.name}"
-    return ratio, f"{best_native.name} is faster here: {1 / ratio:.2f}x vs {fused.name}"

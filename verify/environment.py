@@ -95,17 +95,30 @@ def _torch_info() -> tuple[dict[str, Any] | None, str | None]:
         info["cuda_available"] = bool(torch.cuda.is_available())
         if info["cuda_available"]:
             info["device_count"] = torch.cuda.device_count()
-            props = torch.cuda.get_device_properties(0)
-            info["gpu"] = {
-                "name": props.name,
-                "capability": f"{props.major}.{props.minor}",
-                "sm": f"sm_{props.major}{props.minor}",
-                "memory_gib": round(props.total_memory / 2**30, 1),
-                "multiprocessors": props.multi_processor_count,
-            }
+            # every visible GPU (a cluster node has 8); `gpu` is device 0, where parity and timing run
+            info["gpus"] = [_gpu(torch, i) for i in range(info["device_count"])]
+            info["gpu"] = {k: v for k, v in info["gpus"][0].items() if k != "index"}
     except Exception as exc:  # a broken driver shows up here; report it, don't die
         info["cuda_error"] = f"{type(exc).__name__}: {exc}"
     return info, None
+
+
+def _gpu(torch: Any, index: int) -> dict[str, Any]:
+    props = torch.cuda.get_device_properties(index)
+    return {
+        "index": index,
+        "name": props.name,
+        "capability": f"{props.major}.{props.minor}",
+        "sm": f"sm_{props.major}{props.minor}",
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "multiprocessors": props.multi_processor_count,
+    }
+
+
+def device_capabilities(env: dict[str, Any]) -> list[tuple[int, int]]:
+    """Every visible GPU's compute capability, device 0 first; [] without a GPU."""
+    gpus = (env.get("torch") or {}).get("gpus") or []
+    return [tuple(int(n) for n in g["capability"].split(".")) for g in gpus]  # type: ignore[misc]
 
 
 def capability(env: dict[str, Any]) -> tuple[int, int] | None:
@@ -198,10 +211,12 @@ def _checks(env: dict[str, Any]) -> list[Check]:
     ))
     gpu = torch_info["gpu"]
     if gpu:
+        others = _other_gpus(torch_info)
         checks.append(Check(
             "environment", "gpu", Status.PASS,
             f"{gpu['name']}, compute capability {gpu['capability']} ({gpu['sm']}),"
-            f" {gpu['memory_gib']} GiB, {torch_info['device_count']} device(s)", details=dict(gpu),
+            f" {gpu['memory_gib']} GiB, {torch_info['device_count']} device(s)" + (f"; {others}" if others else ""),
+            details=dict(gpu),
         ))
         archs = torch_info["arch_list"]
         if archs and gpu["sm"] not in archs and not _ptx_covers(archs, capability(env)):
@@ -230,6 +245,18 @@ def _checks(env: dict[str, Any]) -> list[Check]:
             f"{tool} {info['version']} at {info['path']}" if info else f"{tool} not found (normal in runtime images)",
         ))
     return checks
+
+
+def _other_gpus(torch_info: dict[str, Any]) -> str:
+    """'' on one GPU or a node of identical ones; else which devices differ from device 0."""
+    gpus = torch_info.get("gpus") or []
+    if len(gpus) < 2:
+        return ""
+    first = (gpus[0]["name"], gpus[0]["capability"])
+    differ = [g for g in gpus[1:] if (g["name"], g["capability"]) != first]
+    if not differ:
+        return f"all {len(gpus)} alike; parity and timing on cuda:0, a smoke check on each other"
+    return "differs: " + ", ".join(f"cuda:{g['index']} {g['name']} ({g['sm']})" for g in differ)
 
 
 def _ptx_covers(arch_list: list[str], cap: tuple[int, int] | None) -> bool:

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -274,8 +275,14 @@ def extension_checks(results: list[ExtensionResult], expected: set[str]) -> list
 
 
 # ----------------------------------------------------------------------------- arch coverage
-def read_arch(results: list[ExtensionResult], capability: tuple[int, int] | None) -> list[Check]:
-    """Fill each result's `arch` from its .so and return the arch-layer checks."""
+def read_arch(results: list[ExtensionResult], capability: tuple[int, int] | None,
+              devices: Sequence[tuple[int, int]] = ()) -> list[Check]:
+    """Fill each result's `arch` from its .so and return the arch-layer checks.
+
+    capability: GPU 0's (parity and timing run there). devices: every visible GPU's capability, device 0
+    first; with more than one, each device is checked too (`arch.devices` in the report) and the check
+    fails if any GPU of the node cannot run the code. One GPU: exactly the single-device check.
+    """
     checks: list[Check] = []
     for ext in results:
         if not ext.path or not ext.path.endswith(".so"):
@@ -300,13 +307,38 @@ def read_arch(results: list[ExtensionResult], capability: tuple[int, int] | None
             continue
         verdict = fatbin.compatibility(targets, capability)
         ext.arch["compatible"] = verdict.compatible
-        if not verdict.compatible:
+        per_device = [(i, cap, fatbin.compatibility(targets, cap)) for i, cap in enumerate(devices)]
+        if len(per_device) > 1:
+            ext.arch["devices"] = [{"index": i, "sm": fatbin.capability_name(cap), "compatible": v.compatible}
+                                   for i, cap, v in per_device]
+        others_bad = [(i, v) for i, _cap, v in per_device[1:] if not v.compatible]
+        via_ptx = [v for v in [verdict, *(v for _i, _c, v in per_device)] if v.via and v.via.startswith("compute_")]
+        if not verdict.compatible or others_bad:
             status = Status.FAIL
-        elif verdict.via and verdict.via.startswith("compute_"):
+        elif via_ptx:
             status = Status.WARN  # runs, but through a JIT compile on first use
         else:
             status = Status.PASS
-        checks.append(Check("arch", ext.module, status, verdict.message + ("" if verdict.compatible is False
-                                                                           else f" (built for {built})"),
-                            details={**ext.arch, "via": verdict.via}))
+        message = verdict.message + ("" if verdict.compatible is False else f" (built for {built})")
+        if len(per_device) > 1:
+            message += "; " + (", ".join(f"cuda:{i}: {v.message}" for i, v in others_bad) if others_bad
+                               else f"all {len(per_device)} GPUs can run it")
+        checks.append(Check("arch", ext.module, status, message, details={**ext.arch, "via": verdict.via}))
     return checks
+
+
+def usable_on_devices(results: list[ExtensionResult], device_count: int) -> dict[int, frozenset[str]]:
+    """Per GPU index: the modules that imported and carry code that GPU can run."""
+    usable: dict[int, frozenset[str]] = {}
+    for index in range(device_count):
+        names = set()
+        for ext in results:
+            if ext.status != "ok":
+                continue
+            arch = ext.arch or {}
+            devices = {d["index"]: d["compatible"] for d in arch.get("devices") or []}
+            compatible = devices.get(index, arch.get("compatible"))
+            if compatible is not False:
+                names.add(ext.module)
+        usable[index] = frozenset(names)
+    return usable

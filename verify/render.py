@@ -43,17 +43,41 @@ def _num(value: Any, spec: str, suffix: str = "") -> str:
     return f"{value:{spec}}{suffix}" if isinstance(value, (int, float)) else "n/a"
 
 
+def _figure_cells(t: dict[str, Any], figure: str) -> tuple[str, str]:
+    """('fused ms / native ms', 'winner speedup (lo-hi)') for one figure of a timing row."""
+    v = t.get(figure)
+    if not v:
+        return "n/a", "not measured"
+    lo, hi = v["interval"]
+    return (f"{_num(v['fused_ms'], '.3f')} / {_num(v['native_ms'], '.3f')}",
+            f"{v['winner']} {_num(v['speedup'], '.2f', 'x')} ({lo:.2f}-{hi:.2f})")
+
+
+def _host_bound(t: dict[str, Any]) -> str:
+    rows = [t.get("fused") or {}, *(t.get("natives") or [])]
+    marks = [f"{r['name']} +{r['bound']['host_overhead_ms']:.3f} ms" for r in rows
+             if (r.get("bound") or {}).get("kind") == "host"]
+    return ", ".join(marks) or "none"
+
+
 def timings_table(timings: list[dict[str, Any]]) -> list[str]:
     if not timings:
         return []
-    rows = [("kernel", "case", "fused ms", "best native", "native ms", "speedup", "verdict")]
+    rows = [("kernel", "case", "kernel ms apex / native", "kernel: winner", "loop ms apex / native", "loop: winner",
+             "host-bound")]
     for t in timings:
-        best = next((n for n in t.get("natives", []) if n.get("name") == t.get("best_native")), {})
-        rows.append((t.get("kernel", ""), t.get("case", ""), _num((t.get("fused") or {}).get("median_ms"), ".4f"),
-                     t.get("best_native") or "", _num(best.get("median_ms"), ".4f"),
-                     _num(t.get("speedup"), ".2f", "x"), t.get("verdict") or ""))
+        kernel_ms, kernel_verdict = _figure_cells(t, "kernel_time")
+        loop_ms, loop_verdict = _figure_cells(t, "host_inclusive")
+        rows.append((t.get("kernel", ""), t.get("case", ""), kernel_ms, kernel_verdict, loop_ms, loop_verdict,
+                     _host_bound(t)))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]) - 1)]
     return ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows]
+
+
+def timings_heading(timings: list[dict[str, Any]]) -> str:
+    devices = sorted({t.get("device") or "?" for t in timings})
+    return (f"── timings on {', '.join(devices)} (kernel: GPU kernel time, torch.profiler; loop: per call in a"
+            " back-to-back loop, CUDA events; speedup = native / apex, interleaved rounds, 95% interval) ──")
 
 
 def terminal(report: dict[str, Any], *, color: bool = False, quiet: bool = False) -> str:
@@ -71,7 +95,7 @@ def terminal(report: dict[str, Any], *, color: bool = False, quiet: bool = False
         status = _paint(f"{check['status']:<4}", check["status"], color)
         lines.append(f"{status}  {one_line(check['id']):<{width}}  {one_line(check['summary'])}")
     if report.get("timings") and not quiet:
-        lines.append("── timings (median of CUDA-event samples; speedup = best native / fused) ──")
+        lines.append(timings_heading(report["timings"]))
         lines.extend(timings_table(report["timings"]))
     if workflow_commands.active():
         lines.extend(workflow_commands.command("error", c["summary"], title=f"verify {c['id']}")
@@ -133,13 +157,14 @@ def markdown(report: dict[str, Any]) -> str:
         out.append(f"| {c['status']} | `{c['id']}` | {_md(c['summary'])} |")
     out.append("")
     if report.get("timings"):
-        out += ["## Timings", "", "| kernel | case | fused median ms | best native | native median ms | speedup | verdict |",
-                "|---|---|---|---|---|---|---|"]
+        out += ["## Timings", "", f"{timings_heading(report['timings']).strip('─ ')}.", "",
+                "| kernel | case | kernel ms apex / native | kernel: winner | loop ms apex / native | loop: winner "
+                "| host-bound | verdict |", "|---|---|---|---|---|---|---|---|"]
         for t in report["timings"]:
-            best = next((n for n in t.get("natives", []) if n.get("name") == t.get("best_native")), {})
-            out.append(f"| {_md(t.get('kernel'))} | {_md(t.get('case'))} | {_num((t.get('fused') or {}).get('median_ms'), '.4f')}"
-                       f" | {_md(t.get('best_native'))} | {_num(best.get('median_ms'), '.4f')}"
-                       f" | {_num(t.get('speedup'), '.2f', 'x')} | {_md(t.get('verdict'))} |")
+            kernel_ms, kernel_verdict = _figure_cells(t, "kernel_time")
+            loop_ms, loop_verdict = _figure_cells(t, "host_inclusive")
+            out.append(f"| {_md(t.get('kernel'))} | {_md(t.get('case'))} | {kernel_ms} | {kernel_verdict} | {loop_ms}"
+                       f" | {loop_verdict} | {_md(_host_bound(t))} | {_md(t.get('verdict'))} |")
         out.append("")
     if report.get("distributed"):
         out += _distributed_md(report["distributed"])

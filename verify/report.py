@@ -1,4 +1,4 @@
-"""Assemble the report (schema v1, verify/schema/report.schema.json): counts, verdict and exit code."""
+"""Assemble the report (schema v2, verify/schema/report.schema.json): counts, verdict and exit code."""
 
 from __future__ import annotations
 

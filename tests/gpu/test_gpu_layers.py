@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import random
 import time
@@ -34,7 +35,8 @@ USABLE = _usable()
 if USABLE != {"amp_C", "fused_layer_norm_cuda"}:
     pytest.skip(f"needs Apex built with APEX_CUDA_EXT=1 (importable: {sorted(USABLE)})", allow_module_level=True)
 
-TIMING_KEYS = {"kernel", "case", "fused", "natives", "best_native", "speedup", "verdict"}
+TIMING_KEYS = {"kernel", "case", "device", "fused", "natives", "kernel_time", "host_inclusive", "winner", "verdict",
+               "rounds", "bootstrap"}
 
 
 def test_full_gpu_layers_all_pass(monkeypatch):
@@ -53,8 +55,22 @@ def test_full_gpu_layers_all_pass(monkeypatch):
     assert len(parity) == 20 and all(c.status is Status.PASS for c in parity)
     assert len(timing) == 5 and all(c.status is Status.INFO for c in timing)
     assert len(results.timings) == 5 and all(set(t) == TIMING_KEYS for t in results.timings)
+    for t in results.timings:  # both figures measured, each with a winner, on the named device
+        assert t["device"].startswith("cuda:0 (")
+        assert all(t["winner"][f] in ("fused", "native", "tie") for f in ("kernel_time", "host_inclusive"))
+        assert "marker kernel" in t["fused"]["kernel_time"]["method"]
     assert all(c.details["seed"] == seed for c in results.checks)
-    # the 60 s target is shown by verify's own printed timing (reports/), not asserted here
+    # the 30 s target is shown by verify's own printed timing (reports/), not asserted here
+
+
+def test_the_smoke_check_runs_on_a_real_device():
+    """On one GPU there is no smoke case; run its code on cuda:0 so the multi-GPU path is exercised here."""
+    from verify.gpu import cases, smoke
+
+    case = dataclasses.replace(cases.case("smoke.cuda1"), params=(("device", 0),))
+    check, timings = smoke.run_case(case, seed=3)
+    assert check.status is Status.PASS, check.summary
+    assert check.summary.startswith("cuda:0 ") and timings == []
 
 
 def test_a_crash_and_an_oom_stay_in_their_checks(monkeypatch):

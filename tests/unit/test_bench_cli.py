@@ -49,7 +49,8 @@ def test_smoke_run_exits_0_and_writes_json_and_markdown(smoke: dict) -> None:
 
 def test_json_header_environment_and_config(smoke: dict) -> None:
     doc = smoke["doc"]
-    assert doc["schema_version"] == "1" and doc["kind"] == "apex-bench"
+    assert doc["schema_version"] == "2" and doc["kind"] == "apex-bench"
+    assert set(doc["figures"]) == {"stages", "micro", "copy_bandwidth"}
     head = doc["environment"]["headline"]
     assert head["torch"] == torch.__version__ and head["device"] == "cpu" and head["gpu"] is None
     assert "perf_counter" in doc["timer"]
@@ -93,12 +94,14 @@ def test_microbenchmarks_time_natives_and_skip_apex(smoke: dict) -> None:
     assert len(optimizer) == 2 and optimizer[0]["case"].startswith("60 x Linear(")
     assert len(norms) == 2 * 2 * 2  # shapes x dtypes x (LayerNorm, RMSNorm)
     for item in optimizer + norms:
-        impls = {i["name"]: i for i in item["implementations"]}
-        fused = item["implementations"][0]
+        fused = item["fused"]
         assert fused["name"].startswith("apex") and fused["status"] == "SKIP" and fused["reason"]
-        natives = [i for i in impls.values() if not i["name"].startswith("apex")]
-        assert natives and all(i["status"] == "OK" and i["GBps"] > 0 for i in natives)
-        assert item["best_native"] in impls and item["speedup"] is None
+        natives = item["natives"]
+        assert natives and all(i["status"] == "OK" for i in natives)
+        for figure in ("kernel_time", "host_inclusive"):  # both figures for every native that ran
+            assert all(i[figure]["median_ms"] > 0 and i["GBps"][figure] > 0 for i in natives)
+            assert item[figure] is None and item["winner"][figure] is None  # no Apex, no verdict
+        assert item["verdict"].startswith("no comparison: apex")
     assert {n["dtype"] for n in norms} == {"fp32", "bf16"}
     assert optimizer[0]["bytes"] == 28 * optimizer[0]["params"]
 

@@ -10,11 +10,13 @@ import pytest
 import torch
 from torch import nn
 
+from verify import kernel_variants
 from verify.bench import cli, micro, results, stages
 from verify.bench import model as gpt
 from verify.bench.apex_parts import ApexPart
 from verify.bench.config import PRESETS
 from verify.cuda_timer import Timing
+from verify.kernel_compare import Variant
 
 
 def _cfg(**over: object):
@@ -118,69 +120,81 @@ def test_apex_stage_skips_with_every_distinct_reason() -> None:
 
 
 def _timing(name: str, median: float) -> Timing:
+    samples = tuple(median * f for f in (0.98, 0.99, 1.0, 1.0, 1.01, 1.02, 0.995))
     return Timing(name=name, median_ms=median, p10_ms=median * 0.99, p90_ms=median * 1.01, min_ms=median * 0.98,
-                  iters=5, device="cpu")
+                  iters=len(samples), device="cpu", samples=samples)
 
 
-def test_stage_comparisons_say_who_wins() -> None:
+def test_stage_comparisons_say_who_wins_with_an_interval() -> None:
     def run(key: str, median: float) -> stages.StageRun:
         return stages.StageRun(stages.stage_by_key(key), "OK", timing=_timing(key, median), losses=[1.0])
 
     out = stages._comparisons({"adam-fp32": run("adam-fp32", 100.0), "fusedadam-fp32": run("fusedadam-fp32", 80.0)})
-    assert len(out) == 1 and out[0]["status"] == "OK"
-    assert out[0]["speedup"] == pytest.approx(1.25) and "fusedadam-fp32 is faster" in out[0]["verdict"]
+    assert len(out) == 1 and out[0]["status"] == "OK" and out[0]["figure"] == "host_inclusive"
+    assert out[0]["speedup"] == pytest.approx(1.25) and out[0]["winner"] == "fused"
+    lo, hi = out[0]["interval"]
+    assert lo < 1.25 < hi and lo > 1.1  # well outside the tie band of the host-inclusive figure
+    assert out[0]["verdict"].startswith("per training step fusedadam-fp32 is 1.25x faster")
+    tie = stages._comparisons({"adam-fp32": run("adam-fp32", 100.0), "fusedadam-fp32": run("fusedadam-fp32", 99.5)})
+    assert tie[0]["winner"] == "tie" and tie[0]["verdict"].startswith("per training step they tie (1.01x")
 
 
-def test_compare_times_real_kernels_and_reports_bandwidth() -> None:
-    cfg = _cfg(micro_warmup=1, micro_iters=3)
-    x = torch.randn(64, 128, requires_grad=True)
-    dy = torch.randn(64, 128)
+def _norm_variants(rows: int = 64, hidden: int = 128) -> list:
+    x = torch.randn(rows, hidden, requires_grad=True)
+    dy = torch.randn(rows, hidden)
+    weight, bias = torch.rand(hidden) + 0.5, torch.rand(hidden) - 0.5
+    # nn.LayerNorm on both sides: the comparison machinery on real torch, no Apex needed
+    return kernel_variants.norm_variants("fused_layer_norm", x, dy, weight, bias, nn.LayerNorm)
 
-    def setup(cls: type):
-        def make():
-            module = cls(128)
-            return lambda: torch.autograd.grad(module(x), [x, *module.parameters()], dy)
-        return make
 
+def test_compare_times_real_kernels_and_reports_bandwidth_per_figure() -> None:
+    cfg = _cfg(micro_rounds=3)
     n_bytes = micro.norm_fwd_bwd_bytes(64, 128, 4, has_bias=True, stats_per_row=2)
-    item = micro._compare("LayerNorm", "(64, 128) fp32", n_bytes,
-                          [("layer_norm A", setup(nn.LayerNorm), ""), ("layer_norm B", setup(nn.LayerNorm), "")],
-                          cfg, torch.device("cpu"), copy_gbps=10.0)
-    assert item["status"] == "OK" and item["best_native"] == "layer_norm B"
-    assert item["speedup"] > 0 and item["verdict"]
-    assert all(i["GBps"] > 0 and i["pct_of_copy"] == pytest.approx(100 * i["GBps"] / 10.0, rel=1e-2)
-               for i in item["implementations"])
+    item = micro._compare("FusedLayerNorm", "(64, 128) fp32", n_bytes, _norm_variants(), cfg, torch.device("cpu"),
+                          copy_gbps=10.0)
+    assert item["status"] == "OK" and item["bytes"] == n_bytes
+    assert [i["name"] for i in results.implementations(item)] == ["apex FusedLayerNorm", "torch nn.LayerNorm"]
+    for figure in ("kernel_time", "host_inclusive"):
+        assert item[figure]["speedup"] > 0 and item["winner"][figure] in ("fused", "native", "tie")
+        assert len(item[figure]["ratios"]) == 3  # --micro rounds
+        for impl in results.implementations(item):
+            assert impl["GBps"][figure] > 0
+            assert impl["pct_of_copy"][figure] == pytest.approx(100 * impl["GBps"][figure] / 10.0, rel=2e-2)
+    assert item["verdict"]
 
 
 def test_compare_records_a_failing_implementation() -> None:
-    cfg = _cfg(micro_warmup=1, micro_iters=2)
+    cfg = _cfg(micro_rounds=2)
 
     def broken():
         raise RuntimeError("CUDA error: no kernel image is available for execution on the device\nmore")
 
-    item = micro._compare("K", "case", 8, [("apex K", broken, ""), ("native K", lambda: (lambda: None), "")],
-                          cfg, torch.device("cpu"), copy_gbps=None)
+    variants = [Variant("apex K", "fused", broken), Variant("native K", "native", lambda: (lambda: None))]
+    item = micro._compare("K", "case", 8, variants, cfg, torch.device("cpu"), copy_gbps=None)
     assert item["status"] == "FAIL"
-    assert item["implementations"][0]["reason"] == (
-        "RuntimeError: CUDA error: no kernel image is available for execution on the device")
-    assert item["implementations"][1]["status"] == "OK" and item["implementations"][1]["pct_of_copy"] is None
+    assert item["fused"]["reason"] == "RuntimeError: CUDA error: no kernel image is available for execution on the device"
+    native = item["natives"][0]
+    assert native["status"] == "OK" and native["pct_of_copy"]["host_inclusive"] is None
+    assert item["verdict"].startswith("no comparison: apex K FAIL (RuntimeError")
 
 
-def test_markdown_renders_verdicts_for_measured_kernels() -> None:
-    cfg = _cfg()
-    t = _timing("x", 1.0)
-    impl = {"name": "apex FusedAdam", "status": "OK", "reason": "", "timing": t.to_json(), "GBps": 100.0,
-            "pct_of_copy": 50.0}
-    item = {"kernel": "FusedAdam", "case": "c", "status": "OK", "implementations": [impl], "speedup": 1.5,
-            "verdict": "apex FusedAdam is faster here: 1.50x vs torch AdamW fused"}
+def test_markdown_renders_both_figures_and_the_winners() -> None:
     import datetime
 
+    cfg = _cfg(micro_rounds=2)
+    item = micro._compare("FusedLayerNorm", "(64, 128) fp32", 1000, _norm_variants(), cfg, torch.device("cpu"),
+                          copy_gbps=200.0)
     doc = results.build(cfg_json=cfg.to_json(), environment={"headline": {
         "device": "cuda:0", "gpu": "H200", "torch": "2.11", "cuda": "13.0", "python": "3.12", "apex_commit": None}},
         apex={}, timer="cuda_events", copy={"status": "OK", "bytes": 2**31, "GBps": 200.0},
         stages={"baseline": None, "loss_rel_tol": 0.05, "stages": [], "comparisons": []},
-        optimizer=[item], norms=[], started=datetime.datetime(2026, 1, 1), duration_s=1.0)
+        optimizer=[], norms=[item], started=datetime.datetime(2026, 1, 1), duration_s=1.0)
     md = results.markdown(doc)
-    assert "- FusedAdam c: apex FusedAdam is faster here: 1.50x" in md
-    assert "200.0 GB/s (2 GiB device-to-device copy" in md
+    assert "| kernel | case | implementation | kernel ms (p10–p90) | loop ms (p10–p90) |" in md
+    winners = item["winner"]
+    assert (f"- FusedLayerNorm (64, 128) fp32: {item['verdict']} (winner: kernel {winners['kernel_time']}, "
+            f"loop {winners['host_inclusive']})") in md
+    kernel_ms = item["natives"][0]["kernel_time"]["median_ms"]
+    assert f"| FusedLayerNorm | (64, 128) fp32 | torch nn.LayerNorm | {kernel_ms:.3f} (" in md
+    assert "200.0 GB/s (2 GiB device-to-device copy" in md and "Bandwidth is from the kernel time" in md
     assert "CPU smoke run" not in md

@@ -6,6 +6,7 @@ the GPU groups, and VERIFY_FAULT_INJECT makes a chosen case abort, hang, raise o
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -173,3 +174,24 @@ def test_a_broken_cuda_context_hands_the_rest_to_a_fresh_worker(monkeypatch):
     assert "broken after this case" in checks["selftest.first"].details["cuda_context"]
     assert checks["selftest.second"].status is checks["selftest.third"].status is Status.PASS
     assert len(result.workers) == 2 and result.workers[0]["exit"] == "exit code 1" and "poisoned" in result.workers[0]
+
+
+def test_a_held_worker_sets_up_then_waits_for_release(monkeypatch):
+    """The exclusive timing group's worker starts beside the parity groups but runs nothing until released."""
+    monkeypatch.delenv(FAULT_ENV, raising=False)
+    worker = runner._Worker("selftest", SEED, ["selftest.first", "selftest.second"], hold=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not worker.lines.queue and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # a worker that did not wait would have started its cases by now
+        events = [json.loads(line)["event"] for line in list(worker.lines.queue) if line]
+        assert events == ["ready"]  # set up, and held: no case started
+        started = time.monotonic()
+        result = runner.run_group("selftest", SEED, 30, ["selftest.first", "selftest.second"], first_worker=worker)
+    finally:
+        worker.kill()
+        worker.finish()
+    assert [c.status for c in result.checks] == [Status.PASS, Status.PASS]
+    assert len(result.workers) == 1 and result.workers[0]["pid"] == worker.proc.pid  # no second process
+    assert time.monotonic() - started < 10

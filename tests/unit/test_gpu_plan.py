@@ -35,8 +35,23 @@ def test_case_seeds_are_reproducible_and_distinct():
 def test_with_everything_usable_everything_runs():
     to_run, skipped = plan(CORE, None)
     assert skipped == []
-    assert list(to_run) == list(cases.GPU_GROUPS)
-    assert sum(len(v) for v in to_run.values()) == sum(len(cases.cases_of(g)) for g in cases.GPU_GROUPS)
+    # one GPU: the report is what it always was, no smoke group (device 0 runs the full layers)
+    assert list(to_run) == [g for g in cases.GPU_GROUPS if g != "smoke"]
+    assert sum(len(v) for v in to_run.values()) == sum(len(cases.cases_of(g)) for g in cases.GPU_GROUPS if g != "smoke")
+
+
+def test_every_further_gpu_gets_a_smoke_case_and_a_mismatched_one_is_skipped_by_name():
+    to_run, skipped = plan(CORE, None, device_count=8)
+    assert to_run["smoke"] == [f"smoke.cuda{i}" for i in range(1, 8)]
+    assert all(cases.device_of(cases.case(n)) == i for i, n in enumerate(to_run["smoke"], 1))
+    assert skipped == []
+    # cuda:3 is another GPU whose arch the build does not cover: only its smoke case is skipped, by name
+    usable = {i: CORE for i in range(8)} | {3: frozenset()}
+    to_run, skipped = plan(CORE, None, device_count=8, device_usable=usable)
+    assert "smoke.cuda3" not in to_run["smoke"] and len(to_run["smoke"]) == 6
+    assert [c.id for c in skipped] == ["parity.smoke.cuda3"]
+    assert skipped[0].summary.startswith("smoke.cuda3 (cuda:3): needs amp_C, fused_layer_norm_cuda")
+    assert len(to_run["timing"]) == 5  # timing stays on cuda:0
 
 
 def test_a_missing_module_skips_what_needs_it_naming_the_module():

@@ -79,9 +79,9 @@ def test_report_from_real_result_files(tmp_path: Path, verify_report: Path) -> N
 
 def test_speedups_and_bars_from_timings(tmp_path: Path, verify_report: Path) -> None:
     report = json.loads(verify_report.read_text())
-    report["timings"] = [
-        {"kernel": "FusedAdam", "case": "a", "speedup": 2.0},
-        {"kernel": "FusedAdam", "case": "b", "speedup": 8.0},
+    report["timings"] = [  # schema v2 rows (kernel_time) and a v1 row (top-level speedup) read alike
+        {"kernel": "FusedAdam", "case": "a", "kernel_time": {"speedup": 2.0}, "host_inclusive": {"speedup": 9.0}},
+        {"kernel": "FusedAdam", "case": "b", "kernel_time": {"speedup": 8.0}, "host_inclusive": None},
         {"kernel": "FusedLayerNorm", "case": "a", "speedup": 0.5},
     ]
     row = matrix_report.Row(id="x", name="x", status="verified", cell={}, build={"ok": True}, verify=None,

@@ -151,3 +151,31 @@ def test_real_nvcc_shared_library(tmp_path: Path) -> None:
     assert fatbin.compatibility(targets, (9, 0)).via == "sm_90a"
     assert fatbin.compatibility(targets, (10, 0)).via == "compute_90"
     assert not fatbin.compatibility(targets, (7, 5)).compatible
+
+
+def _ext(tmp_path: Path, name: str, entries: list[tuple[int, int, int]]):
+    from verify.extensions import ExtensionResult
+
+    so = tmp_path / f"{name}.so"
+    so.write_bytes(elf_with_sections({".nv_fatbin": fatbin_container(entries)}))
+    return ExtensionResult(name, "APEX_CUDA_EXT", "core", True, "ok", path=str(so))
+
+
+def test_arch_is_checked_on_every_gpu_of_the_node(tmp_path: Path) -> None:
+    from verify import extensions
+
+    one = [_ext(tmp_path, "amp_C", [(2, 90, 0x11)])]
+    single = extensions.read_arch(one, (9, 0), [(9, 0)])
+    assert single[0].status.value == "PASS" and "GPUs" not in single[0].summary and "devices" not in one[0].arch
+    eight = [_ext(tmp_path, "amp_C", [(2, 90, 0x11)])]
+    same = extensions.read_arch(eight, (9, 0), [(9, 0)] * 8)
+    assert same[0].status.value == "PASS" and same[0].summary.endswith("; all 8 GPUs can run it")
+    assert [d["compatible"] for d in eight[0].arch["devices"]] == [True] * 8
+    # a mixed node: cuda:2 is an A100 and the build has sm_90 only
+    mixed = [_ext(tmp_path, "amp_C", [(2, 90, 0x11)]), _ext(tmp_path, "fused_layer_norm_cuda", [(2, 80, 0x11), (2, 90, 0x11)])]
+    checks = {c.name: c for c in extensions.read_arch(mixed, (9, 0), [(9, 0), (9, 0), (8, 0)])}
+    assert checks["amp_C"].status.value == "FAIL" and "cuda:2: arch mismatch: built for sm_90 only" in checks["amp_C"].summary
+    assert checks["fused_layer_norm_cuda"].status.value == "PASS"
+    assert mixed[0].arch["compatible"] is True  # GPU 0, where parity and timing run, is fine
+    usable = extensions.usable_on_devices(mixed, 3)
+    assert usable[0] == usable[1] == {"amp_C", "fused_layer_norm_cuda"} and usable[2] == {"fused_layer_norm_cuda"}

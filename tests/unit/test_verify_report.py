@@ -66,18 +66,51 @@ def test_timings_render_and_validate_against_schema() -> None:
     import jsonschema
     import torch
 
-    from verify import cuda_timer
+    from verify import kernel_compare, kernel_variants
 
-    x = torch.randn(256, 256)
-    fused = cuda_timer.measure("x.mul_", lambda: x.mul_(1.0), device="cpu", warmup=2, iters=5)
-    native = cuda_timer.measure("x * 1", lambda: x * 1.0, device="cpu", warmup=2, iters=5)
-    ratio, sentence = cuda_timer.verdict(fused, native)
-    rep = _report([Check("timing", "mul", Status.INFO, sentence)])
-    rep["timings"] = [{"kernel": "mul", "case": "256x256 fp32", "fused": fused.to_json(),
-                       "natives": [native.to_json()], "best_native": native.name, "speedup": ratio,
-                       "verdict": sentence}]
+    torch.set_num_threads(1)  # 2 shared CI cores: see tests/unit/test_kernel_compare.py
+    x = torch.randn(64, 256, requires_grad=True)
+    dy = torch.randn(64, 256)
+    variants = kernel_variants.norm_variants("fused_layer_norm", x, dy, torch.rand(256) + 0.5, torch.rand(256) - 0.5,
+                                             torch.nn.LayerNorm)
+    result = kernel_compare.compare("FusedLayerNorm", "64x256 fp32", variants, "cpu")
+    rep = _report([Check("timing", "fused_layer_norm.fp32", Status.INFO, result.sentence)])
+    rep["timings"] = [result.to_json()]
+    assert rep["schema_version"] == "2"
     schema = json.loads(report.SCHEMA_PATH.read_text())
     jsonschema.Draft202012Validator(schema).validate(json.loads(json.dumps(rep)))
     text = render.terminal(rep)
-    assert "── timings" in text and "256x256 fp32" in text and f"{ratio:.2f}x" in text
-    assert "| mul | 256x256 fp32 |" in render.markdown(rep)
+    assert "── timings on cpu (kernel: GPU kernel time" in text and "64x256 fp32" in text
+    kernel = rep["timings"][0]["kernel_time"]
+    assert f"{kernel['winner']} {kernel['speedup']:.2f}x ({kernel['interval'][0]:.2f}-" in text
+    md = render.markdown(rep)
+    assert "| FusedLayerNorm | 64x256 fp32 |" in md and result.sentence in md
+
+
+def test_a_v1_timing_row_does_not_validate_as_v2() -> None:
+    import json
+
+    import jsonschema
+
+    rep = _report([])
+    rep["timings"] = [{"kernel": "mul", "case": "c", "fused": None, "natives": [], "best_native": None,
+                       "speedup": 1.0, "verdict": "tie"}]
+    schema = json.loads(report.SCHEMA_PATH.read_text())
+    with pytest.raises(jsonschema.ValidationError, match="'device' is a required property"):
+        jsonschema.Draft202012Validator(schema).validate(rep)
+
+
+def test_the_gpu_line_names_a_node_of_many_gpus_and_what_differs() -> None:
+    from verify import environment
+
+    def gpu(i: int, name: str = "NVIDIA H200", cap: str = "9.0") -> dict:
+        return {"index": i, "name": name, "capability": cap, "sm": f"sm_{cap.replace('.', '')}", "memory_gib": 139.8,
+                "multiprocessors": 132}
+
+    assert environment._other_gpus({"gpus": [gpu(0)]}) == ""  # one GPU: the line is what it always was
+    assert environment._other_gpus({"gpus": [gpu(i) for i in range(8)]}).startswith("all 8 alike")
+    mixed = {"gpus": [gpu(0), gpu(1), gpu(2, "NVIDIA A100-SXM4-80GB", "8.0")]}
+    assert environment._other_gpus(mixed) == "differs: cuda:2 NVIDIA A100-SXM4-80GB (sm_80)"
+    env = {"torch": {"gpus": mixed["gpus"]}}
+    assert environment.device_capabilities(env) == [(9, 0), (9, 0), (8, 0)]
+    assert environment.device_capabilities({"torch": None}) == []

@@ -28,8 +28,9 @@ PRESETS: dict[str, dict[str, object]] = {
         "big_params": 250_000_000,  # issue 4: an optimizer step on >= 250M parameters
         "norm_shapes": ((32, 512, 1024), (16384, 4096)),
         "copy_bytes": 2 * GiB,
-        "micro_warmup": 5,
+        "micro_warmup": 5,  # the copy ceiling: warm-up copies and timed copies
         "micro_iters": 30,
+        "micro_rounds": 12,  # kernel comparisons: interleaved rounds (verify.timing_rules.RoundPlan)
     },
     "quick": {
         "batch": 4,
@@ -46,6 +47,7 @@ PRESETS: dict[str, dict[str, object]] = {
         "copy_bytes": 512 * MiB,
         "micro_warmup": 3,
         "micro_iters": 15,
+        "micro_rounds": 8,
     },
     # --device cpu: a smoke run for CI (tiny sizes; perf_counter timings mean nothing about a GPU)
     "cpu-smoke": {
@@ -63,6 +65,7 @@ PRESETS: dict[str, dict[str, object]] = {
         "copy_bytes": 4 * MiB,
         "micro_warmup": 1,
         "micro_iters": 3,
+        "micro_rounds": 4,
     },
 }
 
@@ -94,6 +97,7 @@ class BenchConfig:
     copy_bytes: int
     micro_warmup: int
     micro_iters: int
+    micro_rounds: int
     lr: float = LEARNING_RATE
 
     @property

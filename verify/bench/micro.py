@@ -1,26 +1,31 @@
 """Kernel microbenchmarks: optimizer step and norm forward+backward, fused (Apex) vs native PyTorch.
 
-These kernels are memory-bound, so each is also reported as effective bandwidth: the minimum bytes
-the operation must move (the byte models below) divided by its median time, and as a percentage of
-the device's copy bandwidth measured in the same run (a large device-to-device copy, read + write),
-which is the practical ceiling for any of them.
+Each case is one verify.kernel_compare comparison, the same method and the same implementations
+(verify/kernel_variants.py) as verify's timing layer: two figures per implementation, `kernel` (GPU
+kernel time from torch.profiler) and `host_inclusive` (time per call in a back-to-back loop), measured
+in interleaved rounds, with a verdict per figure. These kernels are memory-bound, so each figure is
+also reported as effective bandwidth: the minimum bytes the operation must move (the byte models
+below) divided by the median time, and as a percentage of the device's copy bandwidth measured in the
+same run (a large device-to-device copy, read + write), the practical ceiling for any of them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
+from verify import kernel_compare, kernel_variants
 from verify.bench.apex_parts import ApexPart
 from verify.bench.config import BenchConfig
-from verify.bench.stages import one_line_error
-from verify.cuda_timer import Timing, measure, verdict
+from verify.bench.results import implementations
+from verify.cuda_timer import Timing, measure
+from verify.kernel_compare import Variant, one_line_error
+from verify.timing_rules import CPU_ROUNDS, FIGURES, HOST_INCLUSIVE, KERNEL, ROUNDS, RoundPlan
 
-ADAM_LR = 1e-4  # small, so thousands of steps on random gradients keep parameters finite
-ADAM_WEIGHT_DECAY = 0.01
 BIG_TENSOR_DIM = 4096  # the >=250M-parameter case is made of (4096, 4096) Linear weights
 STATS_BYTES = 4  # Apex and torch keep per-row norm statistics in fp32
 
@@ -84,57 +89,47 @@ def copy_bandwidth(cfg: BenchConfig, device: torch.device) -> dict[str, object]:
             "timing": timing.to_json(), "GBps": round(_gbps(moved, timing), 2)}
 
 
-# ---- one fused-vs-native comparison ----
+# ---- one fused-vs-native comparison: verify.kernel_compare, the same as verify's timing layer ----
 
-Impl = tuple[str, Callable[[], Callable[[], object]] | None, str]  # (name, setup -> step fn, skip reason)
+def _bandwidth(n_bytes: int, figure: dict[str, object] | None, copy_gbps: float | None) -> tuple[float | None, float | None]:
+    if not figure or not figure.get("median_ms"):
+        return None, None
+    gbps = n_bytes / (float(figure["median_ms"]) / 1e3) / 1e9  # type: ignore[arg-type]
+    return float(f"{gbps:.4g}"), (float(f"{100 * gbps / copy_gbps:.4g}") if copy_gbps else None)
 
 
-def _compare(kernel: str, case: str, n_bytes: int, impls: list[Impl], cfg: BenchConfig,
+def _compare(kernel: str, case: str, n_bytes: int, variants: list[Variant], cfg: BenchConfig,
              device: torch.device, copy_gbps: float | None) -> dict[str, object]:
-    """Time each implementation (the first is the fused one) and say which wins.
+    """Both figures for every implementation (the first is the fused one) and the verdicts.
 
-    The result has the shape of verify's report `timings` entries, plus bandwidth per implementation.
+    The result is verify.kernel_compare's comparison (the shape of verify's report `timings` entries)
+    plus the byte count and, per implementation and figure, effective bandwidth and % of the copy ceiling.
     """
-    results = []
-    timings: dict[str, Timing] = {}
-    for name, setup, skip_reason in impls:
-        entry: dict[str, object] = {"name": name, "status": "SKIP", "reason": skip_reason, "timing": None,
-                                    "GBps": None, "pct_of_copy": None}
-        if setup is not None:
-            step = None
-            try:
-                step = setup()
-                timing = measure(name, step, device=device, warmup=cfg.micro_warmup, iters=cfg.micro_iters)
-                timings[name] = timing
-                gbps = _gbps(n_bytes, timing)
-                entry.update(status="OK", reason="", timing=timing.to_json(), GBps=round(gbps, 2),
-                             pct_of_copy=round(100 * gbps / copy_gbps, 1) if copy_gbps else None)
-            except Exception as exc:
-                entry.update(status="FAIL", reason=one_line_error(exc))
-            finally:
-                del step  # frees the optimizer state / module before the next implementation
-                _release(device)
-        results.append(entry)
-    fused_name = impls[0][0]
-    natives = [timings[n] for n, _, _ in impls[1:] if n in timings]
-    item: dict[str, object] = {
-        "kernel": kernel, "case": case, "bytes": n_bytes, "implementations": results,
-        "fused": timings[fused_name].to_json() if fused_name in timings else None,
-        "natives": [t.to_json() for t in natives],
-        "best_native": None, "speedup": None, "verdict": None,
-    }
-    if natives:
-        best = min(natives, key=lambda t: t.median_ms)
-        item["best_native"] = best.name
-        if fused_name in timings:
-            ratio, sentence = verdict(timings[fused_name], best)
-            item["speedup"], item["verdict"] = round(ratio, 4), sentence
-    if item["verdict"] is None:
-        fused_entry = results[0]
-        item["verdict"] = f"no comparison: {fused_name} {fused_entry['status']} ({fused_entry['reason']})"
-    item["status"] = "FAIL" if any(r["status"] == "FAIL" for r in results) else (
-        "OK" if item["speedup"] is not None else "SKIP")
+    try:
+        item: dict[str, object] = kernel_compare.compare(kernel, case, variants, device,
+                                                         rounds_plan(cfg, device)).to_json()
+    finally:
+        _release(device)
+    item["bytes"] = n_bytes
+    impls = implementations(item)
+    for impl in impls:
+        bandwidth = {figure: _bandwidth(n_bytes, impl[figure], copy_gbps) for figure in FIGURES}
+        impl["GBps"] = {figure: bw[0] for figure, bw in bandwidth.items()}
+        impl["pct_of_copy"] = {figure: bw[1] for figure, bw in bandwidth.items()}
+    statuses = [i["status"] for i in impls]
+    item["status"] = "FAIL" if "FAIL" in statuses else ("OK" if item[HOST_INCLUSIVE] is not None else "SKIP")
     return item
+
+
+def rounds_plan(cfg: BenchConfig, device: torch.device) -> RoundPlan:
+    base = ROUNDS if device.type == "cuda" else CPU_ROUNDS
+    return dataclasses.replace(base, rounds=cfg.micro_rounds)
+
+
+def _failed_item(kernel: str, case: str, exc: BaseException) -> dict[str, object]:
+    return {"kernel": kernel, "case": case, "status": "FAIL", "verdict": one_line_error(exc),
+            "fused": None, "natives": [], KERNEL: None, HOST_INCLUSIVE: None,
+            "winner": {KERNEL: None, HOST_INCLUSIVE: None}}
 
 
 # ---- optimizer step ----
@@ -164,19 +159,9 @@ def _optimizer_case(case: str, shapes: list[tuple[int, ...]], cfg: BenchConfig, 
                     fused: ApexPart, copy_gbps: float | None) -> dict[str, object]:
     params = _params(shapes, device, cfg.seed)
     n_params = sum(p.numel() for p in params)
-    kw = {"lr": ADAM_LR, "weight_decay": ADAM_WEIGHT_DECAY}
-
-    def setup(make: Callable[..., torch.optim.Optimizer], **extra: object) -> Callable[[], Callable[[], object]]:
-        # each implementation gets its own optimizer (and state) over the same parameters and gradients
-        return lambda: make(params, **kw, **extra).step
-
-    impls: list[Impl] = [
-        ("apex FusedAdam", setup(fused.cls, adam_w_mode=True) if fused.usable else None, fused.reason),
-        ("torch AdamW foreach", setup(torch.optim.AdamW, foreach=True), ""),
-        ("torch AdamW fused", setup(torch.optim.AdamW, fused=True), ""),
-    ]
+    variants = kernel_variants.adam_variants(params, fused.cls if fused.usable else None, fused.reason)
     item = _compare("FusedAdam", f"{case}, {n_params / 1e6:.2f}M params", adam_step_bytes(n_params),
-                    impls, cfg, device, copy_gbps)
+                    variants, cfg, device, copy_gbps)
     item["params"] = n_params
     return item
 
@@ -188,8 +173,7 @@ def optimizer_micro(cfg: BenchConfig, device: torch.device, apex: dict[str, Apex
         try:
             item = _optimizer_case(case, shapes, cfg, device, apex["FusedAdam"], copy_gbps)
         except Exception as exc:  # e.g. out of memory for the parameters themselves
-            item = {"kernel": "FusedAdam", "case": case, "status": "FAIL", "verdict": one_line_error(exc),
-                    "implementations": [], "fused": None, "natives": [], "best_native": None, "speedup": None}
+            item = _failed_item("FusedAdam", case, exc)
         finally:
             _release(device)
         out.append(item)
@@ -199,39 +183,26 @@ def optimizer_micro(cfg: BenchConfig, device: torch.device, apex: dict[str, Apex
 
 # ---- norm forward + backward ----
 
-# (Apex feature, Apex name, native name, native class, has bias, fp32 statistics per row)
-NORM_KINDS = (
-    ("FusedLayerNorm", "apex FusedLayerNorm", "nn.LayerNorm", nn.LayerNorm, True, 2),
-    ("FusedRMSNorm", "apex FusedRMSNorm", "nn.RMSNorm", nn.RMSNorm, False, 1),
-)
-NORM_EPS = 1e-5
+# (verify.kernel_variants kind, fp32 statistics per row)
+NORM_KINDS = (("fused_layer_norm", 2), ("fused_rms_norm", 1))
 
 
-def _norm_case(kind: tuple, shape: tuple[int, ...], dtype_name: str, cfg: BenchConfig, device: torch.device,
-               part: ApexPart, copy_gbps: float | None) -> dict[str, object]:
-    feature, fused_name, native_name, native_cls, has_bias, stats = kind
+def _norm_case(kind: str, stats_per_row: int, shape: tuple[int, ...], dtype_name: str, cfg: BenchConfig,
+               device: torch.device, part: ApexPart, copy_gbps: float | None) -> dict[str, object]:
+    feature = kernel_variants.norm_feature(kind)
     dtype = DTYPES[dtype_name]
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
+    hidden = shape[-1]
     x = torch.randn(shape, device=device, dtype=dtype, generator=gen).requires_grad_(True)
     dy = torch.randn(shape, device=device, dtype=dtype, generator=gen)
-    hidden = shape[-1]
-
-    def setup(cls: type) -> Callable[[], Callable[[], object]]:
-        def make() -> Callable[[], object]:
-            # weights in the input's dtype for both sides: the same work, the same bytes
-            module = cls(hidden, eps=NORM_EPS).to(device=device, dtype=dtype)
-            inputs = [x, *module.parameters()]
-            # autograd.grad returns fresh gradients: no accumulation traffic into .grad
-            return lambda: torch.autograd.grad(module(x), inputs, dy)
-        return make
-
-    impls: list[Impl] = [
-        (fused_name, setup(part.cls) if part.usable else None, part.reason),
-        (native_name, setup(native_cls), ""),
-    ]
+    # weights in the input's dtype for both sides: the same work, the same bytes; never ones and zeros
+    weight = (torch.rand(hidden, device=device, generator=gen) + 0.5).to(dtype)
+    bias = (torch.rand(hidden, device=device, generator=gen) - 0.5).to(dtype)
+    has_bias = kind == "fused_layer_norm"
+    variants = kernel_variants.norm_variants(kind, x, dy, weight, bias, part.cls if part.usable else None, part.reason)
     n_bytes = norm_fwd_bwd_bytes(math.prod(shape[:-1]), hidden, dtype.itemsize, has_bias=has_bias,
-                                 stats_per_row=stats)
-    item = _compare(feature, f"{tuple(shape)} {dtype_name}", n_bytes, impls, cfg, device, copy_gbps)
+                                 stats_per_row=stats_per_row)
+    item = _compare(feature, f"{tuple(shape)} {dtype_name}", n_bytes, variants, cfg, device, copy_gbps)
     item.update(shape=list(shape), dtype=dtype_name)
     return item
 
@@ -241,13 +212,12 @@ def norm_micro(cfg: BenchConfig, device: torch.device, apex: dict[str, ApexPart]
     out = []
     for shape in cfg.norm_shapes:
         for dtype_name in DTYPES:
-            for kind in NORM_KINDS:
+            for kind, stats_per_row in NORM_KINDS:
+                feature = kernel_variants.norm_feature(kind)
                 try:
-                    item = _norm_case(kind, shape, dtype_name, cfg, device, apex[kind[0]], copy_gbps)
+                    item = _norm_case(kind, stats_per_row, shape, dtype_name, cfg, device, apex[feature], copy_gbps)
                 except Exception as exc:
-                    item = {"kernel": kind[0], "case": f"{tuple(shape)} {dtype_name}", "status": "FAIL",
-                            "verdict": one_line_error(exc), "implementations": [], "fused": None, "natives": [],
-                            "best_native": None, "speedup": None}
+                    item = _failed_item(feature, f"{tuple(shape)} {dtype_name}", exc)
                 finally:
                     _release(device)
                 out.append(item)
@@ -257,9 +227,10 @@ def norm_micro(cfg: BenchConfig, device: torch.device, apex: dict[str, ApexPart]
 
 def _progress_line(item: dict[str, object]) -> str:
     parts = []
-    for impl in item.get("implementations", []):  # type: ignore[union-attr]
-        if impl["status"] == "OK":
-            parts.append(f"{impl['name']} {impl['timing']['median_ms']:.3f} ms ({impl['GBps']:.0f} GB/s)")
+    for impl in implementations(item):
+        if impl["status"] == "OK" and impl[HOST_INCLUSIVE]:
+            kernel = f"kernel {impl[KERNEL]['median_ms']:.3f} ms, " if impl[KERNEL] else ""
+            parts.append(f"{impl['name']} {kernel}loop {impl[HOST_INCLUSIVE]['median_ms']:.3f} ms")
         else:
             parts.append(f"{impl['name']} {impl['status']}")
     return f"[micro] {item['kernel']} {item['case']}: " + "; ".join(parts) + f" -> {item['verdict']}"

@@ -1,8 +1,8 @@
 """PNG plots of a bench.json document. matplotlib is optional (the `plot` extra): without it, no plots.
 
 Plots: stages.png (ms/iteration per stage with p10-p90 whiskers and the speedup on each bar),
-kernels.png (fused-vs-best-native ratio per kernel case, and each implementation's share of the copy
-bandwidth ceiling), losses.png (the loss curve of every stage: the stages train the same model).
+kernels.png (fused-vs-best-native ratio per kernel case for both figures, kernel time and loop time,
+and each implementation's share of the copy bandwidth ceiling by kernel time), losses.png (the loss curve of every stage: the stages train the same model).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from verify import atomic
+from verify.bench.results import implementations
 
 APEX_COLOR = "#76b900"  # NVIDIA green
 NATIVE_COLOR = "#ee4c2c"  # PyTorch orange
@@ -77,37 +78,38 @@ def _kernels_plot(doc: dict[str, Any], plt: Any) -> Any:
     labels = [f"{i['kernel']} {i['case']}" for i in items]
     fig, (left, right) = plt.subplots(1, 2, figsize=(14, 0.45 * len(items) + 2.2), sharey=True)
     ys = list(range(len(items)))
-    ratios = [i["speedup"] or 0.0 for i in items]
-    left.barh(ys, ratios, color=[APEX_COLOR if r >= 1 else NATIVE_COLOR for r in ratios])
+    for offset, figure, hatch in ((-0.2, "kernel_time", ""), (0.2, "host_inclusive", "//")):
+        verdicts = [i.get(figure) for i in items]
+        ratios = [v["speedup"] if v else 0.0 for v in verdicts]
+        left.barh([y + offset for y in ys], ratios, height=0.4, hatch=hatch,
+                  color=[APEX_COLOR if r >= 1 else NATIVE_COLOR for r in ratios])
+        for y, v in zip(ys, verdicts, strict=True):
+            text = f" {'kernel' if figure == 'kernel_time' else 'loop'} {v['speedup']:.2f}x {v['winner']}" if v else f" {figure}: n/a"
+            left.text(v["speedup"] if v else 0.02, y + offset, text, va="center", fontsize=7)
     left.axvline(1.0, color="black", linewidth=0.8)
-    for y, item in zip(ys, items, strict=True):
-        if item["speedup"] is None:
-            left.text(0.02, y, "no fused timing", va="center", fontsize=8)
-        else:
-            left.text(item["speedup"], y, f" {item['speedup']:.2f}x", va="center", fontsize=8)
     left.set_yticks(ys, labels, fontsize=8)
     left.invert_yaxis()
-    left.set_xlabel("best native time / Apex time (>1: Apex faster)")
+    left.set_xlabel("best native time / Apex time (>1: Apex faster); plain: kernel time, hatched: loop time")
     # one bar per implementation of each case, labelled, so a skipped Apex kernel shows as a gap
-    slots = max((len(i["implementations"]) for i in items), default=1)
+    slots = max((len(implementations(i)) for i in items), default=1)
     height = 0.8 / slots
     for y, item in zip(ys, items, strict=True):
         native_index = 0
-        for k, impl in enumerate(item["implementations"]):
+        for k, impl in enumerate(implementations(item)):
             if impl["name"].startswith("apex"):
                 color = APEX_COLOR
             else:
                 color = NATIVE_COLORS[native_index % len(NATIVE_COLORS)]
                 native_index += 1
-            pct = (impl["pct_of_copy"] or 0.0) if impl["status"] == "OK" else 0.0
+            pct = (impl["pct_of_copy"]["kernel_time"] or 0.0) if impl["status"] == "OK" else 0.0
             yk = y - 0.4 + height * (k + 0.5)
             right.barh(yk, pct, height=height, color=color)
             label = f"{pct:.0f}%" if impl["status"] == "OK" else impl["status"]
             right.text(pct, yk, f" {impl['name']} {label}", va="center", fontsize=6)
     right.axvline(100.0, color="black", linewidth=0.8)
     copy = doc["copy_bandwidth"] or {}
-    right.set_xlabel(f"% of copy bandwidth ({copy.get('GBps') or 0:.0f} GB/s)")
-    pcts = [i["pct_of_copy"] or 0.0 for item in items for i in item["implementations"]]
+    right.set_xlabel(f"% of copy bandwidth by kernel time ({copy.get('GBps') or 0:.0f} GB/s)")
+    pcts = [(i["pct_of_copy"] or {}).get("kernel_time") or 0.0 for item in items for i in implementations(item)]
     right.set_xlim(0, max([130.0] + [p * 1.3 for p in pcts]))  # room for the labels
     fig.suptitle(f"Kernels: Apex vs native PyTorch\n{_subtitle(doc)}", fontsize=10)
     return fig

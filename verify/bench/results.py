@@ -8,7 +8,7 @@ from typing import Any
 
 from verify import __version__, atomic
 
-SCHEMA_VERSION = "1"  # bumped only on an incompatible change to bench.json
+SCHEMA_VERSION = "2"  # bumped only on an incompatible change to bench.json (2: two figures per kernel timing)
 JSON_NAME = "bench.json"
 MD_NAME = "bench.md"
 
@@ -20,6 +20,16 @@ BYTE_MODELS = {
                     "written forward, read backward) + parameters (LayerNorm 5, RMSNorm 3 x hidden x element "
                     "size: weight/bias read forward, weight read and grads written backward)",
     "copy": "2 x bytes: a device-to-device copy reads and writes every byte",
+}
+
+# which figure each part of bench.json reports (verify.timing_rules)
+FIGURES = {
+    "stages": "host_inclusive: CUDA events around each training step, back to back after the warm-up steps; "
+              "stage comparisons: bootstrap over the steps of each stage (independent samples, tie band "
+              "of the host-inclusive figure)",
+    "micro": "both: kernel_time (torch.profiler, sum of the GPU kernels one call launches) and host_inclusive "
+             "(CUDA events around N back-to-back calls, / N), interleaved rounds, one verdict per figure",
+    "copy_bandwidth": "host_inclusive: CUDA events around each copy (a single kernel: the same as its kernel time)",
 }
 
 
@@ -37,6 +47,7 @@ def build(*, cfg_json: dict[str, Any], environment: dict[str, Any], apex: dict[s
         "created_at": started.isoformat(timespec="seconds"),
         "duration_s": round(duration_s, 2),
         "timer": timer,
+        "figures": FIGURES,
         "environment": environment,
         "config": cfg_json,
         "apex": apex,
@@ -51,6 +62,12 @@ def build(*, cfg_json: dict[str, Any], environment: dict[str, Any], apex: dict[s
         "summary": summary,
         "exit_code": 1 if summary["FAIL"] else 0,
     }
+
+
+def implementations(item: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every implementation of a kernel comparison item, the fused one first."""
+    fused = item.get("fused")
+    return ([fused] if fused else []) + list(item.get("natives") or [])
 
 
 def _ms(t: dict[str, Any] | None) -> tuple[str, str]:
@@ -71,7 +88,7 @@ def _stage_rows(doc: dict[str, Any]) -> list[str]:
     cfg = doc["config"]
     steps = cfg["warmup"] + cfg["steps"]
     rows = [
-        f"| # | stage | optimizer | norm | precision | ms/iter (median) | p10–p90 | peak mem (GiB) | "
+        f"| # | stage | optimizer | norm | precision | ms/iter (median, host-inclusive) | p10–p90 | peak mem (GiB) | "
         f"speedup vs {doc['stage_baseline'] or '-'} | loss after {steps} steps |",
         "|---|---|---|---|---|---:|---:|---:|---:|---:|",
     ]
@@ -88,20 +105,37 @@ def _stage_rows(doc: dict[str, Any]) -> list[str]:
     return rows
 
 
+def _fig(impl: dict[str, Any], figure: str) -> str:
+    t = impl.get(figure)
+    return f"{t['median_ms']:.3f} ({t['p10_ms']:.3f}–{t['p90_ms']:.3f})" if t else "n/a"
+
+
+def _opt(value: Any, spec: str) -> str:
+    return f"{value:{spec}}" if isinstance(value, (int, float)) else ""
+
+
+def _winners(item: dict[str, Any]) -> str:
+    w = item.get("winner") or {}
+    return f"winner: kernel {w.get('kernel_time') or 'n/a'}, loop {w.get('host_inclusive') or 'n/a'}"
+
+
 def _micro_rows(items: list[dict[str, Any]]) -> list[str]:
-    rows = ["| kernel | case | implementation | median ms | p10–p90 | GB/s | % of copy |",
-            "|---|---|---|---:|---:|---:|---:|"]
+    rows = ["| kernel | case | implementation | kernel ms (p10–p90) | loop ms (p10–p90) | bound | kernel GB/s | "
+            "% of copy (kernel) |",
+            "|---|---|---|---:|---:|---|---:|---:|"]
     for item in items:
-        for impl in item["implementations"]:
+        for impl in implementations(item):
             if impl["status"] != "OK":
-                rows.append(f"| {item['kernel']} | {item['case']} | {impl['name']} | {_reason(impl)} | | | |")
+                rows.append(f"| {item['kernel']} | {item['case']} | {impl['name']} | {_reason(impl)} | | | | |")
                 continue
-            med, spread = _ms(impl["timing"])
-            pct = f"{impl['pct_of_copy']:.1f}" if impl["pct_of_copy"] is not None else ""
-            rows.append(f"| {item['kernel']} | {item['case']} | {impl['name']} | {med} | {spread} | "
-                        f"{impl['GBps']:.1f} | {pct} |")
-    verdicts = [f"- {item['kernel']} {item['case']}: {item['verdict']}" for item in items
-                if item["speedup"] is not None or item["status"] == "FAIL"]
+            bound = (impl.get("bound") or {})
+            bound_text = (f"host (+{bound['host_overhead_ms']:.3f} ms)" if bound.get("kind") == "host"
+                          else bound.get("kind") or "")
+            rows.append(f"| {item['kernel']} | {item['case']} | {impl['name']} | {_fig(impl, 'kernel_time')} | "
+                        f"{_fig(impl, 'host_inclusive')} | {bound_text} | {_opt(impl['GBps']['kernel_time'], '.1f')} | "
+                        f"{_opt(impl['pct_of_copy']['kernel_time'], '.1f')} |")
+    verdicts = [f"- {item['kernel']} {item['case']}: {item['verdict']} ({_winners(item)})" for item in items
+                if item.get("host_inclusive") is not None or item["status"] == "FAIL"]
     return rows + ([""] + verdicts if verdicts else [])
 
 
@@ -126,18 +160,20 @@ def markdown(doc: dict[str, Any]) -> str:
         f"GPT-style model: {cfg['layers']} layers, d_model {cfg['d_model']}, {cfg['heads']} heads, vocab "
         f"{cfg['vocab']}; batch {cfg['batch']} x seq {cfg['seq']}; the same initial weights and token batches "
         f"for every stage; {cfg['warmup']} warm-up + {cfg['steps']} timed steps (lr {cfg['lr']}). "
-        f"⚠ marks a loss more than {100 * doc['loss_rel_tol']:.0f}% away from the baseline's.",
+        f"⚠ marks a loss more than {100 * doc['loss_rel_tol']:.0f}% away from the baseline's. "
+        f"Figure: {doc['figures']['stages']}.",
         "",
         *_stage_rows(doc),
         "",
     ]
-    lines += [f"- {c['what']}: {c['verdict'] if c['status'] == 'OK' else _reason(c)}"
+    lines += [f"- {c['what']}: {c['verdict'] + ' (winner: ' + c['winner'] + ')' if c['status'] == 'OK' else _reason(c)}"
               for c in doc["stage_comparisons"]]
     copy = doc["copy_bandwidth"]
     if copy is not None:
         ceiling = (f"{copy['GBps']:.1f} GB/s ({_size(copy['bytes'])} device-to-device copy, "
                    "bytes read + written)") if copy["status"] == "OK" else _reason(copy)
-        lines += ["", "## Kernels", "", f"Copy bandwidth ceiling: {ceiling}.", ""]
+        lines += ["", "## Kernels", "", f"Copy bandwidth ceiling: {ceiling}.", "",
+                  f"Figures: {doc['figures']['micro']}. Bandwidth is from the kernel time.", ""]
         lines += ["### Optimizer step", "", *_micro_rows(doc["micro"]["optimizer"]), ""]
         lines += ["### Norm forward + backward", "", *_micro_rows(doc["micro"]["norm"]), ""]
         lines += ["### Byte models (minimum bytes moved)", ""]

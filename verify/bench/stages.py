@@ -16,16 +16,24 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
+from verify import kernel_variants, timing_stats
 from verify.bench import model as gpt
 from verify.bench.apex_parts import ApexPart
 from verify.bench.config import N_BATCHES, BenchConfig
-from verify.cuda_timer import Timing, measure, verdict
+from verify.cuda_timer import Timing, measure
+from verify.kernel_compare import one_line_error
+from verify.timing_rules import HOST_INCLUSIVE
 
 OPT_TORCH_ADAM = "torch.optim.Adam"
-OPT_APEX_ADAM = "apex FusedAdam"
-OPT_TORCH_FUSED = "torch AdamW(fused=True)"
+OPT_APEX_ADAM = kernel_variants.FUSED_ADAM
+OPT_TORCH_FUSED = kernel_variants.ADAMW_FUSED
 NORM_TORCH = "nn.LayerNorm"
-NORM_APEX = "apex FusedLayerNorm"
+NORM_APEX = kernel_variants.FUSED_LAYER_NORM
+
+# which figure a stage's ms/iter is (verify.timing_rules): a whole training step, host work included
+STAGE_FIGURE = HOST_INCLUSIVE
+STAGE_TIMER = ("CUDA events around each training step, back to back after the warm-up steps (host-inclusive: "
+               "the GPU waits whenever the host is slower)")
 
 # losses of stages that train the same model should agree this closely with the baseline's (relative);
 # bf16 and TF32 round differently, so the stages are close, not equal
@@ -126,12 +134,6 @@ def _optimizer(stage: Stage, params: list[nn.Parameter], lr: float, apex: dict[s
     return torch.optim.Adam(params, lr=lr, weight_decay=0.0)
 
 
-def one_line_error(exc: BaseException) -> str:
-    """`Type: first line of the message`, short enough for a table cell."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
-
-
 def _release(device: torch.device) -> None:
     gc.collect()
     if device.type == "cuda":
@@ -227,6 +229,7 @@ def _stage_json(run: StageRun, baseline: StageRun | None, cfg: BenchConfig) -> d
         "number": s.number, "key": s.key, "title": s.title, "optimizer": s.optimizer, "norm": s.norm,
         "precision": s.precision, "meaning": s.meaning, "apex_features": list(s.apex_features),
         "status": run.status, "reason": run.reason,
+        "figure": STAGE_FIGURE,
         "timing": run.timing.to_json() if run.timing else None,
         "params": run.params,
         "peak_mem_bytes": run.peak_mem_bytes,
@@ -254,14 +257,19 @@ def _comparisons(runs: dict[str, StageRun]) -> list[dict[str, object]]:
         if a is None or n is None:
             continue  # a stage not selected with --stages
         item: dict[str, object] = {"what": what, "apex_stage": apex_key, "native_stage": native_key,
-                                   "speedup": None, "verdict": None}
+                                   "figure": STAGE_FIGURE, "speedup": None, "interval": None, "winner": None,
+                                   "verdict": None, "comparison": None}
         if a.timing is None or n.timing is None:
             missing = a if a.timing is None else n
             item["status"] = "SKIP"
             item["reason"] = f"stage {missing.stage.number} is {missing.status} (see its row)"
         else:
-            ratio, sentence = verdict(a.timing, n.timing)
-            item.update(status="OK", reason="", speedup=round(ratio, 4), verdict=sentence)
+            # stages run one after the other (each builds its own model), so the steps are not interleaved
+            v = timing_stats.decide_independent(STAGE_FIGURE, apex_key, native_key, a.timing.samples,
+                                                n.timing.samples)
+            item.update(status="OK", reason="", speedup=round(v.ratio, 4),
+                        interval=[round(v.interval[0], 4), round(v.interval[1], 4)], winner=v.winner,
+                        verdict=timing_stats.loop_phrase(v, "per training step"), comparison=v.to_json())
         out.append(item)
     return out
 

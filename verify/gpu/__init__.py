@@ -3,7 +3,8 @@
     from verify.gpu import run_gpu_layers
     results = run_gpu_layers(seed=1234, check_timeout_s=120.0, usable_modules=frozenset({"amp_C", ...}))
     results.checks   # verify.checks.Check, layers "parity" and "timing"
-    results.timings  # dicts: kernel, case, fused, natives, best_native, speedup, verdict
+    results.timings  # dicts (verify.kernel_compare): kernel, case, device, fused, natives, kernel_time,
+                     # host_inclusive, winner, verdict
 
 Decided here, without torch: what can run (a CUDA device, the extension modules each case needs) and
 what is SKIP with its reason. What runs, runs in verify.gpu.worker processes (verify.gpu.runner).
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from verify.checks import Check, Status
 from verify.gpu import cases as case_table
@@ -43,20 +44,29 @@ def _cuda_device() -> tuple[bool, str]:
 
 
 def plan(usable_modules: frozenset[str], cuda_reason: str | None,
-         groups: Sequence[str] = case_table.GPU_GROUPS) -> tuple[dict[str, list[str]], list[Check]]:
+         groups: Sequence[str] = case_table.GPU_GROUPS, device_count: int = 1,
+         device_usable: Mapping[int, frozenset[str]] | None = None) -> tuple[dict[str, list[str]], list[Check]]:
     """Cases to run per group, and one SKIP check per (layer, family) that cannot run, with the reason.
 
     cuda_reason: None when a CUDA device is there, else why not (then everything is SKIP).
+    device_count: visible GPUs; cases for devices beyond it do not exist here (one GPU: no smoke case).
+    device_usable: per device index, the modules usable there (default: usable_modules everywhere).
     """
     to_run: dict[str, list[str]] = {}
     skipped: dict[tuple[str, str], Check] = {}
     for group in groups:
         for case in case_table.cases_of(group):
-            missing = sorted(case.needs - usable_modules)
+            index = case_table.device_of(case)
+            if index >= max(1, device_count):
+                continue
+            usable = (device_usable or {}).get(index, usable_modules)
+            missing = sorted(case.needs - usable)
             key = (case.layer, case.family)
             if cuda_reason is None and not missing:
                 to_run.setdefault(group, []).append(case.name)
                 continue
+            if index:  # another GPU: its own SKIP line, naming the device
+                key = (case.layer, case.name)
             if key in skipped:
                 continue
             if cuda_reason is not None:
@@ -64,20 +74,24 @@ def plan(usable_modules: frozenset[str], cuda_reason: str | None,
             else:
                 why = (f"{case.family}: needs {', '.join(missing)} ({', '.join(case.features)}), which did not "
                        "import or has no code for this GPU (see the extensions and arch layers); no kernel was run")
-            skipped[key] = Check(case.layer, case.family, Status.SKIP, why,
+            skipped[key] = Check(case.layer, case.name if index else case.family, Status.SKIP,
+                                 why.replace(f"{case.family}:", f"{case.name} (cuda:{index}):", 1) if index else why,
                                  {"needs": sorted(case.needs), "missing": missing, "features": list(case.features)})
     return to_run, list(skipped.values())
 
 
 def run_gpu_layers(seed: int, check_timeout_s: float, usable_modules: frozenset[str], *,
-                   groups: Sequence[str] = case_table.GPU_GROUPS, parallel: bool = True) -> GpuResults:
+                   groups: Sequence[str] = case_table.GPU_GROUPS, parallel: bool = True, device_count: int = 1,
+                   device_usable: Mapping[int, frozenset[str]] | None = None) -> GpuResults:
     """Parity and timing checks of the fused kernels; each group runs in a worker with a per-check timeout.
 
-    usable_modules: extension modules that imported and whose compiled archs cover this GPU.
+    usable_modules: extension modules that imported and whose compiled archs cover GPU 0 (parity, timing).
+    device_count / device_usable: the node's visible GPUs; each one after the first gets a smoke check.
     """
     t0 = time.monotonic()
     available, reason = _cuda_device()
-    to_run, skipped = plan(frozenset(usable_modules), None if available else reason, groups)
+    to_run, skipped = plan(frozenset(usable_modules), None if available else reason, groups, device_count,
+                           device_usable)
     results: list[GroupResult] = run_groups([g for g in groups if g in to_run], seed, check_timeout_s,
                                             names=to_run, parallel=parallel) if to_run else []
     by_group = {r.group: r for r in results}

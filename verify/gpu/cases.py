@@ -72,6 +72,20 @@ def _timing() -> list[Case]:
     return cases
 
 
+MAX_DEVICES = 16  # smoke cases exist for cuda:1 .. cuda:15; plan() takes those the node has
+
+
+def _smoke() -> list[Case]:
+    # one per further GPU of the node (device 0 runs the full parity and timing layers)
+    return [Case("smoke", "parity", f"smoke.cuda{i}", "smoke", _ADAM + _LN + _RMS, (("device", i),))
+            for i in range(1, MAX_DEVICES)]
+
+
+def device_of(case: Case) -> int:
+    """The GPU a case runs on: cuda:0 unless it names another (smoke)."""
+    return dict(case.params).get("device", 0)
+
+
 def _selftest() -> list[Case]:
     # CPU-only, torch-free cases: they exist so the subprocess isolation can be tested anywhere
     names = ("selftest.first", "selftest.second", "selftest.third")
@@ -86,14 +100,15 @@ GROUP_MODULES = {
     "parity_norm": "verify.gpu.parity_norm",
     "amp_step": "verify.gpu.amp_step",
     "timing": "verify.gpu.kernel_timing",
+    "smoke": "verify.gpu.smoke",
     "selftest": "verify.gpu.selftest",
     "selftest_peer": "verify.gpu.selftest",
 }
 # Group order is run order; parity groups may run side by side, timing runs alone afterwards.
-GPU_GROUPS = ("parity_adam", "parity_norm", "amp_step", "timing")
+GPU_GROUPS = ("parity_adam", "parity_norm", "amp_step", "smoke", "timing")
 EXCLUSIVE_GROUPS = frozenset({"timing"})  # timings must not share the GPU with other work
 SELFTEST_GROUPS = ("selftest", "selftest_peer")
-ALL_CASES: tuple[Case, ...] = tuple(_parity_adam() + _parity_norm() + _amp_step() + _timing() + _selftest())
+ALL_CASES: tuple[Case, ...] = tuple(_parity_adam() + _parity_norm() + _amp_step() + _smoke() + _timing() + _selftest())
 
 
 def cases_of(group: str) -> list[Case]:

@@ -79,18 +79,24 @@ def kill_all_workers() -> None:
 
 
 class _Worker:
-    """One worker process: its protocol lines arrive on a queue (None at end of stream)."""
+    """One worker process: its protocol lines arrive on a queue (None at end of stream).
 
-    def __init__(self, group: str, seed: int, names: list[str]) -> None:
+    hold=True: the worker sets up (imports, CUDA context) and then waits for release() before its
+    first case, so an exclusive group's start-up overlaps the groups that run before it.
+    """
+
+    def __init__(self, group: str, seed: int, names: list[str], hold: bool = False) -> None:
         self.stderr_file = tempfile.NamedTemporaryFile(prefix=f"verify-gpu-{group}-", suffix=".log", delete=False)
         self.stderr_path = Path(self.stderr_file.name)
         argv = [sys.executable, "-m", "verify.gpu.worker", group, "--seed", str(seed), "--cases", ",".join(names)]
+        argv += ["--hold"] if hold else []
         self.started = time.monotonic()
         # its own session, so a timeout kills the worker and anything it started, and nothing else;
         # registered, so a signal to verify kills it too
         try:
             self.proc = child_processes.start(argv, stdout=subprocess.PIPE, stderr=self.stderr_file,
-                                              stdin=subprocess.DEVNULL, env=_worker_env())
+                                              stdin=subprocess.PIPE if hold else subprocess.DEVNULL,
+                                              env=_worker_env())
         except BaseException:  # verify is stopping (child_processes.Stopping), or Popen failed
             self.stderr_file.close()
             self.stderr_path.unlink(missing_ok=True)
@@ -124,6 +130,15 @@ class _Worker:
             if isinstance(event, dict) and "event" in event:
                 return event
 
+    def release(self) -> None:
+        """Let a held worker start its cases (a closed stdin releases it too, as when this process dies)."""
+        if self.proc.stdin is not None:
+            try:
+                self.proc.stdin.write(b"go\n")
+                self.proc.stdin.close()
+            except OSError:  # it died while held: its end of stream says so
+                pass
+
     def kill(self) -> None:
         child_processes.kill(self.proc)
         child_processes.reap(self.proc)
@@ -145,16 +160,20 @@ def _fail(case: case_table.Case, summary: str, details: dict[str, Any], duration
 
 
 def run_group(group: str, seed: int, check_timeout_s: float, names: list[str] | None = None,
-              stop: threading.Event | None = None) -> GroupResult:
+              stop: threading.Event | None = None, first_worker: _Worker | None = None) -> GroupResult:
     """Run `names` (default: every case of the group) in worker processes; never raises for a bad worker.
-    Once `stop` is set no further worker is started."""
+
+    Once `stop` is set no further worker is started. first_worker: a worker already started for exactly
+    these names (held, see _Worker); it is released here.
+    """
     table = {c.name: c for c in case_table.cases_of(group)}
     pending = list(names) if names is not None else list(table)
     result = GroupResult(group)
-    t0 = time.monotonic()
+    t0 = time.monotonic() if first_worker is None else first_worker.started
     last_death = ""
     while pending and len(result.workers) < MAX_WORKERS_PER_GROUP and not (stop and stop.is_set()):
-        worker = _Worker(group, seed, pending)
+        worker, first_worker = (first_worker or _Worker(group, seed, pending)), None
+        worker.release()
         info: dict[str, Any] = {"pid": worker.proc.pid, "cases": list(pending)}
         current: str | None = None
         current_started = time.monotonic()
@@ -242,14 +261,22 @@ def run_groups(groups: list[str], seed: int, check_timeout_s: float,
     alone = [g for g in groups if g in case_table.EXCLUSIVE_GROUPS]
     results: dict[str, GroupResult] = {}
     stop = threading.Event()
+    held: dict[str, _Worker] = {}
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(shared)) if parallel and len(shared) > 1 else None
     try:
+        if parallel and shared and alone:
+            # the first exclusive group's worker starts now (Python, torch, CUDA context: seconds) and waits,
+            # held, until the shared groups are done: no kernel of it runs beside them
+            first = alone[0]
+            first_names = names.get(first) or [c.name for c in case_table.cases_of(first)]
+            held[first] = _Worker(first, seed, first_names, hold=True)
         if pool is not None:
             futures = {g: pool.submit(run_group, g, seed, check_timeout_s, names.get(g), stop) for g in shared}
             results.update({g: f.result() for g, f in futures.items()})
         else:
             results.update({g: run_group(g, seed, check_timeout_s, names.get(g), stop) for g in shared})
-        results.update({g: run_group(g, seed, check_timeout_s, names.get(g), stop) for g in alone})
+        for g in alone:
+            results[g] = run_group(g, seed, check_timeout_s, names.get(g), stop, first_worker=held.pop(g, None))
     except BaseException:  # before the pool waits for its threads: they must not start fresh workers
         stop.set()
         kill_all_workers()

@@ -6,6 +6,7 @@ The parent (verify.gpu.runner) starts one of these per group with a per-check ti
 that kills the process (illegal address, segfault, abort), poisons the CUDA context, or hangs costs
 that one check, not the report. Protocol on stdout, one JSON object a line:
     {"event": "ready", "group", "device", "setup_s"}
+        with --hold, the worker then waits for one line on stdin (or its end) before the first case
     {"event": "start", "case"}
     {"event": "result", "check": Check.to_json(), "timings": [...]}
     {"event": "poisoned", "error"}   the CUDA context is broken: the parent restarts the rest elsewhere
@@ -130,7 +131,7 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def run(group: str, seed: int, names: list[str] | None, proto: Protocol) -> int:
+def run(group: str, seed: int, names: list[str] | None, proto: Protocol, hold: bool = False) -> int:
     faults = parse_faults(os.environ.get(FAULT_ENV, ""))
     group_cases = case_table.cases_of(group)
     if names:
@@ -148,6 +149,8 @@ def run(group: str, seed: int, names: list[str] | None, proto: Protocol) -> int:
     module = importlib.import_module(case_table.GROUP_MODULES[group])
     device = module.setup()
     proto.emit("ready", group=group, device=device, setup_s=round(time.perf_counter() - t0, 3))
+    if hold:  # set up beside other groups; measure only once the parent says they are done
+        sys.stdin.readline()
 
     for case in todo:
         proto.emit("start", case=case.name)
@@ -177,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("group", help="check group: " + ", ".join(case_table.GPU_GROUPS + case_table.SELFTEST_GROUPS))
     parser.add_argument("--seed", type=int, required=True, help="seed of this run (recorded in every check)")
     parser.add_argument("--cases", default="", help="comma-separated case names to run (default: the whole group)")
+    parser.add_argument("--hold", action="store_true", help="after setup, wait for a line on stdin before the cases")
     args = parser.parse_args(argv)
     if args.group not in case_table.GROUP_MODULES:
         print(f"verify.gpu.worker: unknown group {args.group!r}: use one of "
@@ -190,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in args.cases.split(",") if n]
     proto = Protocol()
     try:
-        return run(args.group, args.seed, names or None, proto)
+        return run(args.group, args.seed, names or None, proto, hold=args.hold)
     except KeyError as err:
         print(f"verify.gpu.worker: {err.args[0]}", file=sys.stderr)
         return exit_codes.USAGE
