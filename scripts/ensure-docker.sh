@@ -48,7 +48,8 @@ fi
 
 if ! "$DOCKER" info >/dev/null 2>&1; then
   say "no daemon answers: starting dockerd (log: $DOCKERD_LOG)"
-  # the log path is sh's $1, not part of the script text
+  # the log path is sh's $1, not part of the script text (single quotes on purpose)
+  # shellcheck disable=SC2016
   $SUDO sh -c 'nohup dockerd >"$1" 2>&1 &' sh "$DOCKERD_LOG"
   for _ in $(seq 1 60); do
     "$DOCKER" info >/dev/null 2>&1 && break

@@ -20,8 +20,10 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+import torch
 
-from verify import atomic
+from verify import atomic, kernel_compare, timing_rules
+from verify.kernel_compare import Variant
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="making device nodes (mknod) needs root")
@@ -164,10 +166,12 @@ def test_json_never_holds_bare_infinity_or_nan_and_the_schema_still_validates(tm
     real = tmp_path / "real.json"
     assert _run_verify("--json", str(real)).returncode == 1  # a real static report (no Apex here)
     report = json.loads(real.read_text())
-    timing = {"name": "apex", "median_ms": math.inf, "p10_ms": math.nan, "p90_ms": 1.0, "min_ms": -math.inf,
-              "iters": 50, "device": "cuda:0", "spread_pct": 1.0}
-    report["timings"] = [{"kernel": "FusedAdam", "case": "fp32", "fused": timing, "natives": [timing],
-                          "best_native": "apex", "speedup": math.inf, "verdict": "x", "details": [math.nan, (1.5,)]}]
+    # a real v2 timing row (kernel_compare on the CPU), then non-finite values where a broken clock would put them
+    a = torch.ones(8, 8)
+    variants = [Variant("fused", "fused", lambda: lambda: a @ a), Variant("native", "native", lambda: lambda: a @ a)]
+    row = kernel_compare.compare("FusedAdam", "fp32", variants, "cpu", timing_rules.CPU_ROUNDS).to_json()
+    row["details"] = [math.nan, (1.5,), -math.inf]
+    report["timings"] = [row]
     report["checks"][0]["details"]["ratio"] = -math.inf
     path = atomic.write_json(tmp_path / "r.json", report)
     text = path.read_text()
@@ -178,7 +182,7 @@ def test_json_never_holds_bare_infinity_or_nan_and_the_schema_still_validates(tm
 
     data = json.loads(text, parse_constant=refuse)
     row = data["timings"][0]
-    assert row["speedup"] is None and row["fused"]["median_ms"] is None and row["details"] == [None, [1.5]]
+    assert row["details"] == [None, [1.5], None]
     jsonschema.Draft202012Validator(schema).validate(data)
     assert atomic.json_dumps({"x": [float("nan")]}, indent=None) == '{"x": [null]}'
 
