@@ -58,6 +58,8 @@ _ENVIRONMENT_FAULTS: tuple[tuple[str, str, bool], ...] = (
      r"TLS handshake timeout|i/o timeout|manifest unknown|not found: manifest",
      "a base image could not be pulled (no registry reachable, or no such image); load it (docker load), or "
      "build with no registry from a local Debian base and CUDA from the package index: " + NO_REGISTRY_COMMAND, True),
+    (r"apex-src stage: cannot reach ", "the Apex git host cannot be reached from the build (no network to it); "
+     "pass a local Apex checkout with --apex-src DIR", False),
     (r"buildx component is missing or broken", "this docker client needs the buildx plugin for BuildKit; "
      "install docker-buildx, or point DOCKER_CLI at a client older than 23 (e.g. Debian's /usr/bin/docker)", False),
 )
