@@ -306,6 +306,20 @@ def cmd_matrix(args: argparse.Namespace, console: Console) -> int:
     return matrix_run.run_matrix(cells, args, console, matrix_path=path)
 
 
+def failing_checks(report_path: Path | str | None, limit: int = 20) -> list[str]:
+    """`FAIL id  summary` for each FAIL/WARN check of a verify report (bounded read); [] when none is readable."""
+    from verify import input_files
+
+    try:
+        report = input_files.read_json(Path(report_path), input_files.VERIFY_REPORT) if report_path else None
+    except input_files.InputFileError:
+        return []
+    checks = report.get("checks") if isinstance(report, dict) else None
+    lines = [f"{c.get('status')}  {c.get('id')}  {c.get('summary')}" for c in checks or []
+             if isinstance(c, dict) and c.get("status") in ("FAIL", "WARN")]
+    return lines[:limit] + ([f"... {len(lines) - limit} more in the report"] if len(lines) > limit else [])
+
+
 def cmd_verify(args: argparse.Namespace, console: Console) -> int:
     if not args.image:
         args.image = resolve_cells(args, all_when_empty=False)[0].id
@@ -318,6 +332,8 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
                                                           verify_from=args.verify_from, engine=args.engine)
     word, kind = ("PASS", "ok") if code == exit_codes.OK else ("FAIL", "fail")
     console.status(word, kind, f"{args.image}: verify exit {code}; report {report_path}")
+    for line in failing_checks(report_path) if code != exit_codes.OK else ():
+        console.line(f"  {line}")
     audit = _audit_of(out_dir)
     if audit:
         console.line(f"  audited {audit['image']} (image id {audit['image_id']}, digest {audit['digest'] or 'none: local'})"
