@@ -60,3 +60,18 @@ def test_build_py_verify_lists_the_failing_checks(tmp_path):
     cut = tmp_path / "cut.json"
     cut.write_bytes((REPO / "reports" / "h200-2026-11-30" / "h200-arch80.json").read_bytes()[:500])
     assert cli.failing_checks(cut) == [] and cli.failing_checks(None) == []
+
+
+def test_build_py_report_shows_build_py_verify_results(tmp_path):
+    """`build.py verify IMAGE` leaves OUT/verify/<image>/report.json; `build.py report` gives each a row."""
+    for image, source in (("img-good", "h200-good.json"), ("img-arch80", "h200-arch80.json")):
+        (tmp_path / "verify" / image).mkdir(parents=True)
+        shutil.copy(REPO / "reports" / "h200-2026-11-30" / source, tmp_path / "verify" / image / "report.json")
+    done = subprocess.run([sys.executable, "build.py", "report", "--out", str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    table = (tmp_path / "matrix-report.md").read_text()
+    good = next(line for line in table.splitlines() if line.startswith("| img-good "))
+    bad = next(line for line in table.splitlines() if line.startswith("| img-arch80 "))
+    assert "2.11.0+cu130" in good and "PASS (full, NVIDIA H200)" in good
+    assert "FAIL (full, NVIDIA H200)" in bad and "arch.amp_C: arch mismatch" in bad
