@@ -27,7 +27,9 @@ from pathlib import Path
 
 from toolchain.errors import BuildFailed, EnvironmentUnavailable, UsageError
 
-FACTS_PATH = Path(__file__).resolve().parent / "data" / "cuda_wheels.json"
+# toolchain/data/, also from a stage folder below toolchain/ (the module may move there)
+FACTS_PATH = next((d / "data" / "cuda_wheels.json" for d in Path(__file__).resolve().parents[:2]
+                   if (d / "data" / "cuda_wheels.json").is_file()), Path(__file__).resolve().parent / "data" / "cuda_wheels.json")
 RECORD_NAME = "wheels.json"
 
 

@@ -134,3 +134,14 @@ def test_builder_options():
     assert parse(base + ["--no-cuda-from-pypi"]).cuda_from_pypi == "never"
     with pytest.raises(SystemExit):
         parse(base + ["--cuda-from-pypi", "--no-cuda-from-pypi"])
+
+
+def test_the_facts_file_ships_with_the_package():
+    """The torch stage pip-installs toolchain (not editable): its data must be package data."""
+    import fnmatch
+
+    import tomllib
+
+    patterns = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())[
+        "tool"]["setuptools"]["package-data"]["toolchain"]
+    assert any(fnmatch.fnmatch("data/" + cuda_from_pypi.FACTS_PATH.name, p) for p in patterns)
