@@ -6,7 +6,6 @@
 # manifest. Needs: carry [".carry-pypiwheel"]. Expected time: under 2 minutes (install ~10 s, verify ~60 s).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-HERE=reports/h200-2026-12-01-pypi-cuda
 R=/tmp/pypicuda-out; mkdir -p "$R"; SITE=/tmp/pypicuda-site
 exec > >(tee "$R/console.log") 2>&1
 t0=$(date +%s); stamp() { echo "=== $1 t=$(( $(date +%s) - t0 )) s"; }
