@@ -6,7 +6,7 @@
 # manifest. Needs: carry [".carry-pypiwheel"]. Expected time: under 2 minutes (install ~10 s, verify ~60 s).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-R=/tmp/pypicuda-out; mkdir -p "$R"; SITE=/tmp/pypicuda-site
+R=/tmp/pypicuda-device-out; mkdir -p "$R"; SITE=/tmp/pypicuda-site
 exec > >(tee "$R/console.log") 2>&1
 t0=$(date +%s); stamp() { echo "=== $1 t=$(( $(date +%s) - t0 )) s"; }
 pack() { tar -C "$R" -czf "$OUT/pypi-cuda-reports.tar.gz" . ; }
