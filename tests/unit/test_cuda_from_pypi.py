@@ -145,3 +145,17 @@ def test_the_facts_file_ships_with_the_package():
     patterns = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())[
         "tool"]["setuptools"]["package-data"]["toolchain"]
     assert any(fnmatch.fnmatch("data/" + cuda_from_pypi.FACTS_PATH.name, p) for p in patterns)
+
+
+def test_a_cpu_torch_never_gets_an_index_cuda(tmp_path):
+    """This machine's real CPU torch: nothing is installed, whatever the mode (the CPU-torch error follows)."""
+    import argparse
+
+    torch = pytest.importorskip("torch")
+    if torch.version.cuda is not None:
+        pytest.skip("needs a CPU build of torch")
+    for mode in ("auto", "always"):
+        env: dict[str, str] = {}
+        args = argparse.Namespace(cuda_from_pypi=mode, cuda_prefix=tmp_path / "prefix")
+        assert apex_builder.pypi_cuda(args, env) is None
+        assert "CUDA_HOME" not in env and not (tmp_path / "prefix").exists()
