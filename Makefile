@@ -17,13 +17,16 @@ PLATFORM ?=
 CELL ?=
 TARGET ?= runtime
 IMAGE ?=
+# base images: from the command line or the environment (make imports both), passed as --base-devel/--base-runtime
+BASE_DEVEL_IMAGE ?=
+BASE_RUNTIME_IMAGE ?=
 
 # The one quoting rule: a variable reaches its program as ONE literal argument, never as shell or make
 # text. $(value V) is V exactly as given (a '$' in it is not expanded by make), and q single-quotes it
 # for sh with each ' written as '\'' , so a ', $, backtick or ; in CUDA=... is just a character. A line
 # break would split the recipe into two shell commands: make stops instead. The variables are not
 # exported, since make expands a command-line variable it exports ($(shell ...) would run).
-VARIABLES := PY CUDA TORCH PYTHON ARCHS APEX_REF EXTRAS GCC PLATFORM CELL TARGET IMAGE
+VARIABLES := PY CUDA TORCH PYTHON ARCHS APEX_REF EXTRAS GCC PLATFORM CELL TARGET IMAGE BASE_DEVEL_IMAGE BASE_RUNTIME_IMAGE
 unexport $(VARIABLES)
 define newline
 
@@ -36,7 +39,8 @@ BUILD = $(call q,PY) build.py
 
 CELL_OPTS = $(call opt,--cell,CELL) $(call opt,--cuda,CUDA) $(call opt,--torch,TORCH) \
             $(call opt,--python,PYTHON) $(call opt,--archs,ARCHS) $(call opt,--apex-ref,APEX_REF) \
-            $(call opt,--extras,EXTRAS) $(call opt,--gcc,GCC) $(call opt,--platform,PLATFORM)
+            $(call opt,--extras,EXTRAS) $(call opt,--gcc,GCC) $(call opt,--platform,PLATFORM) \
+            $(call opt,--base-devel,BASE_DEVEL_IMAGE) $(call opt,--base-runtime,BASE_RUNTIME_IMAGE)
 FILTER_OPTS = $(call opt,--cell,CELL) $(call opt,--cuda,CUDA) $(call opt,--torch,TORCH)
 
 .PHONY: image matrix verify report plan validate facts-check lint test zipapp

@@ -27,7 +27,13 @@ else
   if git -C /src/apex fetch -q --depth 1 -- origin "$APEX_REF" 2>/dev/null; then
     git -C /src/apex checkout -q --detach FETCH_HEAD
   else
-    git -C /src/apex fetch -q --tags -- origin '+refs/heads/*:refs/remotes/origin/*'
+    if ! out=$(git -C /src/apex fetch -q --tags -- origin '+refs/heads/*:refs/remotes/origin/*' 2>&1); then
+      echo "$out" >&2
+      # the engine reads this line as "environment unavailable" (exit 3), not a broken cell
+      echo "apex-src stage: cannot reach $APEX_REPO (git fetch failed: the git host is unreachable from the build);" \
+        "pass a local Apex checkout instead: build.py image --apex-src DIR" >&2
+      exit 1
+    fi
     git -C /src/apex checkout -q --detach "$APEX_REF" -- 2>/dev/null || {
       echo "apex-src stage: APEX_REF=$APEX_REF does not exist in $APEX_REPO; use a commit, tag or branch of it" >&2
       exit 1

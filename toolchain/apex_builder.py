@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from toolchain import apex_setup, build_outputs, parallelism
+from toolchain import apex_setup, build_outputs, cuda_from_pypi, parallelism
 from toolchain.errors import BuildFailed, EnvironmentUnavailable, ToolchainError, UsageError
 from toolchain.process_tree import PeakSampler
 from verify import entry_point, exit_codes, input_files, module_map, workflow_commands
@@ -183,15 +183,15 @@ def compiler_version(env: dict[str, str]) -> str | None:
         return None
 
 
-def check_build_tools(env: dict[str, str], archs: list[str] | None) -> dict:
+def check_build_tools(env: dict[str, str], archs: list[str] | None, cuda_home: str | None = None) -> dict:
     """Everything setup.py needs, checked up front so the user reads one clear line, not setup.py's
-    traceback. Returns the versions for the manifest."""
+    traceback. Returns the versions for the manifest. `cuda_home`: one assembled from the index."""
     info = torch_info()
     nvcc, looked = find_nvcc(env)
     if info["torch_cuda"] is not None:
         import torch.utils.cpp_extension as cpp_extension  # setup.py compiles with exactly this CUDA_HOME
 
-        home = cpp_extension.CUDA_HOME
+        home = cuda_home or cpp_extension.CUDA_HOME
         nvcc = Path(home) / "bin" / "nvcc" if home and (Path(home) / "bin" / "nvcc").exists() else None
         looked = f"torch's CUDA_HOME={home}"
     if nvcc is None:
@@ -522,6 +522,21 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--ccache", dest="ccache", action="store_const", const="on", help="require ccache")
     cc.add_argument("--no-ccache", dest="ccache", action="store_const", const="off", help="never use ccache")
     p.set_defaults(ccache="auto")
+    pypi = p.add_mutually_exclusive_group()
+    pypi.add_argument(
+        "--cuda-from-pypi", dest="cuda_from_pypi", action="store_const", const="always",
+        help="assemble CUDA_HOME from NVIDIA's wheels for torch's CUDA (default: only when nvcc is missing or "
+        "not torch's CUDA)",
+    )
+    pypi.add_argument(
+        "--no-cuda-from-pypi", dest="cuda_from_pypi", action="store_const", const="never",
+        help="never: a missing or mismatched nvcc stops the build (exit 3)",
+    )
+    p.set_defaults(cuda_from_pypi="auto", cuda_from_pypi_record=None)
+    p.add_argument(
+        "--cuda-prefix", type=Path,
+        help="where the index CUDA goes (default: $XDG_CACHE_HOME/apex-toolchain/cuda-from-pypi)",
+    )
     p.add_argument("--no-gate", action="store_true", help="report missing modules but exit 0")
     p.add_argument(
         "--ignore-hardcoded-archs", action="store_true",
@@ -618,7 +633,12 @@ def _main(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     # the venv's bin (ninja from pip) must be on PATH even when the venv is not activated
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    versions = check_build_tools(env, archs)
+    pypi = pypi_cuda(args, env)
+    versions = check_build_tools(env, archs, str(pypi.home) if pypi else None)
+    versions["nvcc_source"] = "pypi" if pypi else "system"
+    if pypi:
+        versions["cuda_wheels"] = {w.name: w.version for w in pypi.wheels}
+        args.cuda_from_pypi_record = pypi.manifest()
     if setup.style == apex_setup.ARGV:
         check_argv_passing()
     if not args.ignore_hardcoded_archs:
@@ -638,6 +658,36 @@ def expected_modules(setup: apex_setup.SetupPy, flags: dict[str, str]) -> tuple[
 
 def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
+
+
+def pypi_cuda(args: argparse.Namespace, env: dict[str, str]) -> cuda_from_pypi.PypiCuda | None:
+    """A CUDA_HOME from the package index when asked (--cuda-from-pypi) or when torch is a CUDA build and
+    the system nvcc is missing or another CUDA (said on stdout); sets env's CUDA_HOME to it."""
+    if args.cuda_from_pypi == "never":
+        return None
+    info = torch_info()
+    if info["torch_cuda"] is None:
+        return None  # a CPU torch: check_build_tools says what to install
+    torch_cuda = ".".join(info["torch_cuda"].split(".")[:2])
+    if args.cuda_from_pypi == "always":
+        reason = f"--cuda-from-pypi: using CUDA {torch_cuda} from the package index"
+    else:
+        import torch.utils.cpp_extension as cpp_extension
+
+        home = cpp_extension.CUDA_HOME
+        nvcc = Path(home) / "bin" / "nvcc" if home and (Path(home) / "bin" / "nvcc").exists() else None
+        try:
+            release = nvcc_version(nvcc)[0] if nvcc else None
+        except EnvironmentUnavailable:
+            release = None
+        reason = cuda_from_pypi.reason_needed(release, str(nvcc) if nvcc else f"CUDA_HOME={home}", torch_cuda)
+        if reason is None:
+            return None
+    _say(reason)
+    made = cuda_from_pypi.assemble(torch_cuda, args.cuda_prefix or cuda_from_pypi.default_prefix(), reason, _say)
+    env["CUDA_HOME"] = str(made.home)
+    env["PATH"] = os.pathsep.join([str(made.home / "bin"), env.get("PATH", "")])
+    return made
 
 
 def check_argv_passing() -> None:
@@ -772,6 +822,7 @@ def build_and_gate(
             "log": LOG_NAME,
             "ccache": ccache,
             "naive_recipe": bool(args.naive),
+            "cuda_from_pypi": getattr(args, "cuda_from_pypi_record", None),
         },
         "cell": args.cell,
         "inputs": {

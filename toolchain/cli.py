@@ -85,15 +85,19 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--apex-ref", help="Apex commit, tag or branch")
     group.add_argument("--extras", help="contrib extensions, e.g. xentropy,fast_layer_norm")
     group.add_argument("--apex-flags", help="APEX_* flags instead of the core set, e.g. APEX_CPP_EXT")
-    group.add_argument("--base-devel", help="devel base image (e.g. a local mirror or a digest pin)")
-    group.add_argument("--base-runtime", help="runtime base image")
+    group.add_argument("--base-devel", default=os.environ.get("BASE_DEVEL_IMAGE"),
+                       help="devel base image (e.g. a local mirror, a digest pin, or any Debian/Ubuntu image: CUDA then "
+                       "comes from the package index); default $BASE_DEVEL_IMAGE")
+    group.add_argument("--base-runtime", default=os.environ.get("BASE_RUNTIME_IMAGE"),
+                       help="runtime base image; default $BASE_RUNTIME_IMAGE")
     group.add_argument("--torch-index-url", help="pip index for torch (default: the PyTorch index for the CUDA)")
     group.add_argument("--tag", help="image tag instead of the cell id")
     group.add_argument("--platform", help="docker platform: linux/amd64 (default) or linux/arm64 (GH200, GB200)")
 
     build = argparse.ArgumentParser(add_help=False)
     bgroup = build.add_argument_group("build")
-    bgroup.add_argument("--target", default="runtime", help="Dockerfile stage: runtime (default), runtime-devel (with nvcc), verify-runtime")
+    bgroup.add_argument("--target", default="runtime", help="Dockerfile stage: runtime (default), runtime-devel (with nvcc), runtime-slim (no CUDA base: "
+                        "torch's CUDA wheels), verify-runtime")
     bgroup.add_argument("--apex-src", type=Path, help="local Apex source instead of git (offline builds)")
     bgroup.add_argument("--wheelhouse", type=Path, help="directory of wheels to install torch from (offline)")
     bgroup.add_argument("--extra-ca", type=Path, help="CA bundle for a TLS-intercepting proxy (BuildKit secret)")
@@ -302,6 +306,20 @@ def cmd_matrix(args: argparse.Namespace, console: Console) -> int:
     return matrix_run.run_matrix(cells, args, console, matrix_path=path)
 
 
+def failing_checks(report_path: Path | str | None, limit: int = 20) -> list[str]:
+    """`FAIL id  summary` for each FAIL/WARN check of a verify report (bounded read); [] when none is readable."""
+    from verify import input_files
+
+    try:
+        report = input_files.read_json(Path(report_path), input_files.VERIFY_REPORT) if report_path else None
+    except input_files.InputFileError:
+        return []
+    checks = report.get("checks") if isinstance(report, dict) else None
+    lines = [f"{c.get('status')}  {c.get('id')}  {c.get('summary')}" for c in checks or []
+             if isinstance(c, dict) and c.get("status") in ("FAIL", "WARN")]
+    return lines[:limit] + ([f"... {len(lines) - limit} more in the report"] if len(lines) > limit else [])
+
+
 def cmd_verify(args: argparse.Namespace, console: Console) -> int:
     if not args.image:
         args.image = resolve_cells(args, all_when_empty=False)[0].id
@@ -314,6 +332,8 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
                                                           verify_from=args.verify_from, engine=args.engine)
     word, kind = ("PASS", "ok") if code == exit_codes.OK else ("FAIL", "fail")
     console.status(word, kind, f"{args.image}: verify exit {code}; report {report_path}")
+    for line in failing_checks(report_path) if code != exit_codes.OK else ():
+        console.line(f"  {line}")
     audit = _audit_of(out_dir)
     if audit:
         console.line(f"  audited {audit['image']} (image id {audit['image_id']}, digest {audit['digest'] or 'none: local'})"

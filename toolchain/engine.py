@@ -38,7 +38,12 @@ CONTEXT_PATHS = ("pyproject.toml", "verify", "toolchain", "docker")  # what the 
 INPUTS = "docker/build-inputs"
 WHEELHOUSE_NAME, APEX_SRC_NAME = "wheelhouse", "apex-src"
 TAIL_LINES = 30
-TARGETS = ("runtime", "runtime-devel", "verify-runtime", "apex-build", "torch", "devel", "apex-src")
+TARGETS = ("runtime", "runtime-devel", "runtime-slim", "verify-runtime", "apex-build", "torch", "devel", "apex-src")
+
+# What works with a package index and no image registry (README "No registry?").
+NO_REGISTRY_COMMAND = ("bash scripts/ensure-docker.sh && python3 build.py image --cuda 13.0 --torch 2.11.0 --os debian12 "
+                       "--python 3.11 --base-devel apex-toolchain/base:bookworm --base-runtime apex-toolchain/base:bookworm "
+                       "--torch-index-url https://pypi.org/simple --archs 9.0 --target runtime-slim")
 
 # Output that means "the environment is missing something", not "this cell is broken": exit 3.
 # (pattern, message, retry?) - a registry hiccup is worth one more try; a full disk is not.
@@ -51,8 +56,10 @@ _ENVIRONMENT_FAULTS: tuple[tuple[str, str, bool], ...] = (
      "(`docker builder prune`, `docker image prune`) and retry", False),
     (r"pull access denied|failed to resolve source metadata|failed to do request|"
      r"TLS handshake timeout|i/o timeout|manifest unknown|not found: manifest",
-     "a base image could not be pulled (no registry reachable, or no such image); make it local "
-     "(docker pull/load, scripts/ensure-docker.sh) or override BASE_DEVEL_IMAGE/BASE_RUNTIME_IMAGE", True),
+     "a base image could not be pulled (no registry reachable, or no such image); load it (docker load), or "
+     "build with no registry from a local Debian base and CUDA from the package index: " + NO_REGISTRY_COMMAND, True),
+    (r"apex-src stage: cannot reach ", "the Apex git host cannot be reached from the build (no network to it); "
+     "pass a local Apex checkout with --apex-src DIR", False),
     (r"buildx component is missing or broken", "this docker client needs the buildx plugin for BuildKit; "
      "install docker-buildx, or point DOCKER_CLI at a client older than 23 (e.g. Debian's /usr/bin/docker)", False),
 )
@@ -185,12 +192,26 @@ def _progress(progress: str) -> str:
 def build_args_for(cell: Cell, *, apex_src: Path | None = None, wheelhouse: Path | None = None,
                    extra: dict[str, str] | None = None) -> dict[str, str]:
     args = dict(cell.build_args())
+    args["BASE_SLIM_IMAGE"] = slim_base(args.get("BASE_DEVEL_IMAGE", ""), args.get("BASE_RUNTIME_IMAGE", ""))
     if wheelhouse is not None:
         args["TORCH_WHEELHOUSE"] = WHEELHOUSE_NAME
     if apex_src is not None:
         args["APEX_SRC_DIR"] = APEX_SRC_NAME
     args.update(extra or {})
     return args
+
+
+def slim_base(devel: str, runtime: str) -> str:
+    """runtime-slim's base: $BASE_SLIM_IMAGE; else the runtime base when it is no nvidia/cuda image (a local
+    OS base: the slim image needs nothing more); else the OS an nvidia/cuda tag names (…-ubuntu24.04 ->
+    ubuntu:24.04), so the venv finds the same Python at the same path."""
+    if os.environ.get("BASE_SLIM_IMAGE"):
+        return os.environ["BASE_SLIM_IMAGE"]
+    for base in (runtime, devel):
+        if base and not base.startswith(("nvidia/cuda", "nvcr.io/nvidia/cuda")):
+            return base
+    found = re.search(r"-(ubuntu|debian|rockylinux|ubi)(\d+(?:\.\d+)?)$", runtime or devel)
+    return f"{found.group(1)}:{found.group(2)}" if found else "ubuntu:24.04"
 
 
 def build_command(cell: Cell, *, target: str = "runtime", apex_src: Path | str | None = None,

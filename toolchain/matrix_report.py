@@ -70,6 +70,8 @@ class Row:
     def build_text(self) -> str:
         if self.error and self.build is None:
             return "unreadable"
+        if self.build is None and self.status in ("verified", "verify_failed"):
+            return "-"  # `build.py verify IMAGE` of an image built elsewhere
         build = self.build or {}
         if build.get("ok"):
             return f"ok ({build.get('duration_s', 0):.0f} s)" if build.get("duration_s") is not None else "ok"
@@ -229,11 +231,33 @@ def collect(out: Path, problems: list[str] | None = None) -> list[Row]:
             cell=entry.get("cell") or {}, build=entry.get("build"), verify=verify, report=report,
             report_path=str(report_file) if report_file and report is not None else None,
         ))
+    rows += _verify_image_rows(out, {row.id for row in rows}, problems)
     for cell_id, why in unreadable.items():
         if cell_id not in entries:  # nothing else known about it: a row that says so
             rows.append(Row(id=cell_id, name=cell_id, status="unreadable", cell={}, build=None, verify=None,
                             report=None, report_path=None, error=why))
     return sorted(rows, key=lambda r: (_version_key(r.cell.get("cuda", "")), _version_key(r.cell.get("torch", "")), r.id))
+
+
+def _verify_image_rows(out: Path, known: set[str], problems: list[str]) -> list[Row]:
+    """Rows for `build.py verify IMAGE` runs (OUT/verify/<image>/report.json) of images no matrix run has a
+    row for: the image is the row's id, torch and CUDA are what the report found in the image; no build column."""
+    rows = []
+    for report_file in sorted((out / "verify").glob("*/report.json")):
+        image = report_file.parent.name
+        if image in known:
+            continue
+        report = _load(report_file, input_files.VERIFY_REPORT, REPORT_SHAPE, problems)
+        if report is None:
+            continue
+        torch = (report.get("environment") or {}).get("torch")
+        torch = torch if isinstance(torch, dict) else {}
+        cell = {k: v for k, v in (("torch", torch.get("version")), ("cuda", torch.get("cuda"))) if isinstance(v, str)}
+        rows.append(Row(id=image, name=image, status="verified" if report.get("exit_code") == 0 else "verify_failed",
+                        cell=cell, build=None, verify={"exit_code": report.get("exit_code"),
+                                                       "report_path": str(report_file)},
+                        report=report, report_path=str(report_file)))
+    return rows
 
 
 def _version_key(text: str) -> tuple[int, ...]:

@@ -184,7 +184,7 @@ def _run(args: argparse.Namespace, required: tuple[str, ...], manifest_data: dic
     devices = environment.device_capabilities(env)
     arch_checks = extensions.read_arch(ext_results, capability, devices)
     checks += identity.identity_checks(apex_info, probe_results.get("apex"), manifest_data, ext_results)
-    checks += extensions.extension_checks(ext_results, expected)
+    checks += extensions.extension_checks(ext_results, expected, apex_info.get("kind", "nvidia"))
     checks += arch_checks
     entry_points = {f: probe_results[f"feature:{f}"] for f in required if f"feature:{f}" in probe_results}
     arch_fix = f"rebuild with TORCH_CUDA_ARCH_LIST={fatbin.arch_list_value(capability)}" if capability else None

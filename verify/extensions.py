@@ -231,7 +231,11 @@ def classify(name: str, result: dict[str, Any]) -> ExtensionResult:
     return ext
 
 
-def _fix_for(ext: ExtensionResult) -> str:
+def _fix_for(ext: ExtensionResult, apex_kind: str = "nvidia") -> str:
+    if ext.status == "missing" and apex_kind == "not_installed":
+        return "not installed: NVIDIA Apex is not installed (see identity.apex)"
+    if ext.status == "missing" and apex_kind != "nvidia":
+        return "not installed: the installed `apex` is not NVIDIA Apex (see identity.apex)"
     if ext.status == "missing":
         flag = f"{ext.flag}=1" if ext.flag else "its build flag"
         return f"not built (Python-only fallback): rebuild Apex with {flag}"
@@ -245,8 +249,9 @@ def _fix_for(ext: ExtensionResult) -> str:
     return f"import failed: {ext.error}"
 
 
-def extension_checks(results: list[ExtensionResult], expected: set[str]) -> list[Check]:
-    """One check per module: PASS when it imports; FAIL when broken, or expected and missing."""
+def extension_checks(results: list[ExtensionResult], expected: set[str], apex_kind: str = "nvidia") -> list[Check]:
+    """One check per module: PASS when it imports; FAIL when broken, or expected and missing. `apex_kind`
+    (identity.locate): with no NVIDIA Apex at all a missing module is "not installed", not a fallback."""
     present_flags = {e.flag for e in results if e.status != "missing"}
     checks: list[Check] = []
     not_built: dict[str, list[str]] = {}  # optional modules nobody asked for: one line, not thirty
@@ -256,7 +261,7 @@ def extension_checks(results: list[ExtensionResult], expected: set[str]) -> list
         if ext.status == "ok":
             status, summary = Status.PASS, f"imports from {ext.path}"
         elif ext.status == "missing" and ext.module in expected:
-            status, summary = Status.FAIL, f"missing{needed_by}: {_fix_for(ext)}"
+            status, summary = Status.FAIL, f"missing{needed_by}: {_fix_for(ext, apex_kind)}"
         elif ext.status == "missing" and ext.flag in present_flags and ext.kind == "core":
             status, summary = Status.WARN, f"missing although other {ext.flag} modules are built: partial build"
         elif ext.status == "missing":

@@ -50,7 +50,7 @@ def _stage(name: str) -> str:
 def test_every_shipped_target_runs_as_a_numeric_non_root_user() -> None:
     """runtime and runtime-devel need nvcc to build (not here); verify-runtime is built and checked
     by the docker tier (`id -u` != 0). All three end in USER ${APP_UID}, default 10001."""
-    for target in ("runtime", "runtime-devel", "verify-runtime"):
+    for target in ("runtime", "runtime-devel", "runtime-slim", "verify-runtime"):
         body = _stage(target)
         users = re.findall(r"^USER (\S+)", body, re.M)
         assert users and users[-1] == "${APP_UID}", target

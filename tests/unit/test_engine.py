@@ -157,3 +157,19 @@ def test_the_apex_ref_label_may_be_a_tag_or_branch() -> None:
     assert inspect_image._consistency({label: "6424da3b"}, {"apex": {"ref": None, "commit": commit}}) == []
     other = inspect_image._consistency({label: "v25.09"}, {"apex": {"ref": "master", "commit": commit}})
     assert other == [f"label apex.ref v25.09 != manifest apex ref master (commit {commit})"]
+
+
+def test_an_unreachable_git_host_is_an_environment_fault(tmp_path) -> None:
+    """The apex-src stage's real script (its /src moved under tmp) against a port nothing listens on: git
+    fails to connect, the script says it cannot reach the host, and the engine reads that as exit 3."""
+    import os
+    import subprocess
+
+    script = (Path(engine.REPO_ROOT) / "docker" / "fetch-apex.sh").read_text().replace("/src", str(tmp_path / "src"))
+    (tmp_path / "fetch.sh").write_text(script)
+    done = subprocess.run(["bash", str(tmp_path / "fetch.sh")], capture_output=True, text=True, timeout=60,
+                          env={"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+                               "APEX_REPO": "http://127.0.0.1:1/apex.git", "APEX_REF": "6424da3b"})
+    assert done.returncode == 1 and "cannot reach http://127.0.0.1:1/apex.git" in done.stderr
+    message, retry = engine.environment_fault(done.stderr)
+    assert "git host cannot be reached" in message and "--apex-src" in message and not retry

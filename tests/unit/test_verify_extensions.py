@@ -153,3 +153,13 @@ def test_identity_locate_without_apex() -> None:
     if info["installed"]:
         pytest.skip("an apex package is installed in this Python")
     assert info == {"installed": False, "kind": "not_installed", "path": None}
+
+
+def test_with_no_apex_installed_a_missing_module_is_not_installed_not_a_fallback():
+    results = [extensions.classify("amp_C", {"status": "missing"})]
+    absent = extensions.extension_checks(results, {"amp_C"}, "not_installed")[0]
+    assert "not installed: NVIDIA Apex is not installed" in absent.summary and "fallback" not in absent.summary
+    unrelated = extensions.extension_checks(results, {"amp_C"}, "pypi_unrelated")[0]
+    assert "not NVIDIA Apex" in unrelated.summary
+    python_only = extensions.extension_checks(results, {"amp_C"}, "nvidia")[0]
+    assert "Python-only fallback" in python_only.summary
