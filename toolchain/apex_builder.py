@@ -362,10 +362,11 @@ def build_wheel(
     staging = Path(tempfile.mkdtemp(prefix=".wheel-", dir=out))
     try:
         cmd = pip_wheel_command(src, staging, options or [])
-        cpu_before = _children_cpu_s()
+        cpu_before, started_epoch = _children_cpu_s(), time.time()
         code, wall, peak_tree, peak_single = run_logged(cmd, env, log_path)
         stats = {
             "wall_s": round(wall, 1),
+            "started_epoch_s": round(started_epoch, 3),
             # every compiler, linker and pip process the build waited for (RUSAGE_CHILDREN is cumulative)
             "cpu_s": round(_children_cpu_s() - cpu_before, 1),
             "peak_rss_mb": round(peak_tree, 1),
@@ -410,6 +411,11 @@ def compile_timing(build_dir: Path, stats: dict, cores: int, threads: int) -> di
                   for u in units],  # seconds since the first unit started, slowest first
         "links_s": {ext: round(v, 2) for ext, v in sorted(links.items())},
         "unit_seconds": round(sum(u.wall_s for u in units), 1),
+        # serial phases no unit schedule can shorten: pip and setup.py before the first unit (metadata, torch
+        # import), and linking the last extension and packing the wheel after the last unit
+        "before_first_unit_s": round(origin - stats["started_epoch_s"], 1) if "started_epoch_s" in stats else None,
+        "after_last_unit_s": round(stats["started_epoch_s"] + stats["wall_s"] - max(u.end_s for u in units), 1)
+        if "started_epoch_s" in stats else None,
         "lower_bound": bound.to_json(stats["wall_s"]),
         "in_flight": {"peak_units": peak_units, "mean_units": round(mean_units, 2)},
         "memory": {

@@ -119,7 +119,7 @@ def lower_bound(all_units: list[Unit], links_s: dict[str, float], cores: int, cp
     cores = max(1, cores)
     if all_units:
         slow = max(all_units, key=lambda u: u.wall_s + links_s.get(u.extension, 0.0))
-        chain, chain_unit = slow.wall_s + links_s.get(slow.extension, 0.0), f"{slow.extension}/{slow.output}"
+        chain, chain_unit = slow.wall_s + links_s.get(slow.extension, 0.0), unit_key(slow)
     else:
         chain, chain_unit = max(links_s.values(), default=0.0), "-"
     if cpu_s is not None:
@@ -191,3 +191,16 @@ def link_seconds(by_extension: dict[str, list[Unit]], library_mtimes: dict[str, 
 def library_mtimes(build_dir: Path) -> dict[str, float]:
     """{extension: mtime} of `<build_dir>/lib.*/**/<extension>.*.so` (setuptools' build_lib)."""
     return {so.name.split(".", 1)[0]: so.stat().st_mtime for so in build_dir.glob("lib.*/**/*.so")}
+
+
+def simulate_serial(extensions: list[tuple[str, list[float], float]], jobs: int) -> float:
+    """Seconds a build takes that compiles one extension at a time, each with `jobs` ninja jobs (the
+    guides' recipe: MAX_JOBS=4, no APEX_PARALLEL_BUILD). extensions: (name, unit seconds, link seconds)
+    in build order; units go to the first free job slowest first, as a lower estimate of ninja's order."""
+    total = 0.0
+    for _name, walls, link in extensions:
+        slots = [0.0] * max(1, jobs)
+        for wall in sorted(walls, reverse=True):
+            slots[slots.index(min(slots))] += wall
+        total += max(slots) + link
+    return total

@@ -105,6 +105,8 @@ def test_a_ninja_build_records_each_unit_and_prints_wall_over_the_bound(
     assert bound["lower_bound_s"] == max(bound["chain_s"], bound["work_s"])
     assert "CPU seconds" in bound["work_from"] and manifest["build"]["cpu_s"] > 0
     assert timing["memory"]["gib_per_unit_at_peak"] > 0
+    # pip and setup.py before the first unit, links and packing after the last: inside the wall
+    assert 0 < timing["before_first_unit_s"] < wall and 0 < timing["after_last_unit_s"] < wall
     # --memory-gib sized the plan, and the reason says so
     assert "16.0 GiB available (--memory-gib)" in manifest["parallelism"]["reason"]
     printed = capsys.readouterr().out

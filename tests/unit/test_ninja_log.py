@@ -139,6 +139,7 @@ def test_the_bound_is_the_chain_when_one_unit_dominates() -> None:
     units = [unit("softmax", "s.o", 0, 110), unit("amp_C", "a.o", 0, 40), unit("amp_C", "b.o", 0, 40)]
     bound = ninja_log.lower_bound(units, {"softmax": 2.0, "amp_C": 5.0}, cores=16)
     assert (bound.chain_s, bound.chain_unit) == (112.0, "softmax/s.o")
+    assert ninja_log.lower_bound([unit("mlp", "/b/temp/mlp/csrc/m.o", 0, 1)], {}, 1).chain_unit == "mlp/m.o"
     assert bound.work_s == pytest.approx(190 / 16) and bound.bound_s == 112.0
     assert bound.ratio(140.0) == pytest.approx(1.25)
     assert bound.to_json(140.0)["wall_over_bound"] == 1.25
@@ -178,3 +179,11 @@ def test_a_link_is_timed_from_the_last_object_to_the_library(tmp_path: Path) -> 
     links = ninja_log.link_seconds(found, ninja_log.library_mtimes(build))
     assert 0.3 <= links["syncbn"] < 5.0
     assert ninja_log.link_seconds(found, {}) == {}
+
+
+def test_a_serial_build_is_the_sum_of_each_extensions_makespan_on_its_jobs() -> None:
+    # amp_C: 6 units of 40 s on 4 jobs = 80 s + 3 s link; softmax: one 110 s unit + 2 s link
+    extensions = [("amp_C", [40.0] * 6, 3.0), ("softmax", [110.0, 20.0], 2.0)]
+    assert ninja_log.simulate_serial(extensions, jobs=4) == pytest.approx(83 + 112)
+    assert ninja_log.simulate_serial(extensions, jobs=1) == pytest.approx(243 + 132)
+    assert ninja_log.simulate_serial([], jobs=4) == 0.0
