@@ -131,3 +131,16 @@ def test_a_measured_cold_figure_sizes_the_next_plan_and_a_warm_one_does_not(tmp_
     path.write_text("{not json")
     assert apex_builder.measured_gib_per_thread(path) == (None, "")
     assert apex_builder.measured_gib_per_thread(tmp_path / "absent.json") == (None, "")
+
+
+@pytest.mark.parametrize("value", ["0", "0.5", "nan"])
+def test_a_memory_cap_below_one_gib_is_a_usage_error(tmp_path: Path, value: str) -> None:
+    import subprocess
+
+    src = make_tree(tmp_path / "src")
+    result = subprocess.run([sys.executable, "-m", "toolchain.apex_builder", "--apex-src", str(src), "--out",
+                             str(tmp_path / "o"), "--flags", "APEX_CPP_EXT", "--memory-gib", value],
+                            cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120)
+    assert result.returncode == exit_codes.USAGE, result.stderr
+    assert "--memory-gib" in result.stderr and "must be 1 or more" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "o").exists()
