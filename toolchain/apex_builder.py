@@ -16,6 +16,7 @@ Standard library only (plus torch, which the build needs anyway): it runs inside
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import errno
 import hashlib
@@ -34,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from toolchain import apex_setup, build_outputs, cuda_from_pypi, parallelism
+from toolchain import apex_setup, build_outputs, cuda_from_pypi, ninja_log, parallelism
 from toolchain.errors import BuildFailed, EnvironmentUnavailable, ToolchainError, UsageError
 from toolchain.process_tree import PeakSampler
 from verify import entry_point, exit_codes, input_files, module_map, workflow_commands
@@ -361,9 +362,13 @@ def build_wheel(
     staging = Path(tempfile.mkdtemp(prefix=".wheel-", dir=out))
     try:
         cmd = pip_wheel_command(src, staging, options or [])
+        cpu_before, started_epoch = _children_cpu_s(), time.time()
         code, wall, peak_tree, peak_single = run_logged(cmd, env, log_path)
         stats = {
             "wall_s": round(wall, 1),
+            "started_epoch_s": round(started_epoch, 3),
+            # every compiler, linker and pip process the build waited for (RUSAGE_CHILDREN is cumulative)
+            "cpu_s": round(_children_cpu_s() - cpu_before, 1),
             "peak_rss_mb": round(peak_tree, 1),
             "peak_rss_single_process_mb": round(peak_single, 1),
         }
@@ -379,6 +384,63 @@ def build_wheel(
         return target, stats
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def compile_timing(build_dir: Path, stats: dict, cores: int, threads: int) -> dict:
+    """Per-unit times from each extension's .ninja_log, the links, the lower bound and what memory one
+    unit took at its peak, for the manifest. {} with a reason when no ninja log is there."""
+    try:
+        by_ext = ninja_log.read_build_dir(build_dir)
+        links = ninja_log.link_seconds(by_ext, ninja_log.library_mtimes(build_dir))
+    except (OSError, ninja_log.NinjaLogError) as error:
+        return {"units": [], "note": f"ninja logs unreadable: {error}"}
+    units = sorted((u for found in by_ext.values() for u in found), key=lambda u: -u.wall_s)
+    if not units:
+        return {"units": [], "note": f"no .ninja_log under {build_dir} (no ninja, or nothing compiled)"}
+    origin = min(u.start_s for u in units)
+    bound = ninja_log.lower_bound(units, links, cores, stats.get("cpu_s"))
+    peak_units, mean_units = ninja_log.in_flight(units)
+    per_unit = stats["peak_rss_mb"] / 1024 / max(1, peak_units)
+    return {
+        "units": [dict(u.to_json(), start_s=round(u.start_s - origin, 3), end_s=round(u.end_s - origin, 3))
+                  for u in units],  # seconds since the first unit started, slowest first
+        "links_s": {ext: round(v, 2) for ext, v in sorted(links.items())},
+        "unit_seconds": round(sum(u.wall_s for u in units), 1),
+        # serial phases no unit schedule can shorten: pip and setup.py before the first unit (metadata, torch
+        # import), and linking the last extension and packing the wheel after the last unit
+        "before_first_unit_s": round(origin - stats["started_epoch_s"], 1) if "started_epoch_s" in stats else None,
+        "after_last_unit_s": round(stats["started_epoch_s"] + stats["wall_s"] - max(u.end_s for u in units), 1)
+        if "started_epoch_s" in stats else None,
+        "lower_bound": bound.to_json(stats["wall_s"]),
+        "in_flight": {"peak_units": peak_units, "mean_units": round(mean_units, 2)},
+        "memory": {
+            "gib_per_unit_at_peak": round(per_unit, 2),
+            # what the parallelism model's device part would have been, given its host part
+            "gib_per_nvcc_thread": round(max(0.25, (per_unit - parallelism.GIB_PER_UNIT_HOST) / max(1, threads)), 2),
+            "method": "peak summed RSS / most units in flight at once; per thread: minus the model's host part, "
+                      "divided by nvcc --threads (at least 0.25)",
+        },
+    }
+
+
+def measured_gib_per_thread(manifest_path: Path) -> tuple[float | None, str]:
+    """The per-thread memory a previous cold build in the same --out measured, with 25% headroom; a warm
+    (ccache) build compiled little, so its figure says nothing."""
+    try:
+        build = json.loads(manifest_path.read_text()).get("build", {})
+        value = float(build["timing"]["memory"]["gib_per_nvcc_thread"])
+        stats = build.get("ccache", {}).get("stats", {})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None, ""
+    hits = stats.get("direct_cache_hit", 0) + stats.get("preprocessed_cache_hit", 0)
+    if hits > stats.get("cache_miss", 0) or not 0.1 <= value <= 64:
+        return None, ""
+    return round(value * 1.25, 2), f"per-thread memory {value} GiB measured by the cold build in {manifest_path} (+25%)"
 
 
 def _failure_summary(log_path: Path, code: int, setup: apex_setup.SetupPy | None = None) -> str:
@@ -410,6 +472,18 @@ def _failure_summary(log_path: Path, code: int, setup: apex_setup.SetupPy | None
     where = (f"first error at log line {first_error}: {lines[first_error - 1].strip()[:300]}"
              if first_error else "no line says 'error'")
     return f"pip wheel failed (exit {code}); {where} (log {log_path}).{hint}"
+
+
+def timing_line(build: dict) -> str:
+    """`wall 250.1 s / lower bound 231.0 s = 1.08 (...)`, printed after every build."""
+    timing = build.get("timing", {})
+    bound = timing.get("lower_bound")
+    if not bound:
+        return f"wall {build['wall_s']} s; lower bound unknown: {timing.get('note', 'no timing')}"
+    return (f"wall {build['wall_s']} s / lower bound {bound['lower_bound_s']} s = {bound['wall_over_bound']} "
+            f"(chain {bound['chain_s']} s: {bound['chain_unit']} + link; work {bound['work_s']} s: "
+            f"{bound['work_from']}; {len(timing['units'])} units, at most {timing['in_flight']['peak_units']} "
+            f"in flight, {timing['in_flight']['mean_units']} on average)")
 
 
 def sha256_of(path: Path) -> str:
@@ -518,6 +592,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--nvcc-threads", type=int, help="nvcc --threads per file (default: one per arch, at most 4)"
     )
+    p.add_argument(
+        "--memory-gib", type=float, help="size for at most this much memory (emulates a smaller host; with "
+        "taskset -c 0-3 for 4 cores)"
+    )
     cc = p.add_mutually_exclusive_group()
     cc.add_argument("--ccache", dest="ccache", action="store_const", const="on", help="require ccache")
     cc.add_argument("--no-ccache", dest="ccache", action="store_const", const="off", help="never use ccache")
@@ -614,8 +692,8 @@ def _main(args: argparse.Namespace) -> int:
     apex_setup.check_flags(setup, flags, src)
     expected, _ = expected_modules(setup, flags)
     needs_cuda = any(module_map.module(m).cuda for m in expected)
-    for name, value in (("--jobs", args.jobs), ("--nvcc-threads", args.nvcc_threads)):
-        if value is not None and value < 1:
+    for name, value in (("--jobs", args.jobs), ("--nvcc-threads", args.nvcc_threads), ("--memory-gib", args.memory_gib)):
+        if value is not None and not value >= 1:
             raise UsageError(f"{name} {value}: must be 1 or more")
     arch_text = args.archs or os.environ.get("TORCH_CUDA_ARCH_LIST")
     if args.naive:
@@ -749,15 +827,21 @@ def build_and_gate(
             "reason": "--naive: the published guides' MAX_JOBS=4, no arch list",
         }
     else:
+        resources = parallelism.host_resources()
+        if args.memory_gib is not None and args.memory_gib < resources.mem_available_gib:
+            resources = dataclasses.replace(resources, mem_available_gib=args.memory_gib, mem_source="--memory-gib")
+        gib_per_thread, gib_from = measured_gib_per_thread(out / MANIFEST_NAME)
         try:
             plan = parallelism.plan(
-                parallelism.host_resources(),
+                resources,
                 n_archs=len(archs or [1]),
                 # a setup.py without --parallel / APEX_PARALLEL_BUILD builds one extension at a time
                 n_extensions=len(expected) if setup.parallel != "none" else 1,
                 jobs=args.jobs,
                 nvcc_threads=args.nvcc_threads,
                 env=env,
+                gib_per_thread=gib_per_thread,
+                gib_from=gib_from,
             )
         except ValueError as error:
             raise UsageError(str(error)) from None
@@ -823,6 +907,7 @@ def build_and_gate(
             "ccache": ccache,
             "naive_recipe": bool(args.naive),
             "cuda_from_pypi": getattr(args, "cuda_from_pypi_record", None),
+            "timing": compile_timing(src / "build", stats, len(os.sched_getaffinity(0)), int(par["nvcc_threads"])),
         },
         "cell": args.cell,
         "inputs": {
@@ -836,6 +921,7 @@ def build_and_gate(
         f"wheel {wheel} ({stats['wall_s']} s, peak {stats['peak_rss_mb']:.0f} MiB); manifest {manifest_path}"
     )
     _say(f"built modules: {', '.join(built) or 'none'}")
+    _say(timing_line(manifest["build"]))
 
     missing = build_outputs.missing_modules(expected, built, log_lines)
     if missing:

@@ -35,6 +35,27 @@ TYPICAL_FILES_PER_EXTENSION = 2
 # nvcc --threads only splits a file's -gencode targets: more threads than archs buy nothing.
 MAX_NVCC_THREADS = 4
 
+# Many archs (issue 16): the rule above left the five-arch core build at 2.2 compiles in flight on 16
+# cores (560 s, not finished): one extension at a time. The default now starts every extension at once
+# (APEX_PARALLEL_BUILD = extensions) with MAX_JOBS = the largest extension's units, so every unit, the
+# slowest included, is in flight from the start and the kernel shares the cores among them (no unit waits
+# in a queue behind faster ones); nvcc --threads then takes whatever memory is left, which shortens the
+# tail where the last slow units run alone. Memory per compile unit, modelled as host part + threads x
+# device part, from two measurements on the H200 host (Apex 6424da3b, torch 2.11, nvcc 13.0):
+# - five archs, MAX_JOBS=8 x nvcc --threads 4 (amp_C: 8 units of 4 threads at once): 24 GiB summed RSS
+#   peak, 0.75 GiB per nvcc thread (issue 16);
+GIB_PER_NVCC_THREAD = 0.75
+# - one arch, 32 units at --threads 1: 41.4 GiB summed RSS, 1.3 GiB per unit (reports/h200-2026-11-30,
+#   manifest-9.0-cold.json), so ~0.55 GiB host part; rounded up to 1.0 because the largest single
+#   process (a .cpp with torch/extension.h) reached 2.7 GiB. The model overestimates both runs by ~35%.
+GIB_PER_UNIT_HOST = 1.0
+# amp_C has 15 units (14 .cu + 1 .cpp at 6424da3b), the most of any core extension; MAX_JOBS this high
+# lets them all run at once. The other extensions have 1-2 (TYPICAL_FILES_PER_EXTENSION).
+LARGEST_EXTENSION_UNITS = 15
+# Every unit in flight means many units per core on a small host: beyond 3 per core the cores gain
+# nothing and memory pays for each; such hosts fall back to the slot rule (extensions in waves).
+MAX_UNITS_PER_CORE = 3
+
 _THREADS_FLAG = re.compile(r"(?:--threads|-t)[ =](\d+)")
 
 
@@ -148,6 +169,29 @@ def env_nvcc_threads(env: dict[str, str]) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def unit_gib(threads: int, gib_per_thread: float | None = None) -> float:
+    """Modelled peak memory of one compile unit running nvcc with --threads `threads`."""
+    return GIB_PER_UNIT_HOST + threads * (GIB_PER_NVCC_THREAD if gib_per_thread is None else gib_per_thread)
+
+
+def all_in_flight(
+    res: HostResources, *, n_archs: int, n_extensions: int, gib_per_thread: float | None = None
+) -> tuple[int, int, int, str] | None:
+    """(MAX_JOBS, APEX_PARALLEL_BUILD, nvcc threads, why) that start every unit at once, with the most
+    nvcc threads (at most one per arch) whose modelled peak fits the memory budget; None where even
+    one thread per unit does not fit, or the units would crowd the cores (the slot rule applies)."""
+    units = LARGEST_EXTENSION_UNITS + (n_extensions - 1) * TYPICAL_FILES_PER_EXTENSION
+    budget = res.mem_available_gib * MEMORY_FRACTION
+    if units > res.cores * MAX_UNITS_PER_CORE or units * unit_gib(1, gib_per_thread) > budget:
+        return None
+    top = max(1, min(n_archs, MAX_NVCC_THREADS))
+    threads = max(t for t in range(1, top + 1) if units * unit_gib(t, gib_per_thread) <= budget)
+    why = (f"every extension at once, MAX_JOBS = amp_C's {LARGEST_EXTENSION_UNITS} units: ~{units} units in flight, "
+           f"the slowest from the start; --threads {threads} is the most of {top} whose modelled peak fits "
+           f"{budget:.0f} GiB")
+    return LARGEST_EXTENSION_UNITS, n_extensions, threads, why
+
+
 def plan(
     res: HostResources,
     *,
@@ -156,24 +200,31 @@ def plan(
     jobs: int | None = None,
     nvcc_threads: int | None = None,
     env: dict[str, str] | None = None,
+    gib_per_thread: float | None = None,
+    gib_from: str = "",
 ) -> Plan:
     """Size the three knobs. Explicit arguments win, then MAX_JOBS / APEX_PARALLEL_BUILD /
     NVCC_APPEND_FLAGS from `env`, then the memory-and-cores rule. Raises ValueError on bad env values."""
     env = dict(os.environ if env is None else env)
     fits = max(1, math.floor(res.mem_available_gib * MEMORY_FRACTION / GIB_PER_COMPILE))
+    overridden = jobs is not None or nvcc_threads is not None or any(
+        env.get(k, "").strip() for k in ("MAX_JOBS", "APEX_PARALLEL_BUILD")) or env_nvcc_threads(env) is not None
     why = [
         f"{res.cores} cores (affinity {res.cpus_affinity}, cgroup quota "
         f"{'none' if res.cpu_quota is None else f'{res.cpu_quota:g}'})",
-        f"{res.mem_available_gib:.1f} GiB available ({res.mem_source}): {fits} compiles of "
-        f"~{GIB_PER_COMPILE} GiB fit in {int(MEMORY_FRACTION * 100)}%",
+        f"{res.mem_available_gib:.1f} GiB available ({res.mem_source})"
+        + (f": {fits} compiles of ~{GIB_PER_COMPILE} GiB fit in {int(MEMORY_FRACTION * 100)}%" if overridden else
+           f": per unit {GIB_PER_UNIT_HOST} GiB + {gib_per_thread or GIB_PER_NVCC_THREAD:.2f} GiB per nvcc thread "
+           f"must fit in {int(MEMORY_FRACTION * 100)}%"),
     ]
     if jobs is not None:
         slots = jobs
         why.append(f"--jobs {jobs} sets {slots} concurrent compiles")
     else:
         slots = min(res.cores * COMPILES_PER_CORE, fits)
-        limit = "memory" if fits < res.cores * COMPILES_PER_CORE else f"{COMPILES_PER_CORE} per core"
-        why.append(f"{slots} concurrent compiles ({limit} limit)")
+        if overridden:
+            limit = "memory" if fits < res.cores * COMPILES_PER_CORE else f"{COMPILES_PER_CORE} per core"
+            why.append(f"{slots} concurrent compiles ({limit} limit)")
 
     threads, threads_from = nvcc_threads, "--nvcc-threads"
     if threads is None:
@@ -197,6 +248,26 @@ def plan(
     elif env_parallel is not None:
         parallel, split_from = env_parallel, "APEX_PARALLEL_BUILD from the environment"
         max_jobs = max(1, per_thread // parallel)
+    elif jobs is None and nvcc_threads is None and env_nvcc_threads(env) is None and (
+            every := all_in_flight(res, n_archs=n_archs, n_extensions=n_ext, gib_per_thread=gib_per_thread)):
+        max_jobs, parallel, threads, note = every
+        split_from = f"{note}{f'; {gib_from}' if gib_from else ''}"
+        threads_from = f"{n_archs} arch(s), memory"
+    elif jobs is None and nvcc_threads is None and env_nvcc_threads(env) is None:
+        # the slot rule on the memory model: as many units as cores x 2 and memory allow at one thread,
+        # then the most threads that still fit (a small host gets units for its cores before threads)
+        budget = res.mem_available_gib * MEMORY_FRACTION
+        units = max(1, min(res.cores * COMPILES_PER_CORE, math.floor(budget / unit_gib(1, gib_per_thread))))
+        top = max(1, min(n_archs, MAX_NVCC_THREADS))
+        threads = max([t for t in range(1, top + 1) if units * unit_gib(t, gib_per_thread) <= budget] or [1])
+        threads_from = f"{n_archs} arch(s), memory"
+        max_jobs = min(units, max(MIN_JOBS_PER_EXTENSION, res.cores // 2))
+        parallel = max(1, min(n_ext, 1 + (units - max_jobs) // TYPICAL_FILES_PER_EXTENSION))
+        split_from = (
+            f"{units} units fit (cores x {COMPILES_PER_CORE}, memory model); ninja jobs per extension: "
+            f"max({MIN_JOBS_PER_EXTENSION}, cores/2); the other units build extensions side by side at "
+            f"~{TYPICAL_FILES_PER_EXTENSION} files each; {n_extensions} extension(s)"
+        )
     else:
         max_jobs = min(per_thread, max(MIN_JOBS_PER_EXTENSION, res.cores // 2))
         parallel = max(1, min(n_ext, 1 + (per_thread - max_jobs) // TYPICAL_FILES_PER_EXTENSION))
@@ -208,7 +279,11 @@ def plan(
         f"nvcc --threads {threads} ({threads_from}); MAX_JOBS={max_jobs} x APEX_PARALLEL_BUILD={parallel} ({split_from})"
     )
     expected = min(max_jobs * parallel, max_jobs + (parallel - 1) * TYPICAL_FILES_PER_EXTENSION)
-    peak = expected * threads * GIB_PER_COMPILE
+    if threads_from.endswith("memory"):
+        peak = expected * unit_gib(threads, gib_per_thread)
+        why.append(f"modelled peak {peak:.0f} GiB ({expected} units x {unit_gib(threads, gib_per_thread):.2f} GiB)")
+    else:
+        peak = expected * threads * GIB_PER_COMPILE
     if peak > res.mem_available_gib:
         why.append(f"WARNING: about {peak:.0f} GiB may be needed at peak, more than is available")
     return Plan(max_jobs=max_jobs, nvcc_threads=threads, apex_parallel_build=parallel, reason="; ".join(why))

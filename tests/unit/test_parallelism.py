@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+import dataclasses
 import os
 import subprocess
 import sys
@@ -23,57 +23,76 @@ def test_host_resources_are_read_from_this_machine() -> None:
     assert quota is None or quota > 0
 
 
-def expected_compiles(plan: parallelism.Plan) -> int:
+def expected_units(plan: parallelism.Plan) -> int:
     """The concurrency model the rule sizes for: MAX_JOBS for the big extension plus ~TYPICAL files for
-    each other extension built beside it (not the product: most extensions have 1-3 files), x nvcc threads."""
-    per_thread = min(plan.max_jobs * plan.apex_parallel_build,
-                     plan.max_jobs + (plan.apex_parallel_build - 1) * parallelism.TYPICAL_FILES_PER_EXTENSION)
-    return per_thread * plan.nvcc_threads
+    each other extension built beside it (not the product: most extensions have 1-3 files)."""
+    return min(plan.max_jobs * plan.apex_parallel_build,
+               plan.max_jobs + (plan.apex_parallel_build - 1) * parallelism.TYPICAL_FILES_PER_EXTENSION)
 
 
-def slots_of(res: parallelism.HostResources) -> tuple[int, int]:
-    """(concurrent compile slots, compiles that fit in memory) for a host, by the documented facts."""
-    fits = max(1, math.floor(res.mem_available_gib * parallelism.MEMORY_FRACTION / parallelism.GIB_PER_COMPILE))
-    return min(res.cores * parallelism.COMPILES_PER_CORE, fits), fits
+def modelled_peak(plan: parallelism.Plan) -> float:
+    """GiB by the documented facts: host part + threads x device part, for every unit in flight."""
+    return expected_units(plan) * (parallelism.GIB_PER_UNIT_HOST + plan.nvcc_threads * parallelism.GIB_PER_NVCC_THREAD)
+
+
+def host(cores: int, mem_gib: float) -> parallelism.HostResources:
+    return parallelism.HostResources(cpus_affinity=cores, cpu_quota=None, mem_available_gib=mem_gib,
+                                     mem_source="MemAvailable")
 
 
 @pytest.mark.parametrize("cores", [2, 4, 16, 64])
-@pytest.mark.parametrize("mem_gib", [500, 16, 2])  # plenty, scarce, almost none
-@pytest.mark.parametrize("n_archs", [1, 3])
-def test_default_plan_fits_the_slots_and_memory(cores: int, mem_gib: float, n_archs: int) -> None:
-    res = parallelism.HostResources(cpus_affinity=cores, cpu_quota=None, mem_available_gib=mem_gib,
-                                    mem_source="MemAvailable")
+@pytest.mark.parametrize("mem_gib", [500, 125, 16, 2])  # plenty, the H200 host, a CI runner, almost none
+@pytest.mark.parametrize("n_archs", [1, 3, 5])
+def test_default_plan_fits_the_memory_and_the_cores(cores: int, mem_gib: float, n_archs: int) -> None:
+    res = host(cores, mem_gib)
     plan = parallelism.plan(res, n_archs=n_archs, n_extensions=12, env={})
-    slots, fits = slots_of(res)
-    assert 1 <= expected_compiles(plan) <= slots
-    assert expected_compiles(plan) <= fits
-    assert plan.nvcc_threads == max(1, min(n_archs, parallelism.MAX_NVCC_THREADS, slots))
-    # warned only where not even one compile fits
-    assert ("WARNING" in plan.reason) == (mem_gib < parallelism.GIB_PER_COMPILE)
+    budget = mem_gib * parallelism.MEMORY_FRACTION
+    assert 1 <= plan.nvcc_threads <= min(n_archs, parallelism.MAX_NVCC_THREADS)
+    assert 1 <= expected_units(plan) <= max(cores * parallelism.COMPILES_PER_CORE,
+                                            cores * parallelism.MAX_UNITS_PER_CORE)
+    # warned only where not even one unit fits; else the modelled peak is inside the budget
+    assert ("WARNING" in plan.reason) == (modelled_peak(plan) > mem_gib)
+    if budget >= parallelism.GIB_PER_UNIT_HOST + parallelism.GIB_PER_NVCC_THREAD:
+        assert modelled_peak(plan) <= budget
+        # one more nvcc thread would not have fitted, unless there was no arch left to split
+        more = dataclasses.replace(plan, nvcc_threads=plan.nvcc_threads + 1)
+        assert plan.nvcc_threads == min(n_archs, parallelism.MAX_NVCC_THREADS) or modelled_peak(more) > budget
+
+
+def test_the_h200_host_starts_every_unit_at_once_with_threads_from_the_archs() -> None:
+    """16 cores / 125 GiB (reports/h200-2026-11-30): all 12 extensions at once, amp_C's 15 units at once."""
+    one = parallelism.plan(host(16, 125), n_archs=1, n_extensions=12, env={})
+    assert (one.max_jobs, one.apex_parallel_build, one.nvcc_threads) == (15, 12, 1)
+    five = parallelism.plan(host(16, 125), n_archs=5, n_extensions=12, env={})
+    # 37 units x (1.0 + 2 x 0.75) GiB = 92.5 GiB fits 100 GiB (80% of 125); 3 threads (120 GiB) would not
+    assert (five.max_jobs, five.apex_parallel_build, five.nvcc_threads) == (15, 12, 2)
+    assert modelled_peak(five) <= 0.8 * 125 and "every extension at once" in five.reason
+    # a measured per-thread figure replaces the constant, and the record says where it came from
+    lean = parallelism.plan(host(16, 125), n_archs=5, n_extensions=12, env={}, gib_per_thread=0.4,
+                            gib_from="per-thread memory measured by the last build")
+    assert lean.nvcc_threads == 4 and "measured by the last build" in lean.reason
+
+
+def test_a_4_core_16_gib_runner_builds_in_waves_inside_its_memory() -> None:
+    """What `taskset -c 0-3 build.py wheel --memory-gib 16` sizes for on any host."""
+    for n_archs in (1, 5):
+        plan = parallelism.plan(host(4, 16), n_archs=n_archs, n_extensions=12, env={})
+        # 7 units of 1.75 GiB fit 12.8 GiB, 8 would not; 4 ninja jobs + one more extension beside it
+        assert (plan.max_jobs, plan.apex_parallel_build, plan.nvcc_threads) == (4, 2, 1)
+        assert modelled_peak(plan) <= 0.8 * 16 and "every extension at once" not in plan.reason
 
 
 def test_default_plan_on_this_machine() -> None:
     res = parallelism.host_resources()
     plan = parallelism.plan(res, n_archs=1, n_extensions=12, env={})
-    assert expected_compiles(plan) <= slots_of(res)[0]
+    assert modelled_peak(plan) <= res.mem_available_gib or "WARNING" in plan.reason
     assert plan.nvcc_threads == 1, "one arch: nvcc --threads has nothing to split"
     assert "cores" in plan.reason and "GiB available" in plan.reason
 
 
 def test_memory_limits_before_cores() -> None:
-    small = parallelism.HostResources(cpus_affinity=64, cpu_quota=None, mem_available_gib=16, mem_source="MemAvailable")
-    plan = parallelism.plan(small, n_archs=1, n_extensions=12, env={})
-    assert plan.max_jobs * plan.apex_parallel_build == 5  # floor(16 * 0.8 / 2.5)
-    assert "memory limit" in plan.reason
-
-
-def test_big_host_builds_extensions_side_by_side() -> None:
-    big = parallelism.HostResources(cpus_affinity=16, cpu_quota=None, mem_available_gib=500, mem_source="MemAvailable")
-    plan = parallelism.plan(big, n_archs=1, n_extensions=12, env={})
-    # 8 jobs for amp_C, the other 24 slots at ~2 files per extension: all 12 extensions side by side
-    assert (plan.max_jobs, plan.apex_parallel_build, plan.nvcc_threads) == (8, 12, 1)
-    three = parallelism.plan(big, n_archs=3, n_extensions=12, env={})
-    assert three.nvcc_threads == 3
+    plan = parallelism.plan(host(64, 16), n_archs=1, n_extensions=12, env={})
+    assert expected_units(plan) == 7  # floor(16 * 0.8 / 1.75), not 64 x 2
 
 
 def test_cgroup_quota_caps_cores() -> None:

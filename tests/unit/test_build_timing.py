@@ -1,0 +1,146 @@
+"""The builder's per-unit times and lower bound, end to end on this CPU machine: a real setup.py that
+compiles with torch's cpp_extension and ninja, one build directory per extension as Apex's setup.py makes
+(its BuildExtensionSeparateDir), so the manifest's units come from real .ninja_log files."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolchain import apex_builder, parallelism
+from verify import exit_codes
+
+pytestmark = pytest.mark.skipif(shutil.which("ninja") is None or shutil.which("c++") is None,
+                                reason="ninja and a C++ compiler are needed")
+
+# Apex's own shape, cut down: CppExtension through BuildExtension (ninja), APEX_PARALLEL_BUILD read the
+# way Apex reads it, and each extension compiled into build/temp.*/<name>/ like its separate-dir patch.
+SETUP = '''
+import os, sys, threading
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+ENV_TO_FLAG = {
+    "APEX_CPP_EXT": "--cpp_ext",
+}
+
+def has_flag(flag, env_var):
+    return flag in sys.argv or os.environ.get(env_var, "0") == "1"
+
+ext_modules = []
+if has_flag("--cpp_ext", "APEX_CPP_EXT"):
+    ext_modules.append(CppExtension("apex_C", ["csrc/a.cpp", "csrc/b.cpp"]))
+    ext_modules.append(CppExtension("syncbn", ["csrc/s.cpp"]))
+parallel = int(os.environ["APEX_PARALLEL_BUILD"]) if os.environ.get("APEX_PARALLEL_BUILD") else None
+
+class BuildExtensionSeparateDir(BuildExtension):
+    lock, names = threading.Lock(), {}
+
+    def finalize_options(self):
+        if parallel is not None:
+            self.parallel = parallel
+        super().finalize_options()
+
+    def build_extension(self, ext):
+        with self.lock:
+            if not getattr(self.compiler, "_separate", False):
+                original = self.compiler.compile
+                def compile_new(*args, **kwargs):
+                    name = self.names[threading.current_thread().ident]
+                    return original(*args, **{**kwargs, "output_dir": os.path.join(kwargs["output_dir"], name)})
+                self.compiler.compile, self.compiler._separate = compile_new, True
+        self.names[threading.current_thread().ident] = ext.name
+        return super().build_extension(ext)
+
+setup(name="tinyapex", version="0.1", packages=["apex"], ext_modules=ext_modules,
+      cmdclass={"build_ext": BuildExtensionSeparateDir})
+'''
+
+MODULE = """#include <Python.h>
+static struct PyModuleDef m = {PyModuleDef_HEAD_INIT, "%s", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit_%s(void) { return PyModule_Create(&m); }
+"""
+
+
+def make_tree(root: Path) -> Path:
+    (root / "apex").mkdir(parents=True)
+    (root / "apex" / "__init__.py").write_text("")
+    (root / "csrc").mkdir()
+    (root / "csrc" / "a.cpp").write_text(MODULE % ("apex_C", "apex_C"))
+    (root / "csrc" / "b.cpp").write_text("int helper_b() { return 2; }\n")
+    (root / "csrc" / "s.cpp").write_text(MODULE % ("syncbn", "syncbn"))
+    (root / "setup.py").write_text(SETUP)
+    return root
+
+
+def test_a_ninja_build_records_each_unit_and_prints_wall_over_the_bound(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    src = make_tree(tmp_path / "src")
+    out = tmp_path / "out"
+    args = apex_builder.build_parser().parse_args(["--apex-src", str(src), "--out", str(out), "--no-ccache",
+                                                   "--memory-gib", "16"])
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
+    for knob in ("MAX_JOBS", "APEX_PARALLEL_BUILD", "NVCC_APPEND_FLAGS"):
+        env.pop(knob, None)
+    versions = {"torch": "cpu", "python": "3", "nvcc_path": "nvcc"}
+    code = apex_builder.build_and_gate(args, src, out, {"APEX_CPP_EXT": "1"}, None, env, versions,
+                                       dt.datetime.now(dt.timezone.utc))
+    assert code == exit_codes.OK
+    manifest = json.loads((out / "build-manifest.json").read_text())
+    timing = manifest["build"]["timing"]
+    assert {(u["extension"], Path(u["output"]).name) for u in timing["units"]} == {
+        ("apex_C", "a.o"), ("apex_C", "b.o"), ("syncbn", "s.o")}
+    walls = [u["wall_s"] for u in timing["units"]]
+    assert walls == sorted(walls, reverse=True) and all(w > 0 for w in walls)
+    assert min(u["start_s"] for u in timing["units"]) == 0.0  # seconds since the first unit started
+    assert set(timing["links_s"]) == {"apex_C", "syncbn"}
+    bound, wall = timing["lower_bound"], manifest["build"]["wall_s"]
+    assert 0 < bound["lower_bound_s"] <= wall, "a lower bound is never above the wall it bounds"
+    assert bound["lower_bound_s"] == max(bound["chain_s"], bound["work_s"])
+    assert "CPU seconds" in bound["work_from"] and manifest["build"]["cpu_s"] > 0
+    assert timing["memory"]["gib_per_unit_at_peak"] > 0
+    # pip and setup.py before the first unit, links and packing after the last: inside the wall
+    assert 0 < timing["before_first_unit_s"] < wall and 0 < timing["after_last_unit_s"] < wall
+    # --memory-gib sized the plan, and the reason says so
+    assert "16.0 GiB available (--memory-gib)" in manifest["parallelism"]["reason"]
+    printed = capsys.readouterr().out
+    assert f"wall {wall} s / lower bound {bound['lower_bound_s']} s = {bound['wall_over_bound']}" in printed
+
+
+def test_a_measured_cold_figure_sizes_the_next_plan_and_a_warm_one_does_not(tmp_path: Path) -> None:
+    path = tmp_path / "build-manifest.json"
+    cold = {"build": {"timing": {"memory": {"gib_per_nvcc_thread": 0.4}},
+                      "ccache": {"stats": {"direct_cache_hit": 0, "preprocessed_cache_hit": 0, "cache_miss": 37}}}}
+    path.write_text(json.dumps(cold))
+    value, source = apex_builder.measured_gib_per_thread(path)
+    assert value == 0.5 and "measured by the cold build" in source
+    plan = parallelism.plan(parallelism.HostResources(16, None, 125, "MemAvailable"), n_archs=5, n_extensions=12,
+                            env={}, gib_per_thread=value, gib_from=source)
+    # 37 units x (1.0 + 3 x 0.5) GiB = 92.5 fits 100 GiB, where the constant 0.75 allowed 2 threads
+    assert plan.nvcc_threads == 3 and "measured by the cold build" in plan.reason
+    warm = json.loads(path.read_text())
+    warm["build"]["ccache"]["stats"] = {"direct_cache_hit": 37, "cache_miss": 0}
+    path.write_text(json.dumps(warm))
+    assert apex_builder.measured_gib_per_thread(path) == (None, "")
+    path.write_text("{not json")
+    assert apex_builder.measured_gib_per_thread(path) == (None, "")
+    assert apex_builder.measured_gib_per_thread(tmp_path / "absent.json") == (None, "")
+
+
+@pytest.mark.parametrize("value", ["0", "0.5", "nan"])
+def test_a_memory_cap_below_one_gib_is_a_usage_error(tmp_path: Path, value: str) -> None:
+    import subprocess
+
+    src = make_tree(tmp_path / "src")
+    result = subprocess.run([sys.executable, "-m", "toolchain.apex_builder", "--apex-src", str(src), "--out",
+                             str(tmp_path / "o"), "--flags", "APEX_CPP_EXT", "--memory-gib", value],
+                            cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120)
+    assert result.returncode == exit_codes.USAGE, result.stderr
+    assert "--memory-gib" in result.stderr and "must be 1 or more" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "o").exists()

@@ -1,0 +1,206 @@
+"""Compile units from ninja's `.ninja_log`, and the build's lower bound.
+
+torch's cpp_extension compiles each extension with ninja in its own build directory (Apex's setup.py
+puts every extension in `build/temp.*/<extension>/`), and ninja appends one line per finished output
+to `.ninja_log` there. Format (ninja's src/build_log.cc, versions 5-7 share it):
+
+    # ninja log v5
+    <start ms>\t<end ms>\t<mtime>\t<output path>\t<command hash>
+
+start/end are milliseconds since that ninja process started, so logs of different extensions have
+different origins; mtime is the output's modification time in nanoseconds since the epoch (0 when ninja
+did not stat it), which puts every log on one clock: origin = mtime - end. A log may hold several runs;
+the last line of an output wins (ninja reads it the same way). Pure functions except `read_build_dir`.
+Standard library only: runs inside the build image.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+LOG_NAME = ".ninja_log"
+_HEADER = re.compile(r"^# ninja log v(\d+)\s*$")
+KNOWN_VERSIONS = (5, 6, 7)
+
+
+class NinjaLogError(ValueError):
+    """A .ninja_log this module cannot read; the message names the file and the line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    start_ms: int
+    end_ms: int
+    mtime_ns: int
+    output: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    """One compile unit (an object file) on the common clock (seconds since the epoch)."""
+
+    extension: str
+    output: str
+    start_s: float
+    end_s: float
+
+    @property
+    def wall_s(self) -> float:
+        return self.end_s - self.start_s
+
+    def to_json(self) -> dict:
+        return {"extension": self.extension, "output": self.output, "start_s": round(self.start_s, 3),
+                "end_s": round(self.end_s, 3), "wall_s": round(self.wall_s, 3)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """The build cannot finish sooner than the longest chain nor than its work spread on every core."""
+
+    chain_s: float  # slowest unit + its extension's link
+    chain_unit: str  # extension/output of that unit
+    work_s: float  # total work / cores
+    work_from: str  # what the work was measured as
+    cores: int
+
+    @property
+    def bound_s(self) -> float:
+        return max(self.chain_s, self.work_s)
+
+    def ratio(self, wall_s: float) -> float:
+        return wall_s / self.bound_s if self.bound_s > 0 else float("inf")
+
+    def to_json(self, wall_s: float) -> dict:
+        return {"lower_bound_s": round(self.bound_s, 1), "chain_s": round(self.chain_s, 1),
+                "chain_unit": self.chain_unit, "work_s": round(self.work_s, 1), "work_from": self.work_from,
+                "cores": self.cores, "wall_over_bound": round(self.ratio(wall_s), 3)}
+
+
+def parse(text: str, source: str = ".ninja_log") -> list[Entry]:
+    """Every output's last entry, in file order of those last entries."""
+    lines = text.splitlines()
+    if not lines:
+        return []
+    header = _HEADER.match(lines[0])
+    if not header:
+        raise NinjaLogError(f"{source} line 1: {lines[0][:80]!r} is not '# ninja log vN'; is it a ninja log?")
+    if int(header.group(1)) not in KNOWN_VERSIONS:
+        raise NinjaLogError(f"{source}: ninja log v{header.group(1)} is not one of v5-v7 that this reader knows")
+    last: dict[str, Entry] = {}
+    for number, line in enumerate(lines[1:], 2):
+        if not line.strip() or _HEADER.match(line):
+            continue
+        fields = line.split("\t")
+        if len(fields) != 5 or not all(f.strip().isdigit() for f in fields[:3]):
+            raise NinjaLogError(f"{source} line {number}: {line[:80]!r} is not START\\tEND\\tMTIME\\tOUTPUT\\tHASH")
+        start, end, mtime = (int(f) for f in fields[:3])
+        if end < start:
+            raise NinjaLogError(f"{source} line {number}: ends ({end} ms) before it starts ({start} ms)")
+        last.pop(fields[3], None)  # a later run's line replaces the earlier one, and moves to the end
+        last[fields[3]] = Entry(start, end, mtime, fields[3])
+    return list(last.values())
+
+
+def units(extension: str, entries: list[Entry], origin_s: float | None = None) -> list[Unit]:
+    """Entries on the common clock. origin_s (epoch seconds when ninja started) is taken from the
+    outputs' mtimes (the median of mtime - end, robust to one restat'ed file) unless given."""
+    if origin_s is None:
+        offsets = sorted(e.mtime_ns / 1e9 - e.end_ms / 1e3 for e in entries if e.mtime_ns)
+        origin_s = offsets[len(offsets) // 2] if offsets else 0.0
+    return [Unit(extension, e.output, origin_s + e.start_ms / 1e3, origin_s + e.end_ms / 1e3) for e in entries]
+
+
+def lower_bound(all_units: list[Unit], links_s: dict[str, float], cores: int, cpu_s: float | None = None) -> Bound:
+    """max(slowest unit + its extension's link, work / cores). Work is the build's CPU seconds when
+    measured (a unit's wall counts time it waited for a core when more compiles than cores run, and
+    misses the cores its nvcc --threads used), else the sum of unit walls."""
+    cores = max(1, cores)
+    if all_units:
+        slow = max(all_units, key=lambda u: u.wall_s + links_s.get(u.extension, 0.0))
+        chain, chain_unit = slow.wall_s + links_s.get(slow.extension, 0.0), unit_key(slow)
+    else:
+        chain, chain_unit = max(links_s.values(), default=0.0), "-"
+    if cpu_s is not None:
+        work, work_from = cpu_s / cores, f"{cpu_s:.0f} CPU seconds of the build's processes / {cores} cores"
+    else:
+        total = sum(u.wall_s for u in all_units)
+        work, work_from = total / cores, f"{total:.0f} unit-seconds (ninja walls) / {cores} cores"
+    return Bound(chain, chain_unit, work, work_from, cores)
+
+
+def in_flight(all_units: list[Unit]) -> tuple[int, float]:
+    """(most units running at one moment, average units running between the first start and last end)."""
+    if not all_units:
+        return 0, 0.0
+    events = sorted([(u.start_s, 1) for u in all_units] + [(u.end_s, -1) for u in all_units])
+    running = peak = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    span = max(u.end_s for u in all_units) - min(u.start_s for u in all_units)
+    return peak, (sum(u.wall_s for u in all_units) / span if span > 0 else float(len(all_units)))
+
+
+def extrapolate(done: list[str], elapsed_s: float, weights: dict[str, float]) -> dict:
+    """A stopped build's estimated finish: elapsed x (all units' weight / finished units' weight).
+    weights: unit key -> its wall in a reference build of the same source (so a slow unit still to come
+    counts as slow); units without a weight count as the mean. An estimate, and the record says so."""
+    if not weights:
+        raise ValueError("no reference units to extrapolate from")
+    mean = sum(weights.values()) / len(weights)
+    keys = set(weights) | set(done)
+    done_weight = sum(weights.get(k, mean) for k in set(done))
+    total_weight = sum(weights.get(k, mean) for k in keys)
+    if done_weight <= 0:
+        return {"estimated_total_s": None, "done_units": 0, "total_units": len(keys), "elapsed_s": elapsed_s,
+                "method": "no unit finished: no rate to extrapolate"}
+    return {
+        "estimated_total_s": round(elapsed_s * total_weight / done_weight, 1),
+        "done_units": len(set(done)),
+        "total_units": len(keys),
+        "elapsed_s": round(elapsed_s, 1),
+        "method": "EXTRAPOLATED, not measured: elapsed x (weight of all units / weight of finished units), "
+                  "each unit weighted by its wall in the reference build",
+    }
+
+
+def read_build_dir(build_dir: Path) -> dict[str, list[Unit]]:
+    """{extension: units} from every `<build_dir>/temp.*/<extension>/.ninja_log` (Apex's layout; a
+    setup.py without it puts one log in temp.*/ itself, named by that folder)."""
+    found: dict[str, list[Unit]] = {}
+    for log in sorted(build_dir.glob(f"temp.*/**/{LOG_NAME}")):
+        extension = log.parent.name
+        found.setdefault(extension, []).extend(
+            units(extension, parse(log.read_text(errors="replace"), str(log))))
+    return found
+
+
+def unit_key(unit: Unit) -> str:
+    return f"{unit.extension}/{Path(unit.output).name}"
+
+
+def link_seconds(by_extension: dict[str, list[Unit]], library_mtimes: dict[str, float]) -> dict[str, float]:
+    """Each extension's link: its shared library's mtime minus its last object's end (the link starts
+    once the last object is there; setuptools links outside ninja, so no log times it)."""
+    return {ext: max(0.0, library_mtimes[ext] - max(u.end_s for u in found))
+            for ext, found in by_extension.items() if found and ext in library_mtimes}
+
+
+def library_mtimes(build_dir: Path) -> dict[str, float]:
+    """{extension: mtime} of `<build_dir>/lib.*/**/<extension>.*.so` (setuptools' build_lib)."""
+    return {so.name.split(".", 1)[0]: so.stat().st_mtime for so in build_dir.glob("lib.*/**/*.so")}
+
+
+def simulate_serial(extensions: list[tuple[str, list[float], float]], jobs: int) -> float:
+    """Seconds a build takes that compiles one extension at a time, each with `jobs` ninja jobs (the
+    guides' recipe: MAX_JOBS=4, no APEX_PARALLEL_BUILD). extensions: (name, unit seconds, link seconds)
+    in build order; units go to the first free job slowest first, as a lower estimate of ninja's order."""
+    total = 0.0
+    for _name, walls, link in extensions:
+        slots = [0.0] * max(1, jobs)
+        for wall in sorted(walls, reverse=True):
+            slots[slots.index(min(slots))] += wall
+        total += max(slots) + link
+    return total
