@@ -12,21 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
-import select
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from verify import child_processes, fatbin, module_map, resources
+from verify import fatbin, module_map, resources
 from verify.checks import Check, Status
+from verify.json_lines_child import TIMEOUT, JsonLinesChild
 
 _PROBE_SOURCE = "import_probe.py"  # run as `python -c SOURCE`, so it needs no importable verify
 
@@ -68,64 +66,46 @@ def _probe_once(source: str, tasks: list[dict[str, str]], results: dict[str, dic
                 timeout_s: float, cancel: threading.Event | None) -> tuple[list[str], str | None]:
     """One child process; fills `results`. Returns the child's last output lines and torch's import error."""
     torch_error: str | None = None
-    read_fd, write_fd = os.pipe()
-    with tempfile.TemporaryFile() as log, os.fdopen(read_fd, "rb", buffering=0) as reader:
-        try:
-            proc = child_processes.start(  # its own process group, killed with verify (Ctrl-C, SIGTERM)
-                [sys.executable, "-c", source, str(write_fd)],
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
-            )
-        finally:
-            os.close(write_fd)
-        current: str | None = None
-        deadline = time.monotonic() + timeout_s
-        buffer = b""
-        timed_out = False
-        try:
-            try:
-                proc.stdin.write(json.dumps({"sys_path": sys.path, "tasks": tasks}).encode())
-                proc.stdin.close()
-            except BrokenPipeError:
-                pass
-            while True:
-                if cancel and cancel.is_set():
-                    break
-                wait = deadline - time.monotonic()
-                if wait <= 0:
-                    timed_out = True
-                    break
-                ready, _, _ = select.select([reader], [], [], min(wait, 0.2))
-                if not ready:
-                    continue
-                chunk = reader.read(65536)
-                if not chunk:
-                    break  # child exited (or closed its end)
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    message = json.loads(line)
-                    if "start" in message:
-                        current = message["start"]
-                        deadline = time.monotonic() + timeout_s  # the timeout is per module
-                    elif "id" in message:
-                        results[message.pop("id")] = message
-                        current = None
-                    elif "torch_error" in message:
-                        torch_error = message["torch_error"]
-        finally:  # on a timeout, a cancel, or an exception in this thread: never leave the child behind
-            child_processes.kill(proc)
-            returncode = child_processes.reap(proc)
-        log.seek(0)
-        tail = log.read().decode("utf-8", "replace").strip().splitlines()[-5:]
-        if current is not None and current not in results:
-            if timed_out:
-                results[current] = {"status": "error", "exc_type": "Timeout",
-                                    "message": f"importing took longer than {timeout_s:g} s (--check-timeout)"}
-            else:
-                how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
-                results[current] = {"status": "error", "exc_type": "Crash",
-                                    "message": f"the importing process died ({how})" + (
-                                        f": {' | '.join(tail)}" if tail else "")}
+    # its own process group, killed with verify (Ctrl-C, SIGTERM); results on a pipe, not stdout, which
+    # extension code may print to
+    child = JsonLinesChild([sys.executable, "-c", source], label="import-probe", events_on_fd=True,
+                           stdin_pipe=True, is_event=lambda _message: True, tail_chars=None)
+    current: str | None = None
+    deadline = time.monotonic() + timeout_s
+    timed_out = False
+    try:
+        child.send_and_close(json.dumps({"sys_path": sys.path, "tasks": tasks}).encode())
+        while not (cancel and cancel.is_set()):
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                timed_out = True
+                break
+            message = child.next_event(min(wait, 0.2))
+            if message is TIMEOUT:
+                continue
+            if message is None:
+                break  # child exited (or closed its end)
+            if "start" in message:
+                current = message["start"]
+                deadline = time.monotonic() + timeout_s  # the timeout is per module
+            elif "id" in message:
+                results[message.pop("id")] = message
+                current = None
+            elif "torch_error" in message:
+                torch_error = message["torch_error"]
+    finally:  # on a timeout, a cancel, or an exception in this thread: never leave the child behind
+        child.kill()
+        returncode, log = child.finish(0)
+    tail = log.strip().splitlines()[-5:]
+    if current is not None and current not in results:
+        if timed_out:
+            results[current] = {"status": "error", "exc_type": "Timeout",
+                                "message": f"importing took longer than {timeout_s:g} s (--check-timeout)"}
+        else:
+            how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+            results[current] = {"status": "error", "exc_type": "Crash",
+                                "message": f"the importing process died ({how})" + (
+                                    f": {' | '.join(tail)}" if tail else "")}
     return tail, torch_error
 
 
