@@ -22,6 +22,7 @@ from typing import Any
 from verify import module_map
 from verify.checks import Check, Status
 from verify.extensions import ExtensionResult
+from verify.manifest import BuildManifest
 
 # Files/directories that only NVIDIA Apex has, and ones that only the 2013 Pyramid toolkit on PyPI has.
 _NVIDIA_MARKERS = ("optimizers", "normalization", "multi_tensor_apply", "amp", "parallel")
@@ -102,11 +103,11 @@ def locate() -> dict[str, Any]:
     return info
 
 
-def resolve_commit(info: dict[str, Any], manifest: dict[str, Any] | None) -> tuple[str | None, str | None, list[str]]:
+def resolve_commit(info: dict[str, Any], manifest: BuildManifest | None) -> tuple[str | None, str | None, list[str]]:
     """(commit, where it came from, disagreements): manifest, then pip's direct_url.json, then git."""
     candidates: list[tuple[str, str]] = []
-    if manifest and (manifest.get("apex") or {}).get("commit"):
-        candidates.append((manifest["apex"]["commit"], "build manifest"))
+    if manifest and manifest.commit:
+        candidates.append((manifest.commit, "build manifest"))
     direct = info.get("direct_url") or {}
     vcs = direct.get("vcs_info") or {}
     if vcs.get("commit_id"):
@@ -137,7 +138,7 @@ class IdentityLayer:
     checks: tuple[Check, ...]
 
 
-def identity_layer(info: dict[str, Any], apex_import: dict[str, Any] | None, manifest: dict[str, Any] | None,
+def identity_layer(info: dict[str, Any], apex_import: dict[str, Any] | None, manifest: BuildManifest | None,
                    extensions: Sequence[ExtensionResult]) -> IdentityLayer:
     """The identity checks, and locate()'s `info` extended with what they found (a new dict; info stays)."""
     apex = dict(info)

@@ -34,11 +34,11 @@ class ManifestMismatch(Exception):
 class LoadedManifest:
     path: Path
     origin: str  # "--manifest", "$APEX_BUILD_MANIFEST", "default"
-    data: dict[str, Any]
+    data: dict[str, Any]  # the file as read (the report quotes it)
 
     @property
-    def expected_modules(self) -> tuple[str, ...]:
-        return tuple(self.data.get("expected_modules") or ())
+    def record(self) -> manifest.BuildManifest:
+        return manifest.BuildManifest.from_json(self.data)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +90,7 @@ def _probe_and_environment(request: RunRequest, tasks: list[dict]) -> tuple[dict
         try:
             env, checks = environment.collect()  # imports torch in this process, overlapping the child's
             torch_version = (env.get("torch") or {}).get("version")
-            mismatch = manifest.torch_mismatch(request.manifest.data, torch_version) if request.manifest else None
+            mismatch = manifest.torch_mismatch(request.manifest.record, torch_version) if request.manifest else None
             if mismatch:
                 cancel.set()
                 raise ManifestMismatch(mismatch)
@@ -108,8 +108,8 @@ def _require_gpu_check(env: dict[str, Any], old_driver: bool) -> Check:
 
 def static_layers(request: RunRequest) -> StaticLayers:
     """Layers 1-5: environment, identity, extensions, arch, expectations."""
-    data = request.manifest.data if request.manifest else None
-    expected_by_manifest = request.manifest.expected_modules if request.manifest else ()
+    record = request.manifest.record if request.manifest else None
+    expected_by_manifest = record.expected_modules if record else ()
     tasks, module_names = probe_tasks(request.required, expected_by_manifest)
     env, env_checks, probed = _probe_and_environment(request, tasks)
 
@@ -122,11 +122,11 @@ def static_layers(request: RunRequest) -> StaticLayers:
     imported = [extensions.classify(n, probed.get(f"module:{n}", {"status": "missing"})) for n in module_names]
     devices = environment.device_capabilities(env)
     arch = arch_layer(imported, capability, devices)
-    who = identity.identity_layer(identity.locate(), probed.get("apex"), data, arch.extensions)
+    who = identity.identity_layer(identity.locate(), probed.get("apex"), record, arch.extensions)
     expected = expectations.modules_required(request.required) | set(expected_by_manifest)
     entry_points = {f: probed[f"feature:{f}"] for f in request.required if f"feature:{f}" in probed}
     arch_fix = f"rebuild with TORCH_CUDA_ARCH_LIST={fatbin.arch_list_value(capability)}" if capability else None
-    expected_checks = expectations.expectation_checks(request.required, list(arch.extensions), entry_points, data,
+    expected_checks = expectations.expectation_checks(request.required, list(arch.extensions), entry_points, record,
                                                       arch_fix, apex_kind=who.apex["kind"])
     checks = (*env_checks, *who.checks, *extensions.extension_checks(list(arch.extensions), expected, who.apex.get("kind", "nvidia")),
               *arch.checks, *expected_checks)
