@@ -57,8 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, help="seed for the GPU layers' random inputs (default: a fresh one)")
     parser.add_argument("--check-timeout", metavar="S", type=float, default=DEFAULT_CHECK_TIMEOUT_S,
                         help=f"seconds one import or GPU check group may take (default {DEFAULT_CHECK_TIMEOUT_S:g})")
-    parser.add_argument("--quiet", action="store_true", help="print only FAIL/WARN lines and the verdict")
-    parser.add_argument("--verbose", action="store_true",
+    loudness = parser.add_mutually_exclusive_group()
+    loudness.add_argument("--quiet", action="store_true", help="print only FAIL/WARN lines and the verdict")
+    loudness.add_argument("--verbose", action="store_true",
                         help="print every check, layer by layer (default: the module table, then what is not PASS)")
     parser.add_argument("--distributed", action=argparse.BooleanOptionalAction, default=None,
                         help="cross-GPU checks, one process per GPU (default: on when 2+ GPUs are visible)")
