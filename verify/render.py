@@ -104,9 +104,9 @@ def _compatibility_block(report: dict[str, Any], checks: list[dict[str, Any]], w
     """The default: the module table, then only the checks that need a look (FAIL, WARN, SKIP)."""
     lines = module_table.text_lines(report)
     shown = [c for c in checks if c["status"] in _NEEDS_A_LOOK]
+    width = max((len(workflow_commands.one_line(c["id"])) for c in shown), default=width)
     if shown:
-        lines.append("── not PASS ──" if lines else "")
-        lines = [ln for ln in lines if ln]
+        lines += ["── not PASS ──"] if lines else []
         lines.extend(_check_line(c, width, color) for c in shown)
     hidden = {s: sum(1 for c in checks if c["status"] == s) for s in ("PASS", "INFO")}
     if any(hidden.values()):
