@@ -40,6 +40,7 @@ from toolchain.errors import BuildFailed, EnvironmentUnavailable, ToolchainError
 from toolchain.process_tree import PeakSampler
 from verify import entry_point, exit_codes, input_files, module_map, workflow_commands
 from verify.atomic import write_json
+from verify.manifest import BuildManifest
 from verify.messages import bounded, did_you_mean, shown
 from verify.out_dirs import OutputDirs
 
@@ -880,21 +881,20 @@ def build_and_gate(
 
     log_lines = log_path.read_text(errors="replace").splitlines()
     built = build_outputs.extension_modules(wheel)
-    manifest = {
-        "manifest_version": "1",
-        "apex": apex_identity(src, args.apex_ref, args.apex_source, args.apex_commit),
-        "flags": flags,
-        "expected_modules": expected,
-        "built_modules": built,
+    manifest = BuildManifest(
+        apex=apex_identity(src, args.apex_ref, args.apex_source, args.apex_commit),
+        flags=flags,
+        expected_modules=tuple(expected),
+        built_modules=tuple(built),
         # the flags' modules this ref's setup.py does not have (older tags lack some), so not expected
-        "absent_at_ref": absent,
-        "flag_style": {"style": setup.style, "evidence": setup.evidence, "passed": passed, "pip_options": options},
-        "skipped_extensions": build_outputs.skipped_extensions(log_lines),
+        absent_at_ref=tuple(absent),
+        flag_style={"style": setup.style, "evidence": setup.evidence, "passed": passed, "pip_options": options},
+        skipped_extensions=tuple(build_outputs.skipped_extensions(log_lines)),
         # a build with no CUDA module compiles for no arch, whatever the environment says
-        "arch_list": env.get("TORCH_CUDA_ARCH_LIST") if any(module_map.module(m).cuda for m in expected) else None,
-        "versions": {k: v for k, v in versions.items() if k != "nvcc_path"},
-        "parallelism": par,
-        "build": {
+        arch_list=env.get("TORCH_CUDA_ARCH_LIST") if any(module_map.module(m).cuda for m in expected) else None,
+        versions={k: v for k, v in versions.items() if k != "nvcc_path"},
+        parallelism=par,
+        build={
             "started_at": started.isoformat(timespec="seconds"),
             **stats,
             "peak_rss_method": "summed RSS of the pip process tree sampled from /proc every 0.5 s "
@@ -909,14 +909,14 @@ def build_and_gate(
             "cuda_from_pypi": getattr(args, "cuda_from_pypi_record", None),
             "timing": compile_timing(src / "build", stats, len(os.sched_getaffinity(0)), int(par["nvcc_threads"])),
         },
-        "cell": args.cell,
-        "inputs": {
+        cell=args.cell,
+        inputs={
             "base_image": args.base_image,
             "base_image_digest": args.base_image_digest,
             "torch_wheel_sha256": wheel_hashes(args.wheel_hashes),
         },
-    }
-    manifest_path = write_json(out / MANIFEST_NAME, manifest)
+    )
+    manifest_path = write_json(out / MANIFEST_NAME, manifest.to_json())
     _say(
         f"wheel {wheel} ({stats['wall_s']} s, peak {stats['peak_rss_mb']:.0f} MiB); manifest {manifest_path}"
     )

@@ -12,6 +12,7 @@ from typing import Any
 from verify import module_map
 from verify.checks import Check, Status
 from verify.extensions import ExtensionResult
+from verify.manifest import BuildManifest
 from verify.messages import did_you_mean, shown
 
 
@@ -76,7 +77,7 @@ def _module_problem(ext: ExtensionResult | None, name: str, apex_kind: str) -> s
 
 
 def expectation_checks(required: tuple[str, ...], extensions: list[ExtensionResult],
-                       entry_points: dict[str, dict[str, Any]], manifest: dict[str, Any] | None,
+                       entry_points: dict[str, dict[str, Any]], manifest: BuildManifest | None,
                        arch_fix: str | None = None, apex_kind: str = "nvidia") -> list[Check]:
     """entry_points: feature -> import-probe result for its Python entry point."""
     by_name = {e.module: e for e in extensions}
@@ -102,9 +103,9 @@ def expectation_checks(required: tuple[str, ...], extensions: list[ExtensionResu
     return checks
 
 
-def _manifest_checks(manifest: dict[str, Any], by_name: dict[str, ExtensionResult]) -> list[Check]:
+def _manifest_checks(manifest: BuildManifest, by_name: dict[str, ExtensionResult]) -> list[Check]:
     checks: list[Check] = []
-    expected = list(dict.fromkeys(manifest.get("expected_modules") or []))
+    expected = list(dict.fromkeys(manifest.expected_modules))
     known = {m.name for m in module_map.modules()}
     unknown = [m for m in expected if m not in known]
     if unknown:
@@ -113,7 +114,7 @@ def _manifest_checks(manifest: dict[str, Any], by_name: dict[str, ExtensionResul
                             " (a newer Apex? they are still import-checked)"))
     bad = {m: by_name[m].status if m in by_name else "missing" for m in expected}
     bad = {m: s for m, s in bad.items() if s != "ok"}
-    skipped = manifest.get("skipped_extensions") or []
+    skipped = manifest.skipped_extensions
     if bad:
         listed = ", ".join(f"{m} ({s})" for m, s in bad.items())
         reasons = "; ".join(f"{s.get('module')}: {s.get('warning')}" for s in skipped if isinstance(s, dict))

@@ -1,5 +1,5 @@
-"""Layer 3 (extensions) and layer 4 (arch coverage): import every known Apex module, say why one fails,
-and read which GPU archs each compiled `.so` carries.
+"""Layer 3 (extensions): import every known Apex module and say why one fails (layer 4, the archs each
+compiled `.so` carries, is verify.arch).
 
 Imports happen in a child process (verify/import_probe.py), never in verify's own process: a `.so` built
 against another torch can abort or segfault while loading, and that must become one FAIL line, not the
@@ -12,21 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
-import select
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from verify import child_processes, fatbin, module_map, resources
+from verify import module_map, resources
 from verify.checks import Check, Status
+from verify.json_lines_child import TIMEOUT, JsonLinesChild
 
 _PROBE_SOURCE = "import_probe.py"  # run as `python -c SOURCE`, so it needs no importable verify
 
@@ -68,69 +65,51 @@ def _probe_once(source: str, tasks: list[dict[str, str]], results: dict[str, dic
                 timeout_s: float, cancel: threading.Event | None) -> tuple[list[str], str | None]:
     """One child process; fills `results`. Returns the child's last output lines and torch's import error."""
     torch_error: str | None = None
-    read_fd, write_fd = os.pipe()
-    with tempfile.TemporaryFile() as log, os.fdopen(read_fd, "rb", buffering=0) as reader:
-        try:
-            proc = child_processes.start(  # its own process group, killed with verify (Ctrl-C, SIGTERM)
-                [sys.executable, "-c", source, str(write_fd)],
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
-            )
-        finally:
-            os.close(write_fd)
-        current: str | None = None
-        deadline = time.monotonic() + timeout_s
-        buffer = b""
-        timed_out = False
-        try:
-            try:
-                proc.stdin.write(json.dumps({"sys_path": sys.path, "tasks": tasks}).encode())
-                proc.stdin.close()
-            except BrokenPipeError:
-                pass
-            while True:
-                if cancel and cancel.is_set():
-                    break
-                wait = deadline - time.monotonic()
-                if wait <= 0:
-                    timed_out = True
-                    break
-                ready, _, _ = select.select([reader], [], [], min(wait, 0.2))
-                if not ready:
-                    continue
-                chunk = reader.read(65536)
-                if not chunk:
-                    break  # child exited (or closed its end)
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    message = json.loads(line)
-                    if "start" in message:
-                        current = message["start"]
-                        deadline = time.monotonic() + timeout_s  # the timeout is per module
-                    elif "id" in message:
-                        results[message.pop("id")] = message
-                        current = None
-                    elif "torch_error" in message:
-                        torch_error = message["torch_error"]
-        finally:  # on a timeout, a cancel, or an exception in this thread: never leave the child behind
-            child_processes.kill(proc)
-            returncode = child_processes.reap(proc)
-        log.seek(0)
-        tail = log.read().decode("utf-8", "replace").strip().splitlines()[-5:]
-        if current is not None and current not in results:
-            if timed_out:
-                results[current] = {"status": "error", "exc_type": "Timeout",
-                                    "message": f"importing took longer than {timeout_s:g} s (--check-timeout)"}
-            else:
-                how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
-                results[current] = {"status": "error", "exc_type": "Crash",
-                                    "message": f"the importing process died ({how})" + (
-                                        f": {' | '.join(tail)}" if tail else "")}
+    # its own process group, killed with verify (Ctrl-C, SIGTERM); results on a pipe, not stdout, which
+    # extension code may print to
+    child = JsonLinesChild([sys.executable, "-c", source], label="import-probe", events_on_fd=True,
+                           stdin_pipe=True, is_event=lambda _message: True, tail_chars=None)
+    current: str | None = None
+    deadline = time.monotonic() + timeout_s
+    timed_out = False
+    try:
+        child.send_and_close(json.dumps({"sys_path": sys.path, "tasks": tasks}).encode())
+        while not (cancel and cancel.is_set()):
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                timed_out = True
+                break
+            message = child.next_event(min(wait, 0.2))
+            if message is TIMEOUT:
+                continue
+            if message is None:
+                break  # child exited (or closed its end)
+            if "start" in message:
+                current = message["start"]
+                deadline = time.monotonic() + timeout_s  # the timeout is per module
+            elif "id" in message:
+                results[message.pop("id")] = message
+                current = None
+            elif "torch_error" in message:
+                torch_error = message["torch_error"]
+    finally:  # on a timeout, a cancel, or an exception in this thread: never leave the child behind
+        child.kill()
+        returncode, log = child.finish(0)
+    tail = log.strip().splitlines()[-5:]
+    if current is not None and current not in results:
+        if timed_out:
+            results[current] = {"status": "error", "exc_type": "Timeout",
+                                "message": f"importing took longer than {timeout_s:g} s (--check-timeout)"}
+        else:
+            how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+            results[current] = {"status": "error", "exc_type": "Crash",
+                                "message": f"the importing process died ({how})" + (
+                                    f": {' | '.join(tail)}" if tail else "")}
     return tail, torch_error
 
 
 # ----------------------------------------------------------------------------- classification
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class ExtensionResult:
     module: str
     flag: str | None
@@ -200,6 +179,7 @@ def _demangle_name(symbol: str) -> str | None:
 
 
 def classify(name: str, result: dict[str, Any]) -> ExtensionResult:
+    """One import-probe result as an ExtensionResult: which module, its flag, and why it fails if it does."""
     try:
         info = module_map.module(name)
         flag, kind, cuda, features = info.flag, info.kind, info.cuda, info.features
@@ -207,28 +187,25 @@ def classify(name: str, result: dict[str, Any]) -> ExtensionResult:
         flag, kind, cuda, features = None, "unknown", True, ()
     path = result.get("file") or result.get("origin")
     path = path if path and path not in ("built-in", "frozen") else None
-    ext = ExtensionResult(module=name, flag=flag, kind=kind, cuda=cuda, status="ok", path=path,
-                          origin=str(Path(path).parent) if path else None, features=features)
+    found = {"module": name, "flag": flag, "kind": kind, "cuda": cuda, "path": path,
+             "origin": str(Path(path).parent) if path else None, "features": features}
     if result.get("status") == "ok":
-        return ext
+        return ExtensionResult(status="ok", **found)
     if result.get("status") == "missing":
-        ext.status = "missing"
-        ext.error = f"No module named '{name}'"
-        return ext
+        return ExtensionResult(status="missing", error=f"No module named '{name}'", **found)
     message = f"{result.get('exc_type', 'Error')}: {result.get('message', '')}".strip()
-    ext.error = message
     undefined = _UNDEFINED.search(message)
     missing_lib = _MISSING_LIB.search(message)
     if undefined:
-        ext.status = "undefined_symbol"
-        ext.demangled_symbol = demangle(undefined.group(1))
-    elif missing_lib and _CUDA_LIB.match(missing_lib.group(1)):
-        ext.status = "missing_cuda_library"
+        return ExtensionResult(status="undefined_symbol", error=message, demangled_symbol=demangle(undefined.group(1)),
+                               **found)
+    if missing_lib and _CUDA_LIB.match(missing_lib.group(1)):
+        status = "missing_cuda_library"
     elif result.get("exc_type") == "ModuleNotFoundError" and f"'{name}'" in message:
-        ext.status = "missing"
+        status = "missing"
     else:
-        ext.status = "other"
-    return ext
+        status = "other"
+    return ExtensionResult(status=status, error=message, **found)
 
 
 def _fix_for(ext: ExtensionResult, apex_kind: str = "nvidia") -> str:
@@ -277,73 +254,3 @@ def extension_checks(results: list[ExtensionResult], expected: set[str], apex_ki
                             f"{count} optional modules not built, by flag: {listed}; names in the JSON report",
                             details={"by_flag": not_built}))
     return checks
-
-
-# ----------------------------------------------------------------------------- arch coverage
-def read_arch(results: list[ExtensionResult], capability: tuple[int, int] | None,
-              devices: Sequence[tuple[int, int]] = ()) -> list[Check]:
-    """Fill each result's `arch` from its .so and return the arch-layer checks.
-
-    capability: GPU 0's (parity and timing run there). devices: every visible GPU's capability, device 0
-    first; with more than one, each device is checked too (`arch.devices` in the report) and the check
-    fails if any GPU of the node cannot run the code. One GPU: exactly the single-device check.
-    """
-    checks: list[Check] = []
-    for ext in results:
-        if not ext.path or not ext.path.endswith(".so"):
-            continue
-        try:
-            targets = fatbin.read_targets(ext.path)
-        except fatbin.FatbinError as exc:
-            ext.arch = {"sass": [], "ptx": [], "compatible": None}
-            checks.append(Check("arch", ext.module, Status.WARN, f"cannot read GPU code: {exc}"))
-            continue
-        if targets is None:
-            ext.arch = {"sass": [], "ptx": [], "compatible": None}
-            if ext.cuda:
-                checks.append(Check("arch", ext.module, Status.WARN,
-                                    f"{Path(ext.path).name} carries no GPU code (.nv_fatbin section absent)"))
-            continue
-        ext.arch = {**targets.to_json(), "compatible": None}
-        built = ", ".join(targets.sass + targets.ptx)
-        if capability is None:
-            checks.append(Check("arch", ext.module, Status.INFO, f"built for {built} (no GPU here to compare)",
-                                details=dict(ext.arch)))
-            continue
-        verdict = fatbin.compatibility(targets, capability)
-        ext.arch["compatible"] = verdict.compatible
-        per_device = [(i, cap, fatbin.compatibility(targets, cap)) for i, cap in enumerate(devices)]
-        if len(per_device) > 1:
-            ext.arch["devices"] = [{"index": i, "sm": fatbin.capability_name(cap), "compatible": v.compatible}
-                                   for i, cap, v in per_device]
-        others_bad = [(i, v) for i, _cap, v in per_device[1:] if not v.compatible]
-        via_ptx = [v for v in [verdict, *(v for _i, _c, v in per_device)] if v.via and v.via.startswith("compute_")]
-        if not verdict.compatible or others_bad:
-            status = Status.FAIL
-        elif via_ptx:
-            status = Status.WARN  # runs, but through a JIT compile on first use
-        else:
-            status = Status.PASS
-        message = verdict.message + ("" if verdict.compatible is False else f" (built for {built})")
-        if len(per_device) > 1:
-            message += "; " + (", ".join(f"cuda:{i}: {v.message}" for i, v in others_bad) if others_bad
-                               else f"all {len(per_device)} GPUs can run it")
-        checks.append(Check("arch", ext.module, status, message, details={**ext.arch, "via": verdict.via}))
-    return checks
-
-
-def usable_on_devices(results: list[ExtensionResult], device_count: int) -> dict[int, frozenset[str]]:
-    """Per GPU index: the modules that imported and carry code that GPU can run."""
-    usable: dict[int, frozenset[str]] = {}
-    for index in range(device_count):
-        names = set()
-        for ext in results:
-            if ext.status != "ok":
-                continue
-            arch = ext.arch or {}
-            devices = {d["index"]: d["compatible"] for d in arch.get("devices") or []}
-            compatible = devices.get(index, arch.get("compatible"))
-            if compatible is not False:
-                names.add(ext.module)
-        usable[index] = frozenset(names)
-    return usable

@@ -8,18 +8,21 @@ NVIDIA build can fail in worse ways.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import importlib.util
 import json
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from verify import module_map
 from verify.checks import Check, Status
 from verify.extensions import ExtensionResult
+from verify.manifest import BuildManifest
 
 # Files/directories that only NVIDIA Apex has, and ones that only the 2013 Pyramid toolkit on PyPI has.
 _NVIDIA_MARKERS = ("optimizers", "normalization", "multi_tensor_apply", "amp", "parallel")
@@ -100,11 +103,11 @@ def locate() -> dict[str, Any]:
     return info
 
 
-def resolve_commit(info: dict[str, Any], manifest: dict[str, Any] | None) -> tuple[str | None, str | None, list[str]]:
+def resolve_commit(info: dict[str, Any], manifest: BuildManifest | None) -> tuple[str | None, str | None, list[str]]:
     """(commit, where it came from, disagreements): manifest, then pip's direct_url.json, then git."""
     candidates: list[tuple[str, str]] = []
-    if manifest and (manifest.get("apex") or {}).get("commit"):
-        candidates.append((manifest["apex"]["commit"], "build manifest"))
+    if manifest and manifest.commit:
+        candidates.append((manifest.commit, "build manifest"))
     direct = info.get("direct_url") or {}
     vcs = direct.get("vcs_info") or {}
     if vcs.get("commit_id"):
@@ -129,15 +132,22 @@ def _same_commit(a: str, b: str) -> bool:
     return a[:n].lower() == b[:n].lower()
 
 
-def identity_checks(info: dict[str, Any], apex_import: dict[str, Any] | None, manifest: dict[str, Any] | None,
-                    extensions: list[ExtensionResult]) -> list[Check]:
-    """Fills info["commit"], info["commit_source"], info["import"], info["mixed_install"]; returns the checks."""
+@dataclasses.dataclass(frozen=True)
+class IdentityLayer:
+    apex: dict[str, Any]  # the report's `apex` block: locate()'s findings plus import, commit, mixed_install
+    checks: tuple[Check, ...]
+
+
+def identity_layer(info: dict[str, Any], apex_import: dict[str, Any] | None, manifest: BuildManifest | None,
+                   extensions: Sequence[ExtensionResult]) -> IdentityLayer:
+    """The identity checks, and locate()'s `info` extended with what they found (a new dict; info stays)."""
+    apex = dict(info)
     checks: list[Check] = []
     kind = info["kind"]
     if kind == "not_installed":
         checks.append(Check("identity", "apex", Status.FAIL,
                             f"apex is not installed (no 'apex' package on sys.path); install NVIDIA Apex from {NVIDIA_APEX_URL}"))
-        return checks
+        return IdentityLayer(apex, tuple(checks))
     dist = info.get("distribution") or {}
     label = f"{dist.get('name', 'apex')} {dist.get('version', '?')}" if dist else "no package metadata: a source tree on sys.path"
     if kind == "pypi_unrelated":
@@ -153,7 +163,7 @@ def identity_checks(info: dict[str, Any], apex_import: dict[str, Any] | None, ma
         checks.append(Check("identity", "apex", Status.PASS, f"NVIDIA Apex ({label}) at {info['path']}",
                             details={"kind": kind, "path": info["path"]}))
 
-    info["import"] = apex_import
+    apex["import"] = apex_import
     if apex_import is not None and apex_import.get("status") != "ok":
         error = f"{apex_import.get('exc_type')}: {apex_import.get('message')}"
         status = Status.FAIL if kind == "nvidia" else Status.INFO
@@ -162,9 +172,9 @@ def identity_checks(info: dict[str, Any], apex_import: dict[str, Any] | None, ma
         checks.append(Check("identity", "import", Status.PASS, "import apex succeeds"))
 
     if kind != "nvidia":
-        return checks
+        return IdentityLayer(apex, tuple(checks))
     commit, source, disagree = resolve_commit(info, manifest)
-    info["commit"], info["commit_source"] = commit, source
+    apex["commit"], apex["commit_source"] = commit, source
     if commit is None:
         checks.append(Check("identity", "commit", Status.WARN,
                             f"Apex commit unknown ({'the build manifest records none' if manifest else 'no build manifest'}"
@@ -183,22 +193,24 @@ def identity_checks(info: dict[str, Any], apex_import: dict[str, Any] | None, ma
                             f"{api} present (an older Apex): {legacy[api]}" if present
                             else f"{api} absent: {legacy[api]}"))
 
-    checks.append(_mixed_install_check(info, extensions))
-    return checks
+    elsewhere, check = _mixed_install(info, extensions)
+    apex["mixed_install"] = elsewhere
+    checks.append(check)
+    return IdentityLayer(apex, tuple(checks))
 
 
-def _mixed_install_check(info: dict[str, Any], extensions: list[ExtensionResult]) -> Check:
+def _mixed_install(info: dict[str, Any], extensions: Sequence[ExtensionResult]) -> tuple[dict[str, str], Check]:
     """Apex's compiled modules install as top-level modules next to the `apex` package directory."""
     home = Path(info["path"]).parent.resolve()
     elsewhere = {e.module: e.origin for e in extensions
                  if e.origin and Path(e.origin).resolve() != home and e.status != "missing"}
-    info["mixed_install"] = elsewhere
     if not any(e.origin and e.status != "missing" for e in extensions):
-        return Check("identity", "mixed_install", Status.SKIP, "no compiled Apex module found to compare with the package")
+        return elsewhere, Check("identity", "mixed_install", Status.SKIP,
+                                "no compiled Apex module found to compare with the package")
     if not elsewhere:
-        return Check("identity", "mixed_install", Status.PASS,
-                     f"apex and its compiled modules come from one place ({home})")
+        return elsewhere, Check("identity", "mixed_install", Status.PASS,
+                                f"apex and its compiled modules come from one place ({home})")
     listed = ", ".join(f"{m} from {o}" for m, o in sorted(elsewhere.items()))
-    return Check("identity", "mixed_install", Status.WARN,
-                 f"mixed install: the apex package is in {home}, but {listed}; uninstall the stale copy so"
-                 " Python code and compiled kernels come from one build", details={"elsewhere": elsewhere})
+    return elsewhere, Check("identity", "mixed_install", Status.WARN,
+                            f"mixed install: the apex package is in {home}, but {listed}; uninstall the stale copy so"
+                            " Python code and compiled kernels come from one build", details={"elsewhere": elsewhere})

@@ -7,7 +7,9 @@ check against the wrong expectations. The default image path being absent just m
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,55 @@ def locate(cli_path: str | None) -> tuple[Path | None, str]:
     if DEFAULT_PATH.is_file():
         return DEFAULT_PATH, "default"
     return None, "none"
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildManifest:
+    """The build manifest: written by toolchain's apex builder (to_json), read here (from_json after SHAPE).
+
+    Fields a reader does not use stay as JSON values (build timings, parallelism, inputs); keys this
+    version does not know (a newer builder's) ride along in `extra`.
+    """
+    # in the order the builder writes them
+    apex: Mapping[str, str | None] = dataclasses.field(default_factory=dict)  # commit, ref, source, version
+    flags: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    expected_modules: tuple[str, ...] = ()
+    built_modules: tuple[str, ...] = ()
+    absent_at_ref: tuple[str, ...] = ()  # the flags' modules this ref's setup.py does not have
+    flag_style: Mapping[str, Any] | None = None
+    skipped_extensions: tuple[Mapping[str, str], ...] = ()  # {"module", "warning"} from the build log
+    arch_list: str | None = None
+    versions: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # torch, torch_cuda, nvcc, gcc, python
+    parallelism: Mapping[str, Any] | None = None
+    build: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    cell: str | None = None
+    inputs: Mapping[str, Any] | None = None
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def commit(self) -> str | None:
+        return self.apex.get("commit")
+
+    @property
+    def built_for_torch(self) -> str | None:
+        return self.versions.get("torch")
+
+    def to_json(self) -> dict[str, Any]:
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        data: dict[str, Any] = {"manifest_version": MANIFEST_VERSION}
+        for name, value in fields.items():
+            data[name] = list(value) if isinstance(value, tuple) else value
+        return {**data, **self.extra}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BuildManifest:
+        """From a dict that passed SHAPE (load() checks it first)."""
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        given = {k: v for k, v in data.items() if k in known and v is not None}
+        for name in ("expected_modules", "built_modules", "absent_at_ref", "skipped_extensions"):
+            if name in given:
+                given[name] = tuple(given[name])
+        return cls(**given, extra={k: v for k, v in data.items() if k not in known and k != "manifest_version"})
 
 
 _TEXT = ft.Nullable(ft.STR)
@@ -65,7 +116,8 @@ def _invalid(path: Path, problem: str) -> ManifestError:
 
 def load(path: Path, origin: str) -> dict[str, Any]:
     """Read (bounded: a regular file, at most input_files.MANIFEST's size) and type-check every field of
-    a manifest; raises ManifestError with a one-line message naming each wrong field."""
+    a manifest; raises ManifestError with a one-line message naming each wrong field. The dict as read
+    (the report quotes it); BuildManifest.from_json of it is what the layers read."""
     try:
         data = input_files.read_json(path, input_files.MANIFEST)
     except input_files.InputFileError as exc:
@@ -87,9 +139,9 @@ def load(path: Path, origin: str) -> dict[str, Any]:
     return data
 
 
-def torch_mismatch(manifest: dict[str, Any], running_torch: str | None) -> str | None:
+def torch_mismatch(manifest: BuildManifest, running_torch: str | None) -> str | None:
     """A one-line message when the manifest was written for another torch (i.e. another image)."""
-    built_for = (manifest.get("versions") or {}).get("torch")
+    built_for = manifest.built_for_torch
     if not built_for or not running_torch or built_for == running_torch:
         return None
     return (

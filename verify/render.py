@@ -1,7 +1,8 @@
 """Render a report for people: a terminal summary that reads well in a CI log, and Markdown.
 
-Terminal: one line per check (`PASS  extensions.amp_C  imports from ...`), grouped by layer, then the
-timings table and one verdict line. Colour only on a TTY (and never with NO_COLOR); on GitHub Actions
+Terminal: the module table (verify.module_table: does each module import and run here), then only the
+checks that are not PASS or INFO (`FAIL  extensions.amp_C  missing ...`), the timings table and one
+verdict line; --verbose prints every check grouped by layer instead of the table. Colour only on a TTY (and never with NO_COLOR); on GitHub Actions
 each FAIL also becomes an `::error::` annotation. A check's id and summary are printed on one line
 whatever they hold (an import error, a manifest's module name), so no text of theirs starts a line
 the Actions runner would read as a command (verify.workflow_commands).
@@ -12,10 +13,11 @@ from __future__ import annotations
 import os
 from typing import Any, TextIO
 
-from verify import exit_codes, workflow_commands
+from verify import exit_codes, module_table, workflow_commands
 from verify.checks import LAYERS
 
 _COLORS = {"PASS": "32", "FAIL": "31;1", "WARN": "33", "SKIP": "2", "INFO": "36"}
+_NEEDS_A_LOOK = ("FAIL", "WARN", "SKIP")  # the default output's check lines; PASS and INFO with --verbose
 
 
 def use_color(stream: TextIO) -> bool:
@@ -80,20 +82,49 @@ def timings_heading(timings: list[dict[str, Any]]) -> str:
             " back-to-back loop, CUDA events; speedup = native / apex, interleaved rounds, 95% interval) ──")
 
 
-def terminal(report: dict[str, Any], *, color: bool = False, quiet: bool = False) -> str:
-    lines: list[str] = []
-    checks = _ordered(report["checks"])
+def _check_line(check: dict[str, Any], width: int, color: bool) -> str:
     one_line = workflow_commands.one_line
-    width = max((len(one_line(c["id"])) for c in checks), default=10)
+    status = _paint(f"{check['status']:<4}", check["status"], color)
+    return f"{status}  {one_line(check['id']):<{width}}  {one_line(check['summary'])}"
+
+
+def _every_check(checks: list[dict[str, Any]], width: int, color: bool) -> list[str]:
+    """--verbose: every check, under a heading per layer."""
+    lines: list[str] = []
     layer = None
     for check in checks:
-        if quiet and check["status"] not in ("FAIL", "WARN"):
-            continue
-        if check["layer"] != layer and not quiet:
+        if check["layer"] != layer:
             layer = check["layer"]
             lines.append(f"── {layer} ──")
-        status = _paint(f"{check['status']:<4}", check["status"], color)
-        lines.append(f"{status}  {one_line(check['id']):<{width}}  {one_line(check['summary'])}")
+        lines.append(_check_line(check, width, color))
+    return lines
+
+
+def _compatibility_block(report: dict[str, Any], checks: list[dict[str, Any]], width: int, color: bool) -> list[str]:
+    """The default: the module table, then only the checks that need a look (FAIL, WARN, SKIP)."""
+    lines = module_table.text_lines(report)
+    shown = [c for c in checks if c["status"] in _NEEDS_A_LOOK]
+    width = max((len(workflow_commands.one_line(c["id"])) for c in shown), default=width)
+    if shown:
+        lines += ["── not PASS ──"] if lines else []
+        lines.extend(_check_line(c, width, color) for c in shown)
+    hidden = {s: sum(1 for c in checks if c["status"] == s) for s in ("PASS", "INFO")}
+    if any(hidden.values()):
+        counts = " and ".join(f"{n} {s}" for s, n in hidden.items() if n)
+        lines.append(f"({counts} checks not shown: --verbose prints every check)")
+    return lines
+
+
+def terminal(report: dict[str, Any], *, color: bool = False, quiet: bool = False, verbose: bool = False) -> str:
+    """quiet: FAIL and WARN lines only; verbose: every check by layer; default: the compatibility block."""
+    checks = _ordered(report["checks"])
+    width = max((len(workflow_commands.one_line(c["id"])) for c in checks), default=10)
+    if quiet:
+        lines = [_check_line(c, width, color) for c in checks if c["status"] in ("FAIL", "WARN")]
+    elif verbose:
+        lines = _every_check(checks, width, color)
+    else:
+        lines = _compatibility_block(report, checks, width, color)
     if report.get("timings") and not quiet:
         lines.append(timings_heading(report["timings"]))
         lines.extend(timings_table(report["timings"]))
@@ -120,6 +151,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"`{verdict_line(report)}`",
         "",
+        *_modules_md(report),
         f"Created {report['created_at']} on `{report['host']['hostname']}` by verify {report['tool_version']}"
         f" (schema {report['schema_version']}), mode `{report['mode']}`.",
         "",
@@ -144,14 +176,6 @@ def markdown(report: dict[str, Any]) -> str:
         f"- build manifest: {('`' + report['manifest']['path'] + '`') if report.get('manifest') else 'none'}",
         "",
     ]
-    if report["extensions"]:
-        out += ["## Extensions", "", "| module | flag | status | SASS | PTX | runs here | error |", "|---|---|---|---|---|---|---|"]
-        for e in report["extensions"]:
-            arch = e.get("arch") or {}
-            compat = {True: "yes", False: "**no**", None: "?"}[arch.get("compatible")] if arch else ""
-            out.append(f"| `{e['module']}` | {_md(e['flag'])} | {e['status']} | {_md(' '.join(arch.get('sass', [])))}"
-                       f" | {_md(' '.join(arch.get('ptx', [])))} | {compat} | {_md(e.get('demangled_symbol') or e.get('error'))} |")
-        out.append("")
     out += ["## Checks", "", "| status | check | summary |", "|---|---|---|"]
     for c in _ordered(report["checks"]):
         out.append(f"| {c['status']} | `{c['id']}` | {_md(c['summary'])} |")
@@ -169,6 +193,19 @@ def markdown(report: dict[str, Any]) -> str:
     if report.get("distributed"):
         out += _distributed_md(report["distributed"])
     return "\n".join(out)
+
+
+def _modules_md(report: dict[str, Any]) -> list[str]:
+    """The module table (verify.module_table) plus each module's import error; [] without modules."""
+    body = module_table.rows(report)
+    if not body:
+        return []
+    errors = [_md(e.get("demangled_symbol") or e.get("error")) for e in report["extensions"]]
+    out = ["## Modules", "", "| " + " | ".join(module_table.HEADER) + " | error |",
+           "|" + "---|" * (len(module_table.HEADER) + 1)]
+    out += [f"| `{row[0]}` | " + " | ".join(_md(c) for c in row[1:]) + f" | {error} |"
+            for row, error in zip(body, errors, strict=True)]
+    return out + [""]
 
 
 def _distributed_md(dist: dict[str, Any]) -> list[str]:

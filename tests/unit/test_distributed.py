@@ -299,7 +299,7 @@ def test_a_rank_that_cannot_be_started_stops_the_layer_without_stranding_the_oth
         started.append(proc)
         return proc
 
-    monkeypatch.setattr(launcher.subprocess, "Popen", popen)
+    monkeypatch.setattr(subprocess, "Popen", popen)  # the one Popen every child goes through
     results = _cpu_layer(monkeypatch, check_timeout_s=30)
     stopped = _by_name(results.checks)["all"]
     assert stopped.status is Status.FAIL and "FileNotFoundError" in stopped.summary

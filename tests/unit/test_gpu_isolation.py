@@ -6,7 +6,6 @@ the GPU groups, and VERIFY_FAULT_INJECT makes a chosen case abort, hang, raise o
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -182,10 +181,10 @@ def test_a_held_worker_sets_up_then_waits_for_release(monkeypatch):
     worker = runner._Worker("selftest", SEED, ["selftest.first", "selftest.second"], hold=True)
     try:
         deadline = time.monotonic() + 30
-        while not worker.lines.queue and time.monotonic() < deadline:
+        while not worker.events.queue and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(1.0)  # a worker that did not wait would have started its cases by now
-        events = [json.loads(line)["event"] for line in list(worker.lines.queue) if line]
+        events = [event["event"] for _tag, event in list(worker.events.queue) if event]
         assert events == ["ready"]  # set up, and held: no case started
         started = time.monotonic()
         result = runner.run_group("selftest", SEED, 30, ["selftest.first", "selftest.second"], first_worker=worker)

@@ -116,6 +116,7 @@ def test_unrelated_pypi_apex(tmp_path: Path, pypi_apex: Path) -> None:
         (["--require", "FusedAdm"], "did you mean 'FusedAdam'"),
         (["--require", "FusedAdam,fused_layer_norm_cuda,Nope"], "--require Nope: unknown"),
         (["--check-timeout", "0"], "--check-timeout"),
+        (["--quiet", "--verbose"], "--verbose: not allowed with argument --quiet"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(args: list[str], needle: str) -> None:
@@ -194,3 +195,54 @@ def test_bench_is_delegated() -> None:
     out = run_verify("bench", "--help")
     assert "Traceback" not in out.stderr
     assert out.returncode in (0, 3)  # 3: the bench part is not installed in this checkout yet
+
+
+def _row(stdout: str, module: str) -> list[str]:
+    """A module's row of the compatibility table, split into its columns (two or more spaces apart)."""
+    import re
+
+    line = next(ln for ln in stdout.splitlines() if ln.split(" ", 1)[0] == module)
+    return re.split(r"\s{2,}", line.strip())
+
+
+def test_default_output_is_the_module_table_then_what_is_not_pass(tmp_path: Path) -> None:
+    """This host: torch without CUDA, no Apex; then two modules that import (real files on PYTHONPATH)."""
+    out = run_verify("--static", "--markdown", str(tmp_path / "r.md"))
+    assert out.returncode == 1, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].split() == ["module", "flag", "imports", "SASS/PTX", "for", "this", "GPU", "runs", "here",
+                                "needed", "by"]
+    assert _row(out.stdout, "amp_C") == ["amp_C", "APEX_CUDA_EXT", "no: not built", "-", "no",
+                                         "FusedAdam, FusedSGD, FusedLAMB, ..."]
+    assert _row(out.stdout, "fused_layer_norm_cuda")[2] == "no: not built"
+    table_end = lines.index("── not PASS ──")
+    assert table_end == 1 + len(json.loads((ROOT / "verify" / "data" / "apex_modules.json").read_text())["modules"])
+    after = lines[table_end + 1:]
+    assert not [ln for ln in after if ln.startswith(("PASS ", "INFO "))]  # PASS and INFO only with --verbose
+    assert any(ln.startswith("WARN  environment.gpu") and "CPU-only build" in ln for ln in after)
+    assert any(ln.startswith("FAIL  identity.apex") and "not installed" in ln for ln in after), after
+    assert any(ln.startswith("FAIL  expectations.feature.FusedAdam") for ln in after)
+    assert "--verbose prints every check" in lines[-2] and lines[-1].startswith("verify static: FAIL")
+    md = (tmp_path / "r.md").read_text()
+    assert md.index("## Modules") < md.index("## Environment")
+    assert "| `amp_C` | APEX_CUDA_EXT | no: not built | - | no | FusedAdam, FusedSGD, FusedLAMB, ... |" in md
+
+    # modules that do import: a CPU module runs here, a CUDA one cannot without a GPU
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "apex_C.py").write_text("")
+    (tmp_path / "mods" / "amp_C.py").write_text("")
+    found = run_verify("--static", extra_path=str(tmp_path / "mods"))
+    assert _row(found.stdout, "apex_C")[2:5] == ["yes", "-", "yes"]
+    assert _row(found.stdout, "amp_C")[2:5] == ["yes", "-", "no GPU"]
+
+
+def test_verbose_prints_every_check_and_quiet_only_fail_and_warn() -> None:
+    verbose = run_verify("--static", "--verbose")
+    assert verbose.returncode == 1
+    assert verbose.stdout.splitlines()[0] == "── environment ──"
+    assert any(ln.startswith("PASS  environment.torch") for ln in verbose.stdout.splitlines())
+    assert "SASS/PTX for this GPU" not in verbose.stdout
+    quiet = run_verify("--static", "--quiet")
+    assert quiet.returncode == 1
+    assert "SASS/PTX for this GPU" not in quiet.stdout and "──" not in quiet.stdout
+    assert {ln[:4] for ln in quiet.stdout.splitlines()[:-1]} <= {"FAIL", "WARN"}

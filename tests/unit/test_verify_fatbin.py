@@ -162,20 +162,21 @@ def _ext(tmp_path: Path, name: str, entries: list[tuple[int, int, int]]):
 
 
 def test_arch_is_checked_on_every_gpu_of_the_node(tmp_path: Path) -> None:
-    from verify import extensions
+    from verify.arch import arch_layer, usable_on_devices
 
     one = [_ext(tmp_path, "amp_C", [(2, 90, 0x11)])]
-    single = extensions.read_arch(one, (9, 0), [(9, 0)])
-    assert single[0].status.value == "PASS" and "GPUs" not in single[0].summary and "devices" not in one[0].arch
-    eight = [_ext(tmp_path, "amp_C", [(2, 90, 0x11)])]
-    same = extensions.read_arch(eight, (9, 0), [(9, 0)] * 8)
-    assert same[0].status.value == "PASS" and same[0].summary.endswith("; all 8 GPUs can run it")
-    assert [d["compatible"] for d in eight[0].arch["devices"]] == [True] * 8
+    single = arch_layer(one, (9, 0), [(9, 0)])
+    assert single.checks[0].status.value == "PASS" and "GPUs" not in single.checks[0].summary
+    assert "devices" not in single.extensions[0].arch and one[0].arch is None  # a new result; the input stays
+    eight = arch_layer([_ext(tmp_path, "amp_C", [(2, 90, 0x11)])], (9, 0), [(9, 0)] * 8)
+    assert eight.checks[0].status.value == "PASS" and eight.checks[0].summary.endswith("; all 8 GPUs can run it")
+    assert [d["compatible"] for d in eight.extensions[0].arch["devices"]] == [True] * 8
     # a mixed node: cuda:2 is an A100 and the build has sm_90 only
     mixed = [_ext(tmp_path, "amp_C", [(2, 90, 0x11)]), _ext(tmp_path, "fused_layer_norm_cuda", [(2, 80, 0x11), (2, 90, 0x11)])]
-    checks = {c.name: c for c in extensions.read_arch(mixed, (9, 0), [(9, 0), (9, 0), (8, 0)])}
+    layer = arch_layer(mixed, (9, 0), [(9, 0), (9, 0), (8, 0)])
+    checks = {c.name: c for c in layer.checks}
     assert checks["amp_C"].status.value == "FAIL" and "cuda:2: arch mismatch: built for sm_90 only" in checks["amp_C"].summary
     assert checks["fused_layer_norm_cuda"].status.value == "PASS"
-    assert mixed[0].arch["compatible"] is True  # GPU 0, where parity and timing run, is fine
-    usable = extensions.usable_on_devices(mixed, 3)
+    assert layer.extensions[0].arch["compatible"] is True  # GPU 0, where parity and timing run, is fine
+    usable = usable_on_devices(layer.extensions, 3)
     assert usable[0] == usable[1] == {"amp_C", "fused_layer_norm_cuda"} and usable[2] == {"fused_layer_norm_cuda"}

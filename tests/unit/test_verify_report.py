@@ -43,13 +43,13 @@ def test_terminal_rendering_plain_and_ordered(monkeypatch) -> None:
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
     rep = _report([Check("expectations", "feature.FusedAdam", Status.FAIL, "amp_C missing"),
                    Check("environment", "python", Status.INFO, "Python 3.12")])
-    text = render.terminal(rep)
+    text = render.terminal(rep, verbose=True)  # every check by layer, as before the module table
     lines = text.splitlines()
     assert lines[0] == "── environment ──"
     assert any(line.startswith("FAIL  expectations.feature.FusedAdam") for line in lines)
     assert lines[-1].startswith("verify static: FAIL — 1 FAIL, 1 INFO in 1.2 s — exit 1")
     assert "\033[" not in text
-    assert "\033[31;1m" in render.terminal(rep, color=True)
+    assert "\033[31;1m" in render.terminal(rep, color=True, verbose=True)
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     assert "::error title=verify expectations.feature.FusedAdam::amp_C missing" in render.terminal(rep)
 

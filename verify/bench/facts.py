@@ -26,7 +26,8 @@ def _apex_identity() -> dict[str, Any]:
                 loaded = manifest.load(path, origin)
             except manifest.ManifestError as exc:
                 note = str(exc)
-        commit, source, disagree = identity.resolve_commit(info, loaded)
+        record = manifest.BuildManifest.from_json(loaded) if loaded is not None else None
+        commit, source, disagree = identity.resolve_commit(info, record)
         return {"kind": info.get("kind"), "path": info.get("path"), "commit": commit, "commit_source": source,
                 "disagreements": disagree, "manifest": str(path) if path else None, "note": note}
     except Exception as exc:  # identity is informational here: never let it stop a benchmark

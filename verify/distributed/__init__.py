@@ -25,7 +25,7 @@ from verify.distributed.rank import MULTICAST_OFF
 __all__ = ["DistributedResults", "hook_problem", "run_distributed_layer"]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class DistributedResults:
     checks: list[Check]
     block: dict[str, Any] | None

@@ -19,17 +19,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
-import os
 import queue
-import signal
 import socket
-import subprocess
 import sys
-import tempfile
-import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from verify.checks import Check, Status
@@ -37,14 +30,13 @@ from verify.distributed.cases import LAYER
 from verify.distributed.merge import merge
 from verify.distributed.plan import Topology
 from verify.distributed.rank import MULTICAST_OFF
-from verify.gpu.runner import _exit_description, _last_line, _worker_env  # one wording for dead processes
+from verify.json_lines_child import JsonLinesChild, describe_exit, last_line, verify_env
 
 MAX_LAUNCHES = 3  # the first group plus two fresh ones after a hang or a death
 REPORT_GRACE_S = 5.0
 # Joining is Python + torch import + CUDA context + NCCL communicator: seconds alone, tens of seconds
 # with 8 ranks starting at once on a busy node; a short --check-timeout must not cut it.
 SETUP_TIMEOUT_MIN_S = 60.0
-STDERR_TAIL_CHARS = 2000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,66 +68,25 @@ def free_port() -> int:
 
 
 def rank_env(rank: int, world_size: int, port: int) -> dict[str, str]:
-    env = _worker_env()
+    env = verify_env()
     env.update(MULTICAST_OFF)
     env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
                 "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world_size)})
     return env
 
 
-class _Rank:
+class _Rank(JsonLinesChild):
     """One rank process; its protocol lines go to the shared queue as (rank, event), (rank, None) at the end."""
 
     def __init__(self, rank: int, plan: LaunchPlan, names: list[str], port: int,
                  events: queue.Queue[tuple[int, dict[str, Any] | None]]) -> None:
         self.rank = rank
-        self.stderr_file = tempfile.NamedTemporaryFile(prefix=f"verify-dist-rank{rank}-", suffix=".log", delete=False)
-        self.stderr_path = Path(self.stderr_file.name)
         topo = plan.topology
         argv = [sys.executable, "-m", "verify.distributed.rank", "--checks", ",".join(names),
                 "--seed", str(plan.seed), "--timeout", f"{plan.check_timeout_s:g}",
                 "--backend", topo.backend, "--device", topo.device]
-        self.started = time.monotonic()
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.stderr_file, stdin=subprocess.DEVNULL,
-                                     env=rank_env(rank, topo.world_size, port), start_new_session=True)
-        self.returncode: int | None = None
-        self.stderr_tail = ""
-        threading.Thread(target=self._pump, args=(events,), daemon=True).start()
-
-    def _pump(self, events: queue.Queue[tuple[int, dict[str, Any] | None]]) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            try:
-                event = json.loads(raw.decode("utf-8", errors="replace"))
-            except json.JSONDecodeError:
-                continue  # not ours: the rank points stray output at stderr, but be lenient
-            if isinstance(event, dict) and "event" in event:
-                events.put((self.rank, event))
-        events.put((self.rank, None))
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)  # the rank and anything it started
-            except ProcessLookupError:
-                pass
-        self.proc.wait()
-
-    def finish(self, grace_s: float) -> None:
-        """Wait for the exit (kill after grace_s), keep the exit status and stderr's tail; idempotent."""
-        if self.stderr_file.closed:
-            return
-        try:
-            self.proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            self.kill()
-        self.returncode = self.proc.returncode
-        self.stderr_file.close()
-        try:
-            self.stderr_tail = self.stderr_path.read_bytes()[-STDERR_TAIL_CHARS:].decode("utf-8", errors="replace")
-        except OSError:
-            self.stderr_tail = ""
-        self.stderr_path.unlink(missing_ok=True)
+        super().__init__(argv, label=f"dist-rank{rank}", env=rank_env(rank, topo.world_size, port),
+                         events=events, tag=rank)
 
 
 @dataclasses.dataclass
@@ -229,7 +180,7 @@ class _Launch:
         return outcome
 
     def _stop(self) -> None:
-        self.hung = [r.rank for r in self.ranks if r.proc.poll() is None]
+        self.hung = [r.rank for r in self.ranks if r.running()]
         for rank in self.ranks:
             rank.kill()
         for rank in self.ranks:
@@ -237,12 +188,12 @@ class _Launch:
 
     def _rank_info(self, rank: _Rank) -> dict[str, Any]:
         ready = self.ready.get(rank.rank, {})
-        return {"rank": rank.rank, "pid": rank.proc.pid, "device": ready.get("device"),
-                "exit": _exit_description(rank.returncode), "wall_s": round(time.monotonic() - rank.started, 3)}
+        return {"rank": rank.rank, "pid": rank.pid, "device": ready.get("device"),
+                "exit": describe_exit(rank.returncode), "wall_s": round(time.monotonic() - rank.started, 3)}
 
     def _dead(self, rank: _Rank) -> str:
-        line = _last_line(rank.stderr_tail)
-        return f"rank {rank.rank} died ({_exit_description(rank.returncode)})" + (f": {line}" if line else "")
+        line = last_line(rank.stderr_tail)
+        return f"rank {rank.rank} died ({describe_exit(rank.returncode)})" + (f": {line}" if line else "")
 
     def _setup_failure(self) -> str:
         died = [r for r in self.ranks if r.rank not in self.hung]  # a rank that joined and died stops the rest too

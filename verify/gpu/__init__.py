@@ -23,7 +23,7 @@ from verify.gpu.runner import GroupResult, run_groups
 __all__ = ["GpuResults", "plan", "run_gpu_layers"]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class GpuResults:
     checks: list[Check]
     timings: list[dict]

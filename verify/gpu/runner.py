@@ -11,25 +11,17 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import json
-import os
-import queue
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from verify import child_processes
 from verify.checks import Check, Status
 from verify.gpu import cases as case_table
+from verify.json_lines_child import TIMEOUT, JsonLinesChild, describe_exit, last_line, verify_env
 
 MAX_WORKERS_PER_GROUP = 3  # the first worker plus two restarts after a crash, a hang or a poisoned context
-STDERR_TAIL_CHARS = 2000
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding verify/
 
 
 @dataclasses.dataclass
@@ -41,118 +33,26 @@ class GroupResult:
     wall_s: float = 0.0
 
 
-def _worker_env() -> dict[str, str]:
-    # the worker must import this very verify package, installed or not
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def _exit_description(returncode: int | None) -> str:
-    if returncode is None:
-        return "still running"
-    if returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    return f"exit code {returncode}"
-
-
-def _tail(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return ""
-    return data[-STDERR_TAIL_CHARS:].decode("utf-8", errors="replace")
-
-
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else ""
-
-
 def kill_all_workers() -> None:
     """Ctrl-C or a failure here: end every child this process started (verify.child_processes)."""
     child_processes.kill_all()
 
 
-class _Worker:
-    """One worker process: its protocol lines arrive on a queue (None at end of stream).
+class _Worker(JsonLinesChild):
+    """One worker process.
 
     hold=True: the worker sets up (imports, CUDA context) and then waits for release() before its
     first case, so an exclusive group's start-up overlaps the groups that run before it.
     """
 
     def __init__(self, group: str, seed: int, names: list[str], hold: bool = False) -> None:
-        self.stderr_file = tempfile.NamedTemporaryFile(prefix=f"verify-gpu-{group}-", suffix=".log", delete=False)
-        self.stderr_path = Path(self.stderr_file.name)
         argv = [sys.executable, "-m", "verify.gpu.worker", group, "--seed", str(seed), "--cases", ",".join(names)]
         argv += ["--hold"] if hold else []
-        self.started = time.monotonic()
-        # its own session, so a timeout kills the worker and anything it started, and nothing else;
-        # registered, so a signal to verify kills it too
-        try:
-            self.proc = child_processes.start(argv, stdout=subprocess.PIPE, stderr=self.stderr_file,
-                                              stdin=subprocess.PIPE if hold else subprocess.DEVNULL,
-                                              env=_worker_env())
-        except BaseException:  # verify is stopping (child_processes.Stopping), or Popen failed
-            self.stderr_file.close()
-            self.stderr_path.unlink(missing_ok=True)
-            raise
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            self.lines.put(raw.decode("utf-8", errors="replace"))
-        self.lines.put(None)
-
-    def next_event(self, timeout_s: float) -> dict[str, Any] | None | str:
-        """An event dict, None at end of stream, or "timeout"."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return "timeout"
-            try:
-                line = self.lines.get(timeout=remaining)
-            except queue.Empty:
-                return "timeout"
-            if line is None:
-                return None
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # not ours: the worker points stray output at stderr, but be lenient
-            if isinstance(event, dict) and "event" in event:
-                return event
+        super().__init__(argv, label=f"gpu-{group}", env=verify_env(), stdin_pipe=hold)
 
     def release(self) -> None:
         """Let a held worker start its cases (a closed stdin releases it too, as when this process dies)."""
-        if self.proc.stdin is not None:
-            try:
-                self.proc.stdin.write(b"go\n")
-                self.proc.stdin.close()
-            except OSError:  # it died while held: its end of stream says so
-                pass
-
-    def kill(self) -> None:
-        child_processes.kill(self.proc)
-        child_processes.reap(self.proc)
-
-    def finish(self, grace_s: float = 10.0) -> tuple[int | None, str]:
-        try:
-            self.proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            self.kill()
-        child_processes.reap(self.proc)
-        self.stderr_file.close()
-        tail = _tail(self.stderr_path)
-        self.stderr_path.unlink(missing_ok=True)
-        return self.proc.returncode, tail
+        self.send_and_close(b"go\n")
 
 
 def _fail(case: case_table.Case, summary: str, details: dict[str, Any], duration_s: float = 0.0) -> Check:
@@ -174,7 +74,7 @@ def run_group(group: str, seed: int, check_timeout_s: float, names: list[str] | 
     while pending and len(result.workers) < MAX_WORKERS_PER_GROUP and not (stop and stop.is_set()):
         worker, first_worker = (first_worker or _Worker(group, seed, pending)), None
         worker.release()
-        info: dict[str, Any] = {"pid": worker.proc.pid, "cases": list(pending)}
+        info: dict[str, Any] = {"pid": worker.pid, "cases": list(pending)}
         current: str | None = None
         current_started = time.monotonic()
         ready = False
@@ -182,7 +82,7 @@ def run_group(group: str, seed: int, check_timeout_s: float, names: list[str] | 
         try:
             while True:
                 event = worker.next_event(check_timeout_s)
-                if event == "timeout":
+                if event is TIMEOUT:
                     outcome = "timeout"
                     worker.kill()
                     break
@@ -208,10 +108,10 @@ def run_group(group: str, seed: int, check_timeout_s: float, names: list[str] | 
                     break
         except BaseException:
             worker.kill()  # Ctrl-C or a bug here: never leave a worker behind
-            worker.finish()
+            worker.finish(0)
             raise
         returncode, stderr_tail = worker.finish()
-        info.update(exit=_exit_description(returncode), wall_s=round(time.monotonic() - worker.started, 3))
+        info.update(exit=describe_exit(returncode), wall_s=round(time.monotonic() - worker.started, 3))
         result.workers.append(info)
         death = {"worker_exit": info["exit"], "stderr_tail": stderr_tail, "seed": seed}
         if current is not None:  # the case in flight when the worker stopped answering
@@ -222,7 +122,7 @@ def run_group(group: str, seed: int, check_timeout_s: float, names: list[str] | 
                            "(a hang in the kernel or the driver)")
             else:
                 summary = (f"{current}: the worker process died ({info['exit']}) while running it"
-                           + (f": {_last_line(stderr_tail)}" if _last_line(stderr_tail) else ""))
+                           + (f": {last_line(stderr_tail)}" if last_line(stderr_tail) else ""))
             result.checks.append(_fail(case, summary, {**death, "timeout_s": check_timeout_s}, spent))
             pending.remove(current)
             last_death = summary
@@ -230,7 +130,7 @@ def run_group(group: str, seed: int, check_timeout_s: float, names: list[str] | 
         if not ready:  # died or hung before running anything: retrying would do the same
             why = (f"did not get ready within {check_timeout_s:g} s" if outcome == "timeout"
                    else f"died during setup ({info['exit']})")
-            line = _last_line(stderr_tail)
+            line = last_line(stderr_tail)
             result.checks.append(Check(
                 table[pending[0]].layer, f"{group}.setup", Status.FAIL,
                 f"the {group} worker {why}" + (f": {line}" if line else "") + f"; not run: {', '.join(pending)}",

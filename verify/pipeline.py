@@ -1,0 +1,184 @@
+"""The verify run as a pipeline: each layer a function of what the layers before it returned.
+
+    request (RunRequest, from the CLI) -> probe + environment -> extensions -> arch -> identity
+    -> expectations  (--static stops here)  -> parity + timing (verify.gpu) -> distributed -> report
+
+Every layer returns a frozen result (its checks and what later layers need) and changes nothing it was
+given, so the order below is the data flow, not a hidden rule. Speed: the import probe child starts in
+a background thread while this process imports torch and reads the environment, so the two torch
+imports overlap and --static stays within its few seconds.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import datetime
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from verify import distributed, environment, expectations, extensions, fatbin, identity, manifest, module_map
+from verify import report as report_mod
+from verify.arch import arch_layer, usable_on_devices
+from verify.checks import Check, Status
+from verify.extensions import ExtensionResult
+
+
+class ManifestMismatch(Exception):
+    """The build manifest belongs to another image (another torch): a usage error, found mid-run."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedManifest:
+    path: Path
+    origin: str  # "--manifest", "$APEX_BUILD_MANIFEST", "default"
+    data: dict[str, Any]  # the file as read (the report quotes it)
+
+    @property
+    def record(self) -> manifest.BuildManifest:
+        return manifest.BuildManifest.from_json(self.data)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRequest:
+    static: bool
+    required: tuple[str, ...]
+    manifest: LoadedManifest | None
+    seed: int
+    check_timeout_s: float
+    require_gpu: bool
+    distributed: bool | None  # --distributed / --no-distributed / auto
+
+
+@dataclasses.dataclass(frozen=True)
+class StaticLayers:
+    """Layers 1-5: what --static reports, and what the GPU layers need from it."""
+    environment: dict[str, Any]
+    apex: dict[str, Any]
+    extensions: tuple[ExtensionResult, ...]
+    checks: tuple[Check, ...]
+    gpu_missing: bool
+    environment_unavailable: bool  # --require-gpu without a GPU, or a driver too old for torch's CUDA
+    device_count: int  # GPUs the arch layer judged (at least 1, for the GPU plan)
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuLayers:
+    checks: tuple[Check, ...]
+    timings: tuple[dict[str, Any], ...]
+
+
+def probe_tasks(required: tuple[str, ...], expected_modules: tuple[str, ...]) -> tuple[list[dict], list[str]]:
+    """The import probe's tasks (every known module, the manifest's extra ones, apex, the features'
+    entry points) and the module names in report order."""
+    names = [m.name for m in module_map.modules()]
+    names += [m for m in expected_modules if m not in names]
+    tasks = [{"id": f"module:{n}", "op": "import", "target": n} for n in names]
+    tasks.append({"id": "apex", "op": "import", "target": "apex"})
+    tasks += [{"id": f"feature:{f}", "op": "attr", "target": path}
+              for f, path in expectations.probe_targets(required).items()]
+    return tasks, names
+
+
+def _probe_and_environment(request: RunRequest, tasks: list[dict]) -> tuple[dict, list[Check], dict]:
+    """(environment block, layer-1 checks, probe results by task id), the probe overlapping torch's import."""
+    cancel = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        probe_future = pool.submit(extensions.probe, tasks, timeout_s=request.check_timeout_s, cancel=cancel)
+        try:
+            env, checks = environment.collect()  # imports torch in this process, overlapping the child's
+            torch_version = (env.get("torch") or {}).get("version")
+            mismatch = manifest.torch_mismatch(request.manifest.record, torch_version) if request.manifest else None
+            if mismatch:
+                cancel.set()
+                raise ManifestMismatch(mismatch)
+            return env, checks, probe_future.result()
+        except BaseException:  # Ctrl-C, SIGTERM: the pool's exit must not wait out the probe's timeout
+            cancel.set()
+            raise
+
+
+def _require_gpu_check(env: dict[str, Any], old_driver: bool) -> Check:
+    why = ("the NVIDIA driver is too old for this torch's CUDA (see environment.driver)" if old_driver else
+           "check the driver, the container's GPU access, CUDA_VISIBLE_DEVICES")
+    return Check("environment", "require_gpu", Status.FAIL, f"--require-gpu: no CUDA device is visible to torch ({why})")
+
+
+def static_layers(request: RunRequest) -> StaticLayers:
+    """Layers 1-5: environment, identity, extensions, arch, expectations."""
+    record = request.manifest.record if request.manifest else None
+    expected_by_manifest = record.expected_modules if record else ()
+    tasks, module_names = probe_tasks(request.required, expected_by_manifest)
+    env, env_checks, probed = _probe_and_environment(request, tasks)
+
+    capability = environment.capability(env)
+    gpu_missing = capability is None
+    old_driver = environment.driver_too_old(env)  # the node cannot run this torch's CUDA: exit 3 (environment.driver)
+    if request.require_gpu and gpu_missing:
+        env_checks = [*env_checks, _require_gpu_check(env, old_driver)]
+
+    imported = [extensions.classify(n, probed.get(f"module:{n}", {"status": "missing"})) for n in module_names]
+    devices = environment.device_capabilities(env)
+    arch = arch_layer(imported, capability, devices)
+    who = identity.identity_layer(identity.locate(), probed.get("apex"), record, arch.extensions)
+    expected = expectations.modules_required(request.required) | set(expected_by_manifest)
+    entry_points = {f: probed[f"feature:{f}"] for f in request.required if f"feature:{f}" in probed}
+    arch_fix = f"rebuild with TORCH_CUDA_ARCH_LIST={fatbin.arch_list_value(capability)}" if capability else None
+    expected_checks = expectations.expectation_checks(request.required, list(arch.extensions), entry_points, record,
+                                                      arch_fix, apex_kind=who.apex["kind"])
+    checks = (*env_checks, *who.checks, *extensions.extension_checks(list(arch.extensions), expected, who.apex.get("kind", "nvidia")),
+              *arch.checks, *expected_checks)
+    return StaticLayers(environment=env, apex=who.apex, extensions=arch.extensions, checks=checks,
+                        gpu_missing=gpu_missing,
+                        environment_unavailable=(request.require_gpu and gpu_missing) or old_driver,
+                        device_count=max(1, len(devices)))
+
+
+def gpu_layers(request: RunRequest, static: StaticLayers, device_usable: dict[int, frozenset[str]]) -> GpuLayers:
+    """Layers 6-7 (parity, timing) from verify.gpu; SKIP without a GPU, one FAIL if they cannot run."""
+    if static.gpu_missing:
+        reason = "no CUDA device visible: needs a GPU (use --static for layers 1-5 only)"
+        return GpuLayers((Check("parity", "all", Status.SKIP, reason), Check("timing", "all", Status.SKIP, reason)), ())
+    try:
+        from verify.gpu import run_gpu_layers
+    except ImportError as exc:
+        return GpuLayers((Check("parity", "all", Status.FAIL,
+                                f"the GPU layers are not installed with this verify (import verify.gpu failed: {exc})"),), ())
+    try:
+        results = run_gpu_layers(seed=request.seed, check_timeout_s=request.check_timeout_s,
+                                 usable_modules=device_usable[0], device_count=len(device_usable),
+                                 device_usable=device_usable)
+    except Exception as exc:  # one broken layer must not lose the static findings
+        return GpuLayers((Check("parity", "all", Status.FAIL, f"GPU layers stopped: {type(exc).__name__}: {exc}"),), ())
+    return GpuLayers(tuple(results.checks), tuple(results.timings))
+
+
+def run(request: RunRequest) -> dict[str, Any]:
+    """Every layer the request asks for, then the report (schema v2). Raises ManifestMismatch."""
+    t0 = time.perf_counter()
+    started_at = datetime.datetime.now(datetime.timezone.utc)
+    static = static_layers(request)
+    checks = list(static.checks)
+    timings: tuple[dict[str, Any], ...] = ()
+    dist_block = None
+    if not request.static:
+        device_usable = usable_on_devices(static.extensions, static.device_count)
+        gpu = gpu_layers(request, static, device_usable)
+        dist = distributed.run_distributed_layer(
+            requested=request.distributed, device_count=(static.environment.get("torch") or {}).get("device_count") or 0,
+            usable_modules=device_usable[0], seed=request.seed, check_timeout_s=request.check_timeout_s)
+        checks += [*gpu.checks, *dist.checks]
+        timings, dist_block = gpu.timings, dist.block
+    loaded = request.manifest
+    return report_mod.build(
+        mode="static" if request.static else "full", started_at=started_at, duration_s=time.perf_counter() - t0,
+        environment=static.environment, apex=static.apex,
+        manifest={"path": str(loaded.path), "origin": loaded.origin, "data": loaded.data} if loaded else None,
+        extensions=[e.to_json() for e in static.extensions], checks=checks, timings=list(timings),
+        options={"require": list(request.required), "seed": request.seed, "check_timeout_s": request.check_timeout_s,
+                 "require_gpu": request.require_gpu,
+                 "distributed": {True: "on", False: "off", None: "auto"}[request.distributed]},
+        environment_unavailable=static.environment_unavailable, distributed=dist_block,
+    )
