@@ -921,7 +921,7 @@ def build_and_gate(
         f"wheel {wheel} ({stats['wall_s']} s, peak {stats['peak_rss_mb']:.0f} MiB); manifest {manifest_path}"
     )
     _say(f"built modules: {', '.join(built) or 'none'}")
-    _say(timing_line(manifest["build"]))
+    _say(timing_line(manifest.build))
 
     missing = build_outputs.missing_modules(expected, built, log_lines)
     if missing:
