@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from toolchain import engine
 from toolchain.errors import EnvironmentUnavailable
-from toolchain.matrix import Cell
+from toolchain.image import engine
+from toolchain.spec.matrix import Cell
 
 BASE_IMAGE = os.environ.get("APEX_TEST_BASE_IMAGE", "apex-toolchain/base:bookworm")
 TORCH_WHEEL = Path(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import jsonschema
 
-from toolchain import container_verify
+from toolchain.image import container_verify
 from verify import exit_codes
 
 REPO = Path(__file__).resolve().parents[2]

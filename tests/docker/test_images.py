@@ -12,8 +12,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from toolchain import container_verify, engine, inspect_image
 from toolchain.errors import EnvironmentUnavailable, UsageError
+from toolchain.image import container_verify, engine, inspect_image
 from verify import exit_codes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -160,7 +160,7 @@ def test_matrix_runner_goes_on_after_a_failed_cell(
 ) -> None:
     """Through the project's matrix runner: a broken cell first, then the good one (cached) is built
     and verified, and the matrix report names the failing stage."""
-    matrix_run = pytest.importorskip("toolchain.matrix_run")
+    matrix_run = pytest.importorskip("toolchain.runs.run_loop")
     from toolchain.console import Console
 
     cells = [cell_factory("apex-ci-broken2-torch0.0.2-py3.11-debian12", torch="0.0.2"), cell_factory()]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from toolchain.errors import MatrixError
-from toolchain.matrix import load_matrix
+from toolchain.spec.matrix import load_matrix
 from verify import exit_codes, messages
 from verify.out_dirs import OutputDirs
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.matrix import load_matrix
+from toolchain.spec.matrix import load_matrix
 from verify import exit_codes
 
 REPO = Path(__file__).resolve().parents[2]

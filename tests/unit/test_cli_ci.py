@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from toolchain.ci_matrix import bake_target_name
 from toolchain.cli import build_parser
-from toolchain.matrix import load_matrix
+from toolchain.spec.ci_matrix import bake_target_name
+from toolchain.spec.matrix import load_matrix
 from verify import exit_codes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -190,8 +190,8 @@ def test_workflow_build_py_commands_exist() -> None:
 @pytest.mark.docker
 def test_pull_from_an_unreachable_registry_is_exit_3() -> None:
     """A real daemon, a registry that refuses connections: retried, then EnvironmentUnavailable."""
-    from toolchain import engine, pull
     from toolchain.errors import EnvironmentUnavailable
+    from toolchain.image import engine, pull
 
     try:
         engine.ping()

@@ -19,7 +19,7 @@ import jsonschema
 import pytest
 import yaml
 
-from toolchain import verify_zipapp
+from toolchain.image import verify_zipapp
 from verify import exit_codes
 
 ROOT = Path(__file__).resolve().parents[2]

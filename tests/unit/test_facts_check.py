@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from toolchain import compat, facts_check
-from toolchain.facts_check import IndexUnreachable, NotPublished
+from toolchain.spec import compat, facts_check
+from toolchain.spec.facts_check import IndexUnreachable, NotPublished
 from verify import exit_codes
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from toolchain import compat
-from toolchain.matrix import TAG_MAX, TAG_RE, cli_cell, extra_flag_names, load_matrix
+from toolchain.spec import compat
+from toolchain.spec.matrix import TAG_MAX, TAG_RE, cli_cell, extra_flag_names, load_matrix
 from verify import module_map
 
 REPO = Path(__file__).resolve().parents[2]

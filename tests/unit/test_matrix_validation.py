@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from toolchain import compat
 from toolchain.errors import MatrixError, UsageError
-from toolchain.matrix import cli_cell, load_matrix
+from toolchain.spec import compat
+from toolchain.spec.matrix import cli_cell, load_matrix
 from verify import exit_codes
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.matrix import cli_cell
-from toolchain.matrix_run import MatrixReport, result_path, save_result
+from toolchain.runs.run_loop import MatrixReport, result_path, save_result
+from toolchain.spec.matrix import cli_cell
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from toolchain import ci_matrix, compat, engine
 from toolchain.errors import MatrixError
-from toolchain.matrix import cli_cell, load_matrix
-from toolchain.toml_loader import load_toml
+from toolchain.image import engine
+from toolchain.spec import ci_matrix, compat
+from toolchain.spec.matrix import cli_cell, load_matrix
+from toolchain.spec.toml_loader import load_toml
 from verify import exit_codes
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,10 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from toolchain import matrix_report
 from toolchain.console import Console
 from toolchain.errors import EnvironmentUnavailable, ToolchainError
-from toolchain.matrix import Cell
+from toolchain.runs import matrix_report
+from toolchain.spec.matrix import Cell
 from verify import atomic, exit_codes, input_files
 from verify import field_types as ft
 
@@ -192,7 +192,7 @@ def save_result(result: dict[str, Any], out: Path) -> dict[str, Any]:
 
 
 def _build(cell: Cell, args: argparse.Namespace, console: Console, log_path: Path) -> dict[str, Any]:
-    from toolchain import engine
+    from toolchain.image import engine
 
     start = time.monotonic()
     build: dict[str, Any] = {"ok": False, "tag": cell.id, "target": args.target, "log_path": str(log_path)}
@@ -226,7 +226,7 @@ def _build(cell: Cell, args: argparse.Namespace, console: Console, log_path: Pat
 
 
 def _verify(tag: str, args: argparse.Namespace, console: Console, mode: str, cell: Cell) -> dict[str, Any]:
-    from toolchain import container_verify
+    from toolchain.image import container_verify
 
     out_dir = args.out / "cells" / cell.id / "verify"
     verify: dict[str, Any] = {"mode_requested": mode, "out_dir": str(out_dir)}
