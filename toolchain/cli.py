@@ -390,6 +390,7 @@ def cmd_bake(args: argparse.Namespace, console: Console) -> int:
 def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     from toolchain.image import pull
     from toolchain.runs import run_loop
+    from toolchain.runs.cell_result import CellResult, CellStatus
 
     _check_registry(args)
     cell = resolve_cells(args, all_when_empty=False)[0]
@@ -414,15 +415,14 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
                                                            pull_first=not args.no_pull, engine=args.engine,
                                                            expected_image_id=expected_id)
     # recorded like a matrix cell, so `build.py report` shows what this node verified
-    verify = {"exit_code": code, "report_path": str(report_path), "mode_requested": args.gpu,
-              "status": "verified" if code == exit_codes.OK else "verify_failed"}
+    status = CellStatus.VERIFIED if code == exit_codes.OK else CellStatus.VERIFY_FAILED
+    verify = {"exit_code": code, "report_path": str(report_path), "mode_requested": args.gpu, "status": status.value}
     verify.update(run_loop.report_summary(report_path))
-    run_loop.save_result({
-        "result_version": run_loop.RESULT_VERSION, "id": cell.id, "name": cell.name, "run_id": "pull",
-        "cell": cell.to_json(), "status": verify["status"], "started_at": started, "finished_at": run_loop.now(),
-        "build": {"ok": True, "tag": ref, "digest": digest, "pulled": not args.no_pull, "image_id": image_id},
-        "verify": verify,
-    }, args.out)
+    run_loop.save_result(CellResult(
+        id=cell.id, name=cell.name, run_id="pull", cell=cell.to_json(), status=status, started_at=started,
+        finished_at=run_loop.now(), verify=verify,
+        build={"ok": True, "tag": ref, "digest": digest, "pulled": not args.no_pull, "image_id": image_id},
+    ), args.out)
     if code == exit_codes.OK:
         console.status("READY", "ok", f"{ref} (report {report_path})")
     else:
