@@ -29,12 +29,6 @@ TORCH_VERSION = "2.13.0+cpu"
 CI_TAG = "apex-ci-verify-torch2.13.0-cpu-py3.11-debian12"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/docker/" in str(item.fspath):
-            item.add_marker(pytest.mark.docker)
-
-
 def make_cell(tag: str = CI_TAG, torch: str = TORCH_VERSION) -> Cell:
     """A CPU cell for the CUDA-free stages (the matrix itself only holds CUDA cells)."""
     return Cell(

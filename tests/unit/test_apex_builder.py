@@ -17,12 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from toolchain.builder import apex_builder, build_outputs
 from toolchain.errors import ToolchainError
 from toolchain.spec import compat
 from verify import exit_codes, module_map
-
-REPO = Path(__file__).resolve().parents[2]
 
 C_MODULE = """
 #include <Python.h>

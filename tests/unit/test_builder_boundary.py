@@ -7,9 +7,9 @@ import ast
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO
+
 BUILDER = REPO / "toolchain" / "builder"
 
 # A real interpreter in which `import tomllib` / `import docker` fail as they do in the image.

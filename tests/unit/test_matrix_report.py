@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from toolchain.runs import matrix_report
 from toolchain.runs.cell_result import CellResult, CellStatus
 from toolchain.runs.run_loop import MatrixReport, result_path, save_result
 from toolchain.spec.matrix import cli_cell
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from toolchain.runs.cell_result import CellResult, CellStatus
 from toolchain.runs.run_loop import MatrixReport, result_path, save_result
 from toolchain.spec.matrix import cli_cell
 from verify import atomic
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
