@@ -26,10 +26,10 @@ import types
 from pathlib import Path
 from typing import Any
 
-from toolchain import ci_matrix
-from toolchain import matrix as matrix_mod
 from toolchain.console import Console
 from toolchain.errors import EnvironmentUnavailable, ToolchainError, UsageError, report
+from toolchain.spec import ci_matrix
+from toolchain.spec import matrix as matrix_mod
 from verify import atomic, entry_point, exit_codes, input_files
 from verify.messages import bounded, did_you_mean, shown
 from verify.out_dirs import OutputDirs
@@ -219,7 +219,7 @@ def resolve_cells(args: argparse.Namespace, *, all_when_empty: bool) -> list[mat
 
 
 def cmd_plan(args: argparse.Namespace, console: Console) -> int:
-    from toolchain.matrix_run import check_inputs
+    from toolchain.runs.run_loop import check_inputs
 
     cells = resolve_cells(args, all_when_empty=True)
     check_inputs(args)
@@ -256,7 +256,7 @@ def plan_for(cell: matrix_mod.Cell, args: argparse.Namespace) -> dict[str, Any]:
 
 def build_command(cell: matrix_mod.Cell, args: argparse.Namespace, log_path: Path) -> list[str]:
     """The exact command the engine runs for this cell (the engine owns it)."""
-    engine = load_part("engine")
+    engine = load_part("image.engine")
     return list(engine.build_command(cell, target=args.target, apex_src=args.apex_src,
                                      wheelhouse=args.wheelhouse, extra_ca=args.extra_ca,
                                      progress=args.progress))
@@ -288,22 +288,22 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_image(args: argparse.Namespace, console: Console) -> int:
-    from toolchain import matrix_run
+    from toolchain.runs import run_loop
 
     cell = resolve_cells(args, all_when_empty=False)[0]
-    matrix_run.check_inputs(args)
+    run_loop.check_inputs(args)
     _preflight(args.verify)
-    return matrix_run.build_one(cell, args, console)
+    return run_loop.build_one(cell, args, console)
 
 
 def cmd_matrix(args: argparse.Namespace, console: Console) -> int:
-    from toolchain import matrix_run
+    from toolchain.runs import run_loop
 
     path = args.matrix or default_matrix_path()
     cells = _selected(args)  # every cell of the matrix is validated before any build
-    matrix_run.check_inputs(args)
+    run_loop.check_inputs(args)
     _preflight(args.verify)
-    return matrix_run.run_matrix(cells, args, console, matrix_path=path)
+    return run_loop.run_matrix(cells, args, console, matrix_path=path)
 
 
 def failing_checks(report_path: Path | str | None, limit: int = 20) -> list[str]:
@@ -323,7 +323,7 @@ def failing_checks(report_path: Path | str | None, limit: int = 20) -> list[str]
 def cmd_verify(args: argparse.Namespace, console: Console) -> int:
     if not args.image:
         args.image = resolve_cells(args, all_when_empty=False)[0].id
-    container_verify = load_part("container_verify")
+    container_verify = load_part("image.container_verify")
     require_engine(args.engine)
 
     out_dir = args.out / "verify" / _safe_name(args.image)
@@ -351,7 +351,7 @@ def _audit_of(out_dir: Path) -> dict[str, Any] | None:
 
 
 def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
-    inspect_image = load_part("inspect_image")
+    inspect_image = load_part("image.inspect_image")
     require_docker()
 
     print(atomic.json_dumps(inspect_image.inspect(args.image), indent=2, default=str))
@@ -359,7 +359,7 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
-    from toolchain import matrix_report
+    from toolchain.runs import matrix_report
 
     problems: list[str] = []
     md_path, html_path, rows = matrix_report.write(args.out, problems)
@@ -408,12 +408,14 @@ def cmd_bake(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_pull(args: argparse.Namespace, console: Console) -> int:
-    from toolchain import matrix_run, pull
+    from toolchain.image import pull
+    from toolchain.runs import run_loop
+    from toolchain.runs.cell_result import CellResult, CellStatus
 
     _check_registry(args)
     cell = resolve_cells(args, all_when_empty=False)[0]
     if not args.registry and not args.no_pull and not args.by_digest and not args.digest:
-        from toolchain import publish
+        from toolchain.image import publish
 
         if publish.read_record(args.out, cell.id) is None:
             raise UsageError("pull: no registry; pass --registry ghcr.io/OWNER/apex (or set APEX_IMAGE_REGISTRY), "
@@ -423,25 +425,24 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     else:
         ref, digest, record = pull.resolve(cell.id, args.registry, digest=args.digest, by_digest=args.by_digest,
                                            out=args.out)
-    load_part("container_verify")
+    load_part("image.container_verify")
     require_engine(args.engine)
     out_dir = args.out / "cells" / cell.id / "verify"
-    started = matrix_run.now()
+    started = run_loop.now()
     expected_id = (record or {}).get("image_id") if record and digest == record.get("digest") else None
     with console.group(f"{'verify' if args.no_pull else 'pull and verify'} {ref}"):
         code, report_path, image_id = pull.pull_and_verify(ref, out_dir=out_dir, gpu=args.gpu,
                                                            pull_first=not args.no_pull, engine=args.engine,
                                                            expected_image_id=expected_id)
     # recorded like a matrix cell, so `build.py report` shows what this node verified
-    verify = {"exit_code": code, "report_path": str(report_path), "mode_requested": args.gpu,
-              "status": "verified" if code == exit_codes.OK else "verify_failed"}
-    verify.update(matrix_run.report_summary(report_path))
-    matrix_run.save_result({
-        "result_version": matrix_run.RESULT_VERSION, "id": cell.id, "name": cell.name, "run_id": "pull",
-        "cell": cell.to_json(), "status": verify["status"], "started_at": started, "finished_at": matrix_run.now(),
-        "build": {"ok": True, "tag": ref, "digest": digest, "pulled": not args.no_pull, "image_id": image_id},
-        "verify": verify,
-    }, args.out)
+    status = CellStatus.VERIFIED if code == exit_codes.OK else CellStatus.VERIFY_FAILED
+    verify = {"exit_code": code, "report_path": str(report_path), "mode_requested": args.gpu, "status": status.value}
+    verify.update(run_loop.report_summary(report_path))
+    run_loop.save_result(CellResult(
+        id=cell.id, name=cell.name, run_id="pull", cell=cell.to_json(), status=status, started_at=started,
+        finished_at=run_loop.now(), verify=verify,
+        build={"ok": True, "tag": ref, "digest": digest, "pulled": not args.no_pull, "image_id": image_id},
+    ), args.out)
     if code == exit_codes.OK:
         console.status("READY", "ok", f"{ref} (report {report_path})")
     else:
@@ -450,7 +451,7 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_facts_check(args: argparse.Namespace, console: Console) -> int:
-    from toolchain import compat, facts_check
+    from toolchain.spec import compat, facts_check
 
     path = args.facts or compat.DATA
     if not path.is_file():
@@ -485,7 +486,7 @@ def _usage(message: str) -> int:
 
 
 def cmd_publish(args: argparse.Namespace, console: Console) -> int:
-    from toolchain import publish
+    from toolchain.image import publish
 
     cell = resolve_cells(args, all_when_empty=False)[0]
     if not args.registry:
@@ -502,7 +503,7 @@ def cmd_publish(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_zipapp(args: argparse.Namespace, console: Console) -> int:
-    from toolchain import verify_zipapp
+    from toolchain.image import verify_zipapp
 
     if args.out.exists() and not args.out.is_dir() and not args.out.is_file():
         raise UsageError(f"--out {args.out}: not a regular file or directory; pass a path like DIR/verify.pyz")
@@ -516,7 +517,7 @@ def cmd_zipapp(args: argparse.Namespace, console: Console) -> int:
 
 
 def load_part(name: str) -> types.ModuleType:
-    """A toolchain module another part provides, imported when a command needs it."""
+    """A toolchain module (`image.engine`) another part provides, imported when a command needs it."""
     import importlib
 
     try:
@@ -529,20 +530,20 @@ def load_part(name: str) -> types.ModuleType:
 
 def _preflight(verify_mode: str) -> None:
     """Before the first cell: the parts a build needs are here and a daemon answers (else exit 3)."""
-    load_part("engine")
+    load_part("image.engine")
     if verify_mode != "none":
-        load_part("container_verify")
+        load_part("image.container_verify")
     require_docker()
 
 
 def require_docker() -> None:
     """Fail fast (exit 3) when no Docker daemon answers, before any cell starts."""
-    load_part("engine").ping()
+    load_part("image.engine").ping()
 
 
 def require_engine(name: str | None) -> None:
     """The engine verify/pull use: Docker needs its daemon (exit 3 without); podman needs only its CLI."""
-    from toolchain import container_engine
+    from toolchain.image import container_engine
 
     if container_engine.choose(name) == "docker":
         require_docker()
@@ -626,7 +627,7 @@ def _main(argv: list[str]) -> int:
     console = Console()
     try:
         if argv[:1] == ["wheel"]:  # the builder parses its own options (it also runs inside images)
-            from toolchain import apex_builder
+            from toolchain.builder import apex_builder
 
             return apex_builder.main(argv[1:])
         parser = build_parser()

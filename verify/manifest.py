@@ -87,7 +87,7 @@ class BuildManifest:
 
 
 _TEXT = ft.Nullable(ft.STR)
-# What the apex builder writes (toolchain/apex_builder.py), field by field; keys not listed (a newer
+# What the apex builder writes (toolchain/builder/apex_builder.py), field by field; keys not listed (a newer
 # builder's) are allowed, within the checker's depth and size limits.
 SHAPE = ft.Record({
     "manifest_version": ft.STR,

@@ -2,7 +2,7 @@
 # Slurm Prolog (apex-toolchain): run verify in the job's container image, or on the node itself, before
 # the job starts, and exit with verify's code. It drains nothing and cancels nothing on its own: what a
 # non-zero exit does is the site's choice (Slurm drains the node and requeues the job when a Prolog
-# exits non-zero; see the README's "Training clusters" section for what to do with 1 and 3).
+# exits non-zero; see docs/clusters.md, "Training clusters", for what to do with 1 and 3).
 #
 #   0  the image's Apex works on this node's GPU        2  this script or verify is misconfigured
 #   1  the image failed verification (the image's fault) 3  this node cannot run it (no GPU visible,

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from toolchain import apex_setup, ninja_log  # noqa: E402
-from toolchain.process_tree import PeakSampler  # noqa: E402
+from toolchain.builder import apex_setup, ninja_log  # noqa: E402
+from toolchain.builder.process_tree import PeakSampler  # noqa: E402
 
 NAIVE_JOBS = 4
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from toolchain import engine
 from toolchain.errors import EnvironmentUnavailable
-from toolchain.matrix import Cell
+from toolchain.image import engine
+from toolchain.spec.matrix import Cell
 
 BASE_IMAGE = os.environ.get("APEX_TEST_BASE_IMAGE", "apex-toolchain/base:bookworm")
 TORCH_WHEEL = Path(
@@ -27,12 +27,6 @@ TORCH_WHEEL = Path(
 )
 TORCH_VERSION = "2.13.0+cpu"
 CI_TAG = "apex-ci-verify-torch2.13.0-cpu-py3.11-debian12"
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/docker/" in str(item.fspath):
-            item.add_marker(pytest.mark.docker)
 
 
 def make_cell(tag: str = CI_TAG, torch: str = TORCH_VERSION) -> Cell:

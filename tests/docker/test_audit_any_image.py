@@ -12,10 +12,10 @@ from pathlib import Path
 
 import jsonschema
 
-from toolchain import container_verify
+from tests.support import REPO
+from toolchain.image import container_verify
 from verify import exit_codes
 
-REPO = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((REPO / "verify" / "schema" / "report.schema.json").read_text())
 
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO
 
 
 def test_verify_refused_by_the_daemon_leaves_no_empty_out_folder(docker_client, verify_image_tag: str,

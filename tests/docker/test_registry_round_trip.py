@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from verify import exit_codes
 
-REPO = Path(__file__).resolve().parents[2]
 CELL = "cu12.4"
 
 

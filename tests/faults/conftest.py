@@ -1,5 +1,5 @@
 """Fixtures of the fault-injection tier (see faultlib.py): the docker tier's session fixtures, re-exported
-so that they apply here, the `faults` marker on every test of this directory, and a second dockerd."""
+so that they apply here, and a second dockerd (the `faults` marker comes from the root conftest.py, by directory)."""
 
 from __future__ import annotations
 
@@ -18,12 +18,6 @@ from faultlib import (  # noqa: F401 - fixtures are registered by being names of
     verify_image_tag,
     wheelhouse,
 )
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/faults/" in str(item.fspath):
-            item.add_marker(pytest.mark.faults)
 
 
 @pytest.fixture

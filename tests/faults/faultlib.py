@@ -21,7 +21,8 @@ import time
 import uuid
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO
+
 DRIVER = Path(__file__).with_name("matrix_driver.py")
 DOCKERD = "/usr/sbin/dockerd"
 DOCKER = "/usr/bin/docker"

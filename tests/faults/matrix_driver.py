@@ -1,7 +1,7 @@
 """`build.py matrix` for CPU cells, in a process of its own (for Ctrl-C and two runs at once).
 
 matrix.toml only holds CUDA cells, which cannot be built on a CPU machine; this runs the same matrix
-runner (toolchain.matrix_run.run_matrix: per-cell logs and results, the locked, atomic matrix report,
+runner (toolchain.runs.run_loop.run_matrix: per-cell logs and results, the locked, atomic matrix report,
 Ctrl-C handling) and the same error reporting as build.py, over the docker tier's CPU cells.
 
     python tests/faults/matrix_driver.py --out OUT --logs LOGS [--wheelhouse DIR] TAG[=TORCH] ...
@@ -17,9 +17,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from toolchain import cli, matrix_run  # noqa: E402
+from toolchain import cli  # noqa: E402
 from toolchain.console import Console  # noqa: E402
 from toolchain.errors import ToolchainError, report  # noqa: E402
+from toolchain.runs import run_loop as matrix_run  # noqa: E402
 
 
 def _make_cell():

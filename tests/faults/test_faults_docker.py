@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from faultlib import REPO, log_has, run_cli, wait_for
 
-from toolchain import engine
+from toolchain.image import engine
 from verify import exit_codes
 
 # a cell of matrix.toml's shape that the local base can start (the devel stage's apt step)

@@ -67,9 +67,9 @@ def test_the_builder_is_given_every_provenance_input() -> None:
         assert f"{flag} {source}" in body, flag
     for arg in ("APEX_REF", "BASE_DEVEL_IMAGE", "BASE_DEVEL_DIGEST"):
         assert re.search(rf"^ARG {arg}\b", body, re.M), f"{arg} is not declared in apex-build: it would be empty"
-    from toolchain import engine
+    from toolchain.image import engine
 
-    assert "BASE_DEVEL_DIGEST" in (REPO / "toolchain" / "engine.py").read_text()
+    assert "BASE_DEVEL_DIGEST" in (REPO / "toolchain" / "image" / "engine.py").read_text()
     assert engine._image_digest("nvidia/cuda@sha256:" + "0" * 64) == "sha256:" + "0" * 64
 
 

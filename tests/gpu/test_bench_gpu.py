@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.support import REPO
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_quick_bench_runs_every_stage_and_kernel(tmp_path: Path) -> None:

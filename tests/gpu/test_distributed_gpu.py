@@ -1,7 +1,7 @@
 """verify --distributed on real GPUs: every GPU in one NCCL group, Apex's distributed pieces vs torch.
 
 On one GPU (the H200 test host) the layer is SKIP with the reason; on two or more, every check runs and a
-rank hung in a real NCCL collective is one FAIL. Not yet run on a multi-GPU host (see the README).
+rank hung in a real NCCL collective is one FAIL. Not yet run on a multi-GPU host (see docs/distributed.md).
 """
 
 from __future__ import annotations

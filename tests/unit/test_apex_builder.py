@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from toolchain import apex_builder, build_outputs, compat
+from tests.support import REPO
+from toolchain.builder import apex_builder, build_outputs
 from toolchain.errors import ToolchainError
+from toolchain.spec import compat
 from verify import exit_codes, module_map
-
-REPO = Path(__file__).resolve().parents[2]
 
 C_MODULE = """
 #include <Python.h>
@@ -98,7 +98,7 @@ def make_project(root: Path, *, broken: bool = False, style: str = "env") -> Pat
 
 def run_builder(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "toolchain.apex_builder", *argv],
+        [sys.executable, "-m", "toolchain.builder.apex_builder", *argv],
         cwd=REPO,
         env={**os.environ, **(env or {})},
         capture_output=True,

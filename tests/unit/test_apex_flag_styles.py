@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 from test_apex_builder import build, make_project, run_builder
 
-from toolchain import apex_builder, apex_setup, build_outputs, compat
+from tests.support import REPO
+from toolchain.builder import apex_builder, apex_setup, build_outputs
 from toolchain.errors import ToolchainError
+from toolchain.spec import compat
 from verify import exit_codes, module_map
 
-REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO.parent / "shared" / "fixtures"
 CORE = {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"}
 

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from toolchain import apex_refs, apex_setup, compat
+from tests.support import REPO
+from toolchain.builder import apex_setup
 from toolchain.errors import MatrixError
-from toolchain.matrix import Cell, cli_cell, load_matrix
+from toolchain.spec import apex_refs, compat
+from toolchain.spec.matrix import Cell, cli_cell, load_matrix
 from verify import exit_codes
 
-REPO = Path(__file__).resolve().parents[2]
 HEAD = compat.load().apex_default_ref
 BASE = {"python": "3.12", "archs": "9.0"}
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import APEX_FIXTURES, REPO
 from toolchain.errors import MatrixError
-from toolchain.matrix import load_matrix
+from toolchain.spec.matrix import load_matrix
 from verify import exit_codes, messages
 from verify.out_dirs import OutputDirs
 
-REPO = Path(__file__).resolve().parents[2]
 HEADER = 'format_version = 1\n[defaults]\npython = "3.11"\narchs = ["8.0", "9.0"]\n'
 
 
@@ -317,9 +317,7 @@ def test_shown_and_bounded() -> None:
 
 # --- 3b. --out folders a failed command made ----------------------------------------------------
 
-APEX_ARCHIVE = REPO.parent / "shared" / "fixtures" / "apex-6424da3b.tar.gz"
-if not APEX_ARCHIVE.is_file():
-    APEX_ARCHIVE = Path("/work/shared/fixtures/apex-6424da3b.tar.gz")
+APEX_ARCHIVE = APEX_FIXTURES / "apex-6424da3b.tar.gz"
 
 
 def test_a_failed_wheel_build_removes_the_out_folders_it_made(tmp_path: Path) -> None:

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.support import REPO
 from verify import exit_codes
 from verify.bench import cli
 from verify.bench.stages import LOSS_REL_TOL
 
-REPO = Path(__file__).resolve().parents[2]
 TINY = ["--device", "cpu", "--seed", "1", "--steps", "3", "--warmup", "1"]
 APEX_STAGES = {"fusedadam-fp32", "fusedadam-fusedln-fp32", "apex-bf16"}
 NATIVE_STAGES = {"adam-fp32", "native-bf16", "native-tf32"}

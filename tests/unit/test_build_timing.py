@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from toolchain import apex_builder, parallelism
+from toolchain.builder import apex_builder, parallelism
 from verify import exit_codes
 
 pytestmark = pytest.mark.skipif(shutil.which("ninja") is None or shutil.which("c++") is None,
@@ -138,7 +138,7 @@ def test_a_memory_cap_below_one_gib_is_a_usage_error(tmp_path: Path, value: str)
     import subprocess
 
     src = make_tree(tmp_path / "src")
-    result = subprocess.run([sys.executable, "-m", "toolchain.apex_builder", "--apex-src", str(src), "--out",
+    result = subprocess.run([sys.executable, "-m", "toolchain.builder.apex_builder", "--apex-src", str(src), "--out",
                              str(tmp_path / "o"), "--flags", "APEX_CPP_EXT", "--memory-gib", value],
                             cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120)
     assert result.returncode == exit_codes.USAGE, result.stderr

@@ -3,26 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from toolchain.matrix import load_matrix
+from tests.support import REPO, run_build
+from toolchain.spec.matrix import load_matrix
 from verify import exit_codes
 
-REPO = Path(__file__).resolve().parents[2]
 CU124 = "apex-6424da3-torch2.6.0-cu12.4-py3.11-ubuntu22.04"
 
-
-def run_build(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if k != "GITHUB_ACTIONS"}  # plain output unless asked
-    full_env.update(env or {})
-    return subprocess.run([sys.executable, str(REPO / "build.py"), *args], capture_output=True, text=True,
-                          cwd=cwd, env=full_env, timeout=120)
 
 
 def assert_clean_error(proc: subprocess.CompletedProcess[str], code: int, *fragments: str) -> None:

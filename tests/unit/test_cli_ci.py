@@ -4,30 +4,23 @@ GitHub workflows: actionlint where it is installed, and the structure the images
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from toolchain.ci_matrix import bake_target_name
+from tests.support import REPO, run_build
 from toolchain.cli import build_parser
-from toolchain.matrix import load_matrix
+from toolchain.spec.ci_matrix import bake_target_name
+from toolchain.spec.matrix import load_matrix
 from verify import exit_codes
 
-REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = REPO / ".github" / "workflows"
 REGISTRY = "ghcr.io/acme/apex"
 
-
-def run_build(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "APEX_IMAGE_REGISTRY")}
-    return subprocess.run([sys.executable, str(REPO / "build.py"), *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -115,8 +108,24 @@ def test_ci_workflow_runs_lint_unit_and_docker_tiers() -> None:
     ci = load_workflow("ci.yml")
     assert {"push", "pull_request"} <= set(ci["on"])
     assert {"lint", "unit", "docker"} <= set(ci["jobs"])
-    steps = " ".join(str(s.get("run", "")) for s in ci["jobs"]["docker"]["steps"])
-    assert "scripts/ensure-docker.sh" in steps and "-m \"docker and not gpu\"" in steps
+    tiers = {job: " ".join(str(s.get("run", "")) for s in ci["jobs"][job]["steps"]) for job in ("unit", "docker")}
+    assert "TIER=unit" in tiers["unit"] and "TIER=docker" in tiers["docker"]
+    assert all("bash scripts/test.sh" in runs for runs in tiers.values())
+    # scripts/test.sh's tiers, evaluated as pytest evaluates -m: unit + docker = every non-GPU test,
+    # and the docker job runs the faults tier (a fault test with or without a docker marker)
+    script = (REPO / "scripts" / "test.sh").read_text()
+    assert "bash scripts/ensure-docker.sh" in script
+    exprs = dict(re.findall(r'^  (\w+)\) markers="([^"]+)"', script, flags=re.M))
+    from _pytest.mark.expression import Expression
+
+    def selects(tier: str, marks: set[str]) -> bool:
+        return Expression.compile(exprs[tier]).evaluate(lambda name: name in marks)
+
+    for marks in ({"faults"}, {"faults", "docker"}, {"docker"}):
+        assert selects("docker", marks) and not selects("unit", marks), marks
+    for marks in (set(), {"property"}, {"slow"}):
+        assert selects("unit", marks) and not selects("docker", marks), marks
+    assert not any(selects(t, {"gpu"}) for t in ("unit", "docker", "all")) and selects("gpu", {"gpu"})
 
 
 def test_images_workflow_builds_from_the_generated_matrix(cells) -> None:
@@ -190,8 +199,8 @@ def test_workflow_build_py_commands_exist() -> None:
 @pytest.mark.docker
 def test_pull_from_an_unreachable_registry_is_exit_3() -> None:
     """A real daemon, a registry that refuses connections: retried, then EnvironmentUnavailable."""
-    from toolchain import engine, pull
-    from toolchain.errors import EnvironmentUnavailable
+    from toolchain.errors import EnvironmentUnavailable, UsageError
+    from toolchain.image import engine, pull
 
     try:
         engine.ping()
@@ -200,5 +209,6 @@ def test_pull_from_an_unreachable_registry_is_exit_3() -> None:
     with pytest.raises(EnvironmentUnavailable, match=r"pulling localhost:1/apex:x failed after 2 attempt\(s\)") as caught:
         pull.pull("localhost:1/apex:x", attempts=2, backoff_s=0)
     assert caught.value.exit_code == exit_codes.ENVIRONMENT
-    with pytest.raises(Exception, match="has no tag"):
+    with pytest.raises(UsageError, match="has no tag") as no_tag:
         pull.split_ref("localhost:5000/apex")
+    assert no_tag.value.exit_code == exit_codes.USAGE

@@ -28,10 +28,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support import REPO
 from toolchain import cli as toolchain_cli
 from verify import cli as verify_cli
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.property
 
 PROPERTY = settings(derandomize=True, database=None, deadline=None, print_blob=True,

@@ -19,7 +19,7 @@ import jsonschema
 import pytest
 import yaml
 
-from toolchain import verify_zipapp
+from toolchain.image import verify_zipapp
 from verify import exit_codes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,11 +160,11 @@ def test_the_pod_is_gated_on_verify_with_a_gpu() -> None:
     _parser().parse_args(command[2:])  # the flags are verify's own
 
 
-# --- the README's one-liners ---------------------------------------------------------------------
+# --- the docs' one-liners ---------------------------------------------------------------------------
 
 
 def _readme_line(start: str) -> list[str]:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "clusters.md").read_text()  # the cluster one-liners moved out of the README
     line = next(line for line in text.splitlines() if line.startswith(start))
     return shlex.split(line)
 

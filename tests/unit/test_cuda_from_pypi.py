@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from toolchain import apex_builder, cuda_from_pypi
+from toolchain.builder import apex_builder, cuda_from_pypi
 from toolchain.errors import EnvironmentUnavailable, UsageError
 from verify import exit_codes
 

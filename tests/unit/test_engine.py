@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from toolchain import engine
 from toolchain.errors import EnvironmentUnavailable, UsageError
-from toolchain.matrix import Cell
+from toolchain.image import engine
+from toolchain.spec.matrix import Cell
 
 # BuildKit's plain progress for a step that failed (shape of a real 20.10 log).
 FAILED_LOG = """\
@@ -147,7 +147,7 @@ def test_an_unreachable_daemon_during_the_lookup_is_exit_3(tmp_path: Path) -> No
 
 
 def test_the_apex_ref_label_may_be_a_tag_or_branch() -> None:
-    from toolchain import inspect_image
+    from toolchain.image import inspect_image
 
     commit = "6424da3b4faa6c8f062da4a48c424fff3f02d42d"
     label = inspect_image.NAMESPACE + "apex.ref"

@@ -4,19 +4,16 @@ of the real command (file:// index, a refused connection, bad input)."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from toolchain import compat, facts_check
-from toolchain.facts_check import IndexUnreachable, NotPublished
+from tests.support import REPO, run_build
+from toolchain.spec import compat, facts_check
+from toolchain.spec.facts_check import IndexUnreachable, NotPublished
 from verify import exit_codes
 
-REPO = Path(__file__).resolve().parents[2]
 INDEX = REPO / "tests" / "fixtures" / "pypi-2026-12-01"
 METADATA = INDEX / "wheel-metadata"
 FROZEN = REPO / "tests" / "fixtures" / "facts-2026-12-01" / "compat.toml"
@@ -140,11 +137,6 @@ def test_an_unreachable_or_foreign_index_is_the_environment() -> None:
 
 # --- the command ----------------------------------------------------------------------------------
 
-
-def run_build(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "GITHUB_ACTIONS"}
-    return subprocess.run([sys.executable, str(REPO / "build.py"), *args], capture_output=True, text=True,
-                          cwd=REPO, env=env, timeout=120)
 
 
 def test_command_exit_0_when_current_and_1_on_drift(tmp_path: Path) -> None:

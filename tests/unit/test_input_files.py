@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from verify import input_files
 
-REPO = Path(__file__).resolve().parents[2]
 SMALL = dataclasses.replace(input_files.MATRIX, max_bytes=64)
 
 

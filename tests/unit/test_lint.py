@@ -3,9 +3,8 @@
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO
 
 
 def test_ruff_is_clean() -> None:

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from toolchain import compat
-from toolchain.matrix import TAG_MAX, TAG_RE, cli_cell, extra_flag_names, load_matrix
+from tests.support import REPO
+from toolchain.spec import compat
+from toolchain.spec.matrix import TAG_MAX, TAG_RE, cli_cell, extra_flag_names, load_matrix
 from verify import module_map
 
-REPO = Path(__file__).resolve().parents[2]
 PIN = compat.load().apex_default_ref
 CONTRACT_ARGS = {
     "BASE_DEVEL_IMAGE", "BASE_RUNTIME_IMAGE", "CUDA_VERSION", "PYTHON_VERSION", "TORCH_VERSION",

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from toolchain import matrix_report
-from toolchain.matrix import cli_cell
-from toolchain.matrix_run import MatrixReport, result_path, save_result
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO
+from toolchain.runs import matrix_report
+from toolchain.runs.cell_result import CellResult, CellStatus
+from toolchain.runs.run_loop import MatrixReport, result_path, save_result
+from toolchain.spec.matrix import cli_cell
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +32,10 @@ def cells():
     return [cli_cell({**base, "cuda": cuda}, matrix_path=REPO / "matrix.toml") for cuda in ("12.4", "12.6", "12.8")]
 
 
-def result(cell, run_id: str, status: str, build: dict | None, verify: dict | None = None) -> dict:
-    return {"result_version": "1", "id": cell.id, "name": cell.name, "run_id": run_id, "cell": cell.to_json(),
-            "status": status, "started_at": "2026-01-01T00:00:00+00:00",
-            "finished_at": "2026-01-01T00:10:00+00:00", "build": build, "verify": verify}
+def result(cell, run_id: str, status: str, build: dict | None, verify: dict | None = None) -> CellResult:
+    return CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=cell.to_json(), status=CellStatus(status),
+                      started_at="2026-01-01T00:00:00+00:00", finished_at="2026-01-01T00:10:00+00:00",
+                      build=build, verify=verify)
 
 
 def test_report_from_real_result_files(tmp_path: Path, verify_report: Path) -> None:

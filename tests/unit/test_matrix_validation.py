@@ -3,20 +3,17 @@ and `build.py validate` exits 2 with one line per problem and no traceback."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from toolchain import compat
+from tests.support import REPO, run_build
 from toolchain.errors import MatrixError, UsageError
-from toolchain.matrix import cli_cell, load_matrix
+from toolchain.spec import compat
+from toolchain.spec.matrix import cli_cell, load_matrix
 from verify import exit_codes
 
-REPO = Path(__file__).resolve().parents[2]
 # The rule tests read a frozen copy of the facts, so a new torch or toolkit row does not change them.
 FROZEN_FACTS = REPO / "tests" / "fixtures" / "facts-2026-12-01" / "compat.toml"
 
@@ -137,10 +134,6 @@ def write(tmp_path: Path, body: str, header: str = HEADER) -> Path:
     path.write_text(textwrap.dedent(header) + body)
     return path
 
-
-def run_build(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(REPO / "build.py"), *args], capture_output=True, text=True,
-                          cwd=REPO, env={**os.environ, **(env or {})}, timeout=120)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

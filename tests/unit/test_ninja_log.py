@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from toolchain import ninja_log
+from toolchain.builder import ninja_log
 
 NINJA = shutil.which("ninja")
 needs_ninja = pytest.mark.skipif(NINJA is None or shutil.which("cc") is None, reason="ninja and cc are needed")

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from toolchain import parallelism
-from toolchain.process_tree import PeakSampler, tree_rss_bytes
+from toolchain.builder import parallelism
+from toolchain.builder.process_tree import PeakSampler, tree_rss_bytes
 
 
 def test_host_resources_are_read_from_this_machine() -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from verify import exit_codes
 
-REPO = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "a" * 64
 CONFIG = "sha256:" + "b" * 64
 

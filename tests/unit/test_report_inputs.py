@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.matrix import cli_cell
-from toolchain.matrix_run import MatrixReport, result_path, save_result
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO
+from toolchain.runs.cell_result import CellResult, CellStatus
+from toolchain.runs.run_loop import MatrixReport, result_path, save_result
+from toolchain.spec.matrix import cli_cell
+from verify import atomic
 
 
 @pytest.fixture(scope="module")
@@ -33,10 +34,10 @@ def _cells() -> list:
             for cuda in ("12.4", "12.6", "12.8", "13.0")]
 
 
-def _result(cell, status: str, build: dict | None, verify: dict | None = None) -> dict:
-    return {"result_version": "1", "id": cell.id, "name": cell.name, "run_id": "run1", "cell": cell.to_json(),
-            "status": status, "started_at": "2026-01-01T00:00:00+00:00",
-            "finished_at": "2026-01-01T00:10:00+00:00", "build": build, "verify": verify}
+def _result(cell, status: str, build: dict | None, verify: dict | None = None) -> CellResult:
+    return CellResult(id=cell.id, name=cell.name, run_id="run1", cell=cell.to_json(), status=CellStatus(status),
+                      started_at="2026-01-01T00:00:00+00:00", finished_at="2026-01-01T00:10:00+00:00",
+                      build=build, verify=verify)
 
 
 def _report(out: Path) -> subprocess.CompletedProcess:
@@ -65,10 +66,10 @@ def test_corrupt_results_are_named_and_the_readable_cells_rendered(tmp_path: Pat
     overview.finish("complete")
     text = result_path(out, cut.id).read_text()
     result_path(out, cut.id).write_text(text[: len(text) // 2])  # cut mid-write by something else
-    broken = _result(typed, "built", "ok")  # build must be an object
+    broken = _result(typed, "built", "ok").to_json()  # build must be an object
     broken["cell"]["archs"] = "9.0"
     broken["verify"] = {"exit_code": "1"}
-    save_result(broken, out)
+    atomic.write_json(result_path(out, typed.id), broken)  # the record refuses none of it: write it raw
     result_path(out, fifo.id).parent.mkdir(parents=True)
     os.mkfifo(result_path(out, fifo.id))  # no writer: reading it would hang
 
@@ -109,7 +110,7 @@ def test_a_corrupt_overview_or_verify_report_still_renders_every_cell(tmp_path: 
     assert "exit 1" in _row((out / "matrix-report.md").read_text(), first.id)  # the result's own verify record
 
     overview = {"report_version": "1", "runs": {}, "cells": [
-        _result(second, "built", {"ok": True, "tag": second.id}),
+        _result(second, "built", {"ok": True, "tag": second.id}).to_json(),
         {"id": "x" * 10, "status": 3}, json.loads("[" * 50 + "]" * 50)]}
     (out / "matrix-report.json").write_text(json.dumps(overview))
     report.write_text(verify_report.read_text())

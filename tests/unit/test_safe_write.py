@@ -22,10 +22,10 @@ import jsonschema
 import pytest
 import torch
 
+from tests.support import REPO, run_verify
 from verify import atomic, kernel_compare, timing_rules
 from verify.kernel_compare import Variant
 
-REPO = Path(__file__).resolve().parents[2]
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="making device nodes (mknod) needs root")
 
 
@@ -196,9 +196,7 @@ def test_verify_cli_refuses_a_non_finite_check_timeout(tmp_path: Path) -> None:
 
 
 def _run_verify(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "APEX_BUILD_MANIFEST"}
-    return subprocess.run([sys.executable, "-m", "verify", "--static", "--quiet", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return run_verify("--static", "--quiet", *args, timeout=timeout)
 
 
 def test_verify_json_to_a_fifo_with_a_reader_and_without(tmp_path: Path) -> None:

@@ -6,20 +6,17 @@ consistent), which does not depend on what the newest release is."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from toolchain import ci_matrix, compat, engine
+from tests.support import REPO, run_build
 from toolchain.errors import MatrixError
-from toolchain.matrix import cli_cell, load_matrix
-from toolchain.toml_loader import load_toml
+from toolchain.image import engine
+from toolchain.spec import ci_matrix, compat
+from toolchain.spec.matrix import cli_cell, load_matrix
+from toolchain.spec.toml_loader import load_toml
 from verify import exit_codes
 
-REPO = Path(__file__).resolve().parents[2]
 FROZEN_PATH = REPO / "tests" / "fixtures" / "facts-2026-12-01" / "compat.toml"
 FROZEN = compat.load(FROZEN_PATH)
 MATRIX = REPO / "matrix.toml"
@@ -145,11 +142,6 @@ def test_new_matrix_cells_resolve_as_documented() -> None:
     assert cells["apex2504"].apex_ref == "25.04"
     assert cells["cu130"].arch_list == "8.0;8.6;9.0;10.0;12.0+PTX"  # id unchanged: the default list
 
-
-def run_build(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "GITHUB_ACTIONS"}
-    return subprocess.run([sys.executable, str(REPO / "build.py"), *args], capture_output=True, text=True,
-                          cwd=REPO, env=env, timeout=120)
 
 
 def test_build_py_plan_cuda_13_2_and_arm64() -> None:

@@ -5,7 +5,6 @@ and bad input (unknown --require names, unreadable / malformed / foreign manifes
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,18 +12,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import REPO as ROOT
+from tests.support import run_verify
+
 SCHEMA = json.loads((ROOT / "verify" / "schema" / "report.schema.json").read_text())
 PYPI_APEX = "apex==0.9.10dev"  # the 2013 Pyramid toolkit that `pip install apex` gets
-
-
-def run_verify(*args: str, extra_path: str | None = None, env: dict[str, str] | None = None,
-               cwd: Path | None = None) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if k not in ("APEX_BUILD_MANIFEST", "GITHUB_ACTIONS")}
-    environ["PYTHONPATH"] = os.pathsep.join(p for p in (extra_path, str(ROOT)) if p)
-    environ.update(env or {})
-    return subprocess.run([sys.executable, "-m", "verify", *args], capture_output=True, text=True,
-                          env=environ, cwd=cwd or ROOT, timeout=120, check=False)
 
 
 def load_report(path: Path) -> dict:

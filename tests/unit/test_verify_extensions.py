@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import APEX_FIXTURES
 from verify import extensions, identity
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build the test .so files")
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 ROOT = Path(__file__).resolve().parents[2]
-APEX_MIRROR = Path("/work/.mirror/NVIDIA+apex/repo")
+APEX_ARCHIVE = APEX_FIXTURES / "apex-6424da3b.tar.gz"
 
 
 def _module_source(name: str, body: str = "") -> str:
@@ -118,12 +119,12 @@ def test_a_symbol_reaches_cxxfilt_as_data_never_as_an_option(tmp_path: Path) -> 
 @pytest.fixture(scope="module")
 def nvidia_apex_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """NVIDIA Apex's Python package from the upstream mirror, as an in-tree (Python-only) install."""
-    if not (APEX_MIRROR / "HEAD").exists():
-        pytest.skip("no upstream Apex mirror on this machine")
+    if not APEX_ARCHIVE.is_file():
+        pytest.skip(f"no Apex source archive at {APEX_ARCHIVE} (see tests/support.py: APEX_TEST_FIXTURES)")
     d = tmp_path_factory.mktemp("apex-src")
-    archive = subprocess.run(["git", "-C", str(APEX_MIRROR), "archive", "HEAD", "apex"], capture_output=True,
-                             check=True, timeout=120).stdout
-    subprocess.run(["tar", "-x", "-C", str(d)], input=archive, check=True, timeout=120)
+    # the Python package only (apex/apex/...), laid out as an in-tree install
+    subprocess.run(["tar", "-xzf", str(APEX_ARCHIVE), "-C", str(d), "--strip-components=1", "apex/apex"],
+                   check=True, timeout=120)
     return d
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from toolchain import verify_zipapp
+from toolchain.image import verify_zipapp
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "verify" / "schema" / "report.schema.json").read_text())

@@ -7,7 +7,7 @@ import io
 import json
 import tarfile
 
-from toolchain import engine
+from toolchain.image import engine
 from verify.manifest import DEFAULT_PATH as MANIFEST_PATH
 
 NAMESPACE = "io.apex-toolchain."

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from toolchain.errors import UsageError
-from toolchain.matrix import REPOSITORY_RE, Cell
+from toolchain.spec.matrix import REPOSITORY_RE, Cell
 from verify.messages import shown
 
 CACHE_KINDS = ("gha", "registry", "none")

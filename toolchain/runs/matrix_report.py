@@ -26,7 +26,7 @@ MD_NAME = "matrix-report.md"
 HTML_NAME = "matrix-report.html"
 OK_STATUSES = ("built", "verified")
 
-# The fields this report reads, as the matrix run (toolchain/matrix_run.py) and verify write them;
+# The fields this report reads, as the matrix run (toolchain/runs/run_loop.py) and verify write them;
 # other keys are allowed (within the checker's limits).
 _TEXT = ft.Nullable(ft.STR)
 _BUILD = ft.Record({"ok": ft.BOOL, "tag": ft.STR, "status": ft.STR, "stage_failed": _TEXT, "error": ft.STR,

@@ -9,10 +9,10 @@ import functools
 import re
 from pathlib import Path
 
-from toolchain.toml_loader import load_toml
+from toolchain.spec.toml_loader import load_toml
 from verify import input_files
 
-DATA = Path(__file__).with_name("data") / "compat.toml"
+DATA = Path(__file__).parents[1] / "data" / "compat.toml"
 
 _ARCH = re.compile(r"^(?P<num>\d+\.\d+)(?P<suffix>[af]?)(?P<ptx>\+PTX)?$")
 

@@ -23,9 +23,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
 
-from toolchain import compat
-from toolchain.compat import Compat, minor_of, version_key
 from toolchain.errors import EnvironmentUnavailable
+from toolchain.spec import compat
+from toolchain.spec.compat import Compat, minor_of, version_key
 
 DEFAULT_INDEX = "https://pypi.org"
 # nvcc wheel name -> the CUDA majors it carries (the -cu13 names are deprecated stubs)

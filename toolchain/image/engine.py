@@ -25,14 +25,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from toolchain.compat import DEFAULT_PLATFORM
 from toolchain.errors import EnvironmentUnavailable, UsageError
+from toolchain.spec.compat import DEFAULT_PLATFORM
 from verify import workflow_commands
 
 if TYPE_CHECKING:
-    from toolchain.matrix import Cell
+    from toolchain.spec.matrix import Cell
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = "docker/Dockerfile"
 CONTEXT_PATHS = ("pyproject.toml", "verify", "toolchain", "docker")  # what the Dockerfile reads
 INPUTS = "docker/build-inputs"

@@ -17,10 +17,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from toolchain import compat as compat_mod
-from toolchain.compat import Compat, parse_arch, version_key
 from toolchain.errors import CellProblem, MatrixError, UsageError
-from toolchain.toml_loader import load_toml
+from toolchain.spec import compat as compat_mod
+from toolchain.spec.compat import Compat, parse_arch, version_key
+from toolchain.spec.toml_loader import load_toml
 from verify.messages import closest, did_you_mean, shown
 
 FORMAT_VERSION = 1
@@ -758,8 +758,8 @@ def _check_ref_fits_tag(r: _Resolver, ref: str) -> None:
 
 def _check_apex_ref(r: _Resolver, ref: str, torch: str, cuda: str, flags: list[str],
                     release: compat_mod.TorchRelease) -> None:
-    """An Apex ref x torch x CUDA known not to compile, or extras the ref does not have (toolchain.apex_refs)."""
-    from toolchain import apex_refs
+    """An Apex ref x torch x CUDA known not to compile, or extras the ref does not have (toolchain.spec.apex_refs)."""
+    from toolchain.spec import apex_refs
 
     row = apex_refs.known_failure(ref, torch, cuda, flags)
     if row is not None:

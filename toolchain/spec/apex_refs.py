@@ -3,7 +3,7 @@ extension modules a ref has (the module map's since/until): the checks that refu
 Apex ref x torch x CUDA cell before anything is fetched or built.
 
 A ref is known here only by its name: an NGC-style tag (YY.MM[.NN]) or a listed commit. A branch or an
-unlisted commit matches nothing; the builder then reads the tree's setup.py itself (toolchain.apex_setup).
+unlisted commit matches nothing; the builder then reads the tree's setup.py itself (toolchain.builder.apex_setup).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import functools
 import re
 from pathlib import Path
 
-from toolchain import compat as compat_mod
-from toolchain.compat import version_key
-from toolchain.toml_loader import load_toml
+from toolchain.spec import compat as compat_mod
+from toolchain.spec.compat import version_key
+from toolchain.spec.toml_loader import load_toml
 from verify import module_map
 
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")

@@ -86,7 +86,7 @@ class DockerEngine:
     name = "docker"
 
     def __init__(self) -> None:
-        from toolchain import engine
+        from toolchain.image import engine
 
         engine.ping()
         import docker
@@ -94,14 +94,14 @@ class DockerEngine:
         self._client = docker.from_env(timeout=600)
 
     def image(self, ref: str) -> ImageInfo:
-        from toolchain import engine
+        from toolchain.image import engine
 
         image = engine.local_image(self._client, ref)
         return ImageInfo(ref, image.id, tuple(image.attrs.get("RepoDigests") or ()),
                          dict((image.attrs.get("Config") or {}).get("Labels") or {}))
 
     def pull(self, ref: str) -> ImageInfo:
-        from toolchain import pull
+        from toolchain.image import pull
 
         pull.pull(ref)  # retries, permanent-error wording
         return self.image(ref)
@@ -180,7 +180,7 @@ class PodmanEngine:
                          dict((data.get("Config") or {}).get("Labels") or data.get("Labels") or {}))
 
     def pull(self, ref: str) -> ImageInfo:
-        from toolchain import pull
+        from toolchain.image import pull
 
         def attempt() -> None:
             self._podman("pull", "--quiet", f"--tls-verify={self.tls_verify}", ref, timeout=1800)

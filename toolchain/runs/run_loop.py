@@ -19,18 +19,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from toolchain import matrix_report
 from toolchain.console import Console
 from toolchain.errors import EnvironmentUnavailable, ToolchainError
-from toolchain.matrix import Cell
+from toolchain.runs import matrix_report
+from toolchain.runs.cell_result import RESULT_VERSION, CellResult, CellStatus
+from toolchain.spec.matrix import Cell
 from verify import atomic, exit_codes, input_files
 from verify import field_types as ft
 
-RESULT_VERSION = "1"
 REPORT_NAME = "matrix-report.json"
 LOG_TAIL_LINES = 40
-# status -> does it count as a failure of the run
-FAILED_STATUSES = {"build_failed", "verify_failed", "error", "interrupted"}
 
 
 def now() -> str:
@@ -86,25 +84,27 @@ class MatrixReport:
             data["matrix"] = str(self.matrix_path) if self.matrix_path else None
             data["runs"][self.run_id] = {"started_at": now(), "status": "running", "cells": [c.id for c in cells]}
             for cell in cells:
-                _merge(data, {"id": cell.id, "name": cell.name, "status": "pending", "run_id": self.run_id,
-                              "cell": cell.to_json(), "build": None, "verify": None})
+                _merge(data, _placeholder(cell, CellStatus.PENDING, self.run_id))
 
-    def update(self, result: dict[str, Any]) -> None:
+    def update(self, result: CellResult) -> None:
         with self._locked() as data:
-            _merge(data, result)
+            _merge(data, result.to_json())
 
     def finish(self, status: str, leftover: list[Cell] = ()) -> None:
         with self._locked() as data:
             run = data["runs"].setdefault(self.run_id, {})
             run.update(status=status, finished_at=now())
             for cell in leftover:
-                _merge(data, {"id": cell.id, "name": cell.name, "status": "not_run", "run_id": self.run_id,
-                              "cell": cell.to_json(), "build": None, "verify": None})
+                _merge(data, _placeholder(cell, CellStatus.NOT_RUN, self.run_id))
             data["status"] = status
 
 
-# Entries that say "this run did not finish the cell": never worth more than another run's finished result.
-PLACEHOLDER_STATUSES = {"pending", "not_run", "interrupted"}
+def _placeholder(cell: Cell, status: CellStatus, run_id: str) -> dict[str, Any]:
+    return CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=cell.to_json(), status=status).to_json()
+
+
+def _is_placeholder(status: Any) -> bool:
+    return status in {s.value for s in CellStatus if s.placeholder}
 
 
 def _merge(data: dict[str, Any], entry: dict[str, Any]) -> None:
@@ -112,7 +112,7 @@ def _merge(data: dict[str, Any], entry: dict[str, Any]) -> None:
         if existing.get("id") == entry["id"]:
             # a concurrent run's start() or Ctrl-C must not wipe a cell another run finished
             if (existing.get("finished_at") and existing.get("run_id") != entry.get("run_id")
-                    and entry.get("status") in PLACEHOLDER_STATUSES):
+                    and _is_placeholder(entry.get("status"))):
                 return
             data["cells"][index] = entry
             return
@@ -159,40 +159,37 @@ def failure_line(lines: list[str]) -> str:
     return lines[-1].strip() if lines else "(empty log)"
 
 
-def run_cell(cell: Cell, args: argparse.Namespace, console: Console, *, verify_mode: str, run_id: str) -> dict[str, Any]:
+def run_cell(cell: Cell, args: argparse.Namespace, console: Console, *, verify_mode: str, run_id: str) -> CellResult:
     """Build one cell, verify it if asked; never raises for a cell's own failure (Ctrl-C excepted)."""
     log_dir = args.logs / cell.id
     log_path = log_dir / "build.log"
-    result: dict[str, Any] = {
-        "result_version": RESULT_VERSION, "id": cell.id, "name": cell.name, "run_id": run_id,
-        "cell": cell.to_json(), "status": "building", "started_at": now(), "finished_at": None,
-        "build": None, "verify": None,
-    }
+    result = CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=cell.to_json(), status=CellStatus.BUILDING,
+                        started_at=now())
     with _cell_lock(log_dir) as held:
         if not held:
-            result.update(status="skipped", finished_at=now(),
-                          build={"ok": False, "error": f"another run is building {cell.id} (lock {log_dir / '.lock'})"})
+            result = result.replace(
+                status=CellStatus.SKIPPED, finished_at=now(),
+                build={"ok": False, "error": f"another run is building {cell.id} (lock {log_dir / '.lock'})"})
             console.status("SKIP", "warn", f"{cell.name}: another run is building it")
             return save_result(result, args.out)
-        result["build"] = _build(cell, args, console, log_path)
-        if not result["build"]["ok"]:
-            result["status"] = result["build"].get("status", "build_failed")
+        build = _build(cell, args, console, log_path)
+        if not build["ok"]:
+            result = result.replace(build=build, status=CellStatus(build.get("status", "build_failed")))
         elif verify_mode == "none":
-            result["status"] = "built"
+            result = result.replace(build=build, status=CellStatus.BUILT)
         else:
-            result["verify"] = _verify(result["build"]["tag"], args, console, verify_mode, cell)
-            result["status"] = result["verify"]["status"]
-    result["finished_at"] = now()
-    return save_result(result, args.out)
+            verify = _verify(build["tag"], args, console, verify_mode, cell)
+            result = result.replace(build=build, verify=verify, status=CellStatus(verify["status"]))
+    return save_result(result.replace(finished_at=now()), args.out)
 
 
-def save_result(result: dict[str, Any], out: Path) -> dict[str, Any]:
-    atomic.write_json(result_path(out, result["id"]), result)
+def save_result(result: CellResult, out: Path) -> CellResult:
+    atomic.write_json(result_path(out, result.id), result.to_json())
     return result
 
 
 def _build(cell: Cell, args: argparse.Namespace, console: Console, log_path: Path) -> dict[str, Any]:
-    from toolchain import engine
+    from toolchain.image import engine
 
     start = time.monotonic()
     build: dict[str, Any] = {"ok": False, "tag": cell.id, "target": args.target, "log_path": str(log_path)}
@@ -226,7 +223,7 @@ def _build(cell: Cell, args: argparse.Namespace, console: Console, log_path: Pat
 
 
 def _verify(tag: str, args: argparse.Namespace, console: Console, mode: str, cell: Cell) -> dict[str, Any]:
-    from toolchain import container_verify
+    from toolchain.image import container_verify
 
     out_dir = args.out / "cells" / cell.id / "verify"
     verify: dict[str, Any] = {"mode_requested": mode, "out_dir": str(out_dir)}
@@ -315,7 +312,7 @@ def run_matrix(cells: list[Cell], args: argparse.Namespace, console: Console, *,
     report = MatrixReport(args.out, matrix_path, run_id)
     report.start(cells)
     console.line(f"matrix: {len(cells)} cells; report {report.path}; logs under {args.logs}/<cell>/")
-    results: list[dict[str, Any]] = []
+    results: list[CellResult] = []
     for index, cell in enumerate(cells):
         try:
             result = run_cell(cell, args, console, verify_mode=args.verify, run_id=run_id)
@@ -339,26 +336,27 @@ def _interrupted(cell: Cell, args: argparse.Namespace, run_id: str) -> dict[str,
     except OSError:
         lines = []
     build = {"ok": False, "interrupted": True, "log_path": str(log_path), "log_tail": _tail(lines)}
-    return {"result_version": RESULT_VERSION, "id": cell.id, "name": cell.name, "run_id": run_id,
-            "cell": cell.to_json(), "status": "interrupted", "finished_at": now(), "build": build, "verify": None}
+    return CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=cell.to_json(), status=CellStatus.INTERRUPTED,
+                      finished_at=now(), build=build)
 
 
-def _summary(results: list[dict[str, Any]], console: Console) -> None:
+def _summary(results: list[CellResult], console: Console) -> None:
     console.line()
     for result in results:
-        word, kind = _STATUS_WORDS.get(result["status"], ("FAIL", "fail"))
-        console.status(word, kind, f"{result['name']:<12} {result['id']}  ({result['status'].replace('_', ' ')})")
+        word, kind = _STATUS_WORDS.get(result.status, ("FAIL", "fail"))
+        console.status(word, kind, f"{result.name:<12} {result.id}  ({result.status.value.replace('_', ' ')})")
 
 
-_STATUS_WORDS = {"built": ("BUILT", "ok"), "verified": ("PASS", "ok"), "skipped": ("SKIP", "warn"),
-                 "environment_unavailable": ("ENV", "warn"), "not_run": ("-", "warn")}
+_STATUS_WORDS = {CellStatus.BUILT: ("BUILT", "ok"), CellStatus.VERIFIED: ("PASS", "ok"),
+                 CellStatus.SKIPPED: ("SKIP", "warn"), CellStatus.ENVIRONMENT_UNAVAILABLE: ("ENV", "warn"),
+                 CellStatus.NOT_RUN: ("-", "warn")}
 
 
-def _exit_code(results: list[dict[str, Any]]) -> int:
-    statuses = {r["status"] for r in results}
-    if "environment_unavailable" in statuses:
+def _exit_code(results: list[CellResult]) -> int:
+    statuses = {r.status for r in results}
+    if CellStatus.ENVIRONMENT_UNAVAILABLE in statuses:
         return exit_codes.ENVIRONMENT
-    if statuses & FAILED_STATUSES or "skipped" in statuses:
+    if any(s.failed for s in statuses) or CellStatus.SKIPPED in statuses:
         return exit_codes.FAILED
     return exit_codes.OK
 

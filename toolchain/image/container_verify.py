@@ -16,9 +16,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from toolchain import container_engine, verify_zipapp
-from toolchain.container_engine import DockerEngine, NoGpuRuntime, PodmanEngine
 from toolchain.errors import EnvironmentUnavailable, UsageError
+from toolchain.image import container_engine, verify_zipapp
+from toolchain.image.container_engine import DockerEngine, NoGpuRuntime, PodmanEngine
 from verify import exit_codes, input_files
 from verify.atomic import write_bytes, write_json, write_text
 

@@ -2,11 +2,11 @@
 
 The Dockerfile's apex-build stage runs it, and so does a bare-metal host without Docker:
 
-    python -m toolchain.apex_builder --apex-src ~/apex --out dist --archs 9.0 [--install]
+    python -m toolchain.builder.apex_builder --apex-src ~/apex --out dist --archs 9.0 [--install]
     python build.py wheel ...            (the same `main`, behind the project's CLI)
 
 Steps: check the inputs and the toolchain (nvcc == torch's CUDA, arch list nvcc can compile), read
-how SRC/setup.py takes its switches (toolchain.apex_setup: APEX_* variables from tag 25.09, argv
+how SRC/setup.py takes its switches (toolchain.builder.apex_setup: APEX_* variables from tag 25.09, argv
 switches before), size parallelism from cores and memory, `pip wheel --no-build-isolation` with the
 flags passed that way, then list the extensions really in the wheel, write OUT/build-manifest.json and
 gate: an expected module missing fails (exit 1) instead of shipping Apex's silent Python-only fallback.
@@ -35,9 +35,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from toolchain import apex_setup, build_outputs, cuda_from_pypi, ninja_log, parallelism
+from toolchain.builder import apex_setup, build_outputs, cuda_from_pypi, ninja_log, parallelism
+from toolchain.builder.process_tree import PeakSampler
 from toolchain.errors import BuildFailed, EnvironmentUnavailable, ToolchainError, UsageError
-from toolchain.process_tree import PeakSampler
 from verify import entry_point, exit_codes, input_files, module_map, workflow_commands
 from verify.atomic import write_json
 from verify.manifest import BuildManifest
@@ -53,7 +53,7 @@ DEFAULT_FLAGS = {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"}
 TORCH_INDEX_URL = "https://download.pytorch.org/whl/{cuda_tag}"
 # TORCH_CUDA_ARCH_LIST entries: 9.0, 9.0+PTX, 9.0a, 10.0f (arch-specific / family suffixes)
 _ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$", re.ASCII)  # ASCII digits: nvcc reads no others
-_REPO_ROOT = Path(__file__).resolve().parents[1]  # holds toolchain/ and verify/
+_REPO_ROOT = Path(__file__).resolve().parents[2]  # holds toolchain/ and verify/
 
 
 def _say(message: str) -> None:

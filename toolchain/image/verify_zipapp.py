@@ -21,7 +21,7 @@ import zipapp
 import zipfile
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "verify"
 MAIN = "verify.cli:main"
 INTERPRETER = "/usr/bin/env python3"

@@ -7,7 +7,7 @@ The record, `out/cells/<cell id>/published.json` next to the cell's result.json:
 `pushed_by` is "build.py publish" (pushed here through the Docker SDK) or "buildx bake" (CI pushed with
 buildx, SBOM and provenance attached; `--bake-metadata` reads the digest from bake's metadata file).
 
-Pulling back (`build.py pull`, toolchain/pull.py) takes the digest from this record or from --digest:
+Pulling back (`build.py pull`, toolchain/image/pull.py) takes the digest from this record or from --digest:
 a malformed digest is exit 2; a digest the registry does not hold (changed by hand, or the image
 deleted), or content that does not match its digest, is refused with exit 1; so is an image whose id
 differs from the one published.
@@ -59,7 +59,7 @@ def read_record(out: Path, cell_id: str) -> dict[str, Any] | None:
 
 
 def _record(out: Path, cell_id: str, repository: str, digest: str, image_id: str | None, pushed_by: str) -> dict:
-    from toolchain.matrix_run import now
+    from toolchain.runs.run_loop import now
 
     record = {"record_version": RECORD_VERSION, "cell": cell_id, "repository": repository, "tag": cell_id,
               "digest": check_digest(digest, "pushed digest"), "ref": f"{repository}@{digest}",
@@ -73,7 +73,7 @@ def push(cell_id: str, repository: str, *, out: Path, local: str | None = None) 
     import docker
     from docker.errors import APIError, DockerException
 
-    from toolchain import engine
+    from toolchain.image import engine
 
     engine.ping()
     client = docker.from_env(timeout=600)

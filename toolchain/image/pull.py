@@ -81,7 +81,7 @@ def resolve(cell_id: str, registry: str | None, *, digest: str | None, by_digest
             ) -> tuple[str, str | None, dict | None]:
     """(ref to pull, digest or None, publish record or None). The digest comes from --digest, else from
     the cell's publish record (out/cells/<id>/published.json); --by-digest makes one mandatory."""
-    from toolchain import publish
+    from toolchain.image import publish
 
     record = publish.read_record(out, cell_id)
     if digest:
@@ -105,7 +105,7 @@ def pull_and_verify(ref: str, *, out_dir: Path, gpu: str, pull_first: bool = Tru
     """(verify exit code, report path, image id or None when the local image was used). A ref by digest
     is checked after the pull: the engine must list it among the image's repo digests, and the image id
     must be the published one (when known)."""
-    from toolchain import container_engine, container_verify, publish
+    from toolchain.image import container_engine, container_verify, publish
 
     runtime = container_engine.get(engine)
     image_id = None

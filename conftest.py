@@ -1,0 +1,20 @@
+"""The suite's one conftest at the root: tiers as markers by directory (tests/docker -> docker,
+tests/faults -> faults, tests/gpu -> gpu), so a test's folder is its tier."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+_TIERS = {"docker": pytest.mark.docker, "faults": pytest.mark.faults, "gpu": pytest.mark.gpu}
+_TESTS = Path(__file__).resolve().parent / "tests"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.fspath)).resolve()
+        if _TESTS in path.parents:
+            mark = _TIERS.get(path.relative_to(_TESTS).parts[0])
+            if mark is not None:
+                item.add_marker(mark)

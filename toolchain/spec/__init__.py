@@ -1,0 +1,1 @@
+"""What a build is: the compatibility facts, the matrix model and its rules, cell names, Apex refs."""
