@@ -1,4 +1,4 @@
-"""Read setup.py of every tag of an NVIDIA/apex git mirror with toolchain.apex_setup and print, per tag: the
+"""Read setup.py of every tag of an NVIDIA/apex git mirror with toolchain.builder.apex_setup and print, per tag: the
 flag style, how it takes parallelism, the hard-coded archs nvcc 13.0 rejects (per switch), and whether the
 module map (verify/data/apex_modules.json, since/until) agrees with the modules that setup.py names.
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from toolchain import cli, engine
+from toolchain import cli
+from toolchain.image import engine
 
 REPO = Path(__file__).resolve().parents[2]
 
