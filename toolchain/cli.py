@@ -607,14 +607,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     output = getattr(args, "output", None)
     made = OutputDirs([getattr(args, "out", None), getattr(args, "logs", None),
                        output.parent if output is not None else None])
-    try:
-        code = args.func(args, console)
-    except BaseException:
-        made.remove_empty()
-        raise
-    if code != exit_codes.OK:
-        made.remove_empty()
-    return code
+    return made.run(lambda: args.func(args, console))
 
 
 def main(argv: list[str] | None = None) -> int:

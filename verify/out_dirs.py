@@ -10,7 +10,7 @@ file written meanwhile (by this run or another) keeps its directory.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 
@@ -27,6 +27,17 @@ class OutputDirs:
             while not os.path.lexists(current) and current != current.parent:
                 self._missing.add(current)
                 current = current.parent
+
+    def run(self, body: Callable[[], int]) -> int:
+        """body()'s exit code; when it is not 0, or body raises, remove_empty() first."""
+        try:
+            code = body()
+        except BaseException:
+            self.remove_empty()
+            raise
+        if code != 0:
+            self.remove_empty()
+        return code
 
     def remove_empty(self) -> list[Path]:
         """Remove the noted directories (and folders made inside them) that are empty now."""

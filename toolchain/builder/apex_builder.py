@@ -646,15 +646,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    made = OutputDirs([args.out.expanduser()])  # removed again if the build fails before writing to it
-    try:
-        code = _main_reporting(args)
-    except BaseException:
-        made.remove_empty()
-        raise
-    if code != exit_codes.OK:
-        made.remove_empty()
-    return code
+    # --out is removed again if the build fails before writing to it
+    return OutputDirs([args.out.expanduser()]).run(lambda: _main_reporting(args))
 
 
 def _main_reporting(args: argparse.Namespace) -> int:

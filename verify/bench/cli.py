@@ -235,11 +235,4 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: argument --out: cannot create {cfg.out} ({exc.strerror}); pass a writable directory",
               file=sys.stderr)
         return exit_codes.USAGE
-    try:
-        code = run(cfg)
-    except BaseException:
-        made.remove_empty()
-        raise
-    if code != exit_codes.OK:
-        made.remove_empty()
-    return code
+    return made.run(lambda: run(cfg))
