@@ -28,6 +28,7 @@ from typing import Any
 
 from toolchain.console import Console
 from toolchain.errors import EnvironmentUnavailable, ToolchainError, UsageError, report
+from toolchain.runs.run_request import RunRequest
 from toolchain.spec import ci_matrix
 from toolchain.spec import matrix as matrix_mod
 from verify import atomic, entry_point, exit_codes, input_files
@@ -222,8 +223,9 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     from toolchain.runs.run_loop import check_inputs
 
     cells = resolve_cells(args, all_when_empty=True)
-    check_inputs(args)
-    plans = [plan_for(cell, args) for cell in cells]
+    request = RunRequest.from_args(args)
+    check_inputs(request)
+    plans = [plan_for(cell, request) for cell in cells]
     if args.json:
         print(atomic.json_dumps(plans if len(plans) > 1 else plans[0], indent=2))
         return exit_codes.OK
@@ -240,26 +242,26 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     return exit_codes.OK
 
 
-def plan_for(cell: matrix_mod.Cell, args: argparse.Namespace) -> dict[str, Any]:
-    log_path = args.logs / cell.id / "build.log"
+def plan_for(cell: matrix_mod.Cell, request: RunRequest) -> dict[str, Any]:
+    log_path = request.logs / cell.id / "build.log"
     return {
         "cell": cell.name,
         "id": cell.id,
         "tag": cell.id,
-        "target": args.target,
+        "target": request.target,
         "build_args": cell.build_args(),
         "env": {"DOCKER_BUILDKIT": "1"},  # the engine always sets it (the daemon's BuildKit without buildx)
-        "command": build_command(cell, args, log_path),
+        "command": build_command(cell, request, log_path),
         "log": str(log_path),
     }
 
 
-def build_command(cell: matrix_mod.Cell, args: argparse.Namespace, log_path: Path) -> list[str]:
+def build_command(cell: matrix_mod.Cell, request: RunRequest, log_path: Path) -> list[str]:
     """The exact command the engine runs for this cell (the engine owns it)."""
     engine = load_part("image.engine")
-    return list(engine.build_command(cell, target=args.target, apex_src=args.apex_src,
-                                     wheelhouse=args.wheelhouse, extra_ca=args.extra_ca,
-                                     progress=args.progress))
+    return list(engine.build_command(cell, target=request.target, apex_src=request.apex_src,
+                                     wheelhouse=request.wheelhouse, extra_ca=request.extra_ca,
+                                     progress=request.progress))
 
 
 def _wrap_command(command: list[str]) -> list[str]:
@@ -291,9 +293,10 @@ def cmd_image(args: argparse.Namespace, console: Console) -> int:
     from toolchain.runs import run_loop
 
     cell = resolve_cells(args, all_when_empty=False)[0]
-    run_loop.check_inputs(args)
-    _preflight(args.verify)
-    return run_loop.build_one(cell, args, console)
+    request = RunRequest.from_args(args)
+    run_loop.check_inputs(request)
+    _preflight(request.verify)
+    return run_loop.build_one(cell, request, console)
 
 
 def cmd_matrix(args: argparse.Namespace, console: Console) -> int:
@@ -301,9 +304,10 @@ def cmd_matrix(args: argparse.Namespace, console: Console) -> int:
 
     path = args.matrix or default_matrix_path()
     cells = _selected(args)  # every cell of the matrix is validated before any build
-    run_loop.check_inputs(args)
-    _preflight(args.verify)
-    return run_loop.run_matrix(cells, args, console, matrix_path=path)
+    request = RunRequest.from_args(args)
+    run_loop.check_inputs(request)
+    _preflight(request.verify)
+    return run_loop.run_matrix(cells, request, console, matrix_path=path)
 
 
 def failing_checks(report_path: Path | str | None, limit: int = 20) -> list[str]:
@@ -359,10 +363,10 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
-    from toolchain.runs import matrix_report
+    from toolchain.runs import report_tables
 
     problems: list[str] = []
-    md_path, html_path, rows = matrix_report.write(args.out, problems)
+    md_path, html_path, rows = report_tables.write(args.out, problems)
     console.line(f"{len(rows)} cells -> {md_path} and {html_path}")
     for problem in problems:  # each names its file; the table above still has every readable cell
         print(f"error: {problem}", file=sys.stderr)
@@ -410,7 +414,7 @@ def cmd_bake(args: argparse.Namespace, console: Console) -> int:
 def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     from toolchain.image import pull
     from toolchain.runs import run_loop
-    from toolchain.runs.cell_result import CellResult, CellStatus
+    from toolchain.runs.cell_result import CellResult, CellStatus, now
 
     _check_registry(args)
     cell = resolve_cells(args, all_when_empty=False)[0]
@@ -428,7 +432,7 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     load_part("image.container_verify")
     require_engine(args.engine)
     out_dir = args.out / "cells" / cell.id / "verify"
-    started = run_loop.now()
+    started = now()
     expected_id = (record or {}).get("image_id") if record and digest == record.get("digest") else None
     with console.group(f"{'verify' if args.no_pull else 'pull and verify'} {ref}"):
         code, report_path, image_id = pull.pull_and_verify(ref, out_dir=out_dir, gpu=args.gpu,
@@ -440,7 +444,7 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     verify.update(run_loop.report_summary(report_path))
     run_loop.save_result(CellResult(
         id=cell.id, name=cell.name, run_id="pull", cell=cell.to_json(), status=status, started_at=started,
-        finished_at=run_loop.now(), verify=verify,
+        finished_at=now(), verify=verify,
         build={"ok": True, "tag": ref, "digest": digest, "pulled": not args.no_pull, "image_id": image_id},
     ), args.out)
     if code == exit_codes.OK:

@@ -1,5 +1,5 @@
-"""The builder's request record: every option of `build.py wheel` lands in one field, and the record
-survives its JSON round trip."""
+"""The request records: every option of `build.py wheel` lands in one BuildRequest field, `build.py
+image`/`matrix`/`plan` options in one RunRequest, and each survives its JSON round trip."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import dataclasses
 import json
 from pathlib import Path
 
+from toolchain import cli
 from toolchain.builder import request as build_request
 from toolchain.builder.request import BuildRequest, Provenance
+from toolchain.runs.run_request import RunRequest
 
 FULL = ["--apex-src", "~/apex", "--out", "dist", "--archs", "8.0;9.0+PTX", "--flags", "APEX_CPP_EXT",
         "--extras", "xentropy", "--jobs", "8", "--nvcc-threads", "2", "--memory-gib", "32.5", "--no-ccache",
@@ -40,3 +42,17 @@ def test_json_round_trip() -> None:
         request = build_request.parse(argv)
         data = json.loads(json.dumps(request.to_json()))
         assert BuildRequest.from_json(data) == request
+
+
+def test_run_request_from_each_command_that_builds() -> None:
+    parser = cli.build_parser()
+    image = RunRequest.from_args(parser.parse_args(
+        ["image", "--cuda", "12.4", "--out", "o", "--logs", "l", "--target", "runtime-slim", "--wheelhouse", "w",
+         "--extra-ca", "ca.pem", "--progress", "plain", "--verify", "auto"]))
+    assert image == RunRequest(out=Path("o"), logs=Path("l"), target="runtime-slim", wheelhouse=Path("w"),
+                               extra_ca=Path("ca.pem"), progress="plain", verify="auto")
+    assert RunRequest.from_args(parser.parse_args(["matrix"])).verify == "auto"  # the matrix verifies by default
+    plan = RunRequest.from_args(parser.parse_args(["plan", "--apex-src", "src"]))
+    assert plan.verify == "none" and plan.apex_src == Path("src")  # plan has no --verify: it builds nothing
+    for request in (image, plan):
+        assert RunRequest.from_json(json.loads(json.dumps(request.to_json()))) == request
