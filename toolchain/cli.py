@@ -29,16 +29,13 @@ from typing import Any
 from toolchain.console import Console
 from toolchain.errors import EnvironmentUnavailable, ToolchainError, UsageError, report
 from toolchain.runs.run_request import RunRequest
-from toolchain.spec import ci_matrix
+from toolchain.spec import cell_fields, ci_matrix
 from toolchain.spec import matrix as matrix_mod
 from verify import atomic, entry_point, exit_codes, input_files
 from verify.messages import bounded, did_you_mean, shown
 from verify.out_dirs import OutputDirs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# Command-line options that override a cell's keys (option dest == matrix key).
-OVERRIDE_KEYS = ("cuda", "torch", "python", "os", "gcc", "archs", "apex_repo", "apex_ref", "extras",
-                 "apex_flags", "base_devel", "base_runtime", "torch_index_url", "tag", "platform")
 
 
 def default_matrix_path() -> Path:
@@ -76,24 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     cell = argparse.ArgumentParser(add_help=False)
     group = cell.add_argument_group("cell (layered over [defaults] and --cell)")
     group.add_argument("--cell", help="start from this [cells.NAME] of the matrix")
-    group.add_argument("--cuda", help="CUDA version, e.g. 12.4 (torch defaults to the newest that ships it)")
-    group.add_argument("--torch", help="torch version, e.g. 2.6 or 2.6.0")
-    group.add_argument("--python", help="Python version, e.g. 3.12")
-    group.add_argument("--os", help="base OS, e.g. ubuntu22.04")
-    group.add_argument("--gcc", help="host GCC major version")
-    group.add_argument("--archs", help="GPU archs, e.g. '8.0;9.0' or 9.0+PTX")
-    group.add_argument("--apex-repo", help="Apex git URL")
-    group.add_argument("--apex-ref", help="Apex commit, tag or branch")
-    group.add_argument("--extras", help="contrib extensions, e.g. xentropy,fast_layer_norm")
-    group.add_argument("--apex-flags", help="APEX_* flags instead of the core set, e.g. APEX_CPP_EXT")
-    group.add_argument("--base-devel", default=os.environ.get("BASE_DEVEL_IMAGE"),
-                       help="devel base image (e.g. a local mirror, a digest pin, or any Debian/Ubuntu image: CUDA then "
-                       "comes from the package index); default $BASE_DEVEL_IMAGE")
-    group.add_argument("--base-runtime", default=os.environ.get("BASE_RUNTIME_IMAGE"),
-                       help="runtime base image; default $BASE_RUNTIME_IMAGE")
-    group.add_argument("--torch-index-url", help="pip index for torch (default: the PyTorch index for the CUDA)")
-    group.add_argument("--tag", help="image tag instead of the cell id")
-    group.add_argument("--platform", help="docker platform: linux/amd64 (default) or linux/arm64 (GH200, GB200)")
+    for field in cell_fields.FIELDS:  # one option per matrix key (dest == key)
+        group.add_argument(field.option, help=field.help, default=os.environ.get(field.env) if field.env else None)
 
     build = argparse.ArgumentParser(add_help=False)
     bgroup = build.add_argument_group("build")
@@ -204,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def overrides_from(args: argparse.Namespace) -> dict[str, str]:
-    return {key: value for key in OVERRIDE_KEYS if (value := getattr(args, key, None)) not in (None, "")}
+    """The cell fields given on the command line (each option's dest is its matrix key)."""
+    return {f.name: value for f in cell_fields.FIELDS if (value := getattr(args, f.name, None)) not in (None, "")}
 
 
 def resolve_cells(args: argparse.Namespace, *, all_when_empty: bool) -> list[matrix_mod.Cell]:

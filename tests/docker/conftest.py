@@ -17,7 +17,7 @@ import pytest
 
 from toolchain.errors import EnvironmentUnavailable
 from toolchain.image import engine
-from toolchain.spec.matrix import Cell
+from toolchain.spec.cell import Cell
 
 BASE_IMAGE = os.environ.get("APEX_TEST_BASE_IMAGE", "apex-toolchain/base:bookworm")
 TORCH_WHEEL = Path(

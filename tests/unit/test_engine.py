@@ -9,7 +9,7 @@ import pytest
 
 from toolchain.errors import EnvironmentUnavailable, UsageError
 from toolchain.image import engine
-from toolchain.spec.matrix import Cell
+from toolchain.spec.cell import Cell
 
 # BuildKit's plain progress for a step that failed (shape of a real 20.10 log).
 FAILED_LOG = """\

@@ -30,7 +30,7 @@ from toolchain.spec.compat import DEFAULT_PLATFORM
 from verify import workflow_commands
 
 if TYPE_CHECKING:
-    from toolchain.spec.matrix import Cell
+    from toolchain.spec.cell import Cell
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = "docker/Dockerfile"

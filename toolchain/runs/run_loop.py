@@ -23,7 +23,7 @@ from toolchain.runs import matrix_report
 from toolchain.runs.cell_result import CellResult, CellStatus, now
 from toolchain.runs.run_overview import MatrixReport
 from toolchain.runs.run_request import RunRequest
-from toolchain.spec.matrix import Cell
+from toolchain.spec.cell import Cell
 from verify import atomic, exit_codes, input_files
 from verify import field_types as ft
 

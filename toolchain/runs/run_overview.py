@@ -13,7 +13,7 @@ from typing import Any
 
 from toolchain.runs import matrix_report
 from toolchain.runs.cell_result import RESULT_VERSION, CellResult, CellStatus, now
-from toolchain.spec.matrix import Cell
+from toolchain.spec.cell import Cell
 from verify import atomic, input_files
 
 REPORT_NAME = "matrix-report.json"
