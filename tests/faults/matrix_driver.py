@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from toolchain import cli  # noqa: E402
+from toolchain.commands.parts import preflight  # noqa: E402
 from toolchain.console import Console  # noqa: E402
 from toolchain.errors import ToolchainError, report  # noqa: E402
 from toolchain.runs import run_loop as matrix_run  # noqa: E402
@@ -47,7 +47,7 @@ def main() -> int:
                          verify=ns.verify)
     try:
         matrix_run.check_inputs(request)
-        cli._preflight(ns.verify)  # the daemon check build.py makes before the first cell
+        preflight(ns.verify)  # the daemon check build.py makes before the first cell
         return matrix_run.run_matrix(cells, request, Console(), matrix_path=REPO / "matrix.toml")
     except ToolchainError as err:
         return report(err)

@@ -7,9 +7,9 @@ import dataclasses
 import json
 from pathlib import Path
 
-from toolchain import cli
 from toolchain.builder import request as build_request
 from toolchain.builder.request import BuildRequest, Provenance
+from toolchain.commands.parser import build_parser
 from toolchain.runs.run_request import RunRequest
 
 FULL = ["--apex-src", "~/apex", "--out", "dist", "--archs", "8.0;9.0+PTX", "--flags", "APEX_CPP_EXT",
@@ -45,7 +45,7 @@ def test_json_round_trip() -> None:
 
 
 def test_run_request_from_each_command_that_builds() -> None:
-    parser = cli.build_parser()
+    parser = build_parser()
     image = RunRequest.from_args(parser.parse_args(
         ["image", "--cuda", "12.4", "--out", "o", "--logs", "l", "--target", "runtime-slim", "--wheelhouse", "w",
          "--extra-ca", "ca.pem", "--progress", "plain", "--verify", "auto"]))

@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 
 from tests.support import REPO
-from toolchain import cli
+from toolchain.commands.cells import overrides_from
+from toolchain.commands.parser import build_parser
 from toolchain.errors import MatrixError
 from toolchain.spec import cell_fields
 from toolchain.spec.cell import Cell
@@ -24,13 +25,13 @@ def test_every_field_is_a_cell_attribute_and_back() -> None:
 
 def test_build_py_has_one_option_per_field(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BASE_DEVEL_IMAGE", "mirror/cuda:devel")
-    image = cli.build_parser().commands["image"]
+    image = build_parser().commands["image"]
     by_dest = {a.dest: a for a in image._actions if a.option_strings}
     for field in cell_fields.FIELDS:
         assert by_dest[field.name].option_strings == [field.option] and by_dest[field.name].help == field.help
     assert by_dest["base_devel"].default == "mirror/cuda:devel" and by_dest["torch"].default is None
     args = image.parse_args(["--apex-ref", "25.09", "--torch-index-url", "https://x/simple"])
-    assert cli.overrides_from(args) == {"apex_ref": "25.09", "torch_index_url": "https://x/simple",
+    assert overrides_from(args) == {"apex_ref": "25.09", "torch_index_url": "https://x/simple",
                                         "base_devel": "mirror/cuda:devel"}
 
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.support import REPO, run_build
-from toolchain.cli import build_parser
+from toolchain.commands.parser import build_parser
 from toolchain.spec.ci_matrix import bake_target_name
 from toolchain.spec.matrix import load_matrix
 from verify import exit_codes
