@@ -13,7 +13,7 @@ import pytest
 
 from tests.support import REPO
 from toolchain.errors import EnvironmentUnavailable, UsageError
-from toolchain.image import container_verify, engine, inspect_image
+from toolchain.image import container_verify, docker_host, engine, inspect_image
 from verify import exit_codes
 
 SCHEMA = REPO / "verify" / "schema" / "report.schema.json"
@@ -191,7 +191,7 @@ def test_no_daemon_is_exit_3_with_the_fix(
 ) -> None:
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
     with pytest.raises(EnvironmentUnavailable, match="no Docker daemon answers"):
-        engine.ping(timeout=3)
+        docker_host.ping(timeout=3)
     with pytest.raises(EnvironmentUnavailable, match="no Docker daemon answers|start it"):
         engine.build_image(
             cell_factory(), target="verify-runtime", log_path=tmp_path / "b.log", progress="plain"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from toolchain.commands import images
-from toolchain.image import engine
+from toolchain.image import build_log, engine
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,9 +48,9 @@ def test_slim_base_names_the_os_of_an_nvidia_tag(monkeypatch):
 
 
 def test_the_pull_error_gives_the_no_registry_command():
-    message, _ = engine.environment_fault("ERROR: pull access denied for nvidia/cuda, repository does not exist")
-    assert engine.NO_REGISTRY_COMMAND in message and "--target runtime-slim" in message
-    assert engine.NO_REGISTRY_COMMAND.split("&& ", 1)[1].replace("python3 build.py", "").strip().startswith("image")
+    message, _ = build_log.environment_fault("ERROR: pull access denied for nvidia/cuda, repository does not exist")
+    assert build_log.NO_REGISTRY_COMMAND in message and "--target runtime-slim" in message
+    assert build_log.NO_REGISTRY_COMMAND.split("&& ", 1)[1].replace("python3 build.py", "").strip().startswith("image")
 
 
 def test_build_py_verify_lists_the_failing_checks(tmp_path):

@@ -33,7 +33,7 @@ def preflight(verify_mode: str) -> None:
 
 def require_docker() -> None:
     """Fail fast (exit 3) when no Docker daemon answers, before any cell starts."""
-    load_part("image.engine").ping()
+    load_part("image.docker_host").ping()
 
 
 def require_engine(name: str | None) -> None:

@@ -72,11 +72,11 @@ def push(cell_id: str, repository: str, *, out: Path, local: str | None = None) 
     import docker
     from docker.errors import APIError, DockerException
 
-    from toolchain.image import engine
+    from toolchain.image import docker_host
 
-    engine.ping()
+    docker_host.ping()
     client = docker.from_env(timeout=600)
-    image = engine.local_image(client, local or cell_id)
+    image = docker_host.local_image(client, local or cell_id)
     image.tag(repository, tag=cell_id)
     digest, errors = None, []
     try:
