@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from toolchain.errors import EnvironmentUnavailable
-from toolchain.image import engine
-from toolchain.spec.matrix import Cell
+from toolchain.image import docker_host, engine
+from toolchain.spec.cell import Cell
 
 BASE_IMAGE = os.environ.get("APEX_TEST_BASE_IMAGE", "apex-toolchain/base:bookworm")
 TORCH_WHEEL = Path(
@@ -42,8 +42,8 @@ def make_cell(tag: str = CI_TAG, torch: str = TORCH_VERSION) -> Cell:
 @pytest.fixture(scope="session")
 def docker_client():
     try:
-        engine.ping()
-        engine.docker_client()
+        docker_host.ping()
+        docker_host.docker_client()
     except EnvironmentUnavailable as error:
         pytest.skip(f"no usable Docker engine ({error}); run scripts/ensure-docker.sh")
     import docker
@@ -146,7 +146,7 @@ def torch_only_image_tag(docker_client, wheelhouse: Path, logs: Path, tmp_path_f
     tag = f"apex-ci-torch-only-{unique}:latest"
     dockerfile = tmp_path_factory.mktemp("torch-only") / "Dockerfile"
     dockerfile.write_text(_TORCH_ONLY_DOCKERFILE.format(devel=devel.id))
-    client = engine.docker_client()
+    client = docker_host.docker_client()
     with open(logs / "torch-only.log", "w") as log:
         done = subprocess.run([*client.build_prefix(), "--progress", "plain", "--file", str(dockerfile), "--tag", tag,
                                str(wheelhouse)], env=dict(os.environ, DOCKER_BUILDKIT="1"), stdout=log,

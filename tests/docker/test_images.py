@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import pytest
 
 from tests.support import REPO
 from toolchain.errors import EnvironmentUnavailable, UsageError
-from toolchain.image import container_verify, engine, inspect_image
+from toolchain.image import container_verify, docker_host, engine, inspect_image
 from verify import exit_codes
 
 SCHEMA = REPO / "verify" / "schema" / "report.schema.json"
@@ -161,9 +160,11 @@ def test_matrix_runner_goes_on_after_a_failed_cell(
     and verified, and the matrix report names the failing stage."""
     from toolchain.console import Console
     from toolchain.runs import run_loop as matrix_run
+    from toolchain.runs.run_overview import REPORT_NAME
+    from toolchain.runs.run_request import RunRequest
 
     cells = [cell_factory("apex-ci-broken2-torch0.0.2-py3.11-debian12", torch="0.0.2"), cell_factory()]
-    args = argparse.Namespace(
+    request = RunRequest(
         out=tmp_path / "out",
         logs=tmp_path / "logs",
         target="verify-runtime",
@@ -173,9 +174,9 @@ def test_matrix_runner_goes_on_after_a_failed_cell(
         progress="plain",
         verify="auto",
     )
-    code = matrix_run.run_matrix(cells, args, Console(), matrix_path=REPO / "matrix.toml")
+    code = matrix_run.run_matrix(cells, request, Console(), matrix_path=REPO / "matrix.toml")
     assert code == exit_codes.FAILED
-    report = json.loads((tmp_path / "out" / matrix_run.REPORT_NAME).read_text())
+    report = json.loads((tmp_path / "out" / REPORT_NAME).read_text())
     by_id = {entry["id"]: entry for entry in report["cells"]}
     broken = by_id[cells[0].id]
     assert broken["status"] == "build_failed" and broken["build"]["stage_failed"] == "torch"
@@ -190,7 +191,7 @@ def test_no_daemon_is_exit_3_with_the_fix(
 ) -> None:
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
     with pytest.raises(EnvironmentUnavailable, match="no Docker daemon answers"):
-        engine.ping(timeout=3)
+        docker_host.ping(timeout=3)
     with pytest.raises(EnvironmentUnavailable, match="no Docker daemon answers|start it"):
         engine.build_image(
             cell_factory(), target="verify-runtime", log_path=tmp_path / "b.log", progress="plain"

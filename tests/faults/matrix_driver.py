@@ -17,10 +17,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from toolchain import cli  # noqa: E402
+from toolchain.commands.parts import preflight  # noqa: E402
 from toolchain.console import Console  # noqa: E402
 from toolchain.errors import ToolchainError, report  # noqa: E402
 from toolchain.runs import run_loop as matrix_run  # noqa: E402
+from toolchain.runs.run_request import RunRequest  # noqa: E402
 
 
 def _make_cell():
@@ -42,12 +43,12 @@ def main() -> int:
     make_cell = _make_cell()
     cells = [make_cell(tag, torch) if torch else make_cell(tag)
              for tag, _, torch in (spec.partition("=") for spec in ns.cells)]
-    args = argparse.Namespace(out=ns.out, logs=ns.logs, target=ns.target, apex_src=None, wheelhouse=ns.wheelhouse,
-                              extra_ca=None, progress="plain", verify=ns.verify)
+    request = RunRequest(out=ns.out, logs=ns.logs, target=ns.target, wheelhouse=ns.wheelhouse, progress="plain",
+                         verify=ns.verify)
     try:
-        matrix_run.check_inputs(args)
-        cli._preflight(ns.verify)  # the daemon check build.py makes before the first cell
-        return matrix_run.run_matrix(cells, args, Console(), matrix_path=REPO / "matrix.toml")
+        matrix_run.check_inputs(request)
+        preflight(ns.verify)  # the daemon check build.py makes before the first cell
+        return matrix_run.run_matrix(cells, request, Console(), matrix_path=REPO / "matrix.toml")
     except ToolchainError as err:
         return report(err)
     except KeyboardInterrupt:

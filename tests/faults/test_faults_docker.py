@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from faultlib import REPO, log_has, run_cli, wait_for
 
-from toolchain.image import engine
+from toolchain.image import build_log, docker_host, engine
 from verify import exit_codes
 
 # a cell of matrix.toml's shape that the local base can start (the devel stage's apt step)
@@ -155,10 +155,10 @@ def test_buildkit_no_space_left_maps_to_exit_3(docker_client, tmp_path: Path) ->
     (context / "Dockerfile").write_text(
         "FROM apex-toolchain/base:bookworm\nRUN dd if=/dev/zero of=/dev/shm/fill bs=1M count=100\n")
     log = tmp_path / "build.log"
-    code = engine._run_build([*engine.docker_client().build_prefix(), "--progress", "plain", "--no-cache", str(context)],
+    code = engine._run_build([*docker_host.docker_client().build_prefix(), "--progress", "plain", "--no-cache", str(context)],
                              dict(os.environ, DOCKER_BUILDKIT="1"), log, "plain")
     assert code != 0
     text = log.read_text()
     assert "No space left on device" in text
-    message, retry = engine.environment_fault(text)
+    message, retry = build_log.environment_fault(text)
     assert message.startswith("the disk is full (no space left on device)") and retry is False

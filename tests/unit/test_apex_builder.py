@@ -18,7 +18,10 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO
-from toolchain.builder import apex_builder, build_outputs
+from toolchain.builder import apex_builder, build_inputs, build_outputs, build_tools, provenance, static_gate
+from toolchain.builder import request as build_request
+from toolchain.builder.build_inputs import BuildInputs
+from toolchain.builder.build_tools import BuildTools
 from toolchain.errors import ToolchainError
 from toolchain.spec import compat
 from verify import exit_codes, module_map
@@ -111,11 +114,11 @@ def build(tmp_path: Path, flags: dict[str, str], *extra: str, broken: bool = Fal
           env: dict[str, str] | None = None) -> tuple[int, Path]:
     src = make_project(tmp_path / "src", broken=broken, style=style)
     out = tmp_path / "out"
-    args = apex_builder.build_parser().parse_args(["--apex-src", str(src), "--out", str(out), "--cell", "c1", *extra])
+    request = build_request.parse(["--apex-src", str(src), "--out", str(out), "--cell", "c1", *extra])
     env = {**os.environ, **(env or {})}
     versions = {"torch": "2.13.0+cpu", "python": "3", "nvcc_path": shutil.which("nvcc") or "nvcc"}
     started = dt.datetime.now(dt.timezone.utc)
-    code = apex_builder.build_and_gate(args, src, out, flags, None, env, versions, started)
+    code = apex_builder.build_and_gate(request, BuildInputs.of(src, flags), BuildTools(versions), env, started)
     return code, out
 
 
@@ -123,12 +126,12 @@ def build(tmp_path: Path, flags: dict[str, str], *extra: str, broken: bool = Fal
 
 
 def test_flags_default_none_and_extras() -> None:
-    assert apex_builder.parse_flags(None, None) == {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"}
-    assert apex_builder.parse_flags("none", None) == {}
-    assert apex_builder.parse_flags("APEX_CPP_EXT=1 APEX_CUDA_EXT=0", None) == {"APEX_CPP_EXT": "1"}
-    flags = apex_builder.parse_flags("APEX_CPP_EXT,APEX_CUDA_EXT", "xentropy,fast_layer_norm")
+    assert build_inputs.parse_flags(None, None) == {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"}
+    assert build_inputs.parse_flags("none", None) == {}
+    assert build_inputs.parse_flags("APEX_CPP_EXT=1 APEX_CUDA_EXT=0", None) == {"APEX_CPP_EXT": "1"}
+    flags = build_inputs.parse_flags("APEX_CPP_EXT,APEX_CUDA_EXT", "xentropy,fast_layer_norm")
     assert flags == {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1", "APEX_XENTROPY": "1", "APEX_FAST_LAYER_NORM": "1"}
-    assert module_map.modules_for_flags(apex_builder.parse_flags("none", None)) == ()
+    assert module_map.modules_for_flags(build_inputs.parse_flags("none", None)) == ()
 
 
 @pytest.mark.parametrize(
@@ -137,17 +140,17 @@ def test_flags_default_none_and_extras() -> None:
 )
 def test_bad_flags_exit_2(flags: str | None, extras: str | None, needle: str) -> None:
     with pytest.raises(ToolchainError) as stop:
-        apex_builder.parse_flags(flags, extras)
+        build_inputs.parse_flags(flags, extras)
     assert stop.value.exit_code == exit_codes.USAGE and needle in str(stop.value)
 
 
 def test_arch_list_syntax() -> None:
-    assert apex_builder.parse_archs("9.0") == ["9.0"]
-    assert apex_builder.parse_archs("8.0;9.0+PTX") == ["8.0", "9.0+PTX"]
-    assert apex_builder.parse_archs("8.0, 10.0a 12.0f") == ["8.0", "10.0a", "12.0f"]
+    assert build_inputs.parse_archs("9.0") == ["9.0"]
+    assert build_inputs.parse_archs("8.0;9.0+PTX") == ["8.0", "9.0+PTX"]
+    assert build_inputs.parse_archs("8.0, 10.0a 12.0f") == ["8.0", "10.0a", "12.0f"]
     for bad in ("", "sm_90", "9", "9.0+ptx", "9.0;x"):
         with pytest.raises(ToolchainError) as stop:
-            apex_builder.parse_archs(bad)
+            build_inputs.parse_archs(bad)
         assert stop.value.exit_code == exit_codes.USAGE
 
 
@@ -190,9 +193,9 @@ def test_cli_cpu_torch_exit_3(tmp_path: Path) -> None:
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on this machine")
 def test_nvcc_probes_on_real_nvcc() -> None:
     nvcc = Path(shutil.which("nvcc"))
-    release, full = apex_builder.nvcc_version(nvcc)
+    release, full = build_tools.nvcc_version(nvcc)
     assert full.startswith(release)
-    archs = apex_builder.nvcc_archs(nvcc)
+    archs = build_tools.nvcc_archs(nvcc)
     assert "9.0" in archs and "3.5" not in archs
 
 
@@ -275,11 +278,11 @@ def test_wheel_hashes_from_sha256sum(tmp_path: Path) -> None:
     wheel.write_bytes(b"not read here")
     listing = subprocess.run(["sha256sum", str(wheel)], capture_output=True, text=True, check=True).stdout
     (tmp_path / "w.sha256").write_text(listing)
-    assert apex_builder.wheel_hashes([str(tmp_path / "w.sha256")]) == {wheel.name: apex_builder.sha256_of(wheel)}
+    assert provenance.wheel_hashes([str(tmp_path / "w.sha256")]) == {wheel.name: provenance.sha256_of(wheel)}
     (tmp_path / "bad.sha256").write_text("nonsense\n")
     for bad in ("bad.sha256", "missing.sha256"):
         with pytest.raises(ToolchainError) as stop:
-            apex_builder.wheel_hashes([str(tmp_path / bad)])
+            provenance.wheel_hashes([str(tmp_path / bad)])
         assert stop.value.exit_code == exit_codes.USAGE
 
 
@@ -288,11 +291,11 @@ def test_wheel_hashes_from_sha256sum(tmp_path: Path) -> None:
 
 def test_static_gate_requires_only_the_features_this_build_promises() -> None:
     def gate(flags: str | None) -> str:
-        return apex_builder.gate_required(list(module_map.modules_for_flags(apex_builder.parse_flags(flags, None))))
+        return static_gate.gate_required(list(module_map.modules_for_flags(build_inputs.parse_flags(flags, None))))
 
     assert gate(None) == ",".join(module_map.default_required_features())  # the core CUDA build: all of them
     assert gate("none") == "" and gate("APEX_CPP_EXT") == ""  # nothing fused promised: only expected_modules
-    assert apex_builder.gate_required(["amp_C"]) == "FusedAdam"
+    assert static_gate.gate_required(["amp_C"]) == "FusedAdam"
     from verify.expectations import parse_required
 
     assert parse_required([gate("none")]) == ()  # verify reads '' as "no features", not as its defaults
@@ -307,6 +310,6 @@ def test_unwritable_out_is_one_line_exit_2(tmp_path: Path) -> None:
 
 def test_builder_literals_match_compat_toml() -> None:
     facts = compat.load()
-    assert tuple(apex_builder.DEFAULT_FLAGS) == facts.apex_core_flags
-    assert set(apex_builder.DEFAULT_FLAGS.values()) == {"1"}
-    assert apex_builder.TORCH_INDEX_URL == facts.index_url_pattern
+    assert tuple(build_inputs.DEFAULT_FLAGS) == facts.apex_core_flags
+    assert set(build_inputs.DEFAULT_FLAGS.values()) == {"1"}
+    assert build_tools.TORCH_INDEX_URL == facts.index_url_pattern

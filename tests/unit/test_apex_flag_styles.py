@@ -16,7 +16,7 @@ import pytest
 from test_apex_builder import build, make_project, run_builder
 
 from tests.support import REPO
-from toolchain.builder import apex_builder, apex_setup, build_outputs
+from toolchain.builder import apex_setup, build_inputs, build_outputs, pip_wheel
 from toolchain.errors import ToolchainError
 from toolchain.spec import compat
 from verify import exit_codes, module_map
@@ -76,7 +76,7 @@ def test_module_map_agrees_with_each_setup_py(tree: str, request: pytest.Fixture
     for m in module_map.modules():
         at_ref = m.until is None if tree == "head" else module_map.in_tag(m.name, "25.04")
         assert (m.name in setup.modules(m.switch)) == at_ref, m.name
-    expected, absent = apex_builder.expected_modules(setup, CORE)
+    expected, absent = build_inputs.expected_modules(setup, CORE)
     assert len(expected) == 12 and absent == [] and "fused_rotary_positional_embedding" in expected
 
 
@@ -135,7 +135,7 @@ def test_argv_pip_command_has_one_config_setting_per_switch(tag2504: Path, tmp_p
     setup = apex_setup.read(tag2504)
     switches = apex_setup.flag_switches(setup, {**CORE, "APEX_XENTROPY": "1"})
     assert switches == ["--cpp_ext", "--cuda_ext", "--xentropy"]
-    cmd = apex_builder.pip_wheel_command(tag2504, tmp_path, apex_setup.pip_options(setup, switches, 8))
+    cmd = pip_wheel.pip_wheel_command(tag2504, tmp_path, apex_setup.pip_options(setup, switches, 8))
     settings = [arg.split("=", 1)[1] for arg in cmd if arg.startswith("--config-settings")]
     assert settings == [f"--build-option={s}" for s in [*switches, "--parallel", "8"]]
     # never several switches in one setting (the shape of Apex #1763, which builds nothing)

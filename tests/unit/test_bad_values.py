@@ -315,6 +315,17 @@ def test_shown_and_bounded() -> None:
     assert messages.did_you_mean("pyhton", ["python", "torch"]) == "did you mean 'python'?"
 
 
+def test_every_suggestion_comes_from_the_one_helper() -> None:
+    """verify/messages.py is the only place that finds a close spelling or words a "did you mean"."""
+    own = REPO / "verify" / "messages.py"
+    for path in sorted([*(REPO / "toolchain").rglob("*.py"), *(REPO / "verify").rglob("*.py")]):
+        if path == own:
+            continue
+        text = path.read_text()
+        assert "difflib" not in text and "get_close_matches" not in text, f"{path} finds suggestions itself"
+        assert "did you mean" not in text.replace('"did you mean"', "").lower(), f"{path} words a suggestion itself"
+
+
 # --- 3b. --out folders a failed command made ----------------------------------------------------
 
 APEX_ARCHIVE = APEX_FIXTURES / "apex-6424da3b.tar.gz"

@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.builder import apex_builder, parallelism
+from toolchain.builder import apex_builder, build_timing, parallelism
+from toolchain.builder import request as build_request
+from toolchain.builder.build_inputs import BuildInputs
+from toolchain.builder.build_tools import BuildTools
 from verify import exit_codes
 
 pytestmark = pytest.mark.skipif(shutil.which("ninja") is None or shutil.which("c++") is None,
@@ -83,13 +86,12 @@ def test_a_ninja_build_records_each_unit_and_prints_wall_over_the_bound(
         tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     src = make_tree(tmp_path / "src")
     out = tmp_path / "out"
-    args = apex_builder.build_parser().parse_args(["--apex-src", str(src), "--out", str(out), "--no-ccache",
-                                                   "--memory-gib", "16"])
+    request = build_request.parse(["--apex-src", str(src), "--out", str(out), "--no-ccache", "--memory-gib", "16"])
     env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
     for knob in ("MAX_JOBS", "APEX_PARALLEL_BUILD", "NVCC_APPEND_FLAGS"):
         env.pop(knob, None)
     versions = {"torch": "cpu", "python": "3", "nvcc_path": "nvcc"}
-    code = apex_builder.build_and_gate(args, src, out, {"APEX_CPP_EXT": "1"}, None, env, versions,
+    code = apex_builder.build_and_gate(request, BuildInputs.of(src, {"APEX_CPP_EXT": "1"}), BuildTools(versions), env,
                                        dt.datetime.now(dt.timezone.utc))
     assert code == exit_codes.OK
     manifest = json.loads((out / "build-manifest.json").read_text())
@@ -118,7 +120,7 @@ def test_a_measured_cold_figure_sizes_the_next_plan_and_a_warm_one_does_not(tmp_
     cold = {"build": {"timing": {"memory": {"gib_per_nvcc_thread": 0.4}},
                       "ccache": {"stats": {"direct_cache_hit": 0, "preprocessed_cache_hit": 0, "cache_miss": 37}}}}
     path.write_text(json.dumps(cold))
-    value, source = apex_builder.measured_gib_per_thread(path)
+    value, source = build_timing.measured_gib_per_thread(path)
     assert value == 0.5 and "measured by the cold build" in source
     plan = parallelism.plan(parallelism.HostResources(16, None, 125, "MemAvailable"), n_archs=5, n_extensions=12,
                             env={}, gib_per_thread=value, gib_from=source)
@@ -127,10 +129,10 @@ def test_a_measured_cold_figure_sizes_the_next_plan_and_a_warm_one_does_not(tmp_
     warm = json.loads(path.read_text())
     warm["build"]["ccache"]["stats"] = {"direct_cache_hit": 37, "cache_miss": 0}
     path.write_text(json.dumps(warm))
-    assert apex_builder.measured_gib_per_thread(path) == (None, "")
+    assert build_timing.measured_gib_per_thread(path) == (None, "")
     path.write_text("{not json")
-    assert apex_builder.measured_gib_per_thread(path) == (None, "")
-    assert apex_builder.measured_gib_per_thread(tmp_path / "absent.json") == (None, "")
+    assert build_timing.measured_gib_per_thread(path) == (None, "")
+    assert build_timing.measured_gib_per_thread(tmp_path / "absent.json") == (None, "")
 
 
 @pytest.mark.parametrize("value", ["0", "0.5", "nan"])

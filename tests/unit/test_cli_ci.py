@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.support import REPO, run_build
-from toolchain.cli import build_parser
+from toolchain.commands.parser import build_parser
 from toolchain.spec.ci_matrix import bake_target_name
 from toolchain.spec.matrix import load_matrix
 from verify import exit_codes
@@ -200,10 +200,10 @@ def test_workflow_build_py_commands_exist() -> None:
 def test_pull_from_an_unreachable_registry_is_exit_3() -> None:
     """A real daemon, a registry that refuses connections: retried, then EnvironmentUnavailable."""
     from toolchain.errors import EnvironmentUnavailable, UsageError
-    from toolchain.image import engine, pull
+    from toolchain.image import docker_host, pull
 
     try:
-        engine.ping()
+        docker_host.ping()
     except EnvironmentUnavailable as err:
         pytest.skip(str(err))
     with pytest.raises(EnvironmentUnavailable, match=r"pulling localhost:1/apex:x failed after 2 attempt\(s\)") as caught:

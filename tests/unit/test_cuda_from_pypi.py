@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.builder import apex_builder, cuda_from_pypi
+from toolchain.builder import build_tools, cuda_from_pypi, request
 from toolchain.errors import EnvironmentUnavailable, UsageError
 from verify import exit_codes
 
@@ -127,7 +127,7 @@ def test_cuda_home_merges_components_and_links_unversioned_libraries(tmp_path):
 
 
 def test_builder_options():
-    parse = apex_builder.build_parser().parse_args
+    parse = request.build_parser().parse_args
     base = ["--apex-src", "s", "--out", "o"]
     assert parse(base).cuda_from_pypi == "auto"
     assert parse(base + ["--cuda-from-pypi"]).cuda_from_pypi == "always"
@@ -149,13 +149,10 @@ def test_the_facts_file_ships_with_the_package():
 
 def test_a_cpu_torch_never_gets_an_index_cuda(tmp_path):
     """This machine's real CPU torch: nothing is installed, whatever the mode (the CPU-torch error follows)."""
-    import argparse
-
     torch = pytest.importorskip("torch")
     if torch.version.cuda is not None:
         pytest.skip("needs a CPU build of torch")
     for mode in ("auto", "always"):
         env: dict[str, str] = {}
-        args = argparse.Namespace(cuda_from_pypi=mode, cuda_prefix=tmp_path / "prefix")
-        assert apex_builder.pypi_cuda(args, env) is None
+        assert build_tools.pypi_cuda(mode, tmp_path / "prefix", env, print) is None
         assert "CUDA_HOME" not in env and not (tmp_path / "prefix").exists()

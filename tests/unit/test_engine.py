@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from toolchain.errors import EnvironmentUnavailable, UsageError
-from toolchain.image import engine
-from toolchain.spec.matrix import Cell
+from toolchain.image import build_log, docker_host, engine
+from toolchain.spec.cell import Cell
 
 # BuildKit's plain progress for a step that failed (shape of a real 20.10 log).
 FAILED_LOG = """\
@@ -39,7 +39,7 @@ def cell(**overrides: object) -> Cell:
 def test_command_carries_target_args_secret_and_tag(tmp_path: Path) -> None:
     ca = tmp_path / "ca.pem"
     ca.write_text("x")
-    client = engine.DockerClient("/usr/bin/docker", False, "20.10.24")
+    client = docker_host.DockerClient("/usr/bin/docker", False, "20.10.24")
     command = engine.build_command(cell(), target="runtime", extra_ca=ca, wheelhouse=tmp_path, client=client)
     assert command[:2] == ["/usr/bin/docker", "build"] and command[-1] == "."
     assert command[command.index("--target") + 1] == "runtime"
@@ -47,14 +47,14 @@ def test_command_carries_target_args_secret_and_tag(tmp_path: Path) -> None:
     assert command[command.index("--tag") + 1] == cell().id
     assert "TORCH_CUDA_ARCH_LIST=9.0" in command and "TORCH_WHEELHOUSE=wheelhouse" in command
     assert f"id=extra_ca,src={ca.resolve()}" in command
-    buildx = engine.build_command(cell(), client=engine.DockerClient("docker", True, "28.2.2"))
+    buildx = engine.build_command(cell(), client=docker_host.DockerClient("docker", True, "28.2.2"))
     assert buildx[:4] == ["docker", "buildx", "build", "--load"]
 
 
 def test_a_ca_path_with_commas_stays_one_secret_field(tmp_path: Path) -> None:
     ca = tmp_path / 'corp,env=HOME,"x".pem'  # --secret is a CSV line to docker: a comma would start a field
     ca.write_text("x")
-    command = engine.build_command(cell(), extra_ca=ca, client=engine.DockerClient("/usr/bin/docker", False, "20.10"))
+    command = engine.build_command(cell(), extra_ca=ca, client=docker_host.DockerClient("/usr/bin/docker", False, "20.10"))
     fields = next(csv.reader([command[command.index("--secret") + 1]]))
     assert fields == ["id=extra_ca", f"src={ca.resolve()}"]
 
@@ -73,9 +73,9 @@ def test_every_target_is_a_stage_of_the_dockerfile() -> None:
 
 
 def test_failed_step_is_read_from_the_log() -> None:
-    stage, step = engine.failed_step(FAILED_LOG)
+    stage, step = build_log.failed_step(FAILED_LOG)
     assert stage == "torch" and step.startswith("[torch 1/5] RUN")
-    assert engine.failed_step(["#1 [internal] load build definition"]) == (None, None)
+    assert build_log.failed_step(["#1 [internal] load build definition"]) == (None, None)
 
 
 @pytest.mark.parametrize(
@@ -101,9 +101,9 @@ def test_failed_step_is_read_from_the_log() -> None:
     ],
 )
 def test_environment_faults_are_recognised(text: str, needle: str, retry: bool) -> None:
-    message, retryable = engine.environment_fault(text)
+    message, retryable = build_log.environment_fault(text)
     assert needle in message and retryable is retry
-    assert engine.environment_fault("\n".join(FAILED_LOG)) is None
+    assert build_log.environment_fault("\n".join(FAILED_LOG)) is None
 
 
 def test_private_context_holds_only_what_the_dockerfile_reads(tmp_path: Path) -> None:
@@ -121,7 +121,7 @@ def test_private_context_holds_only_what_the_dockerfile_reads(tmp_path: Path) ->
 
 def _daemon_answers() -> bool:
     try:
-        engine.ping(timeout=5)
+        docker_host.ping(timeout=5)
     except EnvironmentUnavailable:
         return False
     return True
@@ -133,7 +133,7 @@ def test_a_tag_docker_rejects_is_a_usage_error_naming_the_tag() -> None:
 
     # a read-only lookup: the daemon answers 400 (invalid reference format), an APIError, not ImageNotFound
     with pytest.raises(UsageError, match=r"image 'Bad::Tag': .*invalid reference format"):
-        engine.local_image(docker.from_env(timeout=10), "Bad::Tag")
+        docker_host.local_image(docker.from_env(timeout=10), "Bad::Tag")
 
 
 def test_an_unreachable_daemon_during_the_lookup_is_exit_3(tmp_path: Path) -> None:
@@ -142,7 +142,7 @@ def test_an_unreachable_daemon_during_the_lookup_is_exit_3(tmp_path: Path) -> No
     # a fixed API version: the client would otherwise ask the (absent) daemon for it at construction
     client = docker.DockerClient(base_url=f"unix://{tmp_path / 'no-daemon.sock'}", version="1.41", timeout=5)
     with pytest.raises(EnvironmentUnavailable, match="did not answer while looking up image 'x:y'") as err:
-        engine.local_image(client, "x:y")
+        docker_host.local_image(client, "x:y")
     assert err.value.exit_code == 3
 
 
@@ -171,5 +171,5 @@ def test_an_unreachable_git_host_is_an_environment_fault(tmp_path) -> None:
                           env={"PATH": os.environ["PATH"], "HOME": str(tmp_path),
                                "APEX_REPO": "http://127.0.0.1:1/apex.git", "APEX_REF": "6424da3b"})
     assert done.returncode == 1 and "cannot reach http://127.0.0.1:1/apex.git" in done.stderr
-    message, retry = engine.environment_fault(done.stderr)
+    message, retry = build_log.environment_fault(done.stderr)
     assert "git host cannot be reached" in message and "--apex-src" in message and not retry

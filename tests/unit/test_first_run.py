@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from toolchain import cli
-from toolchain.image import engine
+from toolchain.commands import images
+from toolchain.image import build_log, engine
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,19 +48,19 @@ def test_slim_base_names_the_os_of_an_nvidia_tag(monkeypatch):
 
 
 def test_the_pull_error_gives_the_no_registry_command():
-    message, _ = engine.environment_fault("ERROR: pull access denied for nvidia/cuda, repository does not exist")
-    assert engine.NO_REGISTRY_COMMAND in message and "--target runtime-slim" in message
-    assert engine.NO_REGISTRY_COMMAND.split("&& ", 1)[1].replace("python3 build.py", "").strip().startswith("image")
+    message, _ = build_log.environment_fault("ERROR: pull access denied for nvidia/cuda, repository does not exist")
+    assert build_log.NO_REGISTRY_COMMAND in message and "--target runtime-slim" in message
+    assert build_log.NO_REGISTRY_COMMAND.split("&& ", 1)[1].replace("python3 build.py", "").strip().startswith("image")
 
 
 def test_build_py_verify_lists_the_failing_checks(tmp_path):
-    lines = cli.failing_checks(REPO / "reports" / "h200-2026-11-30" / "h200-arch80.json")
+    lines = images.failing_checks(REPO / "reports" / "h200-2026-11-30" / "h200-arch80.json")
     assert lines[0].startswith("FAIL  arch.amp_C  arch mismatch: built for sm_80 only")
     assert any(line.startswith("FAIL  expectations.feature.FusedAdam") for line in lines)
-    assert cli.failing_checks(REPO / "reports" / "h200-2026-11-30" / "h200-good.json") == []
+    assert images.failing_checks(REPO / "reports" / "h200-2026-11-30" / "h200-good.json") == []
     cut = tmp_path / "cut.json"
     cut.write_bytes((REPO / "reports" / "h200-2026-11-30" / "h200-arch80.json").read_bytes()[:500])
-    assert cli.failing_checks(cut) == [] and cli.failing_checks(None) == []
+    assert images.failing_checks(cut) == [] and images.failing_checks(None) == []
 
 
 def test_build_py_report_shows_build_py_verify_results(tmp_path):

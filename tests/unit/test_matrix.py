@@ -10,7 +10,9 @@ import pytest
 
 from tests.support import REPO
 from toolchain.spec import compat
-from toolchain.spec.matrix import TAG_MAX, TAG_RE, cli_cell, extra_flag_names, load_matrix
+from toolchain.spec.apex_fields import extra_flag_names
+from toolchain.spec.cell_fields import TAG_MAX, TAG_RE
+from toolchain.spec.matrix import cli_cell, load_matrix
 from verify import module_map
 
 PIN = compat.load().apex_default_ref

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO
-from toolchain.runs import matrix_report
+from toolchain.runs import matrix_report, report_tables
 from toolchain.runs.cell_result import CellResult, CellStatus
-from toolchain.runs.run_loop import MatrixReport, result_path, save_result
+from toolchain.runs.run_loop import result_path, save_result
+from toolchain.runs.run_overview import MatrixReport
 from toolchain.spec.matrix import cli_cell
 
 
@@ -62,7 +63,7 @@ def test_report_from_real_result_files(tmp_path: Path, verify_report: Path) -> N
         verified.id: "verify_failed", failed.id: "build_failed", never.id: "not_run"}
     assert result_path(out, failed.id).is_file()
 
-    md_path, html_path, rows = matrix_report.write(out)
+    md_path, html_path, rows = report_tables.write(out)
     md = md_path.read_text()
     assert [r.id for r in rows] == [verified.id, failed.id, never.id]  # ordered by CUDA
     row_line = next(line for line in md.splitlines() if line.startswith(f"| {verified.id} "))
@@ -88,7 +89,7 @@ def test_speedups_and_bars_from_timings(tmp_path: Path, verify_report: Path) -> 
                             report=report, report_path=None)
     assert row.speedups() == pytest.approx({"FusedAdam": 4.0, "FusedLayerNorm": 0.5})
     assert row.kernels_text() == "FusedAdam 4.00x; FusedLayerNorm 0.50x"
-    assert "bar slow" in matrix_report._bars(row)
+    assert "bar slow" in report_tables._bars(row)
 
 
 def test_two_runs_at_once_keep_each_others_cells(tmp_path: Path) -> None:

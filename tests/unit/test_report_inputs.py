@@ -15,7 +15,8 @@ import pytest
 
 from tests.support import REPO
 from toolchain.runs.cell_result import CellResult, CellStatus
-from toolchain.runs.run_loop import MatrixReport, result_path, save_result
+from toolchain.runs.run_loop import result_path, save_result
+from toolchain.runs.run_overview import MatrixReport
 from toolchain.spec.matrix import cli_cell
 from verify import atomic
 
@@ -149,3 +150,19 @@ def test_a_run_keeps_going_over_a_corrupt_overview(tmp_path: Path) -> None:
     MatrixReport(out, None, "run2").start([b])  # one bad entry is dropped, the others kept
     data = json.loads((out / "matrix-report.json").read_text())
     assert [c["id"] for c in data["cells"]] == [a.id, b.id] and list(data["runs"]) == ["run1", "run2"]
+
+
+def test_a_result_with_a_status_no_cell_has_is_named_and_its_overview_entry_shown(tmp_path: Path) -> None:
+    """The report reads each result as a CellResult: a status outside CellStatus is that file's problem."""
+    out = tmp_path / "out"
+    cell = _cells()[0]
+    MatrixReport(out, REPO / "matrix.toml", "run1").start([cell])  # the overview says "pending"
+    save_result(_result(cell, "built", {"ok": True, "tag": cell.id}), out)
+    path = result_path(out, cell.id)
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "status": "finished"}))
+    proc = _report(out)
+    assert proc.returncode == 2
+    assert f"{path}: result.json.status: 'finished' is not a cell status (one of pending," in proc.stderr
+    # the row falls back to what the run's overview knew: the cell was pending, never built
+    assert "| pending |" in _row((out / "matrix-report.md").read_text(), cell.id)

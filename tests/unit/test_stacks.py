@@ -11,7 +11,7 @@ import pytest
 
 from tests.support import REPO, run_build
 from toolchain.errors import MatrixError
-from toolchain.image import engine
+from toolchain.image import docker_host, engine
 from toolchain.spec import ci_matrix, compat
 from toolchain.spec.matrix import cli_cell, load_matrix
 from toolchain.spec.toml_loader import load_toml
@@ -107,9 +107,9 @@ def test_arm64_cell_id_platform_and_build_command() -> None:
     assert arm.id == amd.id + "-arm64" and amd.id == cell(cuda="13.2").id  # amd64 ids do not change
     assert (arm.platform, amd.platform) == ("linux/arm64", "linux/amd64")
     assert arm.build_args() == {**amd.build_args(), "CELL_ID": arm.id}  # the Dockerfile needs no new ARG
-    command = engine.build_command(arm, client=engine.DockerClient("docker", True, "27"))
+    command = engine.build_command(arm, client=docker_host.DockerClient("docker", True, "27"))
     assert command[command.index("--platform") + 1] == "linux/arm64"
-    assert "--platform" not in engine.build_command(amd, client=engine.DockerClient("docker", True, "27"))
+    assert "--platform" not in engine.build_command(amd, client=docker_host.DockerClient("docker", True, "27"))
 
 
 def test_arm64_needs_aarch64_cuda_wheels() -> None:

@@ -10,6 +10,9 @@ from pathlib import Path
 
 from verify import module_map
 
+MANIFEST_NAME = "build-manifest.json"
+LOG_NAME = "apex-build.log"
+
 # setup.py: warnings.warn(f"Skip `{global_option}` as it requires cuDNN 8400 or later, but ...")
 _SKIP = re.compile(r"Skip `(--[a-z0-9_]+)`(.*)")
 

@@ -86,17 +86,17 @@ class DockerEngine:
     name = "docker"
 
     def __init__(self) -> None:
-        from toolchain.image import engine
+        from toolchain.image import docker_host
 
-        engine.ping()
+        docker_host.ping()
         import docker
 
         self._client = docker.from_env(timeout=600)
 
     def image(self, ref: str) -> ImageInfo:
-        from toolchain.image import engine
+        from toolchain.image import docker_host
 
-        image = engine.local_image(self._client, ref)
+        image = docker_host.local_image(self._client, ref)
         return ImageInfo(ref, image.id, tuple(image.attrs.get("RepoDigests") or ()),
                          dict((image.attrs.get("Config") or {}).get("Labels") or {}))
 

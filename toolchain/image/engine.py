@@ -1,10 +1,7 @@
 """Builds a cell's image through BuildKit via the docker CLI (the Docker SDK's build uses the legacy
-builder: no cache or secret mounts), and answers whether a daemon is there at all.
-
-Which client: `docker buildx build` when the buildx plugin works; else a client older than 23 with
-`DOCKER_BUILDKIT=1 docker build`, which drives the daemon's built-in BuildKit without buildx (Debian's
-docker.io 20.10 in /usr/bin). Docker 23+ clients refuse BuildKit without buildx, so each client on
-PATH is probed; `DOCKER_CLI=/path/to/docker` skips the probe.
+builder: no cache or secret mounts): the build command, a private build context, the provenance
+build args, retries where the environment can recover. Which client builds: docker_host.py; what
+the log says went wrong: build_log.py.
 """
 
 from __future__ import annotations
@@ -12,7 +9,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime as dt
-import functools
 import io
 import os
 import re
@@ -26,11 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolchain.errors import EnvironmentUnavailable, UsageError
+from toolchain.image.build_log import STEP, environment_fault, failed_step
+from toolchain.image.docker_host import DockerClient, client_or_default, docker_client, ping
 from toolchain.spec.compat import DEFAULT_PLATFORM
 from verify import workflow_commands
 
 if TYPE_CHECKING:
-    from toolchain.spec.matrix import Cell
+    from toolchain.spec.cell import Cell
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = "docker/Dockerfile"
@@ -39,34 +37,6 @@ INPUTS = "docker/build-inputs"
 WHEELHOUSE_NAME, APEX_SRC_NAME = "wheelhouse", "apex-src"
 TAIL_LINES = 30
 TARGETS = ("runtime", "runtime-devel", "runtime-slim", "verify-runtime", "apex-build", "torch", "devel", "apex-src")
-
-# What works with a package index and no image registry (README "No registry?").
-NO_REGISTRY_COMMAND = ("bash scripts/ensure-docker.sh && python3 build.py image --cuda 13.0 --torch 2.11.0 --os debian12 "
-                       "--python 3.11 --base-devel apex-toolchain/base:bookworm --base-runtime apex-toolchain/base:bookworm "
-                       "--torch-index-url https://pypi.org/simple --archs 9.0 --target runtime-slim")
-
-# Output that means "the environment is missing something", not "this cell is broken": exit 3.
-# (pattern, message, retry?) - a registry hiccup is worth one more try; a full disk is not.
-_ENVIRONMENT_FAULTS: tuple[tuple[str, str, bool], ...] = (
-    (r"Cannot connect to the Docker daemon", "no Docker daemon answers; start it (`dockerd &` or "
-     "`sudo systemctl start docker`) or set DOCKER_HOST", False),
-    (r"permission denied while trying to connect to the Docker daemon socket", "the Docker socket is not "
-     "permitted for this user; add the user to the docker group (or run with sudo)", False),
-    (r"no space left on device", "the disk is full (no space left on device); free space "
-     "(`docker builder prune`, `docker image prune`) and retry", False),
-    (r"pull access denied|failed to resolve source metadata|failed to do request|"
-     r"TLS handshake timeout|i/o timeout|manifest unknown|not found: manifest",
-     "a base image could not be pulled (no registry reachable, or no such image); load it (docker load), or "
-     "build with no registry from a local Debian base and CUDA from the package index: " + NO_REGISTRY_COMMAND, True),
-    (r"apex-src stage: cannot reach ", "the Apex git host cannot be reached from the build (no network to it); "
-     "pass a local Apex checkout with --apex-src DIR", False),
-    (r"buildx component is missing or broken", "this docker client needs the buildx plugin for BuildKit; "
-     "install docker-buildx, or point DOCKER_CLI at a client older than 23 (e.g. Debian's /usr/bin/docker)", False),
-)
-_STEP = re.compile(r"^#(\d+) \[([\w.-]+) (\d+)/(\d+)\] (.*)$")
-_STEP_ERROR = re.compile(r"^#(\d+) ERROR:")
-_FAILED_STEP = re.compile(r"^ > \[([\w.-]+) \d+/\d+\]")
-
 
 @dataclasses.dataclass(frozen=True)
 class BuildResult:
@@ -81,99 +51,6 @@ class BuildResult:
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
-
-
-@dataclasses.dataclass(frozen=True)
-class DockerClient:
-    path: str
-    buildx: bool  # `docker buildx build`, else `DOCKER_BUILDKIT=1 docker build`
-    version: str
-
-    def build_prefix(self) -> list[str]:
-        return [self.path, "buildx", "build", "--load"] if self.buildx else [self.path, "build"]
-
-
-# ---------------------------------------------------------------- the client
-
-
-def _client_version(path: str) -> str | None:
-    try:
-        out = subprocess.run([path, "version", "--format", "{{.Client.Version}}"], capture_output=True,
-                             text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    match = re.search(r"\d+\.\d+[\w.+~-]*", out.stdout)  # the client line prints even without a daemon
-    return match.group(0) if match else None
-
-
-def _has_buildx(path: str) -> bool:
-    try:
-        return subprocess.run([path, "buildx", "version"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-@functools.lru_cache(maxsize=1)
-def docker_client() -> DockerClient:
-    """The first docker client that can build with BuildKit (see the module docstring)."""
-    forced = os.environ.get("DOCKER_CLI")
-    candidates = [forced] if forced else [shutil.which("docker"), "/usr/bin/docker", "/usr/local/bin/docker"]
-    tried = []
-    for path in dict.fromkeys(c for c in candidates if c):
-        version = _client_version(path)
-        if version is None:
-            tried.append(f"{path} (does not run)")
-            continue
-        if _has_buildx(path):
-            return DockerClient(path, True, version)
-        if int(version.split(".")[0]) < 23:
-            return DockerClient(path, False, version)
-        tried.append(f"{path} {version} (no buildx plugin)")
-    where = ", ".join(tried) or "no docker client on PATH"
-    raise EnvironmentUnavailable(
-        f"no docker client can build with BuildKit ({where}); install the buildx plugin (docker-buildx) "
-        "or Debian's docker.io (20.10), or set DOCKER_CLI to a client that can"
-    )
-
-
-def local_image(client, tag: str):
-    """The image `tag` from the local store. Not there, or a tag Docker rejects: UsageError (exit 2);
-    the daemon unreachable mid-call: EnvironmentUnavailable (exit 3)."""
-    from docker.errors import APIError, DockerException, ImageNotFound
-
-    try:
-        return client.images.get(tag)
-    except ImageNotFound:
-        raise UsageError(f"image {tag!r} is not in the local Docker store; build it (build.py image) or docker pull it") from None
-    except APIError as err:  # e.g. `invalid reference format`: the daemon names what is wrong with the tag
-        raise UsageError(f"image {tag!r}: {err.explanation or err}; pass a valid image tag or id") from None
-    except (DockerException, OSError) as err:  # requests' ConnectionError / timeouts are OSErrors
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise EnvironmentUnavailable(f"the Docker daemon did not answer while looking up image {tag!r} ({reason}); "
-                                     "check that it is running (scripts/ensure-docker.sh) or DOCKER_HOST") from None
-
-
-def ping(timeout: float = 10) -> None:
-    """Raise EnvironmentUnavailable (exit 3) with the fix when no daemon answers, via the Docker SDK."""
-    try:
-        import docker
-        from docker.errors import DockerException
-    except ImportError:
-        raise EnvironmentUnavailable("the Docker SDK is not installed; pip install 'docker>=7'") from None
-    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    try:
-        docker.from_env(timeout=timeout).ping()
-    except (DockerException, OSError) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        if "ermission denied" in reason:
-            raise EnvironmentUnavailable(
-                f"the Docker socket {where} is not permitted for this user ({reason}); add the user to the "
-                "docker group (or run with sudo)"
-            ) from None
-        raise EnvironmentUnavailable(
-            f"no Docker daemon answers at {where} ({reason}); start it (`sudo systemctl start docker`, "
-            "`dockerd &`, or scripts/ensure-docker.sh) or set DOCKER_HOST"
-        ) from None
 
 
 # ---------------------------------------------------------------- the command
@@ -222,7 +99,7 @@ def build_command(cell: Cell, *, target: str = "runtime", apex_src: Path | str |
     if target not in TARGETS:
         raise UsageError(f"--target {target!r}: no such Dockerfile stage to ship; use one of {', '.join(TARGETS)}")
     _progress(progress)  # validates the value
-    prefix = (client or _client_or_default()).build_prefix()
+    prefix = (client or client_or_default()).build_prefix()
     command = [*prefix, "--file", str(Path(context) / DOCKERFILE), "--target", target, "--progress", "plain",
                "--tag", cell.id]
     if cell.platform != DEFAULT_PLATFORM:  # e.g. linux/arm64: native on an arm64 builder, else QEMU
@@ -241,13 +118,6 @@ def _csv_fields(*fields: str) -> str:
     line = io.StringIO()
     csv.writer(line, lineterminator="").writerow(fields)
     return line.getvalue()
-
-
-def _client_or_default() -> DockerClient:
-    try:
-        return docker_client()
-    except EnvironmentUnavailable:  # `plan` shows the command even where no client can build
-        return DockerClient("docker", False, "unknown")
 
 
 # ---------------------------------------------------------------- the build context
@@ -319,31 +189,6 @@ def _source_revision() -> str:
         return ""
 
 
-def failed_step(lines: list[str]) -> tuple[str | None, str | None]:
-    """(stage, step) of the failing build step, from BuildKit's plain progress output."""
-    headers: dict[str, tuple[str, str]] = {}
-    for line in lines:
-        match = _STEP.match(line)
-        if match:
-            headers[match.group(1)] = (match.group(2), f"[{match.group(2)} {match.group(3)}/{match.group(4)}] {match.group(5)}")
-    for line in lines:
-        match = _STEP_ERROR.match(line)
-        if match and match.group(1) in headers:
-            return headers[match.group(1)]
-    for line in lines:  # the summary block BuildKit prints after "------"
-        match = _FAILED_STEP.match(line)
-        if match:
-            return match.group(1), line.strip()[2:]
-    return None, None
-
-
-def environment_fault(text: str) -> tuple[str, bool] | None:
-    for pattern, message, retry in _ENVIRONMENT_FAULTS:
-        if re.search(pattern, text, re.IGNORECASE):
-            return message, retry
-    return None
-
-
 def _run_build(command: list[str], env: dict[str, str], log_path: Path, show: str) -> int:
     # line-buffered: the log is what `tail -f` and a killed run leave behind, so each line lands at once
     with open(log_path, "a", encoding="utf-8", buffering=1) as log:
@@ -356,7 +201,7 @@ def _run_build(command: list[str], env: dict[str, str], log_path: Path, show: st
             assert proc.stdout is not None
             for line in proc.stdout:
                 log.write(line)
-                step = _STEP.match(line)
+                step = STEP.match(line)
                 if show == "plain" or "ERROR" in line or (step and step.group(1) not in shown):
                     sys.stdout.write(workflow_commands.inert(line))  # tty: each step's header once, and errors
                     if step:

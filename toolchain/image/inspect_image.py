@@ -7,7 +7,7 @@ import io
 import json
 import tarfile
 
-from toolchain.image import engine
+from toolchain.image import docker_host
 from verify.manifest import DEFAULT_PATH as MANIFEST_PATH
 
 NAMESPACE = "io.apex-toolchain."
@@ -56,9 +56,9 @@ def inspect(tag: str) -> dict:
     """Labels, embedded manifest and static report of a local image; no container is started."""
     import docker
 
-    engine.ping()
+    docker_host.ping()
     client = docker.from_env(timeout=60)
-    image = engine.local_image(client, tag)
+    image = docker_host.local_image(client, tag)
     config = image.attrs.get("Config") or {}
     labels = dict(config.get("Labels") or {})
     result: dict = {

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.errors import EnvironmentUnavailable, ToolchainError, UsageError
+from toolchain.runs.cell_result import now
 from verify import atomic, exit_codes, input_files
 
 RECORD_NAME = "published.json"
@@ -59,8 +60,6 @@ def read_record(out: Path, cell_id: str) -> dict[str, Any] | None:
 
 
 def _record(out: Path, cell_id: str, repository: str, digest: str, image_id: str | None, pushed_by: str) -> dict:
-    from toolchain.runs.run_loop import now
-
     record = {"record_version": RECORD_VERSION, "cell": cell_id, "repository": repository, "tag": cell_id,
               "digest": check_digest(digest, "pushed digest"), "ref": f"{repository}@{digest}",
               "image_id": image_id, "pushed_at": now(), "pushed_by": pushed_by}
@@ -73,11 +72,11 @@ def push(cell_id: str, repository: str, *, out: Path, local: str | None = None) 
     import docker
     from docker.errors import APIError, DockerException
 
-    from toolchain.image import engine
+    from toolchain.image import docker_host
 
-    engine.ping()
+    docker_host.ping()
     client = docker.from_env(timeout=600)
-    image = engine.local_image(client, local or cell_id)
+    image = docker_host.local_image(client, local or cell_id)
     image.tag(repository, tag=cell_id)
     digest, errors = None, []
     try:

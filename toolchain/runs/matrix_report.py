@@ -1,4 +1,4 @@
-"""All cells in one table: out/matrix-report.md and out/matrix-report.html.
+"""The matrix report's rows: one per cell, collected from what the runs left (report_tables.py renders them).
 
 Reads what the runs left behind: out/matrix-report.json (every cell a run selected, including those
 not run or interrupted), out/cells/<id>/result.json (the truth for each cell built), and each cell's
@@ -13,17 +13,15 @@ row marked `unreadable`), and `build.py report` exits 2 after writing it.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
-import html
 import math
 from pathlib import Path
 from typing import Any
 
-from verify import atomic, input_files
+from toolchain.runs.cell_result import CellResult, CellStatus
 from verify import field_types as ft
+from verify import input_files
+from verify.messages import shown
 
-MD_NAME = "matrix-report.md"
-HTML_NAME = "matrix-report.html"
 OK_STATUSES = ("built", "verified")
 
 # The fields this report reads, as the matrix run (toolchain/runs/run_loop.py) and verify write them;
@@ -38,7 +36,8 @@ _CELL = ft.Record({"cuda": ft.STR, "torch": ft.STR, "python": ft.STR, "os": ft.S
                    "extras": ft.ListOf(ft.STR)})
 ENTRY_SHAPE = ft.Record({"id": ft.STR, "name": ft.STR, "status": ft.STR, "run_id": _TEXT, "cell": _CELL,
                          "build": ft.Nullable(_BUILD), "verify": ft.Nullable(_VERIFY),
-                         "started_at": _TEXT, "finished_at": _TEXT}, required=("id",))
+                         "started_at": _TEXT, "finished_at": _TEXT}, required=("id", "name", "status"))
+_STATUSES = tuple(s.value for s in CellStatus)
 # matrix-report.json apart from its "cells" (each entry is checked on its own: see overview_entries)
 OVERVIEW_SHAPE = ft.Record({"report_version": ft.STR, "runs": ft.MapOf(ft.ANY), "status": ft.STR})
 _GPU = ft.Record({"name": _TEXT})
@@ -62,6 +61,11 @@ class Row:
     report: dict[str, Any] | None  # the verify report, when one was written and is readable
     report_path: str | None
     error: str | None = None  # why this cell's own result could not be read (the row shows what is known)
+
+    @classmethod
+    def of(cls, result: CellResult, report: dict[str, Any] | None, report_path: str | None) -> Row:
+        return cls(id=result.id, name=result.name or result.id, status=result.status.value, cell=result.cell,
+                   build=result.build, verify=result.verify or None, report=report, report_path=report_path)
 
     @property
     def ok(self) -> bool:
@@ -156,12 +160,35 @@ def overview_entries(data: Any, source: str) -> tuple[list[dict[str, Any]] | Non
         return None, [ft.summary(head)]
     entries, problems = [], []
     for index, entry in enumerate(cells):
-        found = ft.check(entry, ENTRY_SHAPE, f"{source}.cells[{index}]")
+        found = entry_problems(entry, f"{source}.cells[{index}]")
         if found:
             problems.append(ft.summary(found))
         else:
             entries.append(entry)
     return entries, problems
+
+
+def entry_problems(entry: Any, where: str) -> list[ft.FieldProblem]:
+    """What keeps a decoded result (or overview entry) from being a CellResult: a field of the wrong type,
+    or a status that is none of CellStatus's."""
+    found = ft.check(entry, ENTRY_SHAPE, where)
+    if not found and entry["status"] not in _STATUSES:
+        found = [ft.FieldProblem(f"{where}.status", f"{shown(entry['status'])} is not a cell status "
+                                 f"(one of {', '.join(_STATUSES)})")]
+    return found
+
+
+def _load_result(path: Path, problems: list[str]) -> CellResult | None:
+    """out/cells/<id>/result.json as the record, else None with one line in `problems` naming the file."""
+    kind = input_files.CELL_RESULT
+    data = _read(path, kind, problems)
+    if data is None:
+        return None
+    found = entry_problems(data, path.name)
+    if found:
+        problems.append(f"{kind.name} {path}: {ft.summary(found)}; {kind.fix}")
+        return None
+    return CellResult.from_json(data)
 
 
 def _read(path: Path, kind: input_files.InputKind, problems: list[str], *, missing_ok: bool = False) -> Any:
@@ -202,35 +229,30 @@ def collect(out: Path, problems: list[str] | None = None) -> list[Row]:
     """One row per cell from what the runs left under `out`; every input that could not be used is
     one line appended to `problems` (the rows still hold every cell that could be read)."""
     problems = [] if problems is None else problems
-    entries: dict[str, dict[str, Any]] = {}
+    entries: dict[str, CellResult] = {}
     unreadable: dict[str, str] = {}  # cell id (its directory) -> why its result.json is not used
     overview_path = out / "matrix-report.json"
     overview = _read(overview_path, input_files.MATRIX_REPORT, problems, missing_ok=True)
     if overview is not None:
         good, bad = overview_entries(overview, overview_path.name)
-        entries.update((entry["id"], entry) for entry in good or [])
+        entries.update((entry["id"], CellResult.from_json(entry)) for entry in good or [])
         problems += [f"{input_files.MATRIX_REPORT.name} {overview_path}: {p}; {input_files.MATRIX_REPORT.fix}"
                      for p in bad]
     for result_file in sorted((out / "cells").glob("*/result.json")):
         before = len(problems)
-        result = _load(result_file, input_files.CELL_RESULT, ENTRY_SHAPE, problems)
+        result = _load_result(result_file, problems)
         if result is None:
             unreadable[result_file.parent.name] = problems[before]
             continue
-        known = entries.get(result["id"])
+        known = entries.get(result.id)
         # the later state wins: a result file over its run's "pending", a later "interrupted" over both
-        if known is None or (result.get("finished_at") or "") >= (known.get("finished_at") or ""):
-            entries[result["id"]] = result
+        if known is None or (result.finished_at or "") >= (known.finished_at or ""):
+            entries[result.id] = result
     rows = []
-    for entry in entries.values():
-        verify = entry.get("verify") or None
-        report_file = _find((verify or {}).get("report_path"), out)
+    for result in entries.values():
+        report_file = _find((result.verify or {}).get("report_path"), out)
         report = _load(report_file, input_files.VERIFY_REPORT, REPORT_SHAPE, problems) if report_file else None
-        rows.append(Row(
-            id=entry["id"], name=entry.get("name") or entry["id"], status=entry.get("status", "unknown"),
-            cell=entry.get("cell") or {}, build=entry.get("build"), verify=verify, report=report,
-            report_path=str(report_file) if report_file and report is not None else None,
-        ))
+        rows.append(Row.of(result, report, str(report_file) if report_file and report is not None else None))
     rows += _verify_image_rows(out, {row.id for row in rows}, problems)
     for cell_id, why in unreadable.items():
         if cell_id not in entries:  # nothing else known about it: a row that says so
@@ -262,107 +284,3 @@ def _verify_image_rows(out: Path, known: set[str], problems: list[str]) -> list[
 
 def _version_key(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split(".") if p.isdigit())
-
-
-# --- rendering --------------------------------------------------------------------------------
-
-COLUMNS = ("cell", "CUDA", "torch", "Python", "OS", "archs", "build", "verify", "extensions",
-           "kernels (native / Apex time)", "details")
-
-
-def _cells(row: Row) -> list[str]:
-    cell = row.cell
-    archs = ";".join(cell.get("archs") or [])
-    extras = cell.get("extras") or []
-    return [
-        row.id,
-        cell.get("cuda", ""),
-        cell.get("torch", ""),
-        cell.get("python", ""),
-        cell.get("os", ""),
-        archs + (f" +{','.join(extras)}" if extras else ""),
-        row.build_text(),
-        row.verify_text(),
-        row.extensions_text(),
-        row.kernels_text(),
-        row.details_text(),
-    ]
-
-
-def _md_escape(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
-
-
-def render_markdown(rows: list[Row], created_at: str) -> str:
-    ok = sum(r.ok for r in rows)
-    lines = [
-        "# Apex image matrix",
-        "",
-        f"{len(rows)} cells, {ok} ok, {len(rows) - ok} not ok — generated {created_at} by `build.py report`.",
-        "Kernel figures are the best native PyTorch median time divided by Apex's (above 1: Apex is faster).",
-        "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
-    ]
-    for row in rows:
-        cells = [_md_escape(c) for c in _cells(row)]
-        if cells[6].startswith("FAILED"):
-            cells[6] = f"**{cells[6]}**"
-        lines.append("| " + " | ".join(cells) + " |")
-    if not rows:
-        lines.append("| " + " | ".join(["(no cells run yet: `build.py matrix`)"] + [""] * (len(COLUMNS) - 1)) + " |")
-    return "\n".join(lines) + "\n"
-
-
-_CSS = """
-body{font-family:system-ui,sans-serif;margin:2rem;color:#222}
-table{border-collapse:collapse;font-size:.9rem}th,td{border:1px solid #ccc;padding:.3rem .5rem;vertical-align:top}
-th{background:#f3f3f3;text-align:left}tr.ok td.status{background:#e6f4e6}tr.bad td.status{background:#fbe3e3}
-tr.other td.status{background:#fff6d6}code{font-size:.85rem}.bar{display:inline-block;height:.7rem;background:#4a7}
-.bar.slow{background:#c55}.note{color:#555}
-"""
-
-
-def _bars(row: Row) -> str:
-    parts = []
-    for kernel, ratio in row.speedups().items():
-        width = max(2, min(200, int(60 * ratio)))
-        cls = "bar" if ratio >= 1 else "bar slow"
-        parts.append(f'{html.escape(kernel)} {ratio:.2f}x <span class="{cls}" style="width:{width}px"></span>')
-    return "<br>".join(parts) or "-"
-
-
-def render_html(rows: list[Row], created_at: str) -> str:
-    ok = sum(r.ok for r in rows)
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
-    body = []
-    for row in rows:
-        cells = [html.escape(c) for c in _cells(row)]
-        cells[0] = f"<code>{cells[0]}</code>"
-        cells[9] = _bars(row)
-        if row.report_path:
-            cells[7] = f'<a href="{html.escape(Path(row.report_path).as_posix())}">{cells[7]}</a>'
-        klass = "ok" if row.ok else "bad" if row.status not in ("pending", "not_run", "skipped") else "other"
-        tds = "".join(
-            f'<td class="status">{c}</td>' if i in (6, 7) else f"<td>{c}</td>" for i, c in enumerate(cells)
-        )
-        body.append(f'<tr class="{klass}">{tds}</tr>')
-    if not rows:
-        body.append(f'<tr><td colspan="{len(COLUMNS)}">no cells run yet: <code>build.py matrix</code></td></tr>')
-    return (
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Apex image matrix</title>"
-        f"<style>{_CSS}</style></head><body>\n<h1>Apex image matrix</h1>\n"
-        f'<p class="note">{len(rows)} cells, {ok} ok, {len(rows) - ok} not ok — generated {html.escape(created_at)} '
-        "by <code>build.py report</code>. Kernel figures: best native PyTorch median time ÷ Apex's "
-        "(above 1: Apex is faster).</p>\n"
-        f"<table><thead><tr>{head}</tr></thead><tbody>\n" + "\n".join(body) + "\n</tbody></table>\n</body></html>\n"
-    )
-
-
-def write(out: Path, problems: list[str] | None = None) -> tuple[Path, Path, list[Row]]:
-    """Write the Markdown and HTML tables; `problems` (when given) receives one line per unusable input."""
-    rows = collect(out, problems)
-    created_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    md_path = atomic.write_text(out / MD_NAME, render_markdown(rows, created_at))
-    html_path = atomic.write_text(out / HTML_NAME, render_html(rows, created_at))
-    return md_path, html_path, rows

@@ -1,15 +1,13 @@
-"""Build (and verify) cells one after another; a failed cell does not stop the others.
+"""Build (and verify) cells one after another, as a RunRequest says; a failed cell does not stop the others.
 
-Each cell gets logs/<cell id>/build.log and out/cells/<cell id>/result.json; out/matrix-report.json is
-updated after every cell (atomically, merged under a file lock so two runs at once do not clobber each
-other), and Ctrl-C still leaves a report that says which cells were interrupted or never ran.
+Each cell gets logs/<cell id>/build.log and out/cells/<cell id>/result.json; out/matrix-report.json
+(run_overview.py) is updated after every cell, and Ctrl-C still leaves it saying which cells were
+interrupted or never ran.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import datetime as dt
 import fcntl
 import re
 import time
@@ -22,101 +20,18 @@ from typing import Any
 from toolchain.console import Console
 from toolchain.errors import EnvironmentUnavailable, ToolchainError
 from toolchain.runs import matrix_report
-from toolchain.runs.cell_result import RESULT_VERSION, CellResult, CellStatus
-from toolchain.spec.matrix import Cell
+from toolchain.runs.cell_result import CellResult, CellStatus, now
+from toolchain.runs.run_overview import MatrixReport
+from toolchain.runs.run_request import RunRequest
+from toolchain.spec.cell import Cell
 from verify import atomic, exit_codes, input_files
 from verify import field_types as ft
 
-REPORT_NAME = "matrix-report.json"
 LOG_TAIL_LINES = 40
-
-
-def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def result_path(out: Path, cell_id: str) -> Path:
     return out / "cells" / cell_id / "result.json"
-
-
-# --- the matrix report file -------------------------------------------------------------------
-
-
-class MatrixReport:
-    """out/matrix-report.json: one entry per cell, merged by cell id across concurrent runs."""
-
-    def __init__(self, out: Path, matrix_path: Path | None, run_id: str) -> None:
-        self.path = out / REPORT_NAME
-        self.lock_path = out / f".{REPORT_NAME}.lock"
-        self.matrix_path = matrix_path
-        self.run_id = run_id
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[dict[str, Any]]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_path, "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # held only for a read-modify-write, never during a build
-            try:
-                data = self._read()
-                yield data
-                data["updated_at"] = now()
-                atomic.write_json(self.path, data)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-
-    def _read(self) -> dict[str, Any]:
-        """The overview so far. Absent, unreadable, of another version or the wrong shape: a fresh one
-        (the per-cell result files remain; `build.py report` names a corrupt file). A cell entry of the
-        wrong shape is dropped, the others kept."""
-        try:
-            data = input_files.read_json(self.path, input_files.MATRIX_REPORT)
-        except input_files.InputFileError:
-            data = None
-        if isinstance(data, dict) and data.get("report_version") == RESULT_VERSION:
-            entries, _ = matrix_report.overview_entries(data, REPORT_NAME)
-            if entries is not None:  # None: the document itself has the wrong shape
-                data.update(cells=entries, runs=data.get("runs", {}))
-                return data
-        return {"report_version": RESULT_VERSION, "created_at": now(), "runs": {}, "cells": []}
-
-    def start(self, cells: list[Cell]) -> None:
-        with self._locked() as data:
-            data["matrix"] = str(self.matrix_path) if self.matrix_path else None
-            data["runs"][self.run_id] = {"started_at": now(), "status": "running", "cells": [c.id for c in cells]}
-            for cell in cells:
-                _merge(data, _placeholder(cell, CellStatus.PENDING, self.run_id))
-
-    def update(self, result: CellResult) -> None:
-        with self._locked() as data:
-            _merge(data, result.to_json())
-
-    def finish(self, status: str, leftover: list[Cell] = ()) -> None:
-        with self._locked() as data:
-            run = data["runs"].setdefault(self.run_id, {})
-            run.update(status=status, finished_at=now())
-            for cell in leftover:
-                _merge(data, _placeholder(cell, CellStatus.NOT_RUN, self.run_id))
-            data["status"] = status
-
-
-def _placeholder(cell: Cell, status: CellStatus, run_id: str) -> dict[str, Any]:
-    return CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=cell.to_json(), status=status).to_json()
-
-
-def _is_placeholder(status: Any) -> bool:
-    return status in {s.value for s in CellStatus if s.placeholder}
-
-
-def _merge(data: dict[str, Any], entry: dict[str, Any]) -> None:
-    for index, existing in enumerate(data["cells"]):
-        if existing.get("id") == entry["id"]:
-            # a concurrent run's start() or Ctrl-C must not wipe a cell another run finished
-            if (existing.get("finished_at") and existing.get("run_id") != entry.get("run_id")
-                    and _is_placeholder(entry.get("status"))):
-                return
-            data["cells"][index] = entry
-            return
-    data["cells"].append(entry)
 
 
 # --- one cell ---------------------------------------------------------------------------------
@@ -159,9 +74,9 @@ def failure_line(lines: list[str]) -> str:
     return lines[-1].strip() if lines else "(empty log)"
 
 
-def run_cell(cell: Cell, args: argparse.Namespace, console: Console, *, verify_mode: str, run_id: str) -> CellResult:
+def run_cell(cell: Cell, request: RunRequest, console: Console, *, verify_mode: str, run_id: str) -> CellResult:
     """Build one cell, verify it if asked; never raises for a cell's own failure (Ctrl-C excepted)."""
-    log_dir = args.logs / cell.id
+    log_dir = request.logs / cell.id
     log_path = log_dir / "build.log"
     result = CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=cell.to_json(), status=CellStatus.BUILDING,
                         started_at=now())
@@ -171,16 +86,16 @@ def run_cell(cell: Cell, args: argparse.Namespace, console: Console, *, verify_m
                 status=CellStatus.SKIPPED, finished_at=now(),
                 build={"ok": False, "error": f"another run is building {cell.id} (lock {log_dir / '.lock'})"})
             console.status("SKIP", "warn", f"{cell.name}: another run is building it")
-            return save_result(result, args.out)
-        build = _build(cell, args, console, log_path)
+            return save_result(result, request.out)
+        build = _build(cell, request, console, log_path)
         if not build["ok"]:
             result = result.replace(build=build, status=CellStatus(build.get("status", "build_failed")))
         elif verify_mode == "none":
             result = result.replace(build=build, status=CellStatus.BUILT)
         else:
-            verify = _verify(build["tag"], args, console, verify_mode, cell)
+            verify = _verify(build["tag"], request, console, verify_mode, cell)
             result = result.replace(build=build, verify=verify, status=CellStatus(verify["status"]))
-    return save_result(result.replace(finished_at=now()), args.out)
+    return save_result(result.replace(finished_at=now()), request.out)
 
 
 def save_result(result: CellResult, out: Path) -> CellResult:
@@ -188,15 +103,15 @@ def save_result(result: CellResult, out: Path) -> CellResult:
     return result
 
 
-def _build(cell: Cell, args: argparse.Namespace, console: Console, log_path: Path) -> dict[str, Any]:
+def _build(cell: Cell, request: RunRequest, console: Console, log_path: Path) -> dict[str, Any]:
     from toolchain.image import engine
 
     start = time.monotonic()
-    build: dict[str, Any] = {"ok": False, "tag": cell.id, "target": args.target, "log_path": str(log_path)}
+    build: dict[str, Any] = {"ok": False, "tag": cell.id, "target": request.target, "log_path": str(log_path)}
     with console.group(f"build {cell.name}: {cell.id}"):
         try:
-            outcome = engine.build_image(cell, target=args.target, log_path=log_path, apex_src=args.apex_src,
-                                         wheelhouse=args.wheelhouse, extra_ca=args.extra_ca, progress=args.progress)
+            outcome = engine.build_image(cell, target=request.target, log_path=log_path, apex_src=request.apex_src,
+                                         wheelhouse=request.wheelhouse, extra_ca=request.extra_ca, progress=request.progress)
             build.update(ok=bool(outcome.ok), tag=outcome.tag or cell.id, stage_failed=outcome.stage_failed,
                          step_failed=getattr(outcome, "step_failed", None),
                          log_tail=_tail(outcome.log_tail), duration_s=round(float(outcome.duration_s), 1))
@@ -222,10 +137,10 @@ def _build(cell: Cell, args: argparse.Namespace, console: Console, log_path: Pat
     return build
 
 
-def _verify(tag: str, args: argparse.Namespace, console: Console, mode: str, cell: Cell) -> dict[str, Any]:
+def _verify(tag: str, request: RunRequest, console: Console, mode: str, cell: Cell) -> dict[str, Any]:
     from toolchain.image import container_verify
 
-    out_dir = args.out / "cells" / cell.id / "verify"
+    out_dir = request.out / "cells" / cell.id / "verify"
     verify: dict[str, Any] = {"mode_requested": mode, "out_dir": str(out_dir)}
     with console.group(f"verify {cell.name}: {tag}"):
         try:
@@ -265,12 +180,12 @@ def report_summary(report_path: Any) -> dict[str, Any]:
 # --- commands ---------------------------------------------------------------------------------
 
 
-def check_inputs(args: argparse.Namespace) -> None:
+def check_inputs(request: RunRequest) -> None:
     """Local inputs that every cell uses: missing ones are bad input (exit 2), caught before any build."""
     from toolchain.errors import UsageError
 
-    for option, path, want_dir in (("--apex-src", args.apex_src, True), ("--wheelhouse", args.wheelhouse, True),
-                                   ("--extra-ca", args.extra_ca, False)):
+    for option, path, want_dir in (("--apex-src", request.apex_src, True), ("--wheelhouse", request.wheelhouse, True),
+                                   ("--extra-ca", request.extra_ca, False)):
         if path is None:
             continue
         if want_dir and not Path(path).is_dir():
@@ -291,15 +206,15 @@ def check_inputs(args: argparse.Namespace) -> None:
             raise UsageError(f"{option} {path}: no such file; pass the CA bundle file (PEM)")
 
 
-def build_one(cell: Cell, args: argparse.Namespace, console: Console) -> int:
+def build_one(cell: Cell, request: RunRequest, console: Console) -> int:
     """`build.py image`: one cell, recorded in the matrix report like any other."""
     run_id = uuid.uuid4().hex[:12]
-    report = MatrixReport(args.out, None, run_id)
+    report = MatrixReport(request.out, None, run_id)
     report.start([cell])
     try:
-        result = run_cell(cell, args, console, verify_mode=args.verify, run_id=run_id)
+        result = run_cell(cell, request, console, verify_mode=request.verify, run_id=run_id)
     except KeyboardInterrupt:
-        report.update(save_result(_interrupted(cell, args, run_id), args.out))
+        report.update(save_result(_interrupted(cell, request, run_id), request.out))
         report.finish("interrupted")
         raise
     report.update(result)
@@ -307,17 +222,17 @@ def build_one(cell: Cell, args: argparse.Namespace, console: Console) -> int:
     return _exit_code([result])
 
 
-def run_matrix(cells: list[Cell], args: argparse.Namespace, console: Console, *, matrix_path: Path) -> int:
+def run_matrix(cells: list[Cell], request: RunRequest, console: Console, *, matrix_path: Path) -> int:
     run_id = uuid.uuid4().hex[:12]
-    report = MatrixReport(args.out, matrix_path, run_id)
+    report = MatrixReport(request.out, matrix_path, run_id)
     report.start(cells)
-    console.line(f"matrix: {len(cells)} cells; report {report.path}; logs under {args.logs}/<cell>/")
+    console.line(f"matrix: {len(cells)} cells; report {report.path}; logs under {request.logs}/<cell>/")
     results: list[CellResult] = []
     for index, cell in enumerate(cells):
         try:
-            result = run_cell(cell, args, console, verify_mode=args.verify, run_id=run_id)
+            result = run_cell(cell, request, console, verify_mode=request.verify, run_id=run_id)
         except KeyboardInterrupt:
-            report.update(save_result(_interrupted(cell, args, run_id), args.out))
+            report.update(save_result(_interrupted(cell, request, run_id), request.out))
             report.finish("interrupted", leftover=cells[index + 1:])
             console.error(f"interrupted during {cell.name}; partial report in {report.path}")
             return exit_codes.FAILED
@@ -328,9 +243,9 @@ def run_matrix(cells: list[Cell], args: argparse.Namespace, console: Console, *,
     return _exit_code(results)
 
 
-def _interrupted(cell: Cell, args: argparse.Namespace, run_id: str) -> dict[str, Any]:
+def _interrupted(cell: Cell, request: RunRequest, run_id: str) -> dict[str, Any]:
     """The cell in progress at Ctrl-C, with what its log had so far (the build was stopped)."""
-    log_path = args.logs / cell.id / "build.log"
+    log_path = request.logs / cell.id / "build.log"
     try:
         lines = log_path.read_text(errors="replace").splitlines()
     except OSError:
@@ -361,4 +276,4 @@ def _exit_code(results: list[CellResult]) -> int:
     return exit_codes.OK
 
 
-__all__ = ["MatrixReport", "build_one", "check_inputs", "result_path", "run_cell", "run_matrix", "save_result"]
+__all__ = ["build_one", "check_inputs", "result_path", "run_cell", "run_matrix", "save_result"]

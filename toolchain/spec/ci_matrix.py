@@ -11,7 +11,8 @@ import re
 from typing import Any
 
 from toolchain.errors import UsageError
-from toolchain.spec.matrix import REPOSITORY_RE, Cell
+from toolchain.spec.cell import Cell
+from toolchain.spec.cell_fields import REPOSITORY_RE
 from verify.messages import shown
 
 CACHE_KINDS = ("gha", "registry", "none")

@@ -1,0 +1,147 @@
+"""What goes into one build, checked before anything runs: the Apex source tree, the APEX_* flags, the
+arch list, and the modules those flags build at this ref (build_outputs.py reads what came out).
+
+Standard library only: it runs inside the build image (Python 3.10).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from pathlib import Path
+
+from toolchain.builder import apex_setup
+from toolchain.builder.request import BuildRequest
+from toolchain.errors import UsageError
+from verify import module_map
+from verify.messages import did_you_mean, shown
+
+# A copy of toolchain/data/compat.toml's apex.core_flags: the builder runs inside the build image, where
+# Python 3.10 has no tomllib (tomli is a build-host extra). A unit test keeps it equal to compat.toml.
+DEFAULT_FLAGS = {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"}
+# TORCH_CUDA_ARCH_LIST entries: 9.0, 9.0+PTX, 9.0a, 10.0f (arch-specific / family suffixes)
+_ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$", re.ASCII)  # ASCII digits: nvcc reads no others
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildInputs:
+    """The checked inputs: the source tree, how its setup.py takes switches, the flags and the archs."""
+
+    src: Path
+    setup: apex_setup.SetupPy
+    flags: dict[str, str]
+    archs: tuple[str, ...] | None  # None: no TORCH_CUDA_ARCH_LIST (a Python-only build, or --naive)
+
+    @classmethod
+    def of(cls, src: Path, flags: dict[str, str], archs: list[str] | tuple[str, ...] | None = None,
+           setup: apex_setup.SetupPy | None = None) -> BuildInputs:
+        return cls(src=src, setup=setup or apex_setup.read(src), flags=dict(flags),
+                   archs=tuple(archs) if archs else None)
+
+    @property
+    def expected(self) -> list[str]:
+        return expected_modules(self.setup, self.flags)[0]
+
+    @property
+    def absent(self) -> list[str]:
+        return expected_modules(self.setup, self.flags)[1]
+
+    @property
+    def switches(self) -> list[str]:
+        return apex_setup.flag_switches(self.setup, self.flags)
+
+
+def resolve(request: BuildRequest) -> BuildInputs:
+    """Every check of the request's own values, in the order a user reads them: the source tree, its
+    setup.py, the flags, the numbers, the archs. Raises UsageError (exit 2) naming the option."""
+    src = request.src_dir
+    check_apex_source(src)
+    setup = apex_setup.read(src)
+    apex_setup.check_style(setup, src)
+    flags = parse_flags(request.flags, request.extras)
+    apex_setup.check_flags(setup, flags, src)
+    expected, _ = expected_modules(setup, flags)
+    needs_cuda = any(module_map.module(m).cuda for m in expected)
+    for name, value in (("--jobs", request.jobs), ("--nvcc-threads", request.nvcc_threads),
+                        ("--memory-gib", request.memory_gib)):
+        if value is not None and not value >= 1:
+            raise UsageError(f"{name} {value}: must be 1 or more")
+    arch_text = request.archs or os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if request.naive:
+        archs = None
+    elif arch_text:
+        archs = parse_archs(arch_text)
+    elif needs_cuda:
+        raise UsageError(
+            "--archs is required for CUDA extensions (setup.py would guess 7+ archs); e.g. --archs 9.0",
+        )
+    else:
+        archs = None
+    return BuildInputs.of(src, flags, archs, setup)
+
+
+def parse_flags(text: str | None, extras: str | None) -> dict[str, str]:
+    """`--flags "APEX_CPP_EXT=1,APEX_CUDA_EXT=1"` (comma or space separated, `=1` optional, `none`
+    for a Python-only build) plus `--extras xentropy,fast_layer_norm` (contrib flags)."""
+    known = module_map.known_flags()
+    flags: dict[str, str] = {}
+    if text is None:
+        flags.update(DEFAULT_FLAGS)
+    elif text.strip().lower() not in ("none", ""):
+        for item in re.split(r"[,\s]+", text.strip()):
+            key, _, value = item.partition("=")
+            value = value or "1"
+            if value not in ("0", "1"):
+                raise UsageError(f"--flags: {shown(item)} must be KEY=1 or KEY=0")
+            flags[_known_flag(key, known, "--flags")] = value
+    for item in re.split(r"[,\s]+", (extras or "").strip()):
+        if item:
+            name = item if item.upper().startswith("APEX_") else "APEX_" + item
+            flags[_known_flag(name.upper(), known, "--extras")] = "1"
+    return {k: v for k, v in flags.items() if v == "1"}
+
+
+def _known_flag(key: str, known: tuple[str, ...], option: str) -> str:
+    if key in known:
+        return key
+    hint = did_you_mean(key, known) or f"known flags: {', '.join(known)}"
+    raise UsageError(f"{option}: unknown Apex flag {shown(key)}; {hint}")
+
+
+def parse_archs(text: str) -> list[str]:
+    """`9.0`, `8.0;9.0`, `8.0 9.0+PTX`, `8.0,9.0` -> ["8.0", "9.0+PTX"]; bad entries exit 2."""
+    archs = [a for a in re.split(r"[;,\s]+", text.strip()) if a]
+    if not archs:
+        raise UsageError(
+            "--archs is empty; give compute capabilities such as --archs 9.0 or --archs '8.0;9.0'",
+        )
+    for arch in archs:
+        if not _ARCH.match(arch):
+            raise UsageError(
+                f"--archs: {shown(arch)} is not a compute capability; use MAJOR.MINOR with optional +PTX, e.g. 9.0 or 9.0+PTX",
+            )
+    return archs
+
+
+def check_apex_source(src: Path) -> None:
+    if not src.is_dir():
+        raise UsageError(
+            f"--apex-src {src}: no such directory; clone https://github.com/NVIDIA/apex and pass its path",
+        )
+    if not (src / "setup.py").is_file() or not (src / "apex" / "__init__.py").is_file():
+        raise UsageError(
+            f"--apex-src {src}: not an Apex source tree (needs setup.py and apex/__init__.py); pass the root of an NVIDIA/apex checkout",
+        )
+
+
+
+def expected_modules(setup: apex_setup.SetupPy, flags: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(modules the flags build at this ref, modules of those flags that this setup.py does not have):
+    older tags lack some core modules (fused_rotary_positional_embedding is there from 24.02)."""
+    expected, absent = [], []
+    for name in module_map.modules_for_flags(flags):
+        (expected if name in setup.modules(module_map.module(name).switch) else absent).append(name)
+    return expected, absent
+
+

@@ -1,0 +1,78 @@
+"""The manifest's build timing: per-unit times from the ninja logs, the lower bound, what memory one unit
+took (which sizes the next cold build in the same --out), and the line printed after every build.
+Standard library only: it runs inside the build image (Python 3.10).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from toolchain.builder import ninja_log, parallelism
+
+
+def compile_timing(build_dir: Path, stats: dict, cores: int, threads: int) -> dict:
+    """Per-unit times from each extension's .ninja_log, the links, the lower bound and what memory one
+    unit took at its peak, for the manifest. {} with a reason when no ninja log is there."""
+    try:
+        by_ext = ninja_log.read_build_dir(build_dir)
+        links = ninja_log.link_seconds(by_ext, ninja_log.library_mtimes(build_dir))
+    except (OSError, ninja_log.NinjaLogError) as error:
+        return {"units": [], "note": f"ninja logs unreadable: {error}"}
+    units = sorted((u for found in by_ext.values() for u in found), key=lambda u: -u.wall_s)
+    if not units:
+        return {"units": [], "note": f"no .ninja_log under {build_dir} (no ninja, or nothing compiled)"}
+    origin = min(u.start_s for u in units)
+    bound = ninja_log.lower_bound(units, links, cores, stats.get("cpu_s"))
+    peak_units, mean_units = ninja_log.in_flight(units)
+    per_unit = stats["peak_rss_mb"] / 1024 / max(1, peak_units)
+    return {
+        "units": [dict(u.to_json(), start_s=round(u.start_s - origin, 3), end_s=round(u.end_s - origin, 3))
+                  for u in units],  # seconds since the first unit started, slowest first
+        "links_s": {ext: round(v, 2) for ext, v in sorted(links.items())},
+        "unit_seconds": round(sum(u.wall_s for u in units), 1),
+        # serial phases no unit schedule can shorten: pip and setup.py before the first unit (metadata, torch
+        # import), and linking the last extension and packing the wheel after the last unit
+        "before_first_unit_s": round(origin - stats["started_epoch_s"], 1) if "started_epoch_s" in stats else None,
+        "after_last_unit_s": round(stats["started_epoch_s"] + stats["wall_s"] - max(u.end_s for u in units), 1)
+        if "started_epoch_s" in stats else None,
+        "lower_bound": bound.to_json(stats["wall_s"]),
+        "in_flight": {"peak_units": peak_units, "mean_units": round(mean_units, 2)},
+        "memory": {
+            "gib_per_unit_at_peak": round(per_unit, 2),
+            # what the parallelism model's device part would have been, given its host part
+            "gib_per_nvcc_thread": round(max(0.25, (per_unit - parallelism.GIB_PER_UNIT_HOST) / max(1, threads)), 2),
+            "method": "peak summed RSS / most units in flight at once; per thread: minus the model's host part, "
+                      "divided by nvcc --threads (at least 0.25)",
+        },
+    }
+
+
+def measured_gib_per_thread(manifest_path: Path) -> tuple[float | None, str]:
+    """The per-thread memory a previous cold build in the same --out measured, with 25% headroom; a warm
+    (ccache) build compiled little, so its figure says nothing."""
+    try:
+        build = json.loads(manifest_path.read_text()).get("build", {})
+        value = float(build["timing"]["memory"]["gib_per_nvcc_thread"])
+        stats = build.get("ccache", {}).get("stats", {})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None, ""
+    hits = stats.get("direct_cache_hit", 0) + stats.get("preprocessed_cache_hit", 0)
+    if hits > stats.get("cache_miss", 0) or not 0.1 <= value <= 64:
+        return None, ""
+    return round(value * 1.25, 2), f"per-thread memory {value} GiB measured by the cold build in {manifest_path} (+25%)"
+
+
+
+def timing_line(build: dict) -> str:
+    """`wall 250.1 s / lower bound 231.0 s = 1.08 (...)`, printed after every build."""
+    timing = build.get("timing", {})
+    bound = timing.get("lower_bound")
+    if not bound:
+        return f"wall {build['wall_s']} s; lower bound unknown: {timing.get('note', 'no timing')}"
+    return (f"wall {build['wall_s']} s / lower bound {bound['lower_bound_s']} s = {bound['wall_over_bound']} "
+            f"(chain {bound['chain_s']} s: {bound['chain_unit']} + link; work {bound['work_s']} s: "
+            f"{bound['work_from']}; {len(timing['units'])} units, at most {timing['in_flight']['peak_units']} "
+            f"in flight, {timing['in_flight']['mean_units']} on average)")
+
+

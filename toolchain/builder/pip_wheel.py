@@ -1,0 +1,135 @@
+"""`pip wheel --no-build-isolation` of the Apex tree: the command, its output streamed to stdout and the
+build log, the process tree's peak memory, and one paragraph that says why a failed build failed.
+Standard library only: it runs inside the build image (Python 3.10).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from toolchain.builder import apex_setup
+from toolchain.builder.process_tree import PeakSampler
+from toolchain.errors import BuildFailed, EnvironmentUnavailable
+from verify import workflow_commands
+
+
+def run_logged(
+    cmd: list[str], env: dict[str, str], log_path: Path, cwd: Path | None = None
+) -> tuple[int, float, float, float]:
+    """Run `cmd`, streaming its output to stdout and `log_path`. Returns (exit code, wall seconds,
+    peak summed RSS of the process tree in MiB, largest single child's RSS in MiB)."""
+    start = time.monotonic()
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,  # own group: Ctrl-C stops the whole tree
+        )
+        try:
+            with PeakSampler(proc.pid) as sampler:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    sys.stdout.write(workflow_commands.inert(line))  # a compiler's line is no CI command
+                    log.write(line)
+                code = proc.wait()
+        except BaseException:  # Ctrl-C, SIGTERM (verify.interrupts): stop the whole tree
+            if proc.returncode is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait()
+            raise
+    single = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux
+    return code, time.monotonic() - start, sampler.peak_bytes / 2**20, single
+
+
+def pip_wheel_command(src: Path, staging: Path, options: list[str]) -> list[str]:
+    """`pip wheel --no-build-isolation --no-deps -v SRC -w STAGING` plus the flag style's options."""
+    return [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v", *options, str(src),
+            "-w", str(staging)]
+
+
+def build_wheel(
+    src: Path, out: Path, env: dict[str, str], log_path: Path, options: list[str] | None = None,
+    setup: apex_setup.SetupPy | None = None,
+) -> tuple[Path, dict]:
+    """`pip wheel --no-build-isolation --no-deps -v SRC` into a fresh directory (so a stale wheel in
+    OUT is never picked up), then moved into OUT."""
+    staging = Path(tempfile.mkdtemp(prefix=".wheel-", dir=out))
+    try:
+        cmd = pip_wheel_command(src, staging, options or [])
+        cpu_before, started_epoch = _children_cpu_s(), time.time()
+        code, wall, peak_tree, peak_single = run_logged(cmd, env, log_path)
+        stats = {
+            "wall_s": round(wall, 1),
+            "started_epoch_s": round(started_epoch, 3),
+            # every compiler, linker and pip process the build waited for (RUSAGE_CHILDREN is cumulative)
+            "cpu_s": round(_children_cpu_s() - cpu_before, 1),
+            "peak_rss_mb": round(peak_tree, 1),
+            "peak_rss_single_process_mb": round(peak_single, 1),
+        }
+        if code != 0:
+            raise BuildFailed(_failure_summary(log_path, code, setup))
+        wheels = sorted(staging.glob("*.whl"))
+        if len(wheels) != 1:
+            raise BuildFailed(
+                f"pip wheel finished but left {len(wheels)} wheels in {staging}; see {log_path}",
+            )
+        target = out / wheels[0].name
+        os.replace(wheels[0], target)
+        return target, stats
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _failure_summary(log_path: Path, code: int, setup: apex_setup.SetupPy | None = None) -> str:
+    """One paragraph: what failed and where the log says why. The log's lines were already streamed to
+    stdout, so they are not repeated here."""
+    lines = log_path.read_text(errors="replace").splitlines()
+    text = "\n".join(lines)
+    if "No space left on device" in text:
+        raise EnvironmentUnavailable(
+            f"the build ran out of disk space (No space left on device); free space and retry; see {log_path}",
+        )
+    hint = ""
+    if re.search(r"Killed signal terminated program|out of memory|std::bad_alloc", text):
+        hint = " The compiler was killed or ran out of memory: lower --jobs / --nvcc-threads."
+    unsupported = re.search(r"Unsupported gpu architecture '(compute_(\d+))'", text)
+    if unsupported:
+        number = unsupported.group(2)
+        arch = f"{number[:-1]}.{number[-1]}"
+        where_set = next(
+            (f"setup.py line {line} hard-codes it for {block.switches[0]}" for block in (setup.blocks if setup else ())
+             for a, line in block.hardcoded_archs if a == arch),
+            "it is not in your --archs",
+        )
+        hint += (f" nvcc rejects {unsupported.group(1)}: {where_set}; this Apex ref cannot be built with this CUDA"
+                 " toolkit: use an older toolkit (and a torch built for it) or a newer Apex ref.")
+    first_error = next(
+        (i for i, line in enumerate(lines, 1) if re.search(r"\berror\b|\bfatal\b", line, re.I)), None
+    )
+    where = (f"first error at log line {first_error}: {lines[first_error - 1].strip()[:300]}"
+             if first_error else "no line says 'error'")
+    return f"pip wheel failed (exit {code}); {where} (log {log_path}).{hint}"
+
+

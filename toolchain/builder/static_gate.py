@@ -1,0 +1,63 @@
+"""The static gate after a build: install the wheel and let `verify --static` (imports, archs,
+expectations) decide, requiring the default features the build promises. The Dockerfile's runtime stage
+asks gate_required for the same `--require`. Standard library only (runs inside the build image).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from toolchain.builder import build_outputs
+from toolchain.builder.pip_wheel import run_logged
+from toolchain.errors import BuildFailed
+from verify import module_map
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]  # holds toolchain/ and verify/
+
+
+def gate_required(expected_modules: list[str]) -> str:
+    """`verify --require` for the static gate: the default required features this build promises (every
+    module of the feature is expected), comma-joined; '' when none. verify's default would demand
+    FusedAdam/FusedLayerNorm/FusedRMSNorm even of a Python-only or APEX_CPP_EXT-only build."""
+    expected = set(expected_modules)
+    return ",".join(
+        feature
+        for feature in module_map.default_required_features()
+        if (needs := module_map.modules_for_feature(feature)) and set(needs) <= expected
+    )
+
+
+def install_and_verify(wheel: Path, manifest: Path, expected_modules: list[str], out: Path, env: dict[str, str],
+                       say: Callable[[str], None]) -> int:
+    """Install the wheel, then let `verify --static` (imports, archs, expectations) be the gate: the
+    manifest's expected_modules plus the default features those modules provide."""
+    log = out / build_outputs.LOG_NAME
+    code, *_ = run_logged(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--force-reinstall", str(wheel)], env, log
+    )
+    if code != 0:
+        raise BuildFailed(f"pip install {wheel.name} failed (exit {code}); see {log}")
+    verify_env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH")])))
+    cmd = [
+        sys.executable,
+        "-m",
+        "verify",
+        "--static",
+        "--manifest",
+        str(manifest),
+        f"--require={gate_required(expected_modules)}",
+        "--json",
+        str(out / "verify-static.json"),
+        "--markdown",
+        str(out / "verify-static.md"),
+    ]
+    # cwd=OUT: run from the Apex source tree and `import apex` would find the uninstalled sources
+    code, *_ = run_logged(cmd, verify_env, log, cwd=out)
+    if code != 0:
+        say(f"static gate: verify --static exited {code}; see {out / 'verify-static.md'}")
+    return code
+
+

@@ -1,0 +1,158 @@
+"""The commands over matrix cells: plan, validate, image, matrix, and report (the table of every cell
+the runs left)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from toolchain.commands.parts import load_part, preflight
+from toolchain.console import Console
+from toolchain.errors import UsageError
+from toolchain.runs.run_request import RunRequest
+from toolchain.spec import cell_fields
+from toolchain.spec import matrix as matrix_mod
+from verify import atomic, exit_codes
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def default_matrix_path() -> Path:
+    local = Path("matrix.toml")
+    return local if local.exists() else REPO_ROOT / "matrix.toml"
+
+
+
+def overrides_from(args: argparse.Namespace) -> dict[str, str]:
+    """The cell fields given on the command line (each option's dest is its matrix key)."""
+    return {f.name: value for f in cell_fields.FIELDS if (value := getattr(args, f.name, None)) not in (None, "")}
+
+
+def resolve_cells(args: argparse.Namespace, *, all_when_empty: bool) -> list[matrix_mod.Cell]:
+    """The cell(s) a command acts on. Every matrix cell is validated first, whatever is selected."""
+    path = args.matrix or default_matrix_path()
+    overrides = overrides_from(args)
+    if overrides or args.cell or not all_when_empty:
+        if not overrides and not args.cell:
+            what = "IMAGE, or a cell" if args.command == "verify" else "a cell"
+            raise UsageError(f"{args.command}: no {what} given; pass --cuda 12.4 (or --cell NAME from {path})")
+        return [matrix_mod.cli_cell(overrides, matrix_path=path, base_cell=args.cell)]
+    return list(matrix_mod.load_matrix(path).cells)
+
+
+def cmd_plan(args: argparse.Namespace, console: Console) -> int:
+    from toolchain.runs.run_loop import check_inputs
+
+    cells = resolve_cells(args, all_when_empty=True)
+    request = RunRequest.from_args(args)
+    check_inputs(request)
+    plans = [plan_for(cell, request) for cell in cells]
+    if args.json:
+        print(atomic.json_dumps(plans if len(plans) > 1 else plans[0], indent=2))
+        return exit_codes.OK
+    for number, (cell, plan) in enumerate(zip(cells, plans, strict=True)):
+        if number:
+            console.line()
+        console.line(f"cell {cell.name}: {cell.id}")
+        width = max(len(k) for k in plan["build_args"])
+        for key, value in plan["build_args"].items():
+            console.line(f"  {key:<{width}}  {value}")
+        console.line("  build command:")
+        env = " ".join(f"{k}={v}" for k, v in plan["env"].items())
+        console.line(f"    {env} " + " \\\n      ".join(_wrap_command(plan["command"])))
+    return exit_codes.OK
+
+
+def plan_for(cell: matrix_mod.Cell, request: RunRequest) -> dict[str, Any]:
+    log_path = request.logs / cell.id / "build.log"
+    return {
+        "cell": cell.name,
+        "id": cell.id,
+        "tag": cell.id,
+        "target": request.target,
+        "build_args": cell.build_args(),
+        "env": {"DOCKER_BUILDKIT": "1"},  # the engine always sets it (the daemon's BuildKit without buildx)
+        "command": build_command(cell, request, log_path),
+        "log": str(log_path),
+    }
+
+
+def build_command(cell: matrix_mod.Cell, request: RunRequest, log_path: Path) -> list[str]:
+    """The exact command the engine runs for this cell (the engine owns it)."""
+    engine = load_part("image.engine")
+    return list(engine.build_command(cell, target=request.target, apex_src=request.apex_src,
+                                     wheelhouse=request.wheelhouse, extra_ca=request.extra_ca,
+                                     progress=request.progress))
+
+
+def _wrap_command(command: list[str]) -> list[str]:
+    """One line per option and its value, for reading."""
+    lines: list[str] = []
+    for word in command:
+        quoted = shlex.quote(word)
+        if word.startswith("-") or not lines:
+            lines.append(quoted)
+        else:
+            lines[-1] += " " + quoted
+    return lines
+
+
+def cmd_validate(args: argparse.Namespace, console: Console) -> int:
+    path = args.matrix or default_matrix_path()
+    matrix = matrix_mod.load_matrix(path)
+    for cell in matrix.cells:
+        console.status("OK", "ok", f"{cell.name:<12} {cell.id}")
+    overrides = overrides_from(args)
+    if overrides or args.cell:
+        cell = matrix_mod.cli_cell(overrides, matrix_path=path, base_cell=args.cell)
+        console.status("OK", "ok", f"{'(cli)':<12} {cell.id}")
+    console.line(f"{path}: {len(matrix.cells)} cells valid")
+    return exit_codes.OK
+
+
+def cmd_image(args: argparse.Namespace, console: Console) -> int:
+    from toolchain.runs import run_loop
+
+    cell = resolve_cells(args, all_when_empty=False)[0]
+    request = RunRequest.from_args(args)
+    run_loop.check_inputs(request)
+    preflight(request.verify)
+    return run_loop.build_one(cell, request, console)
+
+
+def cmd_matrix(args: argparse.Namespace, console: Console) -> int:
+    from toolchain.runs import run_loop
+
+    path = args.matrix or default_matrix_path()
+    cells = selected(args)  # every cell of the matrix is validated before any build
+    request = RunRequest.from_args(args)
+    run_loop.check_inputs(request)
+    preflight(request.verify)
+    return run_loop.run_matrix(cells, request, console, matrix_path=path)
+
+
+def cmd_report(args: argparse.Namespace, console: Console) -> int:
+    from toolchain.runs import report_tables
+
+    problems: list[str] = []
+    md_path, html_path, rows = report_tables.write(args.out, problems)
+    console.line(f"{len(rows)} cells -> {md_path} and {html_path}")
+    for problem in problems:  # each names its file; the table above still has every readable cell
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        raise UsageError(f"{len(problems)} input file(s) under {args.out} could not be used (listed above); "
+                         "the report shows every cell that could be read")
+    return exit_codes.OK
+
+
+def selected(args: argparse.Namespace) -> list[matrix_mod.Cell]:
+    path = args.matrix or default_matrix_path()
+    cells = matrix_mod.load_matrix(path).select(names=args.cell, cuda=args.cuda, torch=args.torch)
+    if not cells:
+        raise UsageError(f"no cell of {path} matches --cell/--cuda/--torch; `build.py plan` lists them")
+    return cells
+
+

@@ -1,0 +1,68 @@
+"""The commands CI runs over the matrix and the facts: gh-matrix (a GitHub Actions matrix), bake (a
+docker-bake.json), facts check (the compatibility facts against what PyPI publishes)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from toolchain.commands.cells import selected
+from toolchain.commands.parts import check_registry
+from toolchain.console import Console
+from toolchain.errors import UsageError
+from toolchain.spec import ci_matrix
+from verify import atomic, exit_codes
+
+
+def cmd_gh_matrix(args: argparse.Namespace, console: Console) -> int:
+    check_registry(args)
+    print(atomic.json_dumps(ci_matrix.gh_matrix(selected(args), args.registry), indent=2 if args.pretty else None))
+    return exit_codes.OK
+
+
+def cmd_bake(args: argparse.Namespace, console: Console) -> int:
+    check_registry(args)
+    if args.cache == "registry" and not (args.cache_ref or args.registry):
+        raise UsageError("--cache registry needs --registry or --cache-ref (where the cache images go)")
+    definition = ci_matrix.bake(selected(args), registry=args.registry, target=args.target, cache=args.cache,
+                                cache_ref=args.cache_ref)
+    text = atomic.json_dumps(definition, indent=2) + "\n"
+    if args.output:
+        atomic.write_text(args.output, text)
+        console.line(f"{len(definition['target'])} targets -> {args.output}")
+    else:
+        sys.stdout.write(text)
+    return exit_codes.OK
+
+
+def cmd_facts_check(args: argparse.Namespace, console: Console) -> int:
+    from toolchain.spec import compat, facts_check
+
+    path = args.facts or compat.DATA
+    if not path.is_file():
+        raise UsageError(f"--facts {path}: no such file; pass a compat.toml (default toolchain/data/compat.toml)")
+    try:
+        facts = compat.load(path)
+    except (KeyError, TypeError, IndexError) as err:
+        raise UsageError(f"--facts {path}: not a compatibility facts file ({type(err).__name__}: {err}); "
+                         "start from toolchain/data/compat.toml") from None
+    console.line(f"facts check: {path} against {args.index}")
+    result = facts_check.run(facts, facts_check.urllib_fetcher(), args.index)
+    for finding in result.findings:
+        console.status("DRIFT", "fail", f"{finding.kind}: {finding.subject}: {finding.problem}; {finding.fix}")
+        if console.github:
+            console.error(f"{finding.subject}: {finding.problem}; {finding.fix}", title="facts drift")
+    if result.not_visible:
+        console.status("INFO", "info", f"PyPI's JSON shows no Requires-Dist (the wheels' CUDA) for torch "
+                       f"{', '.join(result.not_visible)}: their pypi_cuda not compared")
+    for lead in facts.leads:
+        console.status("LEAD", "warn", f"{lead.where}: {lead.text} (unconfirmed: not used as a fact)")
+    if result.findings:
+        kinds = {k: sum(f.kind == k for f in result.findings) for k in ("missing", "wrong")}
+        console.line(f"facts check: {len(result.findings)} problems ({kinds['missing']} missing, {kinds['wrong']} wrong) "
+                     f"- update {path} - exit 1")
+        return exit_codes.FAILED
+    console.line(f"facts check: current ({'; '.join(result.checked)}) - exit 0")
+    return exit_codes.OK
+
+

@@ -1,0 +1,144 @@
+"""The commands over images: verify (any image), inspect, pull (and verify on this node), publish, and the
+verify zipapp that audits any image."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from toolchain.commands.cells import resolve_cells
+from toolchain.commands.parts import check_registry, load_part, require_docker, require_engine
+from toolchain.console import Console
+from toolchain.errors import UsageError
+from toolchain.spec import ci_matrix
+from verify import atomic, exit_codes, input_files
+
+
+def failing_checks(report_path: Path | str | None, limit: int = 20) -> list[str]:
+    """`FAIL id  summary` for each FAIL/WARN check of a verify report (bounded read); [] when none is readable."""
+    from verify import input_files
+
+    try:
+        report = input_files.read_json(Path(report_path), input_files.VERIFY_REPORT) if report_path else None
+    except input_files.InputFileError:
+        return []
+    checks = report.get("checks") if isinstance(report, dict) else None
+    lines = [f"{c.get('status')}  {c.get('id')}  {c.get('summary')}" for c in checks or []
+             if isinstance(c, dict) and c.get("status") in ("FAIL", "WARN")]
+    return lines[:limit] + ([f"... {len(lines) - limit} more in the report"] if len(lines) > limit else [])
+
+
+def cmd_verify(args: argparse.Namespace, console: Console) -> int:
+    if not args.image:
+        args.image = resolve_cells(args, all_when_empty=False)[0].id
+    container_verify = load_part("image.container_verify")
+    require_engine(args.engine)
+
+    out_dir = args.out / "verify" / _safe_name(args.image)
+    with console.group(f"verify {args.image}"):
+        code, report_path = container_verify.verify_image(args.image, out_dir=out_dir, gpu=args.gpu,
+                                                          verify_from=args.verify_from, engine=args.engine)
+    word, kind = ("PASS", "ok") if code == exit_codes.OK else ("FAIL", "fail")
+    console.status(word, kind, f"{args.image}: verify exit {code}; report {report_path}")
+    for line in failing_checks(report_path) if code != exit_codes.OK else ():
+        console.line(f"  {line}")
+    audit = _audit_of(out_dir)
+    if audit:
+        console.line(f"  audited {audit['image']} (image id {audit['image_id']}, digest {audit['digest'] or 'none: local'})"
+                     f" with {audit['engine']}, verify from {audit['verify_from']}")
+    return code
+
+
+def _audit_of(out_dir: Path) -> dict[str, Any] | None:
+    try:
+        run = input_files.read_json(out_dir / "container-run.json", input_files.CELL_RESULT)
+    except input_files.InputFileError:
+        return None
+    audit = run.get("audit") if isinstance(run, dict) else None
+    return audit if isinstance(audit, dict) else None
+
+
+def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
+    inspect_image = load_part("image.inspect_image")
+    require_docker()
+
+    print(atomic.json_dumps(inspect_image.inspect(args.image), indent=2, default=str))
+    return exit_codes.OK
+
+
+def cmd_pull(args: argparse.Namespace, console: Console) -> int:
+    from toolchain.image import pull
+    from toolchain.runs import run_loop
+    from toolchain.runs.cell_result import CellResult, CellStatus, now
+
+    check_registry(args)
+    cell = resolve_cells(args, all_when_empty=False)[0]
+    if not args.registry and not args.no_pull and not args.by_digest and not args.digest:
+        from toolchain.image import publish
+
+        if publish.read_record(args.out, cell.id) is None:
+            raise UsageError("pull: no registry; pass --registry ghcr.io/OWNER/apex (or set APEX_IMAGE_REGISTRY), "
+                             "or --no-pull to verify a local image")
+    if args.no_pull:
+        ref, digest, record = ci_matrix.image_ref(cell, args.registry), None, None
+    else:
+        ref, digest, record = pull.resolve(cell.id, args.registry, digest=args.digest, by_digest=args.by_digest,
+                                           out=args.out)
+    load_part("image.container_verify")
+    require_engine(args.engine)
+    out_dir = args.out / "cells" / cell.id / "verify"
+    started = now()
+    expected_id = (record or {}).get("image_id") if record and digest == record.get("digest") else None
+    with console.group(f"{'verify' if args.no_pull else 'pull and verify'} {ref}"):
+        code, report_path, image_id = pull.pull_and_verify(ref, out_dir=out_dir, gpu=args.gpu,
+                                                           pull_first=not args.no_pull, engine=args.engine,
+                                                           expected_image_id=expected_id)
+    # recorded like a matrix cell, so `build.py report` shows what this node verified
+    status = CellStatus.VERIFIED if code == exit_codes.OK else CellStatus.VERIFY_FAILED
+    verify = {"exit_code": code, "report_path": str(report_path), "mode_requested": args.gpu, "status": status.value}
+    verify.update(run_loop.report_summary(report_path))
+    run_loop.save_result(CellResult(
+        id=cell.id, name=cell.name, run_id="pull", cell=cell.to_json(), status=status, started_at=started,
+        finished_at=now(), verify=verify,
+        build={"ok": True, "tag": ref, "digest": digest, "pulled": not args.no_pull, "image_id": image_id},
+    ), args.out)
+    if code == exit_codes.OK:
+        console.status("READY", "ok", f"{ref} (report {report_path})")
+    else:
+        console.error(f"{ref} is not ready: verify exit {code}; report {report_path}", title=f"pull {cell.id}")
+    return code
+
+
+def cmd_publish(args: argparse.Namespace, console: Console) -> int:
+    from toolchain.image import publish
+
+    cell = resolve_cells(args, all_when_empty=False)[0]
+    if not args.registry:
+        raise UsageError("publish: no registry; pass --registry ghcr.io/OWNER/apex (or set APEX_IMAGE_REGISTRY)")
+    repository = args.registry.rstrip("/")
+    if args.bake_metadata:
+        record = publish.from_bake_metadata(cell.id, ci_matrix.bake_target_name(cell), repository, args.bake_metadata,
+                                            out=args.out)
+    else:
+        with console.group(f"publish {cell.id} to {repository}"):
+            record = publish.push(cell.id, repository, out=args.out, local=args.image)
+    console.status("PUSHED", "ok", f"{record['ref']} (recorded in {publish.record_path(args.out, cell.id)})")
+    return exit_codes.OK
+
+
+def cmd_zipapp(args: argparse.Namespace, console: Console) -> int:
+    from toolchain.image import verify_zipapp
+
+    if args.out.exists() and not args.out.is_dir() and not args.out.is_file():
+        raise UsageError(f"--out {args.out}: not a regular file or directory; pass a path like DIR/verify.pyz")
+    app = verify_zipapp.build(args.out)
+    console.line(f"{app.path}: verify zipapp, {len(app.files)} files, {app.size_bytes} bytes, sha256 {app.sha256}")
+    console.line(f"  run it with any Python >= 3.10 that has torch: python {app.path} --static")
+    return exit_codes.OK
+
+
+
+def _safe_name(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "_.-" else "_" for ch in text)
+

@@ -1,0 +1,154 @@
+"""build.py's command line: every command, its options and the function that runs it. The cell options
+come from the table of cell fields (toolchain/spec/cell_fields.py); argparse's own errors become a
+UsageError (one line, exit 2)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from toolchain.commands import cells, ci, images
+from toolchain.errors import UsageError
+from toolchain.spec import cell_fields, ci_matrix
+from verify.messages import bounded
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that raises a UsageError (one line, exit 2) instead of printing usage and exiting."""
+
+    commands: dict[str, argparse.ArgumentParser] = {}
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {bounded(message)}; see `{self.prog} --help`")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="build.py",
+        description="Build NVIDIA Apex into training images, one per validated matrix cell, and verify them.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Exit codes: 0 ok, 1 a build or verification failed, 2 bad input (nothing built), "
+        "3 environment unavailable (no Docker daemon, no GPU when required).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--matrix", type=Path, default=None, help="matrix file (default: ./matrix.toml)")
+    common.add_argument("--out", type=Path, default=Path("out"), help="reports directory (default: out)")
+    common.add_argument("--logs", type=Path, default=Path("logs"), help="per-cell logs (default: logs)")
+
+    cell = argparse.ArgumentParser(add_help=False)
+    group = cell.add_argument_group("cell (layered over [defaults] and --cell)")
+    group.add_argument("--cell", help="start from this [cells.NAME] of the matrix")
+    for field in cell_fields.FIELDS:  # one option per matrix key (dest == key)
+        group.add_argument(field.option, help=field.help, default=os.environ.get(field.env) if field.env else None)
+
+    build = argparse.ArgumentParser(add_help=False)
+    bgroup = build.add_argument_group("build")
+    bgroup.add_argument("--target", default="runtime", help="Dockerfile stage: runtime (default), runtime-devel (with nvcc), runtime-slim (no CUDA base: "
+                        "torch's CUDA wheels), verify-runtime")
+    bgroup.add_argument("--apex-src", type=Path, help="local Apex source instead of git (offline builds)")
+    bgroup.add_argument("--wheelhouse", type=Path, help="directory of wheels to install torch from (offline)")
+    bgroup.add_argument("--extra-ca", type=Path, help="CA bundle for a TLS-intercepting proxy (BuildKit secret)")
+    bgroup.add_argument("--progress", default="auto", choices=("auto", "plain", "tty"), help="BuildKit progress")
+
+    p = sub.add_parser("plan", parents=[common, cell, build], help="resolved build args and command; nothing built")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cells.cmd_plan)
+
+    p = sub.add_parser("validate", parents=[common, cell], help="check every cell against the compatibility facts")
+    p.set_defaults(func=cells.cmd_validate)
+
+    p = sub.add_parser("image", parents=[common, cell, build], help="build one image")
+    p.add_argument("--verify", choices=("none", "auto", "require"), default="none",
+                   help="run verify in the built image (auto: GPU if the daemon has one)")
+    p.set_defaults(func=cells.cmd_image)
+
+    p = sub.add_parser("matrix", parents=[common, build], help="build every selected cell")
+    p.add_argument("--cell", action="append", default=[], help="only this cell (name or id); repeatable")
+    p.add_argument("--cuda", action="append", default=[], help="only cells with this CUDA; repeatable")
+    p.add_argument("--torch", action="append", default=[], help="only cells with this torch; repeatable")
+    p.add_argument("--verify", choices=("none", "auto", "require"), default="auto",
+                   help="verify each built image (default auto: GPU if the daemon has one, else static)")
+    p.set_defaults(func=cells.cmd_matrix)
+
+    engine_opt = argparse.ArgumentParser(add_help=False)
+    engine_opt.add_argument("--engine", choices=("docker", "podman"), default=None,
+                            help="container engine (default: $APEX_CONTAINER_ENGINE, else docker)")
+
+    p = sub.add_parser("verify", parents=[common, cell, engine_opt], help="run verify inside an image (any image)")
+    p.add_argument("image", nargs="?", help="image tag, id or REPO@sha256:DIGEST (default: the cell's tag)")
+    p.add_argument("--gpu", choices=("auto", "require", "none"), default="auto")
+    p.add_argument("--verify-from", choices=("auto", "image", "zipapp"), default="auto",
+                   help="auto (default): the image's own verify if this toolchain built it, else the zipapp")
+    p.set_defaults(func=images.cmd_verify)
+
+    p = sub.add_parser("inspect", parents=[common], help="labels and embedded reports of an image")
+    p.add_argument("image", help="image tag or id")
+    p.set_defaults(func=images.cmd_inspect)
+
+    p = sub.add_parser("report", parents=[common], help="matrix results -> Markdown + HTML table")
+    p.set_defaults(func=cells.cmd_report)
+
+    select = argparse.ArgumentParser(add_help=False)
+    sgroup = select.add_argument_group("select cells (default: all)")
+    sgroup.add_argument("--cell", action="append", default=[], help="cell name or id; repeatable")
+    sgroup.add_argument("--cuda", action="append", default=[], help="CUDA version; repeatable")
+    sgroup.add_argument("--torch", action="append", default=[], help="torch version; repeatable")
+    registry = argparse.ArgumentParser(add_help=False)
+    registry.add_argument("--registry", default=os.environ.get("APEX_IMAGE_REGISTRY"),
+                          help="image repository, e.g. ghcr.io/OWNER/apex (default: $APEX_IMAGE_REGISTRY)")
+
+    p = sub.add_parser("gh-matrix", parents=[common, select, registry],
+                       help="JSON for a GitHub Actions matrix (fromJson)")
+    p.add_argument("--pretty", action="store_true", help="indented JSON")
+    p.set_defaults(func=ci.cmd_gh_matrix)
+
+    p = sub.add_parser("bake", parents=[common, select, registry], help="docker-bake.json of the matrix")
+    p.add_argument("--target", default="runtime", help="Dockerfile stage for every target")
+    p.add_argument("--cache", choices=ci_matrix.CACHE_KINDS, default="none",
+                   help="BuildKit cache per cell: gha (GitHub Actions), registry, none")
+    p.add_argument("--cache-ref", help="registry cache repository (default: <registry>-cache)")
+    p.add_argument("--output", "-o", type=Path, help="write here instead of stdout (e.g. docker-bake.json)")
+    p.set_defaults(func=ci.cmd_bake)
+
+    p = sub.add_parser("pull", parents=[common, cell, registry, engine_opt],
+                       help="pull a cell's published image and verify it on this node's GPU")
+    p.add_argument("--gpu", choices=("require", "auto", "none"), default="require",
+                   help="require (default): no GPU runtime is exit 3; auto: static verify without one")
+    p.add_argument("--no-pull", action="store_true", help="verify the local image, do not pull")
+    p.add_argument("--digest", help="pull REGISTRY@DIGEST (default: the digest build.py publish recorded, if any)")
+    p.add_argument("--by-digest", action="store_true", help="refuse to pull by tag: a digest must be recorded or given")
+    p.set_defaults(func=images.cmd_pull)
+
+    p = sub.add_parser("publish", parents=[common, cell, registry],
+                       help="push a built cell's image and record its digest (out/cells/<id>/published.json)")
+    p.add_argument("--image", help="local image to push (default: the cell's tag)")
+    p.add_argument("--bake-metadata", type=Path,
+                   help="record what `buildx bake --push --metadata-file FILE` pushed instead of pushing here")
+    p.set_defaults(func=images.cmd_publish)
+
+    p = sub.add_parser("zipapp", help="write verify as a self-contained zipapp (python verify.pyz [flags])")
+    p.add_argument("--out", type=Path, default=Path("out") / "verify.pyz",
+                   help="file to write, or a directory to write verify.pyz into (default: out/verify.pyz)")
+    p.set_defaults(func=images.cmd_zipapp)
+
+    sub.add_parser("wheel", help="build the Apex wheel on bare metal (see build.py wheel --help)")
+
+    p = sub.add_parser("facts", help="the compatibility facts: `facts check` compares them with PyPI")
+    facts_sub = p.add_subparsers(dest="facts_command", metavar="ACTION")
+    check = facts_sub.add_parser("check", help="exit 1 when PyPI publishes torch releases or CUDA toolkits the "
+                                 "facts lack or contradict; 3 when the index cannot be read")
+    check.add_argument("--index", default="https://pypi.org",
+                       help="PyPI, or a mirror of its JSON API (https:// or file://; default https://pypi.org)")
+    check.add_argument("--facts", type=Path, default=None, help="facts file (default: toolchain/data/compat.toml)")
+    check.set_defaults(func=ci.cmd_facts_check)
+    p.set_defaults(func=_facts_without_action)
+    parser.commands = sub.choices  # for "did you mean" on a mistyped command or option
+    return parser
+
+
+
+def _facts_without_action(args: argparse.Namespace, console: object) -> int:
+    raise UsageError("facts: name an action: build.py facts check")

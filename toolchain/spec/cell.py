@@ -1,0 +1,60 @@
+"""One matrix cell, fully resolved and frozen: what the Dockerfile's ARGs receive and what the image is tagged."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from toolchain.spec import compat as compat_mod
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One fully resolved build: what the Dockerfile ARGs receive and what the image is tagged."""
+
+    id: str  # == image tag == report cell id
+    name: str  # the [cells.NAME] table, or "cli" for a cell made from command-line values
+    cuda: str  # "12.4"
+    torch: str  # "2.6.0"
+    python: str  # "3.12"
+    os: str  # "ubuntu22.04"
+    gcc: str  # "11"
+    archs: tuple[str, ...]  # ("8.0", "9.0")
+    apex_repo: str
+    apex_ref: str
+    apex_flags: dict[str, str]  # {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1", ...}
+    extras: tuple[str, ...]  # contrib extension names, e.g. ("xentropy",)
+    base_devel: str
+    base_runtime: str
+    torch_index_url: str
+    variant: str = ""  # the id's suffix when archs/extras/flags/gcc differ from the defaults
+    platform: str = compat_mod.DEFAULT_PLATFORM  # docker --platform: "linux/amd64" or "linux/arm64"
+
+    @property
+    def arch_list(self) -> str:
+        """TORCH_CUDA_ARCH_LIST form: '8.0;9.0'."""
+        return ";".join(self.archs)
+
+    def build_args(self) -> dict[str, str]:
+        """The Dockerfile's ARGs for this cell (names agreed in the shared contracts)."""
+        return {
+            "BASE_DEVEL_IMAGE": self.base_devel,
+            "BASE_RUNTIME_IMAGE": self.base_runtime,
+            "CUDA_VERSION": self.cuda,
+            "PYTHON_VERSION": self.python,
+            "TORCH_VERSION": self.torch,
+            "TORCH_INDEX_URL": self.torch_index_url,
+            "TORCH_CUDA_ARCH_LIST": self.arch_list,
+            "APEX_REPO": self.apex_repo,
+            "APEX_REF": self.apex_ref,
+            "APEX_FLAGS": " ".join(f"{k}={v}" for k, v in self.apex_flags.items()),
+            "CELL_ID": self.id,
+            "GCC_VERSION": self.gcc,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["archs"] = list(self.archs)
+        data["extras"] = list(self.extras)
+        return data
+
