@@ -178,7 +178,7 @@ def _size(request: BuildRequest, inputs: BuildInputs, env: dict[str, str]) -> di
         return {"max_jobs": 4, "nvcc_threads": 1, "apex_parallel_build": 1,
                 "reason": "--naive: the published guides' MAX_JOBS=4, no arch list"}
     resources = parallelism.host_resources()
-    if request.memory_gib is not None and request.memory_gib < resources.mem_available_gib:
+    if request.memory_gib is not None and request.memory_gib <= resources.mem_available_gib:
         resources = dataclasses.replace(resources, mem_available_gib=request.memory_gib, mem_source="--memory-gib")
     gib_per_thread, gib_from = build_timing.measured_gib_per_thread(request.out_dir / MANIFEST_NAME)
     try:
