@@ -35,7 +35,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from toolchain.builder import apex_setup, build_outputs, cuda_from_pypi, ninja_log, parallelism
+from toolchain.builder import (
+    apex_setup,
+    build_outputs,
+    build_timing,
+    cuda_from_pypi,
+    parallelism,
+    unit_schedule,
+)
 from toolchain.builder.process_tree import PeakSampler
 from toolchain.errors import BuildFailed, EnvironmentUnavailable, ToolchainError, UsageError
 from verify import entry_point, exit_codes, input_files, module_map, workflow_commands
@@ -392,43 +399,6 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def compile_timing(build_dir: Path, stats: dict, cores: int, threads: int) -> dict:
-    """Per-unit times from each extension's .ninja_log, the links, the lower bound and what memory one
-    unit took at its peak, for the manifest. {} with a reason when no ninja log is there."""
-    try:
-        by_ext = ninja_log.read_build_dir(build_dir)
-        links = ninja_log.link_seconds(by_ext, ninja_log.library_mtimes(build_dir))
-    except (OSError, ninja_log.NinjaLogError) as error:
-        return {"units": [], "note": f"ninja logs unreadable: {error}"}
-    units = sorted((u for found in by_ext.values() for u in found), key=lambda u: -u.wall_s)
-    if not units:
-        return {"units": [], "note": f"no .ninja_log under {build_dir} (no ninja, or nothing compiled)"}
-    origin = min(u.start_s for u in units)
-    bound = ninja_log.lower_bound(units, links, cores, stats.get("cpu_s"))
-    peak_units, mean_units = ninja_log.in_flight(units)
-    per_unit = stats["peak_rss_mb"] / 1024 / max(1, peak_units)
-    return {
-        "units": [dict(u.to_json(), start_s=round(u.start_s - origin, 3), end_s=round(u.end_s - origin, 3))
-                  for u in units],  # seconds since the first unit started, slowest first
-        "links_s": {ext: round(v, 2) for ext, v in sorted(links.items())},
-        "unit_seconds": round(sum(u.wall_s for u in units), 1),
-        # serial phases no unit schedule can shorten: pip and setup.py before the first unit (metadata, torch
-        # import), and linking the last extension and packing the wheel after the last unit
-        "before_first_unit_s": round(origin - stats["started_epoch_s"], 1) if "started_epoch_s" in stats else None,
-        "after_last_unit_s": round(stats["started_epoch_s"] + stats["wall_s"] - max(u.end_s for u in units), 1)
-        if "started_epoch_s" in stats else None,
-        "lower_bound": bound.to_json(stats["wall_s"]),
-        "in_flight": {"peak_units": peak_units, "mean_units": round(mean_units, 2)},
-        "memory": {
-            "gib_per_unit_at_peak": round(per_unit, 2),
-            # what the parallelism model's device part would have been, given its host part
-            "gib_per_nvcc_thread": round(max(0.25, (per_unit - parallelism.GIB_PER_UNIT_HOST) / max(1, threads)), 2),
-            "method": "peak summed RSS / most units in flight at once; per thread: minus the model's host part, "
-                      "divided by nvcc --threads (at least 0.25)",
-        },
-    }
-
-
 def measured_gib_per_thread(manifest_path: Path) -> tuple[float | None, str]:
     """The per-thread memory a previous cold build in the same --out measured, with 25% headroom; a warm
     (ccache) build compiled little, so its figure says nothing."""
@@ -625,7 +595,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--install", action="store_true", help="pip install the wheel and gate with verify --static"
     )
     p.add_argument(
-        "--naive", action="store_true", help="the guides' recipe for comparison: MAX_JOBS=4, no arch list"
+        "--naive", action="store_true", help="the guides' recipe for comparison: MAX_JOBS=4, one extension at a time "
+        "(no APEX_PARALLEL_BUILD, no nvcc --threads); --archs as given"
     )
     p.add_argument(
         "--keep-build-dir", action="store_true", help="keep SRC/build (default: removed for a clean build)"
@@ -814,17 +785,21 @@ def build_and_gate(
         for knob in ("APEX_PARALLEL_BUILD", "NVCC_APPEND_FLAGS"):
             env.pop(knob, None)
         env["MAX_JOBS"] = "4"
+        schedule = None  # the recipe as published: no unit schedule
         par = {
             "max_jobs": 4,
             "nvcc_threads": 1,
             "apex_parallel_build": 1,
-            "reason": "--naive: the published guides' MAX_JOBS=4, no arch list",
+            "reason": "--naive: the published guides' MAX_JOBS=4, one extension at a time, no nvcc --threads, "
+            "no unit schedule; the arch list from --archs, else setup.py's",
         }
     else:
         resources = parallelism.host_resources()
         if args.memory_gib is not None and args.memory_gib < resources.mem_available_gib:
             resources = dataclasses.replace(resources, mem_available_gib=args.memory_gib, mem_source="--memory-gib")
         gib_per_thread, gib_from = measured_gib_per_thread(out / MANIFEST_NAME)
+        n_ext = len(expected) if setup.parallel != "none" else 1
+        first = unit_schedule.for_build(expected, len(archs or [1]), resources.cores) if n_ext > 1 else None
         try:
             plan = parallelism.plan(
                 resources,
@@ -836,11 +811,16 @@ def build_and_gate(
                 env=env,
                 gib_per_thread=gib_per_thread,
                 gib_from=gib_from,
+                scheduled_extra_threads=first.extra_threads if first else None,
             )
         except ValueError as error:
             raise UsageError(str(error)) from None
+        user_threads = args.nvcc_threads is not None or parallelism.env_nvcc_threads(env) is not None
+        schedule = unit_schedule.for_build(expected, len(archs or [1]), resources.cores, plan.nvcc_threads,
+                                           plan.scheduled) if first else None
         env.update(plan.env(env))
         par = plan.to_json()
+        par["unit_schedule"] = schedule.to_json() if schedule else None
         if setup.parallel == "none":
             par["reason"] += "; setup.py at this ref has no --parallel: one extension at a time"
         elif setup.parallel == apex_setup.ARGV and int(par["apex_parallel_build"]) > 1:
@@ -858,6 +838,9 @@ def build_and_gate(
     with tempfile.TemporaryDirectory(prefix="apex-builder-") as work:
         cc_env, ccache = ccache_env(args.ccache, env, src, versions["nvcc_path"], Path(work))
         env.update(cc_env)
+        if not args.naive and schedule:
+            env["PYTORCH_NVCC"] = unit_schedule.route_nvcc(schedule, env, versions["nvcc_path"], ccache.get(
+                "binary"), Path(work), out / build_timing.TIMES_NAME, user_threads)
         before = ccache_stats(env) if ccache["used"] else {}
         if not args.keep_build_dir:
             shutil.rmtree(
@@ -900,7 +883,8 @@ def build_and_gate(
             "ccache": ccache,
             "naive_recipe": bool(args.naive),
             "cuda_from_pypi": getattr(args, "cuda_from_pypi_record", None),
-            "timing": compile_timing(src / "build", stats, len(os.sched_getaffinity(0)), int(par["nvcc_threads"])),
+            "timing": build_timing.compile_timing(src / "build", stats, len(os.sched_getaffinity(0)),
+                                                  int(par["nvcc_threads"]), out / build_timing.TIMES_NAME),
         },
         cell=args.cell,
         inputs={

@@ -74,6 +74,7 @@ class Bound:
     work_s: float  # total work / cores
     work_from: str  # what the work was measured as
     cores: int
+    chain_from: str = "its wall in this build"  # what the chain unit's time is
 
     @property
     def bound_s(self) -> float:
@@ -87,6 +88,7 @@ class Bound:
             "lower_bound_s": round(self.bound_s, 1),
             "chain_s": round(self.chain_s, 1),
             "chain_unit": self.chain_unit,
+            "chain_from": self.chain_from,
             "work_s": round(self.work_s, 1),
             "work_from": self.work_from,
             "cores": self.cores,
@@ -161,23 +163,35 @@ def log_origin(entries: list[Entry], log_mtime_s: float) -> float:
 
 
 def lower_bound(
-    all_units: list[Unit], links_s: dict[str, float], cores: int, cpu_s: float | None = None
+    all_units: list[Unit],
+    links_s: dict[str, float],
+    cores: int,
+    cpu_s: float | None = None,
+    floors_s: dict[str, float] | None = None,
 ) -> Bound:
     """max(slowest unit + its extension's link, work / cores). Work is the build's CPU seconds when
     measured (a unit's wall counts time it waited for a core when more compiles than cores run, and
-    misses the cores its nvcc --threads used), else the sum of unit walls."""
+    misses the cores its nvcc --threads used), else the sum of unit walls. A unit's time in the chain is
+    its floor where known (floors_s, by unit_key: its CPU seconds / the threads it could use, what it
+    needs even alone), else its wall in this build, which under contention overstates it."""
     cores = max(1, cores)
+    floors_s = floors_s or {}
+
+    def alone(u: Unit) -> float:
+        return min(u.wall_s, floors_s.get(unit_key(u), u.wall_s))
+
     if all_units:
-        slow = max(all_units, key=lambda u: u.wall_s + links_s.get(u.extension, 0.0))
-        chain, chain_unit = slow.wall_s + links_s.get(slow.extension, 0.0), unit_key(slow)
+        slow = max(all_units, key=lambda u: alone(u) + links_s.get(u.extension, 0.0))
+        chain, chain_unit = alone(slow) + links_s.get(slow.extension, 0.0), unit_key(slow)
+        chain_from = "its CPU seconds / its nvcc threads" if unit_key(slow) in floors_s else "its wall in this build"
     else:
-        chain, chain_unit = max(links_s.values(), default=0.0), "-"
+        chain, chain_unit, chain_from = max(links_s.values(), default=0.0), "-", "no units"
     if cpu_s is not None:
         work, work_from = cpu_s / cores, f"{cpu_s:.0f} CPU seconds of the build's processes / {cores} cores"
     else:
         total = sum(u.wall_s for u in all_units)
         work, work_from = total / cores, f"{total:.0f} unit-seconds (ninja walls) / {cores} cores"
-    return Bound(chain, chain_unit, work, work_from, cores)
+    return Bound(chain, chain_unit, work, work_from, cores, chain_from)
 
 
 def in_flight(all_units: list[Unit]) -> tuple[int, float]:
