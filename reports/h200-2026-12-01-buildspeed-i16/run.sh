@@ -2,14 +2,16 @@
 # Issue 16 on the H200 host (16 cores, 125 GiB), from the repository root of the device's tree:
 #   bash .carry-i16/code/reports/h200-2026-12-01-buildspeed-i16/run.sh call1|call2
 # The carry folder holds this branch's code (code/: build.py, toolchain/, verify/), a clean Apex 6424da3b
-# (apex/) and the ccache wheel (ccache/); call 2 also the five-arch cold manifest of call 1 (ref/).
+# (apex/) and the ccache wheel (ccache/) (make_carry.sh).
 # call1: the builder, five default archs, cold ccache (fresh CCACHE_DIR), then warm (the builder removes
 #        build/ first); then one arch (9.0) cold (another fresh CCACHE_DIR) and warm, if >= 170 s are left.
-# call2: the guides' naive recipe (`build.py wheel --naive --no-ccache`: MAX_JOBS=4, one extension at a
-#        time, no nvcc --threads) for the same five archs, stopped after NAIVE_S (150 s) and its total
-#        ESTIMATED from ninja's logs; a 4-core / 16 GiB runner emulated with `taskset -c 0-3` and
-#        `--memory-gib 16` for FOUR_S (45 s) of a five-arch cold build (its plan and peak memory); then the
-#        one-arch cold/warm pair if call 1 left it out (ONE=1 forces it).
+# call2: the five-arch cold build again with the schedule refitted on call 1 (exponent 2, margin 0.5,
+#        measured costs), its warm rebuild packed with --wheel-compression stored if >= 125 s are left,
+#        the plan a 4-core / 16 GiB runner gets (`taskset -c 0-3`, memory capped at 16 GiB as
+#        --memory-gib does), then the guides' naive recipe (`build.py wheel --naive --no-ccache`:
+#        MAX_JOBS=4, one extension at a time, no nvcc --threads) for the same five archs, stopped after what
+#        is left (at most NAIVE_S, 150 s), its total ESTIMATED from ninja's logs and floored by the
+#        measured CPU seconds of the cold build's units (bounded_build.py).
 # Every step gets only what is left of BUILDSPEED_TOTAL_S (540 s). Output: $OUT/buildspeed-MODE.tar.gz
 # (manifests with per-unit times and the lower bound, unit-times.jsonl, builder logs, ninja logs, .so
 # mtimes, consoles with per-line seconds, vmstat) and $OUT/summary-MODE.md.
@@ -19,7 +21,7 @@ MODE=${1:?call1 or call2}
 CARRY=$(cd "$(dirname "$0")/../../.." && pwd)
 CODE=$CARRY/code HERE=$CARRY/code/reports/h200-2026-12-01-buildspeed-i16 SRC=$CARRY/apex
 ARCHS5="8.0;8.6;9.0;10.0;12.0" COMMIT=6424da3b4faa6c8f062da4a48c424fff3f02d42d
-TOTAL=${BUILDSPEED_TOTAL_S:-540} NAIVE_S=${NAIVE_S:-150} FOUR_S=${FOUR_S:-45}
+TOTAL=${BUILDSPEED_TOTAL_S:-540} NAIVE_S=${NAIVE_S:-150}
 OUT=${OUT:-/tmp/bs-local-out}
 BUILD=${BUILD_CMD:-"python3 build.py wheel"}  # a dry run on a CPU host substitutes a driver of its own
 W=/tmp/bs-work R=/tmp/bs-results/$MODE
@@ -82,22 +84,32 @@ if [ "$MODE" = call1 ]; then
   [ "$(left)" -ge 40 ] && build five-warm "$W/apex" $(( $(left) - 20 )) --archs "$ARCHS5" --ccache
   one_arch
 else
+  export CCACHE_DIR=$W/ccache-five
+  build five-cold "$W/apex" $(( $(left) - 70 )) --archs "$ARCHS5" --ccache
+  if [ "$(left)" -ge 125 ]; then
+    build five-warm-stored "$W/apex" 30 --archs "$ARCHS5" --ccache --wheel-compression stored
+  fi
+  stamp "4-core / 16 GiB runner: the plan the builder makes under taskset -c 0-3 and --memory-gib 16"
+  (cd "$CODE" && taskset -c 0-3 python3 -c '
+import dataclasses
+from toolchain.builder import parallelism, unit_schedule
+res = parallelism.host_resources()
+res = dataclasses.replace(res, mem_available_gib=min(16.0, res.mem_available_gib), mem_source="--memory-gib")
+exts = sorted({k.split("/")[0] for k in unit_schedule.load_costs()})
+first = unit_schedule.for_build(exts, 5, res.cores)
+plan = parallelism.plan(res, n_archs=5, n_extensions=len(exts), env={}, scheduled_extra_threads=first.extra_threads)
+later = unit_schedule.for_build(exts, 5, res.cores, plan.nvcc_threads, plan.scheduled)
+print(res); print(plan); print(later.reason)') 2>&1 | tee "$R/four-core-plan.txt"
   cp -r "$SRC" "$W/apex-naive"
-  stamp "naive recipe, stopped after $NAIVE_S s"
-  (cd "$CODE" && python3 "$HERE/bounded_build.py" "$NAIVE_S" "$W/apex-naive" "$R/naive.json" \
-    "$CARRY/ref/five-cold-manifest.json" -- $BUILD --naive --no-ccache --no-gate \
+  nb=$(( $(left) - 8 )); [ "$nb" -gt "$NAIVE_S" ] && nb=$NAIVE_S
+  ref=$W/five-cold/build-manifest.json; [ -f "$ref" ] || ref=$CARRY/ref/five-cold-manifest.json
+  stamp "naive recipe, stopped after $nb s (reference $ref)"
+  (cd "$CODE" && python3 "$HERE/bounded_build.py" "$nb" "$W/apex-naive" "$R/naive.json" \
+    "$ref" -- $BUILD --naive --no-ccache --no-gate \
     --apex-src "$W/apex-naive" --out "$W/naive" --archs "$ARCHS5" --apex-commit $COMMIT) 2>&1 | ts > "$R/naive-console.log"
   tail -3 "$R/naive-console.log"; grep -E "\[apex-builder\] parallelism" "$R/naive-console.log" | cut -c1-600
   (cd "$W/apex-naive" && find build -name .ninja_log -print0 | tar --null -czf "$R/naive-ninja-logs.tar.gz" -T -)
   pack
-  export CCACHE_DIR=$W/ccache-four
-  stamp "4-core / 16 GiB emulated, stopped after $FOUR_S s"
-  (cd "$CODE" && taskset -c 0-3 python3 "$HERE/bounded_build.py" "$FOUR_S" "$W/apex" "$R/four-core.json" -- \
-    $BUILD --memory-gib 16 --ccache --apex-src "$W/apex" --out "$W/four" --archs "$ARCHS5" \
-    --apex-commit $COMMIT) 2>&1 | ts > "$R/four-core-console.log"
-  tail -2 "$R/four-core-console.log"; grep -E "\[apex-builder\] parallelism" "$R/four-core-console.log" | cut -c1-900
-  pack
-  [ "${ONE:-0}" = 1 ] && one_arch
 fi
 stamp "summary"
 (cd "$CODE" && python3 "$HERE/summarize.py" "$R") && cp "$R/summary.md" "$OUT/summary-$MODE.md"

@@ -17,6 +17,7 @@ GOAL_RATIO, GOAL_SPEEDUP, GOAL_MEMORY, GOAL_WARM_S = 1.25, 4.0, 0.8, 15.0
 BUILDS = (
     ("five-cold", "builder, five archs, cold ccache"),
     ("five-warm", "builder, five archs, warm ccache"),
+    ("five-warm-stored", "builder, five archs, warm ccache, --wheel-compression stored"),
     ("one-cold", "builder, one arch (9.0), cold ccache"),
     ("one-warm", "builder, one arch (9.0), warm ccache"),
 )

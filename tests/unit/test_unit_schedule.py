@@ -27,19 +27,20 @@ def test_the_cost_table_is_apex_core_build() -> None:
     assert max(COSTS, key=lambda k: COSTS[k].cpu_s(5)) == TOP
 
 
-def cfs_share(plan: unit_schedule.Schedule, key: str) -> float:
-    threads, nice = plan.units[key]
-    return threads * unit_schedule.NICE_STEP**-nice
-
-
 @pytest.mark.parametrize("n_archs", [1, 5])
-def test_each_nvcc_unit_gets_a_cpu_share_in_proportion_to_its_cost(n_archs: int) -> None:
+def test_each_thread_weight_follows_its_units_cost_per_thread_squared(n_archs: int) -> None:
     plan = unit_schedule.schedule(COSTS, EXTENSIONS, n_archs, cores=16)
     assert plan is not None and set(plan.units) == {k for k, c in COSTS.items() if c.nvcc}
-    ratios = [cfs_share(plan, k) / COSTS[k].cpu_s(n_archs) for k in plan.units]
-    # nice levels are whole numbers: a share may be off by half a level (1.25 ** 0.5) either way
+    ratios = [
+        unit_schedule.NICE_STEP**-nice
+        / (COSTS[k].cpu_s(n_archs) / threads) ** unit_schedule.PRIORITY_EXPONENT
+        for k, (threads, nice) in plan.units.items()
+    ]
+    # nice levels are whole numbers: a weight may be off by half a level (1.25 ** 0.5) either way
     assert max(ratios) / min(ratios) <= unit_schedule.NICE_STEP * 1.01
     assert plan.predicted_cpu_s == pytest.approx(sum(c.cpu_s(n_archs) for c in COSTS.values()))
+    top = max(plan.units, key=lambda k: COSTS[k].cpu_s(n_archs) / plan.units[k][0])
+    assert plan.units[top][1] == 0, "the unit with the most work per thread runs at nice 0"
 
 
 def test_five_archs_give_the_costliest_units_more_threads_and_one_arch_none() -> None:

@@ -599,6 +599,10 @@ def build_parser() -> argparse.ArgumentParser:
         "(no APEX_PARALLEL_BUILD, no nvcc --threads); --archs as given"
     )
     p.add_argument(
+        "--wheel-compression", choices=("deflated", "stored"), default="deflated",
+        help="stored: pack the wheel without compressing it (seconds faster, a few times bigger)",
+    )
+    p.add_argument(
         "--keep-build-dir", action="store_true", help="keep SRC/build (default: removed for a clean build)"
     )
     p.add_argument("--cell", help="matrix cell id, recorded in the manifest")
@@ -826,7 +830,7 @@ def build_and_gate(
         elif setup.parallel == apex_setup.ARGV and int(par["apex_parallel_build"]) > 1:
             par["reason"] += f"; extensions at once passed as setup.py's --parallel {par['apex_parallel_build']}"
     _say(f"parallelism: {par['reason']}")
-    options = apex_setup.pip_options(setup, switches, int(par["apex_parallel_build"]))
+    options = apex_setup.pip_options(setup, switches, int(par["apex_parallel_build"]), args.wheel_compression)
     if setup.style == apex_setup.ARGV:
         passed = (f"{' '.join(switches) or 'no switch'} as pip --config-settings=--build-option=..., one setting per switch"
                   if switches else "no switch (Python-only)")

@@ -2,13 +2,20 @@
 
 With every unit in flight (parallelism.all_in_flight) the kernel is the scheduler, and it shares the cores
 per thread: at five archs and --threads 2 for all, the costliest unit (scaled_upper_triang_masked_softmax,
-~270 CPU seconds) got 2/74 of 16 cores and was still compiling at 274 s, after every other unit had ended
-(reports/h200-2026-12-01-buildspeed). The fix gives each unit a CPU share in proportion to its predicted
-cost, so that all units tend to finish together at work / cores:
-- threads: a unit whose cost exceeds THREAD_MARGIN x (predicted work / cores) cannot finish in time on
-  one core; it gets ceil(cost / (margin x target)) nvcc threads (at most one per arch), the rest 1;
-- niceness: CFS weights fall by 1.25x per nice level (the kernel's sched_prio_to_weight table), so a
-  unit's per-thread weight ~ cost / threads is nice = log(top weight / its weight) / log(1.25), 0-19.
+~340 CPU seconds) got 2/74 of 16 cores and was still compiling at 274 s, after every other unit had ended
+(reports/h200-2026-12-01-buildspeed). So each nvcc unit gets, from its predicted cost (CPU seconds):
+- threads: a unit that cannot finish within THREAD_MARGIN x (predicted work / cores) on one core gets
+  ceil(cost / (margin x target)) nvcc threads, at most one per arch and MAX_NVCC_THREADS; the rest 1;
+- niceness: a per-thread CFS weight ~ (cost / threads) ** PRIORITY_EXPONENT. CFS weights fall by 1.25x
+  per nice level (the kernel's sched_prio_to_weight table), so nice = EXPONENT x log(top / its cost per
+  thread) / log(1.25), 0-19. Exponent 1 shares the cores in proportion to cost (all would end together
+  if no unit had serial phases); 2 leans towards longest-first, so the costliest units run close to
+  alone on their threads while the rest still progress.
+Measured on the H200 host (reports/h200-2026-12-01-buildspeed-i16): exponent 1 and margin 0.75 gave a
+five-arch cold build 1.315x its lower bound, the costliest unit ending 38 s after the others; a fluid
+simulation of the kernel's sharing on the measured costs (simulate_schedule.py there, within 5% of both
+measured builds) puts exponent 2 and margin 0.5 at 1.05x for five archs and 1.03x for one, exponent 1 at
+1.12x / 1.15x, 3 at 1.06x / 1.06x.
 Costs are data (toolchain/data/apex_unit_costs.json: cost(archs) = host_s + archs x device_s_per_arch);
 a unit not listed runs at the median niceness with the bulk threads. .cpp units (g++) are not wrapped and
 run at nice 0. The schedule reaches the compiles through unit_runner.py (PYTORCH_NVCC). Stdlib only.
@@ -39,8 +46,9 @@ RUNNER = Path(__file__).resolve().parent / "unit_runner.py"
 NICE_STEP = 1.25
 MAX_NICE = 19
 # A unit's host phases (preprocessing, the host compile after the fatbinary) use one thread whatever
-# --threads says; give it threads as if it had to finish in 3/4 of the target.
-THREAD_MARGIN = 0.75
+# --threads says; give it threads as if it had to finish in half the target.
+THREAD_MARGIN = 0.5
+PRIORITY_EXPONENT = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +120,10 @@ def schedule(
         for k, cost in nvcc.items()
     }
     heaviest = max(cost / threads[k] for k, cost in nvcc.items())
-    units = {k: (threads[k], _nice(heaviest / (cost / threads[k]))) for k, cost in nvcc.items()}
+    units = {
+        k: (threads[k], _nice((heaviest / (cost / threads[k])) ** PRIORITY_EXPONENT))
+        for k, cost in nvcc.items()
+    }
     default_nice = round(statistics.median(n for _, n in units.values()))
     raised = [
         f"{k.split('/')[-1]} ({units[k][0]})"
@@ -121,8 +132,8 @@ def schedule(
     ]
     reason = (
         f"{len(units)} nvcc units ranked by predicted cost ({work:.0f} CPU s at {n_archs} arch(s), "
-        f"{target:.0f} s on {cores} cores): nice 0-{max(n for _, n in units.values())}, a CPU share in "
-        f"proportion to each one's cost; "
+        f"{target:.0f} s on {cores} cores): nice 0-{max(n for _, n in units.values())}, per-thread weight "
+        f"~ (cost / threads) ** {PRIORITY_EXPONENT}; "
         + (f"more nvcc threads for {', '.join(raised)}" if raised else "none needs more nvcc threads")
         + f"; units not in the table: threads {bulk_threads}, nice {default_nice}"
     )
