@@ -208,3 +208,33 @@ def test_a_stored_wheel_is_packed_without_compression(tmp_path: Path) -> None:
     assert {m.compress_type for m in zipfile.ZipFile(wheel).infolist()} == {zipfile.ZIP_STORED}
     manifest = json.loads((out / "build-manifest.json").read_text())
     assert "--config-settings=--build-option=--compression=stored" in manifest["flag_style"]["pip_options"]
+
+
+def test_the_naive_recipe_reads_the_arch_list_it_is_compared_at(tmp_path: Path) -> None:
+    """--naive once dropped --archs, so on the GPU host torch compiled 9.0+PTX where the comparison was for
+    five archs (reports/h200-2026-12-01-buildspeed-i16): --archs is now read, and checked, under --naive too."""
+    import subprocess
+
+    src = make_tree(tmp_path / "src")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "toolchain.builder.apex_builder",
+            "--apex-src",
+            str(src),
+            "--out",
+            str(tmp_path / "o"),
+            "--flags",
+            "APEX_CPP_EXT",
+            "--naive",
+            "--archs",
+            "9.x",
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == exit_codes.USAGE, result.stderr
+    assert "--archs: '9.x' is not a compute capability" in result.stderr and "Traceback" not in result.stderr

@@ -665,11 +665,9 @@ def _main(args: argparse.Namespace) -> int:
         if value is not None and not value >= 1:
             raise UsageError(f"{name} {value}: must be 1 or more")
     arch_text = args.archs or os.environ.get("TORCH_CUDA_ARCH_LIST")
-    if args.naive:
-        archs = None
-    elif arch_text:
+    if arch_text:  # --naive too: the comparison is for the same archs (issue 16)
         archs = parse_archs(arch_text)
-    elif needs_cuda:
+    elif needs_cuda and not args.naive:
         raise UsageError(
             "--archs is required for CUDA extensions (setup.py would guess 7+ archs); e.g. --archs 9.0",
         )
