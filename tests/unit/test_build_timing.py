@@ -19,12 +19,13 @@ from toolchain.builder.build_inputs import BuildInputs
 from toolchain.builder.build_tools import BuildTools
 from verify import exit_codes
 
-pytestmark = pytest.mark.skipif(shutil.which("ninja") is None or shutil.which("c++") is None,
-                                reason="ninja and a C++ compiler are needed")
+pytestmark = pytest.mark.skipif(
+    shutil.which("ninja") is None or shutil.which("c++") is None, reason="ninja and a C++ compiler are needed"
+)
 
 # Apex's own shape, cut down: CppExtension through BuildExtension (ninja), APEX_PARALLEL_BUILD read the
 # way Apex reads it, and each extension compiled into build/temp.*/<name>/ like its separate-dir patch.
-SETUP = '''
+SETUP = """
 import os, sys, threading
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
@@ -63,7 +64,7 @@ class BuildExtensionSeparateDir(BuildExtension):
 
 setup(name="tinyapex", version="0.1", packages=["apex"], ext_modules=ext_modules,
       cmdclass={"build_ext": BuildExtensionSeparateDir})
-'''
+"""
 
 MODULE = """#include <Python.h>
 static struct PyModuleDef m = {PyModuleDef_HEAD_INIT, "%s", NULL, -1, NULL};
@@ -83,7 +84,8 @@ def make_tree(root: Path) -> Path:
 
 
 def test_a_ninja_build_records_each_unit_and_prints_wall_over_the_bound(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     src = make_tree(tmp_path / "src")
     out = tmp_path / "out"
     request = build_request.parse(["--apex-src", str(src), "--out", str(out), "--no-ccache", "--memory-gib", "2"])
@@ -97,7 +99,10 @@ def test_a_ninja_build_records_each_unit_and_prints_wall_over_the_bound(
     manifest = json.loads((out / "build-manifest.json").read_text())
     timing = manifest["build"]["timing"]
     assert {(u["extension"], Path(u["output"]).name) for u in timing["units"]} == {
-        ("apex_C", "a.o"), ("apex_C", "b.o"), ("syncbn", "s.o")}
+        ("apex_C", "a.o"),
+        ("apex_C", "b.o"),
+        ("syncbn", "s.o"),
+    }
     walls = [u["wall_s"] for u in timing["units"]]
     assert walls == sorted(walls, reverse=True) and all(w > 0 for w in walls)
     assert min(u["start_s"] for u in timing["units"]) == 0.0  # seconds since the first unit started
@@ -117,13 +122,23 @@ def test_a_ninja_build_records_each_unit_and_prints_wall_over_the_bound(
 
 def test_a_measured_cold_figure_sizes_the_next_plan_and_a_warm_one_does_not(tmp_path: Path) -> None:
     path = tmp_path / "build-manifest.json"
-    cold = {"build": {"timing": {"memory": {"gib_per_nvcc_thread": 0.4}},
-                      "ccache": {"stats": {"direct_cache_hit": 0, "preprocessed_cache_hit": 0, "cache_miss": 37}}}}
+    cold = {
+        "build": {
+            "timing": {"memory": {"gib_per_nvcc_thread": 0.4}},
+            "ccache": {"stats": {"direct_cache_hit": 0, "preprocessed_cache_hit": 0, "cache_miss": 37}},
+        }
+    }
     path.write_text(json.dumps(cold))
     value, source = build_timing.measured_gib_per_thread(path)
     assert value == 0.5 and "measured by the cold build" in source
-    plan = parallelism.plan(parallelism.HostResources(16, None, 125, "MemAvailable"), n_archs=5, n_extensions=12,
-                            env={}, gib_per_thread=value, gib_from=source)
+    plan = parallelism.plan(
+        parallelism.HostResources(16, None, 125, "MemAvailable"),
+        n_archs=5,
+        n_extensions=12,
+        env={},
+        gib_per_thread=value,
+        gib_from=source,
+    )
     # 37 units x (1.0 + 3 x 0.5) GiB = 92.5 fits 100 GiB, where the constant 0.75 allowed 2 threads
     assert plan.nvcc_threads == 3 and "measured by the cold build" in plan.reason
     warm = json.loads(path.read_text())
@@ -140,9 +155,79 @@ def test_a_memory_cap_below_one_gib_is_a_usage_error(tmp_path: Path, value: str)
     import subprocess
 
     src = make_tree(tmp_path / "src")
-    result = subprocess.run([sys.executable, "-m", "toolchain.builder.apex_builder", "--apex-src", str(src), "--out",
-                             str(tmp_path / "o"), "--flags", "APEX_CPP_EXT", "--memory-gib", value],
-                            cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "toolchain.builder.apex_builder",
+            "--apex-src",
+            str(src),
+            "--out",
+            str(tmp_path / "o"),
+            "--flags",
+            "APEX_CPP_EXT",
+            "--memory-gib",
+            value,
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == exit_codes.USAGE, result.stderr
     assert "--memory-gib" in result.stderr and "must be 1 or more" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "o").exists()
+
+
+def test_a_stored_wheel_is_packed_without_compression(tmp_path: Path) -> None:
+    """--wheel-compression stored reaches bdist_wheel through pip's config settings (PEP 517, as Apex from
+    23.07 builds): every member of the wheel is ZIP_STORED, and the manifest records the option."""
+    import zipfile
+
+    src = make_tree(tmp_path / "src")
+    (src / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools", "wheel"]\nbuild-backend = "setuptools.build_meta"\n'
+    )
+    out = tmp_path / "out"
+    request = build_request.parse(
+        ["--apex-src", str(src), "--out", str(out), "--no-ccache", "--wheel-compression", "stored"]
+    )
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
+    versions = {"torch": "cpu", "python": "3", "nvcc_path": "nvcc"}
+    code = apex_builder.build_and_gate(request, BuildInputs.of(src, {"APEX_CPP_EXT": "1"}), BuildTools(versions), env,
+                                       dt.datetime.now(dt.timezone.utc))
+    assert code == exit_codes.OK
+    (wheel,) = out.glob("*.whl")
+    assert {m.compress_type for m in zipfile.ZipFile(wheel).infolist()} == {zipfile.ZIP_STORED}
+    manifest = json.loads((out / "build-manifest.json").read_text())
+    assert "--config-settings=--build-option=--compression=stored" in manifest["flag_style"]["pip_options"]
+
+
+def test_the_naive_recipe_reads_the_arch_list_it_is_compared_at(tmp_path: Path) -> None:
+    """--naive once dropped --archs, so on the GPU host torch compiled 9.0+PTX where the comparison was for
+    five archs (reports/h200-2026-12-01-buildspeed-i16): --archs is now read, and checked, under --naive too."""
+    import subprocess
+
+    src = make_tree(tmp_path / "src")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "toolchain.builder.apex_builder",
+            "--apex-src",
+            str(src),
+            "--out",
+            str(tmp_path / "o"),
+            "--flags",
+            "APEX_CPP_EXT",
+            "--naive",
+            "--archs",
+            "9.x",
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == exit_codes.USAGE, result.stderr
+    assert "--archs: '9.x' is not a compute capability" in result.stderr and "Traceback" not in result.stderr

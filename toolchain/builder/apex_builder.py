@@ -40,6 +40,7 @@ from toolchain.builder import (
     build_tools,
     ccache,
     parallelism,
+    unit_schedule,
 )
 from toolchain.builder import request as build_request
 from toolchain.builder.build_inputs import BuildInputs
@@ -168,40 +169,51 @@ def _pass_flags(inputs: BuildInputs, env: dict[str, str]) -> None:
         env.pop("TORCH_CUDA_ARCH_LIST", None)
 
 
-def _size(request: BuildRequest, inputs: BuildInputs, env: dict[str, str]) -> dict:
-    """Step 3: the parallelism (MAX_JOBS, nvcc --threads, extensions at once) set in env; its record."""
+def _size(request: BuildRequest, inputs: BuildInputs,
+          env: dict[str, str]) -> tuple[dict, unit_schedule.Schedule | None, bool]:
+    """Step 3: the parallelism (MAX_JOBS, nvcc --threads, extensions at once) set in env; its record, the unit
+    schedule (slowest units first, unit_schedule.py) and whether the user chose nvcc --threads."""
     setup = inputs.setup
     if request.naive:
         for knob in ("APEX_PARALLEL_BUILD", "NVCC_APPEND_FLAGS"):
             env.pop(knob, None)
         env["MAX_JOBS"] = "4"
         return {"max_jobs": 4, "nvcc_threads": 1, "apex_parallel_build": 1,
-                "reason": "--naive: the published guides' MAX_JOBS=4, no arch list"}
+                "reason": "--naive: the published guides' MAX_JOBS=4, one extension at a time, no nvcc --threads, "
+                "no unit schedule; the arch list from --archs, else setup.py's"}, None, False
     resources = parallelism.host_resources()
     if request.memory_gib is not None and request.memory_gib <= resources.mem_available_gib:
         resources = dataclasses.replace(resources, mem_available_gib=request.memory_gib, mem_source="--memory-gib")
     gib_per_thread, gib_from = build_timing.measured_gib_per_thread(request.out_dir / MANIFEST_NAME)
+    n_ext = len(inputs.expected) if setup.parallel != "none" else 1
+    n_archs = len(inputs.archs or [1])
+    first = unit_schedule.for_build(inputs.expected, n_archs, resources.cores) if n_ext > 1 else None
     try:
         plan = parallelism.plan(
             resources,
-            n_archs=len(inputs.archs or [1]),
+            n_archs=n_archs,
             # a setup.py without --parallel / APEX_PARALLEL_BUILD builds one extension at a time
-            n_extensions=len(inputs.expected) if setup.parallel != "none" else 1,
+            n_extensions=n_ext,
             jobs=request.jobs,
             nvcc_threads=request.nvcc_threads,
             env=env,
             gib_per_thread=gib_per_thread,
             gib_from=gib_from,
+            scheduled_extra_threads=first.extra_threads if first else None,
         )
     except ValueError as error:
         raise UsageError(str(error)) from None
+    user_threads = request.nvcc_threads is not None or parallelism.env_nvcc_threads(env) is not None
+    schedule = unit_schedule.for_build(inputs.expected, n_archs, resources.cores, plan.nvcc_threads,
+                                       plan.scheduled) if first else None
     env.update(plan.env(env))
     par = plan.to_json()
+    par["unit_schedule"] = schedule.to_json() if schedule else None
     if setup.parallel == "none":
         par["reason"] += "; setup.py at this ref has no --parallel: one extension at a time"
     elif setup.parallel == apex_setup.ARGV and int(par["apex_parallel_build"]) > 1:
         par["reason"] += f"; extensions at once passed as setup.py's --parallel {par['apex_parallel_build']}"
-    return par
+    return par, schedule, user_threads
 
 
 def _passed(inputs: BuildInputs) -> str:
@@ -217,15 +229,20 @@ def _compile(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, env:
              log_path: Path) -> Compiled:
     """Steps 3-4: size, then `pip wheel` through ccache into OUT."""
     src, setup = inputs.src, inputs.setup
-    par = _size(request, inputs, env)
+    par, schedule, user_threads = _size(request, inputs, env)
     _say(f"parallelism: {par['reason']}")
-    options = apex_setup.pip_options(setup, inputs.switches, int(par["apex_parallel_build"]))
+    options = apex_setup.pip_options(setup, inputs.switches, int(par["apex_parallel_build"]),
+                                     request.wheel_compression)
     passed = _passed(inputs)
     if not shutil.which("ninja", path=env["PATH"]):
         _say("WARNING: ninja not found: torch compiles one file at a time without it (pip install ninja)")
     with tempfile.TemporaryDirectory(prefix="apex-builder-") as work:
         cc_env, cache = ccache.ccache_env(request.ccache, env, src, tools.nvcc_path, Path(work))
         env.update(cc_env)
+        if schedule:  # every nvcc unit through the unit runner: its niceness, threads and CPU seconds
+            env["PYTORCH_NVCC"] = unit_schedule.route_nvcc(schedule, env, tools.nvcc_path, cache.get("binary"),
+                                                           Path(work), request.out_dir / build_timing.TIMES_NAME,
+                                                           user_threads)
         before = ccache.ccache_stats(env) if cache["used"] else {}
         if not request.keep_build_dir:
             shutil.rmtree(src / "build", ignore_errors=True)  # a clean build: no stale objects from another config
@@ -272,7 +289,8 @@ def _manifest(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, env
             "naive_recipe": bool(request.naive),
             "cuda_from_pypi": tools.cuda_from_pypi,
             "timing": build_timing.compile_timing(inputs.src / "build", stats, cores,
-                                                  int(compiled.parallelism["nvcc_threads"])),
+                                                  int(compiled.parallelism["nvcc_threads"]),
+                                                  request.out_dir / build_timing.TIMES_NAME),
         },
         cell=given.cell,
         inputs={

@@ -31,7 +31,7 @@ class BuildInputs:
     src: Path
     setup: apex_setup.SetupPy
     flags: dict[str, str]
-    archs: tuple[str, ...] | None  # None: no TORCH_CUDA_ARCH_LIST (a Python-only build, or --naive)
+    archs: tuple[str, ...] | None  # None: no TORCH_CUDA_ARCH_LIST (a Python-only build, or --naive without --archs)
 
     @classmethod
     def of(cls, src: Path, flags: dict[str, str], archs: list[str] | tuple[str, ...] | None = None,
@@ -68,11 +68,9 @@ def resolve(request: BuildRequest) -> BuildInputs:
         if value is not None and not value >= 1:
             raise UsageError(f"{name} {value}: must be 1 or more")
     arch_text = request.archs or os.environ.get("TORCH_CUDA_ARCH_LIST")
-    if request.naive:
-        archs = None
-    elif arch_text:
+    if arch_text:  # --naive too: the comparison is for the same archs (issue 16)
         archs = parse_archs(arch_text)
-    elif needs_cuda:
+    elif needs_cuda and not request.naive:
         raise UsageError(
             "--archs is required for CUDA extensions (setup.py would guess 7+ archs); e.g. --archs 9.0",
         )

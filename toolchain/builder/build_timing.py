@@ -1,19 +1,25 @@
-"""The manifest's build timing: per-unit times from the ninja logs, the lower bound, what memory one unit
-took (which sizes the next cold build in the same --out), and the line printed after every build.
-Standard library only: it runs inside the build image (Python 3.10).
+"""The manifest's `build.timing`: every compile unit's times, the links, the lower bound, units in flight
+and memory per unit, from each extension's .ninja_log (ninja_log.py) and the unit runner's records
+(unit_runner.py: CPU seconds, nvcc threads, niceness and largest process of each nvcc unit).
+Stdlib only: runs inside the build image.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
-from toolchain.builder import ninja_log, parallelism
+from toolchain.builder import ninja_log, parallelism, unit_schedule
+
+TIMES_NAME = "unit-times.jsonl"
 
 
-def compile_timing(build_dir: Path, stats: dict, cores: int, threads: int) -> dict:
-    """Per-unit times from each extension's .ninja_log, the links, the lower bound and what memory one
-    unit took at its peak, for the manifest. {} with a reason when no ninja log is there."""
+def compile_timing(
+    build_dir: Path, stats: dict, cores: int, threads: int, times_path: Path | None = None
+) -> dict:
+    """Per-unit times, links, the lower bound and what memory one unit took at its peak, for the manifest.
+    {"units": [], "note": why} when no ninja log is there."""
     try:
         by_ext = ninja_log.read_build_dir(build_dir)
         links = ninja_log.link_seconds(by_ext, ninja_log.library_mtimes(build_dir))
@@ -22,28 +28,65 @@ def compile_timing(build_dir: Path, stats: dict, cores: int, threads: int) -> di
     units = sorted((u for found in by_ext.values() for u in found), key=lambda u: -u.wall_s)
     if not units:
         return {"units": [], "note": f"no .ninja_log under {build_dir} (no ninja, or nothing compiled)"}
+    runner = unit_schedule.read_times(times_path) if times_path else {}
+    # a unit alone needs at least its CPU seconds spread over the threads nvcc may run it on
+    floors = {
+        k: r["cpu_s"] / max(1, int(r.get("threads") or threads))
+        for k, r in runner.items()
+        if r.get("exit") == 0
+    }
     origin = min(u.start_s for u in units)
-    bound = ninja_log.lower_bound(units, links, cores, stats.get("cpu_s"))
+    bound = ninja_log.lower_bound(units, links, cores, stats.get("cpu_s"), floors)
     peak_units, mean_units = ninja_log.in_flight(units)
     per_unit = stats["peak_rss_mb"] / 1024 / max(1, peak_units)
+    rows = []
+    for u in units:  # seconds since the first unit started, slowest first
+        row = dict(u.to_json(), start_s=round(u.start_s - origin, 3), end_s=round(u.end_s - origin, 3))
+        record = runner.get(ninja_log.unit_key(u))
+        if record:
+            row.update({k: record.get(k) for k in ("cpu_s", "threads", "nice", "maxrss_mib")})
+        rows.append(row)
+    timed = [runner[k] for k in (ninja_log.unit_key(u) for u in units) if k in runner]
+    # the runner's own clock against ninja's: a check that the log clock is right (ms, not a unit's length)
+    ends = {ninja_log.unit_key(u): u.end_s for u in units}
+    skew = max((abs(r["end_s"] - ends[r["key"]]) for r in timed), default=None)
     return {
-        "units": [dict(u.to_json(), start_s=round(u.start_s - origin, 3), end_s=round(u.end_s - origin, 3))
-                  for u in units],  # seconds since the first unit started, slowest first
+        "units": rows,
         "links_s": {ext: round(v, 2) for ext, v in sorted(links.items())},
         "unit_seconds": round(sum(u.wall_s for u in units), 1),
         # serial phases no unit schedule can shorten: pip and setup.py before the first unit (metadata, torch
         # import), and linking the last extension and packing the wheel after the last unit
-        "before_first_unit_s": round(origin - stats["started_epoch_s"], 1) if "started_epoch_s" in stats else None,
-        "after_last_unit_s": round(stats["started_epoch_s"] + stats["wall_s"] - max(u.end_s for u in units), 1)
-        if "started_epoch_s" in stats else None,
+        "before_first_unit_s": round(origin - stats["started_epoch_s"], 1)
+        if "started_epoch_s" in stats
+        else None,
+        "after_last_unit_s": round(
+            stats["started_epoch_s"] + stats["wall_s"] - max(u.end_s for u in units), 1
+        )
+        if "started_epoch_s" in stats
+        else None,
         "lower_bound": bound.to_json(stats["wall_s"]),
         "in_flight": {"peak_units": peak_units, "mean_units": round(mean_units, 2)},
+        "runner": {
+            "units_timed": len(timed),
+            "cpu_s": round(sum(r["cpu_s"] for r in timed), 1),
+            "clock_skew_s": None if skew is None else round(skew, 3),
+            "method": "unit_runner.py around each nvcc unit: wait4 CPU seconds of its process tree, its largest "
+            "process, the nvcc threads and niceness the unit schedule gave it",
+        },
         "memory": {
             "gib_per_unit_at_peak": round(per_unit, 2),
             # what the parallelism model's device part would have been, given its host part
-            "gib_per_nvcc_thread": round(max(0.25, (per_unit - parallelism.GIB_PER_UNIT_HOST) / max(1, threads)), 2),
+            "gib_per_nvcc_thread": round(
+                max(0.25, (per_unit - parallelism.GIB_PER_UNIT_HOST) / max(1, threads)), 2
+            ),
+            "largest_process_gib": {
+                "max": round(max(r["maxrss_mib"] for r in timed) / 1024, 2),
+                "median": round(statistics.median(r["maxrss_mib"] for r in timed) / 1024, 2),
+            }
+            if timed
+            else None,
             "method": "peak summed RSS / most units in flight at once; per thread: minus the model's host part, "
-                      "divided by nvcc --threads (at least 0.25)",
+            "divided by nvcc --threads (at least 0.25); largest_process_gib: the runner's ru_maxrss",
         },
     }
 

@@ -8,10 +8,15 @@ to `.ninja_log` there. Format (ninja's src/build_log.cc, versions 5-7 share it):
     <start ms>\t<end ms>\t<mtime>\t<output path>\t<command hash>
 
 start/end are milliseconds since that ninja process started, so logs of different extensions have
-different origins; mtime is the output's modification time in nanoseconds since the epoch (0 when ninja
-did not stat it), which puts every log on one clock: origin = mtime - end. A log may hold several runs;
-the last line of an output wins (ninja reads it the same way). Pure functions except `read_build_dir`.
-Standard library only: runs inside the build image.
+different origins. The mtime field cannot put them on one clock: ninja 1.12+ (log v7, what pip's
+`ninja` installs) records the filesystem time when the command STARTED, ninja <= 1.11 the output's
+mtime, which a ccache hit or a restat rule leaves at any old time. What every version does: it appends
+(and flushes) a line the moment an output finishes, so the log file's own mtime is the end of its last
+line on the epoch clock: origin = log mtime - the largest end. (The 2026-12-01 five-arch figures took
+the origin from the mtime field, off by a unit's whole duration under v7: a 226.6 s bound for a
+160.4 s build.) A log may hold several runs; `last_run` keeps the last (ends only grow within a run).
+Pure functions except `read_build_dir` / `library_mtimes`. Standard library only: runs inside the
+build image.
 """
 
 from __future__ import annotations
@@ -51,8 +56,13 @@ class Unit:
         return self.end_s - self.start_s
 
     def to_json(self) -> dict:
-        return {"extension": self.extension, "output": self.output, "start_s": round(self.start_s, 3),
-                "end_s": round(self.end_s, 3), "wall_s": round(self.wall_s, 3)}
+        return {
+            "extension": self.extension,
+            "output": self.output,
+            "start_s": round(self.start_s, 3),
+            "end_s": round(self.end_s, 3),
+            "wall_s": round(self.wall_s, 3),
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +74,7 @@ class Bound:
     work_s: float  # total work / cores
     work_from: str  # what the work was measured as
     cores: int
+    chain_from: str = "its wall in this build"  # what the chain unit's time is
 
     @property
     def bound_s(self) -> float:
@@ -73,13 +84,20 @@ class Bound:
         return wall_s / self.bound_s if self.bound_s > 0 else float("inf")
 
     def to_json(self, wall_s: float) -> dict:
-        return {"lower_bound_s": round(self.bound_s, 1), "chain_s": round(self.chain_s, 1),
-                "chain_unit": self.chain_unit, "work_s": round(self.work_s, 1), "work_from": self.work_from,
-                "cores": self.cores, "wall_over_bound": round(self.ratio(wall_s), 3)}
+        return {
+            "lower_bound_s": round(self.bound_s, 1),
+            "chain_s": round(self.chain_s, 1),
+            "chain_unit": self.chain_unit,
+            "chain_from": self.chain_from,
+            "work_s": round(self.work_s, 1),
+            "work_from": self.work_from,
+            "cores": self.cores,
+            "wall_over_bound": round(self.ratio(wall_s), 3),
+        }
 
 
-def parse(text: str, source: str = ".ninja_log") -> list[Entry]:
-    """Every output's last entry, in file order of those last entries."""
+def parse_lines(text: str, source: str = ".ninja_log") -> list[Entry]:
+    """Every line's entry, in file order (a rebuild's lines follow the first run's)."""
     lines = text.splitlines()
     if not lines:
         return []
@@ -87,47 +105,93 @@ def parse(text: str, source: str = ".ninja_log") -> list[Entry]:
     if not header:
         raise NinjaLogError(f"{source} line 1: {lines[0][:80]!r} is not '# ninja log vN'; is it a ninja log?")
     if int(header.group(1)) not in KNOWN_VERSIONS:
-        raise NinjaLogError(f"{source}: ninja log v{header.group(1)} is not one of v5-v7 that this reader knows")
-    last: dict[str, Entry] = {}
+        raise NinjaLogError(
+            f"{source}: ninja log v{header.group(1)} is not one of v5-v7 that this reader knows"
+        )
+    entries = []
     for number, line in enumerate(lines[1:], 2):
         if not line.strip() or _HEADER.match(line):
             continue
         fields = line.split("\t")
         if len(fields) != 5 or not all(f.strip().isdigit() for f in fields[:3]):
-            raise NinjaLogError(f"{source} line {number}: {line[:80]!r} is not START\\tEND\\tMTIME\\tOUTPUT\\tHASH")
+            raise NinjaLogError(
+                f"{source} line {number}: {line[:80]!r} is not START\\tEND\\tMTIME\\tOUTPUT\\tHASH"
+            )
         start, end, mtime = (int(f) for f in fields[:3])
         if end < start:
             raise NinjaLogError(f"{source} line {number}: ends ({end} ms) before it starts ({start} ms)")
-        last.pop(fields[3], None)  # a later run's line replaces the earlier one, and moves to the end
-        last[fields[3]] = Entry(start, end, mtime, fields[3])
+        entries.append(Entry(start, end, mtime, fields[3]))
+    return entries
+
+
+def latest(entries: list[Entry]) -> list[Entry]:
+    """Every output's last entry, in file order of those last entries (ninja reads a log the same way)."""
+    last: dict[str, Entry] = {}
+    for entry in entries:
+        last.pop(entry.output, None)  # a later run's line replaces the earlier one, and moves to the end
+        last[entry.output] = entry
     return list(last.values())
 
 
-def units(extension: str, entries: list[Entry], origin_s: float | None = None) -> list[Unit]:
-    """Entries on the common clock. origin_s (epoch seconds when ninja started) is taken from the
-    outputs' mtimes (the median of mtime - end, robust to one restat'ed file) unless given."""
-    if origin_s is None:
-        offsets = sorted(e.mtime_ns / 1e9 - e.end_ms / 1e3 for e in entries if e.mtime_ns)
-        origin_s = offsets[len(offsets) // 2] if offsets else 0.0
-    return [Unit(extension, e.output, origin_s + e.start_ms / 1e3, origin_s + e.end_ms / 1e3) for e in entries]
+def parse(text: str, source: str = ".ninja_log") -> list[Entry]:
+    """Every output's last entry, in file order of those last entries."""
+    return latest(parse_lines(text, source))
 
 
-def lower_bound(all_units: list[Unit], links_s: dict[str, float], cores: int, cpu_s: float | None = None) -> Bound:
+def last_run(entries: list[Entry]) -> list[Entry]:
+    """The entries of the last ninja run in a log (a rebuild appends its lines): within one run each line
+    is written when its output finishes, so ends never decrease; a smaller end starts a later run. (A
+    rerun whose first end exceeds the previous run's last is not told apart: the builder removes build/.)"""
+    start = 0
+    for i in range(1, len(entries)):
+        if entries[i].end_ms < entries[i - 1].end_ms:
+            start = i
+    return entries[start:]
+
+
+def units(extension: str, entries: list[Entry], origin_s: float) -> list[Unit]:
+    """Entries on the common clock; origin_s is the epoch second the ninja run started (`log_origin`)."""
+    return [
+        Unit(extension, e.output, origin_s + e.start_ms / 1e3, origin_s + e.end_ms / 1e3) for e in entries
+    ]
+
+
+def log_origin(entries: list[Entry], log_mtime_s: float) -> float:
+    """When the ninja run of these entries started, on the epoch clock: its log was last written when its
+    last output finished."""
+    return log_mtime_s - max((e.end_ms for e in entries), default=0) / 1e3
+
+
+def lower_bound(
+    all_units: list[Unit],
+    links_s: dict[str, float],
+    cores: int,
+    cpu_s: float | None = None,
+    floors_s: dict[str, float] | None = None,
+) -> Bound:
     """max(slowest unit + its extension's link, work / cores). Work is the build's CPU seconds when
     measured (a unit's wall counts time it waited for a core when more compiles than cores run, and
-    misses the cores its nvcc --threads used), else the sum of unit walls."""
+    misses the cores its nvcc --threads used), else the sum of unit walls. A unit's time in the chain is
+    its floor where known (floors_s, by unit_key: its CPU seconds / the threads it could use, what it
+    needs even alone), else its wall in this build, which under contention overstates it."""
     cores = max(1, cores)
+    floors_s = floors_s or {}
+
+    def alone(u: Unit) -> float:
+        return min(u.wall_s, floors_s.get(unit_key(u), u.wall_s))
+
     if all_units:
-        slow = max(all_units, key=lambda u: u.wall_s + links_s.get(u.extension, 0.0))
-        chain, chain_unit = slow.wall_s + links_s.get(slow.extension, 0.0), unit_key(slow)
+        slow = max(all_units, key=lambda u: alone(u) + links_s.get(u.extension, 0.0))
+        chain, chain_unit = alone(slow) + links_s.get(slow.extension, 0.0), unit_key(slow)
+        chain_from = "its CPU seconds / its nvcc threads" if unit_key(slow) in floors_s else "its wall in this build"
     else:
-        chain, chain_unit = max(links_s.values(), default=0.0), "-"
+        chain, chain_unit, chain_from = max(links_s.values(), default=0.0), "-", "no units"
     if cpu_s is not None:
         work, work_from = cpu_s / cores, f"{cpu_s:.0f} CPU seconds of the build's processes / {cores} cores"
     else:
         total = sum(u.wall_s for u in all_units)
         work, work_from = total / cores, f"{total:.0f} unit-seconds (ninja walls) / {cores} cores"
-    return Bound(chain, chain_unit, work, work_from, cores)
+    return Bound(chain, chain_unit, work, work_from, cores, chain_from)
 
 
 def in_flight(all_units: list[Unit]) -> tuple[int, float]:
@@ -154,26 +218,33 @@ def extrapolate(done: list[str], elapsed_s: float, weights: dict[str, float]) ->
     done_weight = sum(weights.get(k, mean) for k in set(done))
     total_weight = sum(weights.get(k, mean) for k in keys)
     if done_weight <= 0:
-        return {"estimated_total_s": None, "done_units": 0, "total_units": len(keys), "elapsed_s": elapsed_s,
-                "method": "no unit finished: no rate to extrapolate"}
+        return {
+            "estimated_total_s": None,
+            "done_units": 0,
+            "total_units": len(keys),
+            "elapsed_s": elapsed_s,
+            "method": "no unit finished: no rate to extrapolate",
+        }
     return {
         "estimated_total_s": round(elapsed_s * total_weight / done_weight, 1),
         "done_units": len(set(done)),
         "total_units": len(keys),
         "elapsed_s": round(elapsed_s, 1),
         "method": "EXTRAPOLATED, not measured: elapsed x (weight of all units / weight of finished units), "
-                  "each unit weighted by its wall in the reference build",
+        "each unit weighted by its wall in the reference build",
     }
 
 
 def read_build_dir(build_dir: Path) -> dict[str, list[Unit]]:
-    """{extension: units} from every `<build_dir>/temp.*/<extension>/.ninja_log` (Apex's layout; a
-    setup.py without it puts one log in temp.*/ itself, named by that folder)."""
+    """{extension: units of its last ninja run} from every `<build_dir>/temp.*/<extension>/.ninja_log`
+    (Apex's layout; a setup.py without it puts one log in temp.*/ itself, named by that folder)."""
     found: dict[str, list[Unit]] = {}
     for log in sorted(build_dir.glob(f"temp.*/**/{LOG_NAME}")):
         extension = log.parent.name
+        entries = latest(last_run(parse_lines(log.read_text(errors="replace"), str(log))))
         found.setdefault(extension, []).extend(
-            units(extension, parse(log.read_text(errors="replace"), str(log))))
+            units(extension, entries, log_origin(entries, log.stat().st_mtime))
+        )
     return found
 
 
@@ -184,8 +255,11 @@ def unit_key(unit: Unit) -> str:
 def link_seconds(by_extension: dict[str, list[Unit]], library_mtimes: dict[str, float]) -> dict[str, float]:
     """Each extension's link: its shared library's mtime minus its last object's end (the link starts
     once the last object is there; setuptools links outside ninja, so no log times it)."""
-    return {ext: max(0.0, library_mtimes[ext] - max(u.end_s for u in found))
-            for ext, found in by_extension.items() if found and ext in library_mtimes}
+    return {
+        ext: max(0.0, library_mtimes[ext] - max(u.end_s for u in found))
+        for ext, found in by_extension.items()
+        if found and ext in library_mtimes
+    }
 
 
 def library_mtimes(build_dir: Path) -> dict[str, float]:

@@ -81,6 +81,8 @@ class Plan:
     nvcc_threads: int
     apex_parallel_build: int
     reason: str
+    # every unit in flight with the unit schedule's extra threads counted (they may be given)
+    scheduled: bool = False
 
     def env(self, base: dict[str, str]) -> dict[str, str]:
         """The environment variables that carry this plan to Apex's setup.py and torch."""
@@ -175,15 +177,27 @@ def unit_gib(threads: int, gib_per_thread: float | None = None) -> float:
 
 
 def all_in_flight(
-    res: HostResources, *, n_archs: int, n_extensions: int, gib_per_thread: float | None = None
+    res: HostResources, *, n_archs: int, n_extensions: int, gib_per_thread: float | None = None,
+    scheduled_extra_threads: int | None = None,
 ) -> tuple[int, int, int, str] | None:
-    """(MAX_JOBS, APEX_PARALLEL_BUILD, nvcc threads, why) that start every unit at once, with the most
-    nvcc threads (at most one per arch) whose modelled peak fits the memory budget; None where even
-    one thread per unit does not fit, or the units would crowd the cores (the slot rule applies)."""
+    """(MAX_JOBS, APEX_PARALLEL_BUILD, nvcc threads, why) that start every unit at once; None where even
+    one thread per unit does not fit, or the units would crowd the cores (the slot rule applies).
+    scheduled_extra_threads: a unit schedule (unit_schedule.py) gives the costliest units more threads and
+    the rest one, so the bulk runs at --threads 1 and the model adds those threads; without one, every
+    unit gets the most threads (at most one per arch) whose modelled peak fits the budget."""
     units = LARGEST_EXTENSION_UNITS + (n_extensions - 1) * TYPICAL_FILES_PER_EXTENSION
     budget = res.mem_available_gib * MEMORY_FRACTION
+    per_thread = GIB_PER_NVCC_THREAD if gib_per_thread is None else gib_per_thread
     if units > res.cores * MAX_UNITS_PER_CORE or units * unit_gib(1, gib_per_thread) > budget:
         return None
+    if scheduled_extra_threads is not None:
+        peak = units * unit_gib(1, gib_per_thread) + scheduled_extra_threads * per_thread
+        if peak > budget:
+            return None
+        why = (f"every extension at once, MAX_JOBS = amp_C's {LARGEST_EXTENSION_UNITS} units: ~{units} units in "
+               f"flight, ranked by the unit schedule; --threads 1 for the bulk, {scheduled_extra_threads} more "
+               f"threads for the costliest units: modelled {peak:.0f} GiB of {budget:.0f}")
+        return LARGEST_EXTENSION_UNITS, n_extensions, 1, why
     top = max(1, min(n_archs, MAX_NVCC_THREADS))
     threads = max(t for t in range(1, top + 1) if units * unit_gib(t, gib_per_thread) <= budget)
     why = (f"every extension at once, MAX_JOBS = amp_C's {LARGEST_EXTENSION_UNITS} units: ~{units} units in flight, "
@@ -202,10 +216,13 @@ def plan(
     env: dict[str, str] | None = None,
     gib_per_thread: float | None = None,
     gib_from: str = "",
+    scheduled_extra_threads: int | None = None,
 ) -> Plan:
     """Size the three knobs. Explicit arguments win, then MAX_JOBS / APEX_PARALLEL_BUILD /
     NVCC_APPEND_FLAGS from `env`, then the memory-and-cores rule. Raises ValueError on bad env values."""
     env = dict(os.environ if env is None else env)
+    # the unit schedule's threads above --threads, where the all-in-flight rule counted them in
+    extra_threads, scheduled = 0, False
     fits = max(1, math.floor(res.mem_available_gib * MEMORY_FRACTION / GIB_PER_COMPILE))
     overridden = jobs is not None or nvcc_threads is not None or any(
         env.get(k, "").strip() for k in ("MAX_JOBS", "APEX_PARALLEL_BUILD")) or env_nvcc_threads(env) is not None
@@ -249,10 +266,12 @@ def plan(
         parallel, split_from = env_parallel, "APEX_PARALLEL_BUILD from the environment"
         max_jobs = max(1, per_thread // parallel)
     elif jobs is None and nvcc_threads is None and env_nvcc_threads(env) is None and (
-            every := all_in_flight(res, n_archs=n_archs, n_extensions=n_ext, gib_per_thread=gib_per_thread)):
+            every := all_in_flight(res, n_archs=n_archs, n_extensions=n_ext, gib_per_thread=gib_per_thread,
+                                   scheduled_extra_threads=scheduled_extra_threads)):
         max_jobs, parallel, threads, note = every
         split_from = f"{note}{f'; {gib_from}' if gib_from else ''}"
         threads_from = f"{n_archs} arch(s), memory"
+        extra_threads, scheduled = scheduled_extra_threads or 0, scheduled_extra_threads is not None
     elif jobs is None and nvcc_threads is None and env_nvcc_threads(env) is None:
         # the slot rule on the memory model: as many units as cores x 2 and memory allow at one thread,
         # then the most threads that still fit (a small host gets units for its cores before threads)
@@ -280,10 +299,12 @@ def plan(
     )
     expected = min(max_jobs * parallel, max_jobs + (parallel - 1) * TYPICAL_FILES_PER_EXTENSION)
     if threads_from.endswith("memory"):
-        peak = expected * unit_gib(threads, gib_per_thread)
-        why.append(f"modelled peak {peak:.0f} GiB ({expected} units x {unit_gib(threads, gib_per_thread):.2f} GiB)")
+        peak = expected * unit_gib(threads, gib_per_thread) + extra_threads * (gib_per_thread or GIB_PER_NVCC_THREAD)
+        why.append(f"modelled peak {peak:.0f} GiB ({expected} units x {unit_gib(threads, gib_per_thread):.2f} GiB"
+                   + (f" + {extra_threads} scheduled threads)" if extra_threads else ")"))
     else:
         peak = expected * threads * GIB_PER_COMPILE
     if peak > res.mem_available_gib:
         why.append(f"WARNING: about {peak:.0f} GiB may be needed at peak, more than is available")
-    return Plan(max_jobs=max_jobs, nvcc_threads=threads, apex_parallel_build=parallel, reason="; ".join(why))
+    return Plan(max_jobs=max_jobs, nvcc_threads=threads, apex_parallel_build=parallel, reason="; ".join(why),
+                scheduled=scheduled)

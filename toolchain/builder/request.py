@@ -46,6 +46,7 @@ class BuildRequest:
     install: bool = False
     naive: bool = False
     keep_build_dir: bool = False
+    wheel_compression: str = "deflated"  # deflated | stored (seconds faster, a few times bigger)
     provenance: Provenance = Provenance()
 
     @property
@@ -137,7 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--install", action="store_true", help="pip install the wheel and gate with verify --static"
     )
     p.add_argument(
-        "--naive", action="store_true", help="the guides' recipe for comparison: MAX_JOBS=4, no arch list"
+        "--naive", action="store_true", help="the guides' recipe for comparison: MAX_JOBS=4, one extension at a time "
+        "(no APEX_PARALLEL_BUILD, no nvcc --threads); --archs as given"
+    )
+    p.add_argument(
+        "--wheel-compression", choices=("deflated", "stored"), default="deflated",
+        help="stored: pack the wheel without compressing it (seconds faster, a few times bigger)",
     )
     p.add_argument(
         "--keep-build-dir", action="store_true", help="keep SRC/build (default: removed for a clean build)"
