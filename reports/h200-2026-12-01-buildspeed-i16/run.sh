@@ -12,12 +12,15 @@
 #        MAX_JOBS=4, one extension at a time, no nvcc --threads) for the same five archs, stopped after what
 #        is left (at most NAIVE_S, 150 s), its total ESTIMATED from ninja's logs and floored by the
 #        measured CPU seconds of the cold build's units (bounded_build.py).
+# call3: the one-arch (9.0) cold build with the refitted schedule and its warm rebuild packed with
+#        --wheel-compression stored; then the naive recipe at the five archs (--naive now reads --archs),
+#        stopped after what is left (at most NAIVE_S), estimated as in call2.
 # Every step gets only what is left of BUILDSPEED_TOTAL_S (540 s). Output: $OUT/buildspeed-MODE.tar.gz
 # (manifests with per-unit times and the lower bound, unit-times.jsonl, builder logs, ninja logs, .so
 # mtimes, consoles with per-line seconds, vmstat) and $OUT/summary-MODE.md.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
-MODE=${1:?call1 or call2}
+MODE=${1:?call1, call2 or call3}
 CARRY=$(cd "$(dirname "$0")/../../.." && pwd)
 CODE=$CARRY/code HERE=$CARRY/code/reports/h200-2026-12-01-buildspeed-i16 SRC=$CARRY/apex
 ARCHS5="8.0;8.6;9.0;10.0;12.0" COMMIT=6424da3b4faa6c8f062da4a48c424fff3f02d42d
@@ -63,6 +66,19 @@ one_arch() {
   fi
 }
 
+naive() {  # the guides' recipe at the five archs, bounded by what is left (at most NAIVE_S), estimated
+  cp -r "$SRC" "$W/apex-naive"
+  nb=$(( $(left) - 8 )); [ "$nb" -gt "$NAIVE_S" ] && nb=$NAIVE_S
+  ref=$W/five-cold/build-manifest.json; [ -f "$ref" ] || ref=$CARRY/ref/five-cold-manifest.json
+  stamp "naive recipe, stopped after $nb s (reference $ref)"
+  (cd "$CODE" && python3 "$HERE/bounded_build.py" "$nb" "$W/apex-naive" "$R/naive.json" \
+    "$ref" -- $BUILD --naive --no-ccache --no-gate \
+    --apex-src "$W/apex-naive" --out "$W/naive" --archs "$ARCHS5" --apex-commit $COMMIT) 2>&1 | ts > "$R/naive-console.log"
+  tail -3 "$R/naive-console.log"; grep -E "\[apex-builder\] parallelism" "$R/naive-console.log" | cut -c1-600
+  (cd "$W/apex-naive" && find build -name .ninja_log -print0 | tar --null -czf "$R/naive-ninja-logs.tar.gz" -T -)
+  pack
+}
+
 stamp "start $MODE"; date -u
 { echo "cores $(nproc)"; lscpu | grep -E "^(Model name|Thread|Core|Socket|CPU\(s\))"; free -g | head -2
   python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__)'
@@ -83,6 +99,11 @@ if [ "$MODE" = call1 ]; then
   build five-cold "$W/apex" $(( $(left) - 60 )) --archs "$ARCHS5" --ccache
   [ "$(left)" -ge 40 ] && build five-warm "$W/apex" $(( $(left) - 20 )) --archs "$ARCHS5" --ccache
   one_arch
+elif [ "$MODE" = call3 ]; then
+  export CCACHE_DIR=$W/ccache-one
+  build one-cold "$W/apex" 200 --archs 9.0 --ccache
+  build one-warm-stored "$W/apex" 40 --archs 9.0 --ccache --wheel-compression stored
+  naive
 else
   export CCACHE_DIR=$W/ccache-five
   build five-cold "$W/apex" $(( $(left) - 70 )) --archs "$ARCHS5" --ccache
@@ -100,15 +121,7 @@ first = unit_schedule.for_build(exts, 5, res.cores)
 plan = parallelism.plan(res, n_archs=5, n_extensions=len(exts), env={}, scheduled_extra_threads=first.extra_threads)
 later = unit_schedule.for_build(exts, 5, res.cores, plan.nvcc_threads, plan.scheduled)
 print(res); print(plan); print(later.reason)') 2>&1 | tee "$R/four-core-plan.txt"
-  cp -r "$SRC" "$W/apex-naive"
-  nb=$(( $(left) - 8 )); [ "$nb" -gt "$NAIVE_S" ] && nb=$NAIVE_S
-  ref=$W/five-cold/build-manifest.json; [ -f "$ref" ] || ref=$CARRY/ref/five-cold-manifest.json
-  stamp "naive recipe, stopped after $nb s (reference $ref)"
-  (cd "$CODE" && python3 "$HERE/bounded_build.py" "$nb" "$W/apex-naive" "$R/naive.json" \
-    "$ref" -- $BUILD --naive --no-ccache --no-gate \
-    --apex-src "$W/apex-naive" --out "$W/naive" --archs "$ARCHS5" --apex-commit $COMMIT) 2>&1 | ts > "$R/naive-console.log"
-  tail -3 "$R/naive-console.log"; grep -E "\[apex-builder\] parallelism" "$R/naive-console.log" | cut -c1-600
-  (cd "$W/apex-naive" && find build -name .ninja_log -print0 | tar --null -czf "$R/naive-ninja-logs.tar.gz" -T -)
+  naive
   pack
 fi
 stamp "summary"
