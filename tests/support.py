@@ -1,4 +1,5 @@
-"""What many tests share: the repository root and the two CLIs run as real subprocesses.
+"""What many tests share: the repository root, the two CLIs run as real subprocesses, the frozen
+compatibility facts, and docker/Dockerfile read as stages.
 
 Each runner drops the variables that change how a CLI talks (GitHub Actions annotations, a default
 registry, a build manifest) so a test sees plain output unless it passes them in `env` itself.
@@ -6,14 +7,21 @@ registry, a build manifest) so a test sees plain output unless it passes them in
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
+import re
+import shlex
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FROZEN_FACTS = REPO / "tests" / "fixtures" / "facts-2026-12-01" / "compat.toml"
-# Upstream Apex source archives (never copied into the repo): beside the checkout, or where this names.
+DOCKERFILE = REPO / "docker" / "Dockerfile"
+# Upstream Apex source archives (never copied into the repo): beside the checkout, or where this names
+# (CI makes them from GitHub: scripts/apex-fixtures.sh).
 APEX_FIXTURES = Path(os.environ.get("APEX_TEST_FIXTURES", REPO.parent / "shared" / "fixtures"))
 _AMBIENT = ("GITHUB_ACTIONS", "APEX_IMAGE_REGISTRY", "APEX_BUILD_MANIFEST")
 
@@ -39,3 +47,86 @@ def run_verify(*args: str, extra_path: str | None = None, env: dict[str, str] | 
     environ.update(env or {})
     return subprocess.run([sys.executable, "-m", "verify", *args], capture_output=True, text=True,
                           env=environ, cwd=cwd or REPO, timeout=timeout, check=False)
+
+
+def unpack_apex(name: str, dest: Path) -> Path:
+    """Unpack the upstream Apex archive apex-NAME.tar.gz (6424da3b, 25.04) into dest; its checkout root
+    (setup.py, the `apex` package). Skips the test where the archive is absent."""
+    import pytest
+
+    archive = APEX_FIXTURES / f"apex-{name}.tar.gz"
+    if not archive.is_file():
+        pytest.skip(f"no Apex source archive at {archive}: set APEX_TEST_FIXTURES to a folder of them "
+                    "(bash scripts/apex-fixtures.sh DIR makes one from GitHub)")
+    with tarfile.open(archive) as tar:
+        tar.extractall(dest, filter="data")
+    return dest / "apex"
+
+
+def frozen_facts():
+    """The compatibility facts as of 2026-12-01 (tests/fixtures): what rule tests resolve cells against,
+    so that an update of toolchain/data/compat.toml changes no rule test's outcome."""
+    from toolchain.spec import compat
+
+    return compat.load(FROZEN_FACTS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    name: str
+    parent: str  # the FROM image or stage
+    instructions: tuple[str, ...]  # one per instruction, continuation lines joined
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.instructions)
+
+    def args(self) -> dict[str, str | None]:
+        """The ARGs this stage declares: name -> default (None: the global ARG of that name)."""
+        found: dict[str, str | None] = {}
+        for line in self.instructions:
+            if line.startswith("ARG "):
+                found.update(_arg_words(line))
+        return found
+
+    def labels(self) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for line in self.instructions:
+            if line.startswith("LABEL "):
+                found.update(word.split("=", 1) for word in shlex.split(line[len("LABEL "):]))
+        return found
+
+
+@dataclasses.dataclass(frozen=True)
+class Dockerfile:
+    global_args: tuple[tuple[str, str | None], ...]  # the ARGs before the first FROM, in order (repeats kept)
+    stages: dict[str, Stage]
+
+
+def _arg_words(line: str) -> list[tuple[str, str | None]]:
+    words = shlex.split(line[len("ARG "):])
+    return [(w.split("=", 1)[0], w.split("=", 1)[1] if "=" in w else None) for w in words]
+
+
+@functools.lru_cache(maxsize=1)
+def dockerfile() -> Dockerfile:
+    """docker/Dockerfile as instructions (comments dropped, `\\` continuations joined) grouped by stage."""
+    lines = [line for line in DOCKERFILE.read_text().splitlines() if not line.lstrip().startswith("#")]
+    instructions = [i.strip() for i in re.sub(r"\\\n", " ", "\n".join(lines)).splitlines() if i.strip()]
+    global_args: list[tuple[str, str | None]] = []
+    stages: dict[str, Stage] = {}
+    current: tuple[str, str, list[str]] | None = None
+    for line in instructions:
+        match = re.match(r"FROM (\S+) AS (\S+)$", line)
+        if match:
+            if current:
+                stages[current[0]] = Stage(current[0], current[1], tuple(current[2]))
+            current = (match[2], match[1], [])
+        elif current is None:
+            assert line.startswith("ARG "), f"before the first FROM only ARG may stand: {line}"
+            global_args += _arg_words(line)
+        else:
+            current[2].append(line)
+    if current:
+        stages[current[0]] = Stage(current[0], current[1], tuple(current[2]))
+    return Dockerfile(tuple(global_args), stages)

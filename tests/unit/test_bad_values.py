@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import APEX_FIXTURES, REPO
+from tests.support import REPO, unpack_apex
 from toolchain.errors import MatrixError
 from toolchain.spec.matrix import load_matrix
 from verify import exit_codes, messages
@@ -317,17 +317,12 @@ def test_shown_and_bounded() -> None:
 
 # --- 3b. --out folders a failed command made ----------------------------------------------------
 
-APEX_ARCHIVE = APEX_FIXTURES / "apex-6424da3b.tar.gz"
-
-
 def test_a_failed_wheel_build_removes_the_out_folders_it_made(tmp_path: Path) -> None:
     """The builder makes --out first (to fail early when unwritable), then finds no CUDA torch: exit 3."""
-    if not APEX_ARCHIVE.is_file():
-        pytest.skip(f"no Apex source archive at {APEX_ARCHIVE} (see /work/shared/fixtures/README.md)")
-    subprocess.run(["tar", "-C", str(tmp_path), "-xzf", str(APEX_ARCHIVE)], check=True)
+    src = unpack_apex("6424da3b", tmp_path)
     existing = tmp_path / "existing"
     (existing / "keep-me-empty").mkdir(parents=True)
-    proc = build("wheel", "--apex-src", str(tmp_path / "apex"), "--out", str(existing / "new" / "deeper"),
+    proc = build("wheel", "--apex-src", str(src), "--out", str(existing / "new" / "deeper"),
                  "--archs", "9.0", cwd=tmp_path)
     assert proc.returncode in (exit_codes.USAGE, exit_codes.ENVIRONMENT), proc.stderr
     assert not (existing / "new").exists(), "the empty folders the failed build made are left"

@@ -1,5 +1,6 @@
 """Matrix resolution: layering, defaults chosen to fit, tags and build args (the repo's real matrix.toml
-and real TOML files written to tmp dirs)."""
+and real TOML files written to tmp dirs), against the frozen facts of 2026-12-01 so that a facts update
+moves none of these outcomes (tests/unit/test_live_facts.py checks the live facts and matrix)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,25 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO
-from toolchain.spec import compat
-from toolchain.spec.matrix import TAG_MAX, TAG_RE, cli_cell, extra_flag_names, load_matrix
+from tests.support import REPO, frozen_facts
+from toolchain.spec import compat, matrix
+from toolchain.spec.matrix import TAG_MAX, TAG_RE, extra_flag_names
 from verify import module_map
 
-PIN = compat.load().apex_default_ref
+FACTS = frozen_facts()
+PIN = FACTS.apex_default_ref
 CONTRACT_ARGS = {
     "BASE_DEVEL_IMAGE", "BASE_RUNTIME_IMAGE", "CUDA_VERSION", "PYTHON_VERSION", "TORCH_VERSION",
     "TORCH_INDEX_URL", "TORCH_CUDA_ARCH_LIST", "APEX_REPO", "APEX_REF", "APEX_FLAGS", "CELL_ID", "GCC_VERSION",
 }
+
+
+def cli_cell(values: dict, **kwargs) -> matrix.Cell:
+    return matrix.cli_cell(values, facts=FACTS, **kwargs)
+
+
+def load_matrix(path: Path) -> matrix.Matrix:
+    return matrix.load_matrix(path, facts=FACTS)
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -103,7 +113,7 @@ def test_explicit_archs_and_extras_make_a_variant(simple: Path) -> None:
 
 def test_extras_accept_names_flags_and_modules_from_the_module_map() -> None:
     names = extra_flag_names()
-    contrib_flags = {f for f in module_map.known_flags() if f not in compat.load().apex_core_flags}
+    contrib_flags = {f for f in module_map.known_flags() if f not in FACTS.apex_core_flags}
     assert set(names.values()) == contrib_flags
     cell = cli_cell({"cuda": "12.4", "archs": "9.0", "extras": "APEX_XENTROPY xentropy_cuda all"},
                     matrix_path=REPO / "matrix.toml")
