@@ -130,3 +130,76 @@ def dockerfile() -> Dockerfile:
     if current:
         stages[current[0]] = Stage(current[0], current[1], tuple(current[2]))
     return Dockerfile(tuple(global_args), stages)
+
+
+# ---------------------------------------------------------------- child processes and modules
+
+RANK_TOKEN_ENV = "VERIFY_DIST_TEST_TOKEN"  # set per test; every rank process a test starts inherits it
+
+
+def rank_token(monkeypatch) -> str:
+    """A fresh token in the environment (and no fault hooks), so a test can find the rank processes it
+    started by their environment afterwards (`leftover_processes`)."""
+    import uuid
+
+    from verify.distributed.plan import CPU_HOOK_ENV
+    from verify.gpu.worker import FAULT_ENV
+
+    value = uuid.uuid4().hex
+    monkeypatch.setenv(RANK_TOKEN_ENV, value)
+    monkeypatch.delenv(FAULT_ENV, raising=False)
+    monkeypatch.delenv(CPU_HOOK_ENV, raising=False)
+    return value
+
+
+def leftover_processes(token: str) -> list[int]:
+    """Live processes (other than this one) whose environment carries the token: rank processes left behind."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if f"{RANK_TOKEN_ENV}={token}".encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def importable(names) -> frozenset[str]:
+    """Which of these modules import in this Python (compiled Apex extensions, where built)."""
+    import importlib
+
+    usable = set()
+    for name in sorted(set(names)):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+        usable.add(name)
+    return frozenset(usable)
+
+
+# ---------------------------------------------------------------- factories for the report tests
+
+
+def static_verify_report(path: Path) -> Path:
+    """A real `verify --static` report written to path: this machine has torch but no Apex, so FAIL (exit 1)."""
+    proc = run_verify("--static", "--quiet", "--json", str(path), timeout=300)
+    assert proc.returncode == 1 and path.is_file(), proc.stderr
+    return path
+
+
+def matrix_cells(*cuda: str):
+    """Cells of the repository's matrix.toml ([defaults] + one CUDA each, archs 9.0), on the frozen facts."""
+    from toolchain.spec.matrix import cli_cell
+
+    return [cli_cell({"archs": "9.0", "cuda": c}, matrix_path=REPO / "matrix.toml", facts=frozen_facts()) for c in cuda]
+
+
+def cell_result(cell, status: str, build: dict | None, verify: dict | None = None, *, run_id: str = "run1"):
+    """A CellResult for `cell` as a run writes it (fixed times, so reports compare)."""
+    from toolchain.runs.cell_result import CellResult, CellStatus
+
+    return CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=cell.to_json(), status=CellStatus(status),
+                      started_at="2026-01-01T00:00:00+00:00", finished_at="2026-01-01T00:10:00+00:00",
+                      build=build, verify=verify)

@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 from test_apex_builder import build, make_project, run_builder
 
-from tests.support import REPO, unpack_apex
+from tests.support import REPO, frozen_facts, unpack_apex
 from toolchain.builder import apex_builder, apex_setup, build_outputs
 from toolchain.errors import ToolchainError
-from toolchain.spec import compat
 from verify import exit_codes, module_map
 
 CORE = {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"}
@@ -90,7 +89,7 @@ def test_legacy_apis_of_each_tree_are_named(head: Path, tag2504: Path, tmp_path:
 
 
 def test_hardcoded_compute_70_refused_for_nvcc_13_only(head: Path, tag2504: Path) -> None:
-    facts = compat.load()
+    facts = frozen_facts()
     nvcc13, nvcc128 = set(facts.toolkit("13.0").archs), set(facts.toolkit("12.8").archs)
     old = apex_setup.read(tag2504)
     switches = apex_setup.flag_switches(old, CORE)

@@ -8,14 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, run_build
+from tests.support import frozen_facts, run_build
 from toolchain.errors import MatrixError, UsageError
-from toolchain.spec import compat
-from toolchain.spec.matrix import cli_cell, load_matrix
+from toolchain.spec import matrix
 from verify import exit_codes
 
 # The rule tests read a frozen copy of the facts, so a new torch or toolkit row does not change them.
-FROZEN_FACTS = REPO / "tests" / "fixtures" / "facts-2026-12-01" / "compat.toml"
+FACTS = frozen_facts()
+
+
+def load_matrix(path: Path) -> matrix.Matrix:
+    return matrix.load_matrix(path, facts=FACTS)
+
+
+def cli_cell(values: dict, **kwargs) -> matrix.Cell:
+    return matrix.cli_cell(values, facts=FACTS, **kwargs)
 
 HEADER = """
 format_version = 1
@@ -141,7 +148,7 @@ def test_problem_names_the_cell_and_the_fix(tmp_path: Path, case: str) -> None:
     body, fragments = CASES[case]
     path = write(tmp_path, body)
     with pytest.raises(MatrixError) as caught:
-        load_matrix(path, facts=compat.load(FROZEN_FACTS))
+        load_matrix(path)
     message = str(caught.value)
     for fragment in fragments:
         assert fragment in message, f"{fragment!r} not in {message!r}"
