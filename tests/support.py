@@ -71,6 +71,20 @@ def frozen_facts():
     return compat.load(FROZEN_FACTS)
 
 
+def frozen_cell(values: dict, **kwargs):
+    """toolchain.spec.matrix.cli_cell on the frozen facts (a rule test's cell)."""
+    from toolchain.spec.matrix import cli_cell
+
+    return cli_cell(values, facts=frozen_facts(), **kwargs)
+
+
+def frozen_matrix(path: Path):
+    """toolchain.spec.matrix.load_matrix on the frozen facts."""
+    from toolchain.spec.matrix import load_matrix
+
+    return load_matrix(path, facts=frozen_facts())
+
+
 @dataclasses.dataclass(frozen=True)
 class Stage:
     name: str
@@ -191,9 +205,7 @@ def static_verify_report(path: Path) -> Path:
 
 def matrix_cells(*cuda: str):
     """Cells of the repository's matrix.toml ([defaults] + one CUDA each, archs 9.0), on the frozen facts."""
-    from toolchain.spec.matrix import cli_cell
-
-    return [cli_cell({"archs": "9.0", "cuda": c}, matrix_path=REPO / "matrix.toml", facts=frozen_facts()) for c in cuda]
+    return [frozen_cell({"archs": "9.0", "cuda": c}, matrix_path=REPO / "matrix.toml") for c in cuda]
 
 
 def cell_result(cell, status: str, build: dict | None, verify: dict | None = None, *, run_id: str = "run1"):

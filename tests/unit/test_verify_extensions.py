@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import unpack_apex
+from tests.support import REPO, unpack_apex
 from verify import extensions, identity
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build the test .so files")
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _module_source(name: str, body: str = "") -> str:
@@ -123,7 +122,7 @@ def nvidia_apex_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_python_only_nvidia_apex_and_mixed_install(tmp_path: Path, nvidia_apex_source: Path,
                                                    broken_modules: Path) -> None:
-    env_path = f"{nvidia_apex_source}:{broken_modules}:{ROOT}"
+    env_path = f"{nvidia_apex_source}:{broken_modules}:{REPO}"
     done = subprocess.run([sys.executable, "-m", "verify", "--static", "--json", str(tmp_path / "r.json")],
                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": env_path},
                           timeout=120, check=False)
