@@ -1,5 +1,6 @@
-"""What many tests share: the repository root, the two CLIs run as real subprocesses, the frozen
-compatibility facts, and docker/Dockerfile read as stages.
+"""What many tests share: the repository root, the two CLIs run as real subprocesses, the upstream Apex
+archives, the frozen compatibility facts (what rule tests resolve against), docker/Dockerfile read as
+stages, the rank-process token of the distributed tests, and the report tests' factories.
 
 Each runner drops the variables that change how a CLI talks (GitHub Actions annotations, a default
 registry, a build manifest) so a test sees plain output unless it passes them in `env` itself.
@@ -94,6 +95,11 @@ class Stage:
     @property
     def text(self) -> str:
         return "\n".join(self.instructions)
+
+    def with_scripts(self) -> str:
+        """The stage's text and that of each docker/*.sh its steps run (bound in at /run/apex-toolchain/docker)."""
+        scripts = re.findall(r"/run/apex-toolchain/(docker/[\w-]+\.sh)", self.text)
+        return "\n".join([self.text, *((REPO / path).read_text() for path in dict.fromkeys(scripts))])
 
     def args(self) -> dict[str, str | None]:
         """The ARGs this stage declares: name -> default (None: the global ARG of that name)."""

@@ -9,12 +9,11 @@ from collections import Counter
 
 import pytest
 
-from tests.support import REPO, dockerfile, frozen_facts
+from tests.support import dockerfile, frozen_facts
 from toolchain.image import engine, labels
 from toolchain.spec.matrix import cli_cell
 
 _REF = re.compile(r"\$\{?([A-Z][A-Z0-9_]*)")
-_SCRIPT = re.compile(r"/run/apex-toolchain/(docker/[\w-]+\.sh)")
 # Knobs of the Dockerfile itself, not of a cell: build.py leaves their defaults alone
 # (MAX_JOBS etc. come from the builder's own sizing; APP_UID is the image's user).
 _DOCKERFILE_OWN = {"PIP_INDEX_URL", "BUILD_REQUIREMENTS", "MAX_JOBS", "APEX_PARALLEL_BUILD", "CUDA_FROM_PYPI",
@@ -37,8 +36,7 @@ def test_every_stage_declares_the_args_its_steps_read() -> None:
     """A global ARG is not visible inside a stage that does not name it: the step would see ''."""
     known = {name for name, _ in dockerfile().global_args}
     for stage in dockerfile().stages.values():
-        text = stage.text + "".join((REPO / path).read_text() for path in _SCRIPT.findall(stage.text))
-        read = set(_REF.findall(text)) & known
+        read = set(_REF.findall(stage.with_scripts())) & known
         assert read <= set(stage.args()), f"stage {stage.name} reads {sorted(read - set(stage.args()))} undeclared"
 
 
