@@ -4,8 +4,9 @@
 #   TIER=unit    no Docker engine needed (not docker, not faults)
 #   TIER=docker  a real engine: the docker tier and the fault-injection tier
 #   TIER=gpu     a CUDA GPU with compiled Apex (the H200 host)
-# PYTEST_MARKERS overrides the tier's marker expression; SKIP_INSTALL=1 keeps the installed packages
-# (CI installs torch from its CPU index first); SKIP_DOCKER=1 does not start an engine.
+# PYTEST_MARKERS overrides the tier's marker expression; SKIP_INSTALL=1 keeps the installed packages;
+# TORCH_INDEX is where torch comes from (CI: https://download.pytorch.org/whl/cpu; default: pip's own
+# index, for torch only); SKIP_DOCKER=1 does not start an engine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}  # PY, not PYTHON: PYTHON is a matrix-cell key for make image
@@ -17,7 +18,7 @@ case "${TIER:-all}" in
   *) echo "scripts/test.sh: TIER=${TIER} is not a tier; use all, unit, docker or gpu" >&2; exit 2 ;;
 esac
 if [ "${SKIP_INSTALL:-0}" != "1" ]; then
-  "$PY" -m pip install -q torch==2.13.0
+  "$PY" -m pip install -q torch==2.13.0 ${TORCH_INDEX:+--index-url "$TORCH_INDEX"}
   "$PY" -m pip install -q -e '.[dev]'
 fi
 if [ "${SKIP_DOCKER:-0}" != "1" ]; then

@@ -26,6 +26,9 @@ TORCH_WHEEL = Path(
     )
 )
 TORCH_VERSION = "2.13.0+cpu"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+# the wheels the debian12 base can install (glibc 2.36, x86_64): what `pip download` fetches for it
+_IMAGE_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 CI_TAG = "apex-ci-verify-torch2.13.0-cpu-py3.11-debian12"
 
 
@@ -35,7 +38,7 @@ def make_cell(tag: str = CI_TAG, torch: str = TORCH_VERSION) -> Cell:
         id=tag, name=tag, cuda="cpu", torch=torch, python="3.11", os="debian12", gcc="12", archs=(),
         apex_repo="https://github.com/NVIDIA/apex.git", apex_ref="6424da3b4faa6c8f062da4a48c424fff3f02d42d",
         apex_flags={}, extras=(), base_devel=BASE_IMAGE, base_runtime=BASE_IMAGE,
-        torch_index_url="https://download.pytorch.org/whl/cpu",
+        torch_index_url=TORCH_CPU_INDEX,
     )  # fmt: skip
 
 
@@ -58,13 +61,15 @@ def docker_client():
 
 @pytest.fixture(scope="session")
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """torch's CPU wheel plus its dependencies and the build requirements, fetched on the host."""
-    if not TORCH_WHEEL.is_file():
-        pytest.skip(f"no torch CPU wheel at {TORCH_WHEEL} (set APEX_TEST_TORCH_WHEEL)")
+    """torch's CPU wheel (the file at TORCH_WHEEL where there is one, else from PyTorch's CPU index) plus its
+    dependencies and the build requirements, fetched on the host for the image's Python (not the host's)."""
     house = tmp_path_factory.mktemp("wheelhouse")
+    torch = [str(TORCH_WHEEL)] if TORCH_WHEEL.is_file() else ["--extra-index-url", TORCH_CPU_INDEX, f"torch=={TORCH_VERSION}"]
+    python = make_cell().python
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(house), str(TORCH_WHEEL),
-         "setuptools>=70.1", "packaging", "ninja", "pip>=23.1"],
+        [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(house),
+         "--python-version", python, "--implementation", "cp", "--abi", "cp" + python.replace(".", ""),
+         *(f"--platform={p}" for p in _IMAGE_PLATFORMS), *torch, "setuptools>=70.1", "packaging", "ninja", "pip>=23.1"],
         check=True, timeout=600,
     )  # fmt: skip
     return house
@@ -153,10 +158,12 @@ def torch_only_image_tag(docker_client, wheelhouse: Path, logs: Path, tmp_path_f
                               stderr=subprocess.STDOUT, timeout=900, check=False)
     assert done.returncode == 0, (logs / "torch-only.log").read_text()[-3000:]
     yield tag
+    import docker
+
     for name in (tag, devel.id):
         try:
             docker_client.images.remove(name, noprune=False)
-        except Exception:  # noqa: BLE001 - best effort: another test may still hold a container
+        except docker.errors.APIError:  # best effort: another test may still hold a container
             pass
 
 

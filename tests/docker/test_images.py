@@ -56,8 +56,6 @@ def test_gpu_required_without_runtime_is_exit_3(verify_image_tag: str, tmp_path:
 
 
 def test_build_py_verify_and_inspect(verify_image_tag: str, tmp_path: Path) -> None:
-    if not (REPO / "build.py").is_file():
-        pytest.skip("build.py is not there yet")
     verify = subprocess.run(
         [sys.executable, "build.py", "verify", verify_image_tag, "--out", str(tmp_path)],
         cwd=REPO,
@@ -123,16 +121,17 @@ def test_extra_ca_helper_makes_pypi_verify(docker_client, verify_image_tag: str,
     script = "sh /docker/with-extra-ca.sh pip download -q --no-deps --index-url https://pypi.org/simple -d /tmp/x packaging"
     volumes = {str(REPO / "docker"): {"bind": "/docker", "mode": "ro"}}
     with_ca = dict(volumes, **{str(test_ca["bundle"]): {"bind": "/run/secrets/extra_ca", "mode": "ro"}})
+    import docker
+
     try:
         out = docker_client.containers.run(
             verify_image_tag, ["sh", "-c", script], volumes=with_ca, remove=True
         )
-    except Exception as error:  # noqa: BLE001 - a machine without PyPI access cannot show this
+    except docker.errors.ContainerError as error:  # a machine without PyPI access cannot show this
         if "Max retries" in str(error) and "SSL" not in str(error):
             pytest.skip(f"PyPI is not reachable from containers here: {error}")
         raise
     assert b"trusting the extra CA" in out
-    import docker
 
     with pytest.raises(docker.errors.ContainerError):
         docker_client.containers.run(
@@ -182,8 +181,9 @@ def test_matrix_runner_goes_on_after_a_failed_cell(
     assert broken["status"] == "build_failed" and broken["build"]["stage_failed"] == "torch"
     good = json.loads(matrix_run.result_path(tmp_path / "out", cells[1].id).read_text())
     assert by_id[cells[1].id]["status"] == good["status"]
-    assert good["build"]["ok"] is True and good["verify"]["status"] in {"verified", "verify_failed"}
-    assert good["verify"]["exit_code"] in {exit_codes.OK, exit_codes.FAILED} and good["verify"]["report_path"]
+    # verify-runtime has no Apex inside: verify runs (statically, no GPU runtime here) and fails
+    assert good["build"]["ok"] is True and good["status"] == good["verify"]["status"] == "verify_failed"
+    assert good["verify"]["exit_code"] == exit_codes.FAILED and Path(good["verify"]["report_path"]).is_file()
 
 
 def test_no_daemon_is_exit_3_with_the_fix(

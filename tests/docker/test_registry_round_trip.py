@@ -59,12 +59,14 @@ def published(docker_client, verify_image_tag: str, registry: dict, tmp_path_fac
 
 def _forget_locally(docker_client, repository: str, tag: str) -> None:
     """Remove every local name of the published image (it then exists only in the registry)."""
+    import docker
+
     for image in docker_client.images.list():
         for name in (image.tags or []) + (image.attrs.get("RepoDigests") or []):
             if name.startswith(repository) or name.split(":")[0] == tag:
                 try:
                     docker_client.images.remove(name, force=True)
-                except Exception:  # noqa: BLE001 - already gone
+                except docker.errors.NotFound:  # already gone (another name of the same image)
                     pass
 
 

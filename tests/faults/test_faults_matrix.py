@@ -55,19 +55,30 @@ def test_truncated_torch_wheel_fails_the_torch_stage_only(verify_image_tag: str,
     assert len(_report(out)["runs"]) == 2
 
 
-def test_ctrl_c_mid_build_leaves_a_partial_report(verify_image_tag: str, wheelhouse: Path, tmp_path: Path) -> None:
+def _signal_mid_build(tmp_path: Path, wheelhouse: Path, cells: list[str], send) -> tuple[int, str, str, list[str]]:
+    """Run the cells in a session of their own, `send(pid)` once the first build has started: the run's exit
+    code and output, and the processes still in its session then (a docker client that was not stopped)."""
     out, logs_dir = tmp_path / "out", tmp_path / "logs"
-    first, second = "apex-ci-sigint-a-torch2.13.0-cpu-py3.11-debian12", "apex-ci-sigint-b-torch2.13.0-cpu-py3.11-debian12"
-    proc = subprocess.Popen(driver_command(out, logs_dir, [first, second], wheelhouse=wheelhouse), cwd=REPO,
+    proc = subprocess.Popen(driver_command(out, logs_dir, cells, wheelhouse=wheelhouse), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         wait_for(lambda: log_has(logs_dir, "[internal] load build context"), 120, "the first build to start")
-        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the whole foreground group, docker client too
+        send(proc.pid)
         stdout, stderr = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == exit_codes.FAILED, stdout + stderr
+        left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        with contextlib.suppress(ProcessLookupError):  # its session: the driver and its docker client only
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc.returncode, stdout, stderr, left
+
+
+def test_ctrl_c_mid_build_leaves_a_partial_report(verify_image_tag: str, wheelhouse: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first, second = "apex-ci-sigint-a-torch2.13.0-cpu-py3.11-debian12", "apex-ci-sigint-b-torch2.13.0-cpu-py3.11-debian12"
+    # what Ctrl-C sends: the whole foreground group, docker client too
+    code, stdout, stderr, left = _signal_mid_build(tmp_path, wheelhouse, [first, second],
+                                                   lambda pid: os.killpg(pid, signal.SIGINT))
+    assert code == exit_codes.FAILED, stdout + stderr
     assert "interrupted during" in stdout + stderr and "Traceback" not in stderr
     report = _report(out)
     cells = {c["id"]: c for c in report["cells"]}
@@ -76,27 +87,18 @@ def test_ctrl_c_mid_build_leaves_a_partial_report(verify_image_tag: str, wheelho
     result = json.loads((out / "cells" / first / "result.json").read_text())
     assert result["status"] == "interrupted" and result["build"]["log_tail"]
     assert list(out.rglob("*.tmp")) == []
-    clients = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
-    assert clients == [], "no docker client left running"
+    assert left == [], "no docker client left running"
 
 
 def test_sigterm_mid_build_leaves_a_partial_report_and_no_docker_client(verify_image_tag: str, wheelhouse: Path,
                                                                         tmp_path: Path) -> None:
     """`kill PID` (or a CI runner's cancel) reaches build.py alone, not its docker client: the signal
     arrives as an exception, so the engine stops the client and the runner records the cell."""
-    out, logs_dir = tmp_path / "out", tmp_path / "logs"
+    out = tmp_path / "out"
     first, second = "apex-ci-sigterm-a-torch2.13.0-cpu-py3.11-debian12", "apex-ci-sigterm-b-torch2.13.0-cpu-py3.11-debian12"
-    proc = subprocess.Popen(driver_command(out, logs_dir, [first, second], wheelhouse=wheelhouse), cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        wait_for(lambda: log_has(logs_dir, "[internal] load build context"), 120, "the first build to start")
-        os.kill(proc.pid, signal.SIGTERM)  # the driver only
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
-        with contextlib.suppress(ProcessLookupError):  # its session: the driver and its docker client only
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == exit_codes.FAILED, stdout + stderr
+    code, stdout, stderr, left = _signal_mid_build(tmp_path, wheelhouse, [first, second],
+                                                   lambda pid: os.kill(pid, signal.SIGTERM))  # the driver only
+    assert code == exit_codes.FAILED, stdout + stderr
     assert "interrupted during" in stdout + stderr and "Traceback" not in stderr
     cells = {c["id"]: c for c in _report(out)["cells"]}
     assert cells[first]["status"] == "interrupted" and cells[second]["status"] == "not_run"

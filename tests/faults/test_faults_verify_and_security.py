@@ -14,11 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from faultlib import REPO
-
+from tests.support import DOCKERFILE as DOCKERFILE_PATH
+from tests.support import REPO, dockerfile
 from verify import exit_codes
 
-DOCKERFILE = (REPO / "docker" / "Dockerfile").read_text()
+DOCKERFILE = DOCKERFILE_PATH.read_text()
 
 
 def test_an_extension_that_crashes_or_hangs_on_import_is_one_fail_and_the_report_is_written(tmp_path: Path) -> None:
@@ -41,32 +41,31 @@ def test_an_extension_that_crashes_or_hangs_on_import_is_one_fail_and_the_report
     assert data["verdict"] == "FAIL" and data["exit_code"] == exit_codes.FAILED
 
 
-def _stage(name: str) -> str:
-    match = re.search(rf"^FROM \S+ AS {re.escape(name)}\n(.*?)(?=^FROM |\Z)", DOCKERFILE, re.M | re.S)
-    assert match, name
-    return match.group(1)
-
-
 def test_every_shipped_target_runs_as_a_numeric_non_root_user() -> None:
     """runtime and runtime-devel need nvcc to build (not here); verify-runtime is built and checked
-    by the docker tier (`id -u` != 0). All three end in USER ${APP_UID}, default 10001."""
+    by the docker tier (`id -u` != 0). All of them end in USER ${APP_UID}, default 10001."""
+    stages = dockerfile().stages
+    assert dict(dockerfile().global_args)["APP_UID"] == "10001"
     for target in ("runtime", "runtime-devel", "runtime-slim", "verify-runtime"):
-        body = _stage(target)
-        users = re.findall(r"^USER (\S+)", body, re.M)
+        body = stages[target]
+        users = [line.split()[1] for line in body.instructions if line.startswith("USER ")]
         assert users and users[-1] == "${APP_UID}", target
-        assert re.search(r"ARG APP_UID=10001", body + _stage("runtime-base")), target
+        assert "APP_UID" in body.args(), f"{target}: USER ${{APP_UID}} would be empty"
+        useradd = stages["runtime-base"] if body.parent == "runtime-base" else body
+        assert 'useradd --create-home --uid "$APP_UID"' in useradd.with_scripts() and "APP_UID" in useradd.args(), target
 
 
 def test_the_builder_is_given_every_provenance_input() -> None:
     """The manifest's provenance comes from the apex-build stage's builder call: the Apex ref and where
     the source came from (git URL@resolved commit), the base image and its digest, the wheel hashes."""
-    body = _stage("apex-build")
+    stage = dockerfile().stages["apex-build"]
+    body = stage.text
     for flag, source in (("--apex-ref", '"$APEX_REF"'), ("--apex-source", '"$(cat /src/apex-source.txt)"'),
                          ("--base-image", '"$BASE_DEVEL_IMAGE"'), ("--base-image-digest", '"$BASE_DEVEL_DIGEST"'),
                          ("--wheel-hashes", "/opt/apex/inputs/wheels.sha256")):
         assert f"{flag} {source}" in body, flag
     for arg in ("APEX_REF", "BASE_DEVEL_IMAGE", "BASE_DEVEL_DIGEST"):
-        assert re.search(rf"^ARG {arg}\b", body, re.M), f"{arg} is not declared in apex-build: it would be empty"
+        assert arg in stage.args(), f"{arg} is not declared in apex-build: it would be empty"
     from toolchain.image import engine
 
     assert "BASE_DEVEL_DIGEST" in (REPO / "toolchain" / "image" / "engine.py").read_text()

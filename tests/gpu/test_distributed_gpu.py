@@ -6,18 +6,14 @@ rank hung in a real NCCL collective is one FAIL. Not yet run on a multi-GPU host
 
 from __future__ import annotations
 
-import importlib
-import os
 import random
-import uuid
-from pathlib import Path
 
 import pytest
 
+from tests.support import importable, leftover_processes, rank_token
 from verify.checks import Status
 from verify.distributed import run_distributed_layer
 from verify.distributed.cases import CASES
-from verify.distributed.plan import CPU_HOOK_ENV
 from verify.gpu.worker import FAULT_ENV
 
 pytestmark = pytest.mark.gpu
@@ -26,39 +22,15 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device", allow_module_level=True)
 COUNT = torch.cuda.device_count()
-TOKEN_ENV = "VERIFY_DIST_TEST_TOKEN"
 
 
 def _usable() -> frozenset[str]:
-    usable = set()
-    for name in sorted({m for c in CASES for m in c.needs}):
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            continue
-        usable.add(name)
-    return frozenset(usable)
-
-
-def _leftovers(token: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if f"{TOKEN_ENV}={token}".encode() in (entry / "environ").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
+    return importable(m for c in CASES for m in c.needs)
 
 
 @pytest.fixture
 def token(monkeypatch) -> str:
-    value = uuid.uuid4().hex
-    monkeypatch.setenv(TOKEN_ENV, value)
-    monkeypatch.delenv(FAULT_ENV, raising=False)
-    monkeypatch.delenv(CPU_HOOK_ENV, raising=False)
-    return value
+    return rank_token(monkeypatch)
 
 
 def _layer(**kwargs):
@@ -77,7 +49,7 @@ def test_one_gpu_makes_every_distributed_check_skip(token):
     assert [c.status for c in results.checks] == [Status.SKIP] * len(CASES)
     assert all("1 CUDA device is visible" in c.summary for c in results.checks)
     assert results.block["ran"] is False
-    assert _leftovers(token) == []
+    assert leftover_processes(token) == []
 
 
 @pytest.mark.skipif(COUNT < 2, reason="needs 2 or more GPUs")
@@ -97,7 +69,7 @@ def test_every_gpu_joins_one_nccl_group_and_apex_matches_torch(token):
         if case.needs_cuda:
             expected = Status.PASS if case.needs <= usable else Status.SKIP
             assert checks[case.name].status is expected, checks[case.name].summary
-    assert _leftovers(token) == []
+    assert leftover_processes(token) == []
 
 
 @pytest.mark.skipif(COUNT < 2, reason="needs 2 or more GPUs")
@@ -108,4 +80,4 @@ def test_a_rank_hung_in_an_nccl_collective_is_one_fail(monkeypatch, token):
     assert [c.name for c in failed] == ["all_reduce.correctness"]
     assert "rank 1 did not finish within 30 s" in failed[0].summary
     assert {c.name: c for c in results.checks}["all_reduce.bandwidth"].status is Status.INFO
-    assert _leftovers(token) == []
+    assert leftover_processes(token) == []

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import random
 import time
 
 import pytest
 
+from tests.support import importable
 from verify.checks import Status
 from verify.gpu import run_gpu_layers
 from verify.gpu.worker import FAULT_ENV
@@ -20,18 +20,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
 
-def _usable() -> frozenset[str]:
-    usable = set()
-    for name in ("amp_C", "fused_layer_norm_cuda"):
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            continue
-        usable.add(name)
-    return frozenset(usable)
-
-
-USABLE = _usable()
+USABLE = importable(("amp_C", "fused_layer_norm_cuda"))
 if USABLE != {"amp_C", "fused_layer_norm_cuda"}:
     pytest.skip(f"needs Apex built with APEX_CUDA_EXT=1 (importable: {sorted(USABLE)})", allow_module_level=True)
 

@@ -1,6 +1,6 @@
 """Both Apex flag styles, on the real upstream trees: APEX_* variables (HEAD 6424da3b, from tag 25.09) and
 setup.py argv switches (tag 25.04, and every tag before 25.09), plus real pip builds of setup.py files in
-each shape. The Apex archives come from ../shared/fixtures (see its README); without them those tests skip.
+each shape. The Apex archives come from tests/support.py's APEX_FIXTURES; without them those tests skip.
 """
 
 from __future__ import annotations
@@ -9,30 +9,21 @@ import json
 import os
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
 from test_apex_builder import build, make_project, run_builder
 
-from tests.support import REPO
+from tests.support import REPO, frozen_facts, unpack_apex
 from toolchain.builder import apex_setup, build_inputs, build_outputs, pip_wheel
 from toolchain.errors import ToolchainError
-from toolchain.spec import compat
 from verify import exit_codes, module_map
 
-FIXTURES = REPO.parent / "shared" / "fixtures"
 CORE = {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"}
 
 
 def _tree(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
-    archive = FIXTURES / f"apex-{name}.tar.gz"
-    if not archive.is_file():
-        pytest.skip(f"{archive} is absent: the upstream Apex fixture archives live in ../shared/fixtures beside the checkout")
-    root = tmp_path_factory.mktemp(f"apex-{name}")
-    with tarfile.open(archive) as tar:
-        tar.extractall(root, filter="data")
-    return root / "apex"
+    return unpack_apex(name, tmp_path_factory.mktemp(f"apex-{name}"))
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +89,7 @@ def test_legacy_apis_of_each_tree_are_named(head: Path, tag2504: Path, tmp_path:
 
 
 def test_hardcoded_compute_70_refused_for_nvcc_13_only(head: Path, tag2504: Path) -> None:
-    facts = compat.load()
+    facts = frozen_facts()
     nvcc13, nvcc128 = set(facts.toolkit("13.0").archs), set(facts.toolkit("12.8").archs)
     old = apex_setup.read(tag2504)
     switches = apex_setup.flag_switches(old, CORE)

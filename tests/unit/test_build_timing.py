@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from toolchain.builder import apex_builder, build_timing, parallelism
 from toolchain.builder import request as build_request
 from toolchain.builder.build_inputs import BuildInputs
@@ -155,25 +156,9 @@ def test_a_memory_cap_below_one_gib_is_a_usage_error(tmp_path: Path, value: str)
     import subprocess
 
     src = make_tree(tmp_path / "src")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "toolchain.builder.apex_builder",
-            "--apex-src",
-            str(src),
-            "--out",
-            str(tmp_path / "o"),
-            "--flags",
-            "APEX_CPP_EXT",
-            "--memory-gib",
-            value,
-        ],
-        cwd=Path(__file__).resolve().parents[2],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = subprocess.run([sys.executable, "-m", "toolchain.builder.apex_builder", "--apex-src", str(src), "--out",
+                             str(tmp_path / "o"), "--flags", "APEX_CPP_EXT", "--memory-gib", value],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == exit_codes.USAGE, result.stderr
     assert "--memory-gib" in result.stderr and "must be 1 or more" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "o").exists()

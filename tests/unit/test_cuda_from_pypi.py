@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from toolchain.builder import build_tools, cuda_from_pypi, request
 from toolchain.errors import EnvironmentUnavailable, UsageError
 from verify import exit_codes
@@ -142,7 +143,7 @@ def test_the_facts_file_ships_with_the_package():
 
     import tomllib
 
-    patterns = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())[
+    patterns = tomllib.loads((REPO / "pyproject.toml").read_text())[
         "tool"]["setuptools"]["package-data"]["toolchain"]
     assert any(fnmatch.fnmatch("data/" + cuda_from_pypi.FACTS_PATH.name, p) for p in patterns)
 

@@ -13,12 +13,12 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import jsonschema
 import pytest
 
+from tests.support import REPO, leftover_processes, rank_token
 from verify import report as report_mod
 from verify.checks import Check, Status
 from verify.distributed import launcher, run_distributed_layer
@@ -28,32 +28,12 @@ from verify.distributed.plan import CPU_HOOK_ENV, cpu_hook_ranks, plan
 from verify.gpu.worker import FAULT_ENV
 
 SEED = 20261201
-ROOT = Path(__file__).resolve().parents[2]
 ALL_MODULES = frozenset(m for c in CASES for m in c.needs)
-TOKEN_ENV = "VERIFY_DIST_TEST_TOKEN"
 
 
 @pytest.fixture
 def token(monkeypatch) -> str:
-    value = uuid.uuid4().hex
-    monkeypatch.setenv(TOKEN_ENV, value)
-    monkeypatch.delenv(FAULT_ENV, raising=False)
-    monkeypatch.delenv(CPU_HOOK_ENV, raising=False)
-    return value
-
-
-def _leftovers(token: str) -> list[int]:
-    """Live processes (other than this one) whose environment carries the token: rank processes left behind."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if f"{TOKEN_ENV}={token}".encode() in (entry / "environ").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
+    return rank_token(monkeypatch)
 
 
 def _by_name(checks: list[Check]) -> dict[str, Check]:
@@ -79,7 +59,7 @@ def test_one_gpu_or_none_makes_every_check_skip_with_the_reason(token, count, se
                                     check_timeout_s=5)
     assert [c.status for c in results.checks] == [Status.SKIP] * len(CASES)
     assert results.block["ran"] is False and seen in results.block["skip_reason"]
-    assert _leftovers(token) == []
+    assert leftover_processes(token) == []
 
 
 def test_no_distributed_means_no_checks_and_no_block(token):
@@ -148,7 +128,7 @@ def test_two_cpu_ranks_rendezvous_and_every_rank_reports(monkeypatch, token):
     assert all(r["env"]["NCCL_NVLS_ENABLE"] == "0" for r in block["ranks"])  # as each rank saw its environment
     assert [launch["outcome"] for launch in block["launches"]] == ["completed"]
     assert block["all_reduce"] == figures
-    assert _leftovers(token) == []
+    assert leftover_processes(token) == []
 
 
 def test_a_rank_hanging_in_a_collective_is_one_fail_within_the_timeout(monkeypatch, token):
@@ -169,7 +149,7 @@ def test_a_rank_hanging_in_a_collective_is_one_fail_within_the_timeout(monkeypat
     assert [launch["outcome"] for launch in launches] == ["stopped", "completed"]
     assert launches[0]["ranks"][1]["exit"] == "killed by SIGKILL"
     assert elapsed < 60
-    assert _leftovers(token) == []
+    assert leftover_processes(token) == []
 
 
 def test_the_group_time_limit_stops_a_hang_long_before_the_check_timeout(monkeypatch, token):
@@ -182,7 +162,7 @@ def test_the_group_time_limit_stops_a_hang_long_before_the_check_timeout(monkeyp
     not_run = checks["not_run"]
     assert not_run.status is Status.FAIL and not_run.details["not_run"] == ["all_reduce.bandwidth"]
     assert elapsed < 12 + launcher.REPORT_GRACE_S + 3
-    assert _leftovers(token) == []
+    assert leftover_processes(token) == []
 
 
 def test_a_rank_that_dies_is_one_fail_and_the_rest_still_run(monkeypatch, token):
@@ -193,7 +173,7 @@ def test_a_rank_that_dies_is_one_fail_and_the_rest_still_run(monkeypatch, token)
     assert died.status is Status.FAIL and "rank 0 died (killed by SIGABRT)" in died.summary
     assert checks["all_reduce.bandwidth"].status is Status.INFO
     assert [c.name for c in results.checks if c.status is Status.FAIL] == ["all_reduce.correctness"]
-    assert _leftovers(token) == []
+    assert leftover_processes(token) == []
 
 
 def test_when_a_rank_dies_the_others_get_a_grace_not_the_whole_check_timeout(monkeypatch, token):
@@ -207,7 +187,7 @@ def test_when_a_rank_dies_the_others_get_a_grace_not_the_whole_check_timeout(mon
     assert failed.duration_s < launcher.REPORT_GRACE_S + 5
     assert failed.details["hung_ranks"] == [0] and failed.details["died_ranks"] == [1]
     assert _by_name(results.checks)["all_reduce.correctness"].status is Status.PASS
-    assert _leftovers(token) == []
+    assert leftover_processes(token) == []
 
 
 def test_a_rank_that_cannot_start_is_one_setup_fail(monkeypatch, token):
@@ -218,7 +198,7 @@ def test_a_rank_that_cannot_start_is_one_setup_fail(monkeypatch, token):
     assert "rank 1 died (exit code 7)" in failed[0].summary
     assert failed[0].details["not_run"] == ["all_reduce.correctness", "all_reduce.bandwidth"]
     assert len(results.block["launches"]) == 1
-    assert _leftovers(token) == []
+    assert leftover_processes(token) == []
 
 
 # --- the CLI ------------------------------------------------------------------------------------------------
@@ -226,7 +206,7 @@ def test_a_rank_that_cannot_start_is_one_setup_fail(monkeypatch, token):
 def _verify(tmp_path: Path, *args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in (CPU_HOOK_ENV, FAULT_ENV)}
     env.update(env_extra or {})
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = str(REPO)
     return subprocess.run([sys.executable, "-m", "verify", "--require", "", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
 
@@ -250,7 +230,7 @@ def test_cli_runs_the_layer_and_writes_it_into_the_report(tmp_path, token):
     assert done.returncode == 1 and report["exit_code"] == 1
     assert "FAIL  distributed.all_reduce.bandwidth" in done.stdout
     assert "## Distributed" in (tmp_path / "r.md").read_text()
-    assert _leftovers(token) == []
+    assert leftover_processes(token) == []
 
 
 def test_cli_without_gpus_skips_every_check_and_off_leaves_no_trace(tmp_path, token):
@@ -279,7 +259,7 @@ def test_cli_usage_errors_are_one_line_and_exit_2(tmp_path, args, env_extra, say
 
 def test_a_rank_started_by_hand_says_who_starts_it(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = str(REPO)
     done = subprocess.run([sys.executable, "-m", "verify.distributed.rank", "--checks", "all_reduce.correctness",
                            "--seed", "1", "--timeout", "5", "--backend", "gloo", "--device", "cpu"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
@@ -305,4 +285,4 @@ def test_a_rank_that_cannot_be_started_stops_the_layer_without_stranding_the_oth
     assert stopped.status is Status.FAIL and "FileNotFoundError" in stopped.summary
     assert stopped.details["not_run"] == ["all_reduce.correctness", "all_reduce.bandwidth"]
     assert len(started) == 1 and started[0].poll() is not None
-    assert _leftovers(token) == []
+    assert leftover_processes(token) == []

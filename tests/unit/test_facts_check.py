@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import FROZEN_FACTS as FROZEN
 from tests.support import REPO, run_build
 from toolchain.spec import compat, facts_check
 from toolchain.spec.facts_check import IndexUnreachable, NotPublished
@@ -16,7 +17,6 @@ from verify import exit_codes
 
 INDEX = REPO / "tests" / "fixtures" / "pypi-2026-12-01"
 METADATA = INDEX / "wheel-metadata"
-FROZEN = REPO / "tests" / "fixtures" / "facts-2026-12-01" / "compat.toml"
 
 
 def stored(url: str) -> bytes:

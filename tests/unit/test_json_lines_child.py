@@ -8,8 +8,10 @@ import queue
 import signal
 import sys
 import time
-from pathlib import Path
 
+import pytest
+
+from tests.support import REPO
 from verify import child_processes
 from verify.json_lines_child import TIMEOUT, JsonLinesChild, describe_exit, last_line, verify_env
 
@@ -95,19 +97,14 @@ def test_children_share_one_queue_tagged_by_rank() -> None:
     for rank in ranks:
         rank.finish()
     assert seen == {0: [{"event": "ready", "rank": "0"}, None], 1: [{"event": "ready", "rank": "1"}, None]}
-    root = Path(__file__).resolve().parents[2]
-    assert verify_env()["PYTHONPATH"].split(os.pathsep)[0] == str(root)  # the children import this very verify
+    assert verify_env()["PYTHONPATH"].split(os.pathsep)[0] == str(REPO)  # the children import this very verify
 
 
 def test_no_child_starts_once_verify_is_stopping() -> None:
     child_processes.stop_all()
     try:
-        try:
+        with pytest.raises(child_processes.Stopping):  # no child starts while stopping
             JsonLinesChild(_python("pass"), label="test-stopping")
-        except child_processes.Stopping:
-            pass
-        else:
-            raise AssertionError("a child started while stopping")
     finally:
         child_processes.allow()
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 import json
 import re
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
+from tests.support import REPO
 from verify import kernel_compare, kernel_variants, report
 from verify import timing_rules as rules
 from verify.kernel_compare import Variant
 
-VERIFY = Path(__file__).resolve().parents[2] / "verify"
+VERIFY = REPO / "verify"
 PLAN = rules.CPU_ROUNDS
 
 

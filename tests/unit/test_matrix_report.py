@@ -10,33 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO
+from tests.support import REPO, cell_result, matrix_cells, static_verify_report
 from toolchain.runs import matrix_report, report_tables
-from toolchain.runs.cell_result import CellResult, CellStatus
 from toolchain.runs.run_loop import result_path, save_result
 from toolchain.runs.run_overview import MatrixReport
-from toolchain.spec.matrix import cli_cell
 
 
 @pytest.fixture(scope="module")
 def verify_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real static verify report: this machine has torch but no Apex, so the verdict is FAIL."""
-    path = tmp_path_factory.mktemp("verify") / "report.json"
-    proc = subprocess.run([sys.executable, "-m", "verify", "--static", "--quiet", "--json", str(path)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1 and path.is_file(), proc.stderr
-    return path
+    return static_verify_report(tmp_path_factory.mktemp("verify") / "report.json")
 
 
 def cells():
-    base = {"archs": "9.0"}
-    return [cli_cell({**base, "cuda": cuda}, matrix_path=REPO / "matrix.toml") for cuda in ("12.4", "12.6", "12.8")]
-
-
-def result(cell, run_id: str, status: str, build: dict | None, verify: dict | None = None) -> CellResult:
-    return CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=cell.to_json(), status=CellStatus(status),
-                      started_at="2026-01-01T00:00:00+00:00", finished_at="2026-01-01T00:10:00+00:00",
-                      build=build, verify=verify)
+    return matrix_cells("12.4", "12.6", "12.8")
 
 
 def test_report_from_real_result_files(tmp_path: Path, verify_report: Path) -> None:
@@ -47,13 +33,13 @@ def test_report_from_real_result_files(tmp_path: Path, verify_report: Path) -> N
     copy = out / "cells" / verified.id / "verify" / "report.json"
     copy.parent.mkdir(parents=True)
     copy.write_text(verify_report.read_text())
-    done = save_result(result(verified, "run1", "verify_failed",
+    done = save_result(cell_result(verified, "verify_failed",
                               {"ok": True, "tag": verified.id, "duration_s": 312.4, "log_path": "logs/x/build.log"},
-                              {"exit_code": 1, "report_path": str(copy), "status": "verify_failed"}), out)
+                              {"exit_code": 1, "report_path": str(copy), "status": "verify_failed"}, run_id="run1"), out)
     overview.update(done)
-    broken = save_result(result(failed, "run1", "build_failed",
+    broken = save_result(cell_result(failed, "build_failed",
                                 {"ok": False, "tag": failed.id, "stage_failed": "apex-build", "duration_s": 40.0,
-                                 "log_tail": ["building amp_C", "error: nvcc fatal | Unsupported gpu"]}), out)
+                                 "log_tail": ["building amp_C", "error: nvcc fatal | Unsupported gpu"]}, run_id="run1"), out)
     overview.update(broken)
     overview.finish("interrupted", leftover=[never])
 
@@ -98,7 +84,7 @@ def test_two_runs_at_once_keep_each_others_cells(tmp_path: Path) -> None:
     first, second = MatrixReport(out, None, "run-a"), MatrixReport(out, None, "run-b")
     first.start([a])
     second.start([b])
-    first.update(result(a, "run-a", "built", {"ok": True, "tag": a.id}))
+    first.update(cell_result(a, "built", {"ok": True, "tag": a.id}, run_id="run-a"))
     second.finish("complete")
     first.finish("complete")
     data = json.loads((out / "matrix-report.json").read_text())
@@ -111,18 +97,18 @@ def test_a_second_run_does_not_reset_or_void_cells_another_run_finished(tmp_path
     a, b, _ = cells()
     first, second = MatrixReport(out, None, "run-a"), MatrixReport(out, None, "run-b")
     first.start([a, b])
-    first.update(result(a, "run-a", "built", {"ok": True, "tag": a.id}))
+    first.update(cell_result(a, "built", {"ok": True, "tag": a.id}, run_id="run-a"))
     first.finish("complete")
     second.start([a, b])  # pending placeholders: a keeps run-a's result, b was never finished: pending
     by_id = {c["id"]: c for c in json.loads((out / "matrix-report.json").read_text())["cells"]}
     assert (by_id[a.id]["status"], by_id[a.id]["run_id"]) == ("built", "run-a")
     assert (by_id[b.id]["status"], by_id[b.id]["run_id"]) == ("pending", "run-b")
-    second.update(result(a, "run-b", "interrupted", {"ok": False, "interrupted": True}))  # Ctrl-C in a
+    second.update(cell_result(a, "interrupted", {"ok": False, "interrupted": True}, run_id="run-b"))  # Ctrl-C in a
     second.finish("interrupted", leftover=[b])
     by_id = {c["id"]: c for c in json.loads((out / "matrix-report.json").read_text())["cells"]}
     assert (by_id[a.id]["status"], by_id[a.id]["run_id"]) == ("built", "run-a")
     assert by_id[b.id]["status"] == "not_run"
-    second.update(result(a, "run-b", "verified", {"ok": True, "tag": a.id}))  # a real newer result wins
+    second.update(cell_result(a, "verified", {"ok": True, "tag": a.id}, run_id="run-b"))  # a real newer result wins
     by_id = {c["id"]: c for c in json.loads((out / "matrix-report.json").read_text())["cells"]}
     assert (by_id[a.id]["status"], by_id[a.id]["run_id"]) == ("verified", "run-b")
 

@@ -8,15 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, run_build
+from tests.support import frozen_cell, frozen_matrix, run_build
 from toolchain.errors import MatrixError, UsageError
-from toolchain.spec import compat
-from toolchain.spec.matrix import cli_cell, load_matrix
 from verify import exit_codes
 
-# The rule tests read a frozen copy of the facts, so a new torch or toolkit row does not change them.
-FROZEN_FACTS = REPO / "tests" / "fixtures" / "facts-2026-12-01" / "compat.toml"
-
+# The rule tests read a frozen copy of the facts (frozen_cell, frozen_matrix), so a new torch or toolkit
+# row does not change them.
 HEADER = """
 format_version = 1
 [defaults]
@@ -141,7 +138,7 @@ def test_problem_names_the_cell_and_the_fix(tmp_path: Path, case: str) -> None:
     body, fragments = CASES[case]
     path = write(tmp_path, body)
     with pytest.raises(MatrixError) as caught:
-        load_matrix(path, facts=compat.load(FROZEN_FACTS))
+        frozen_matrix(path)
     message = str(caught.value)
     for fragment in fragments:
         assert fragment in message, f"{fragment!r} not in {message!r}"
@@ -166,7 +163,7 @@ def test_malformed_toml(tmp_path: Path) -> None:
     path = tmp_path / "matrix.toml"
     path.write_text('[cells.a]\ncuda = "12.4\n')
     with pytest.raises(UsageError, match=r"malformed TOML .*line 2.*fix the syntax"):
-        load_matrix(path)
+        frozen_matrix(path)
     proc = run_build("validate", "--matrix", str(path))
     assert proc.returncode == exit_codes.USAGE and "Traceback" not in proc.stderr
     assert str(path) in proc.stderr and "malformed TOML" in proc.stderr
@@ -181,7 +178,7 @@ def test_missing_matrix_file(tmp_path: Path) -> None:
 def test_all_problems_are_reported_together(tmp_path: Path) -> None:
     path = write(tmp_path, '[cells.a]\ncuda = "12.4"\ntorch = "2.8"\n[cells.b]\ncuda = "12.4"\narchz = "9.0"\n')
     with pytest.raises(MatrixError) as caught:
-        load_matrix(path)
+        frozen_matrix(path)
     assert len(caught.value.problems) == 2
     proc = run_build("validate", "--matrix", str(path))
     assert proc.returncode == exit_codes.USAGE
@@ -192,7 +189,7 @@ def test_all_problems_are_reported_together(tmp_path: Path) -> None:
 def test_defaults_are_checked_once_and_named(tmp_path: Path) -> None:
     path = write(tmp_path, '[cells.a]\ncuda = "12.4"\n', header='[defaults]\npython = "3.12"\narchs = ["9.0"]\npyton = "3"\n')
     with pytest.raises(MatrixError) as caught:
-        load_matrix(path)
+        frozen_matrix(path)
     assert [p.cell for p in caught.value.problems] == ["[defaults]"]
     assert "did you mean 'python'?" in str(caught.value)
 
@@ -200,15 +197,15 @@ def test_defaults_are_checked_once_and_named(tmp_path: Path) -> None:
 def test_command_line_problems_name_the_option(tmp_path: Path) -> None:
     path = write(tmp_path, '[cells.a]\ncuda = "12.4"\n')
     with pytest.raises(MatrixError) as caught:
-        cli_cell({"cuda": "12.4", "torch": "2.8"}, matrix_path=path)
+        frozen_cell({"cuda": "12.4", "torch": "2.8"}, matrix_path=path)
     message = str(caught.value)
     assert message.startswith("command line: torch 2.8 has no wheel for CUDA 12.4")
     assert "--torch 2.6" in message
     # nvcc 12.4 allows GCC 13, but the fix names the newest GCC the OS packages too
     with pytest.raises(MatrixError, match=r"cell a with command-line overrides: GCC 14 .*--gcc 12"):
-        cli_cell({"gcc": "14"}, matrix_path=path, base_cell="a")  # ubuntu22.04: gcc 9-12
+        frozen_cell({"gcc": "14"}, matrix_path=path, base_cell="a")  # ubuntu22.04: gcc 9-12
     with pytest.raises(MatrixError, match=r"GCC 14 is newer than nvcc 12.4 allows \(newest: 13\); use --gcc 13"):
-        cli_cell({"gcc": "14", "os": "ubuntu24.04"}, matrix_path=path, base_cell="a")  # ubuntu24.04: gcc 9-14
+        frozen_cell({"gcc": "14", "os": "ubuntu24.04"}, matrix_path=path, base_cell="a")  # ubuntu24.04: gcc 9-14
 
 
 def test_unknown_cell_name(tmp_path: Path) -> None:

@@ -13,32 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO
-from toolchain.runs.cell_result import CellResult, CellStatus
+from tests.support import REPO, cell_result, matrix_cells, static_verify_report
 from toolchain.runs.run_loop import result_path, save_result
 from toolchain.runs.run_overview import MatrixReport
-from toolchain.spec.matrix import cli_cell
 from verify import atomic
 
 
 @pytest.fixture(scope="module")
 def verify_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("verify") / "report.json"
-    proc = subprocess.run([sys.executable, "-m", "verify", "--static", "--quiet", "--json", str(path)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1 and path.is_file(), proc.stderr
-    return path
+    return static_verify_report(tmp_path_factory.mktemp("verify") / "report.json")
 
 
 def _cells() -> list:
-    return [cli_cell({"archs": "9.0", "cuda": cuda}, matrix_path=REPO / "matrix.toml")
-            for cuda in ("12.4", "12.6", "12.8", "13.0")]
-
-
-def _result(cell, status: str, build: dict | None, verify: dict | None = None) -> CellResult:
-    return CellResult(id=cell.id, name=cell.name, run_id="run1", cell=cell.to_json(), status=CellStatus(status),
-                      started_at="2026-01-01T00:00:00+00:00", finished_at="2026-01-01T00:10:00+00:00",
-                      build=build, verify=verify)
+    return matrix_cells("12.4", "12.6", "12.8", "13.0")
 
 
 def _report(out: Path) -> subprocess.CompletedProcess:
@@ -61,13 +48,13 @@ def test_corrupt_results_are_named_and_the_readable_cells_rendered(tmp_path: Pat
     copy = out / "cells" / good.id / "verify" / "report.json"
     copy.parent.mkdir(parents=True)
     copy.write_text(verify_report.read_text())
-    overview.update(save_result(_result(good, "verify_failed", {"ok": True, "tag": good.id, "duration_s": 300.0},
+    overview.update(save_result(cell_result(good, "verify_failed", {"ok": True, "tag": good.id, "duration_s": 300.0},
                                         {"exit_code": 1, "report_path": str(copy), "status": "verify_failed"}), out))
-    overview.update(save_result(_result(cut, "built", {"ok": True, "tag": cut.id, "duration_s": 120.0}), out))
+    overview.update(save_result(cell_result(cut, "built", {"ok": True, "tag": cut.id, "duration_s": 120.0}), out))
     overview.finish("complete")
     text = result_path(out, cut.id).read_text()
     result_path(out, cut.id).write_text(text[: len(text) // 2])  # cut mid-write by something else
-    broken = _result(typed, "built", "ok").to_json()  # build must be an object
+    broken = cell_result(typed, "built", "ok").to_json()  # build must be an object
     broken["cell"]["archs"] = "9.0"
     broken["verify"] = {"exit_code": "1"}
     atomic.write_json(result_path(out, typed.id), broken)  # the record refuses none of it: write it raw
@@ -101,7 +88,7 @@ def test_a_corrupt_overview_or_verify_report_still_renders_every_cell(tmp_path: 
     data = json.loads(verify_report.read_text())
     data["extensions"][0]["status"] = ["ok"]
     report.write_text(json.dumps(data))
-    save_result(_result(first, "verify_failed", {"ok": True, "tag": first.id},
+    save_result(cell_result(first, "verify_failed", {"ok": True, "tag": first.id},
                         {"exit_code": 1, "report_path": str(report), "status": "verify_failed"}), out)
     (out / "matrix-report.json").write_bytes(b'{"report_version": "1", "cells": [\xff]}')
     proc = _report(out)
@@ -111,7 +98,7 @@ def test_a_corrupt_overview_or_verify_report_still_renders_every_cell(tmp_path: 
     assert "exit 1" in _row((out / "matrix-report.md").read_text(), first.id)  # the result's own verify record
 
     overview = {"report_version": "1", "runs": {}, "cells": [
-        _result(second, "built", {"ok": True, "tag": second.id}).to_json(),
+        cell_result(second, "built", {"ok": True, "tag": second.id}).to_json(),
         {"id": "x" * 10, "status": 3}, json.loads("[" * 50 + "]" * 50)]}
     (out / "matrix-report.json").write_text(json.dumps(overview))
     report.write_text(verify_report.read_text())
@@ -128,7 +115,7 @@ def test_a_valid_out_directory_still_reports_exit_0(tmp_path: Path) -> None:
     cell = _cells()[0]
     overview = MatrixReport(out, None, "run1")
     overview.start([cell])
-    overview.update(save_result(_result(cell, "built", {"ok": True, "tag": cell.id, "duration_s": None}), out))
+    overview.update(save_result(cell_result(cell, "built", {"ok": True, "tag": cell.id, "duration_s": None}), out))
     overview.finish("complete")
     proc = _report(out)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
@@ -157,7 +144,7 @@ def test_a_result_with_a_status_no_cell_has_is_named_and_its_overview_entry_show
     out = tmp_path / "out"
     cell = _cells()[0]
     MatrixReport(out, REPO / "matrix.toml", "run1").start([cell])  # the overview says "pending"
-    save_result(_result(cell, "built", {"ok": True, "tag": cell.id}), out)
+    save_result(cell_result(cell, "built", {"ok": True, "tag": cell.id}), out)
     path = result_path(out, cell.id)
     data = json.loads(path.read_text())
     path.write_text(json.dumps({**data, "status": "finished"}))

@@ -1,7 +1,6 @@
 """Today's stacks in the facts: torch 2.12-2.15, nvcc 13.x, Ubuntu 26.04, the aarch64 platform axis and
 the new matrix cells. Rules are checked against the frozen facts of 2026-12-01 (so a new torch row does
-not move them); the live facts file is checked for its shape (every row has a source, builds are
-consistent), which does not depend on what the newest release is."""
+not move them); the live facts file is checked in tests/unit/test_live_facts.py."""
 
 from __future__ import annotations
 
@@ -9,16 +8,14 @@ import json
 
 import pytest
 
-from tests.support import REPO, run_build
+from tests.support import REPO, frozen_facts, run_build
 from toolchain.errors import MatrixError
 from toolchain.image import docker_host, engine
-from toolchain.spec import ci_matrix, compat
+from toolchain.spec import ci_matrix
 from toolchain.spec.matrix import cli_cell, load_matrix
-from toolchain.spec.toml_loader import load_toml
 from verify import exit_codes
 
-FROZEN_PATH = REPO / "tests" / "fixtures" / "facts-2026-12-01" / "compat.toml"
-FROZEN = compat.load(FROZEN_PATH)
+FROZEN = frozen_facts()
 MATRIX = REPO / "matrix.toml"
 
 
@@ -156,22 +153,5 @@ def test_build_py_plan_cuda_13_2_and_arm64() -> None:
     assert plan["tag"].endswith("-arm64") and plan["command"][plan["command"].index("--platform") + 1] == "linux/arm64"
 
 
-# --- the live facts file: its shape ------------------------------------------------------------
-
-
-def test_every_fact_row_names_its_source_and_builds_are_consistent() -> None:
-    raw = load_toml(compat.DATA)
-    rows = [(f"torch {k}", v) for k, v in raw["torch"].items()] + [(f"cuda {k}", v) for k, v in raw["cuda"].items()]
-    rows += [(f"nvcc {r['nvcc']}", r) for r in raw["toolkit"]] + [(f"os {k}", v) for k, v in raw["os"].items()]
-    for where, row in rows:
-        assert isinstance(row.get("source"), str) and len(row["source"]) > 10, f"{where}: no source"
-        assert all(isinstance(text, str) and text for text in row.get("leads", [])), where
-    facts = compat.load()
-    for release in facts.torch.values():
-        assert release.pypi_cuda is None or release.pypi_cuda in release.cuda, release.minor
-        assert set(release.aarch64_cuda) <= set(release.cuda), release.minor
-        for cuda in release.cuda:
-            assert facts.toolkit(cuda) is not None, f"torch {release.minor}: CUDA {cuda} has no [[toolkit]] row"
-    assert facts.default_platform == "linux/amd64" and "linux/arm64" in facts.platforms
-    # leads are loaded with their row (the frozen copy: a live lead goes away once it is confirmed)
+def test_leads_are_loaded_with_their_row() -> None:
     assert any(lead.where == "torch 2.15" and "cu130" in lead.text for lead in FROZEN.leads)

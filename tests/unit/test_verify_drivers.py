@@ -11,11 +11,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from tests.support import REPO
 from verify import drivers, environment, exit_codes
 from verify import report as report_mod
 from verify.checks import Status
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # What /proc/driver/nvidia/version holds (the R535 and R580 lines as NVIDIA's kernel module prints them)
 PROC_535 = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
@@ -100,7 +99,7 @@ def test_too_old_driver_is_exit_3_in_the_report() -> None:
                               manifest=None, extensions=[], checks=checks, timings=[], options={},
                               environment_unavailable=environment.driver_too_old(env))
     assert report["exit_code"] == exit_codes.ENVIRONMENT
-    jsonschema.Draft202012Validator(json.loads((ROOT / "verify/schema/report.schema.json").read_text())).validate(report)
+    jsonschema.Draft202012Validator(json.loads((REPO / "verify/schema/report.schema.json").read_text())).validate(report)
 
 
 def test_a_new_enough_driver_passes_and_forward_compat_only_warns() -> None:

@@ -14,13 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import APEX_FIXTURES
+from tests.support import REPO, unpack_apex
 from verify import extensions, identity
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build the test .so files")
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
-ROOT = Path(__file__).resolve().parents[2]
-APEX_ARCHIVE = APEX_FIXTURES / "apex-6424da3b.tar.gz"
 
 
 def _module_source(name: str, body: str = "") -> str:
@@ -119,18 +117,12 @@ def test_a_symbol_reaches_cxxfilt_as_data_never_as_an_option(tmp_path: Path) -> 
 @pytest.fixture(scope="module")
 def nvidia_apex_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """NVIDIA Apex's Python package from the upstream mirror, as an in-tree (Python-only) install."""
-    if not APEX_ARCHIVE.is_file():
-        pytest.skip(f"no Apex source archive at {APEX_ARCHIVE} (see tests/support.py: APEX_TEST_FIXTURES)")
-    d = tmp_path_factory.mktemp("apex-src")
-    # the Python package only (apex/apex/...), laid out as an in-tree install
-    subprocess.run(["tar", "-xzf", str(APEX_ARCHIVE), "-C", str(d), "--strip-components=1", "apex/apex"],
-                   check=True, timeout=120)
-    return d
+    return unpack_apex("6424da3b", tmp_path_factory.mktemp("apex-src"))  # the checkout root holds the package
 
 
 def test_python_only_nvidia_apex_and_mixed_install(tmp_path: Path, nvidia_apex_source: Path,
                                                    broken_modules: Path) -> None:
-    env_path = f"{nvidia_apex_source}:{broken_modules}:{ROOT}"
+    env_path = f"{nvidia_apex_source}:{broken_modules}:{REPO}"
     done = subprocess.run([sys.executable, "-m", "verify", "--static", "--json", str(tmp_path / "r.json")],
                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": env_path},
                           timeout=120, check=False)

@@ -8,24 +8,22 @@ import json
 import os
 import subprocess
 import sys
-import tarfile
 import zipfile
 from pathlib import Path
 
 import jsonschema
 import pytest
 
+from tests.support import REPO, unpack_apex
 from toolchain.image import verify_zipapp
 
-ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = json.loads((ROOT / "verify" / "schema" / "report.schema.json").read_text())
-APEX_ARCHIVE = ROOT.parent / "shared" / "fixtures" / "apex-6424da3b.tar.gz"
+SCHEMA = json.loads((REPO / "verify" / "schema" / "report.schema.json").read_text())
 
 
 @pytest.fixture(scope="module")
 def pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("zipapp") / "verify.pyz"
-    proc = subprocess.run([sys.executable, "build.py", "zipapp", "--out", str(out)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "build.py", "zipapp", "--out", str(out)], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert f"sha256 {verify_zipapp.sha256_of(out)}" in proc.stdout
@@ -35,17 +33,12 @@ def pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def apex_source_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Upstream Apex unpacked, not built: a Python-only install as a source tree on sys.path."""
-    if not APEX_ARCHIVE.is_file():
-        pytest.skip(f"no Apex source archive at {APEX_ARCHIVE}")
-    where = tmp_path_factory.mktemp("apexsrc")
-    with tarfile.open(APEX_ARCHIVE) as archive:
-        archive.extractall(where, filter="data")
-    return where / "apex"
+    return unpack_apex("6424da3b", tmp_path_factory.mktemp("apexsrc"))
 
 
 def _environ(extra_path: str | None, pythonpath_root: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("APEX_BUILD_MANIFEST", "GITHUB_ACTIONS", "PYTHONPATH")}
-    parts = [p for p in (extra_path, str(ROOT) if pythonpath_root else None) if p]
+    parts = [p for p in (extra_path, str(REPO) if pythonpath_root else None) if p]
     if parts:
         env["PYTHONPATH"] = os.pathsep.join(parts)
     return env
@@ -55,7 +48,7 @@ def _run_both(pyz: Path, tmp_path: Path, args: list[str], extra_path: str | None
     """(module run, zipapp run, module report, zipapp report); each writes its own --json."""
     runs, reports = [], []
     for name, argv, cwd, root_on_path in (
-        ("module", [sys.executable, "-m", "verify"], ROOT, True),
+        ("module", [sys.executable, "-m", "verify"], REPO, True),
         # the zipapp from a folder with no verify in it, and no checkout on PYTHONPATH
         ("zipapp", [sys.executable, str(pyz)], tmp_path, False),
     ):

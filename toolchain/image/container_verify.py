@@ -19,6 +19,7 @@ from pathlib import Path
 from toolchain.errors import EnvironmentUnavailable, UsageError
 from toolchain.image import container_engine, verify_zipapp
 from toolchain.image.container_engine import DockerEngine, NoGpuRuntime, PodmanEngine
+from toolchain.image.labels import CELL as OWN_IMAGE_LABEL  # images built here ship verify in their venv
 from verify import exit_codes, input_files
 from verify.atomic import write_bytes, write_json, write_text
 
@@ -26,7 +27,6 @@ REPORT_DIR = "/tmp/verify-report"  # inside the container: writable by any user
 ZIPAPP_PATH = "/tmp/apex-verify/verify.pyz"
 GPU_MODES = ("auto", "require", "none")
 VERIFY_FROM = ("auto", "image", "zipapp")
-OWN_IMAGE_LABEL = "io.apex-toolchain.cell"  # images built here ship verify in their venv
 # The image's own interpreter: python3 first (Debian-style images have only that), then python.
 _RUN_ZIPAPP = (
     'for py in python3 python; do if command -v "$py" >/dev/null 2>&1; then exec "$py" '

@@ -8,10 +8,9 @@ import json
 import tarfile
 
 from toolchain.image import docker_host
+from toolchain.image.labels import CELL, NAMESPACE, OCI
 from verify.manifest import DEFAULT_PATH as MANIFEST_PATH
 
-NAMESPACE = "io.apex-toolchain."
-OCI = "org.opencontainers.image."
 EMBEDDED = {
     "manifest": str(MANIFEST_PATH),
     "static_report": "/opt/apex/verify-static.json",
@@ -36,7 +35,7 @@ def _consistency(labels: dict[str, str], manifest: dict | None) -> list[str]:
     if not manifest:
         return []
     problems = []
-    cell = labels.get(NAMESPACE + "cell")
+    cell = labels.get(CELL)
     if cell and manifest.get("cell") and cell != manifest["cell"]:
         problems.append(f"label cell {cell} != manifest cell {manifest['cell']}")
     # the label is the ref the build asked for (APEX_REF: a commit, tag or branch); the manifest has

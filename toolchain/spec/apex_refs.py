@@ -65,8 +65,13 @@ def _ref_in(ref: str, spec: str) -> bool:
     return ref == spec
 
 
+def rows(facts: compat_mod.Compat | None = None) -> tuple[BuildRow, ...]:
+    """The [[apex.builds]] rows of these facts' file (default: the live facts)."""
+    return _rows(facts.source if facts is not None else compat_mod.DATA)
+
+
 @functools.lru_cache(maxsize=4)
-def rows(path: Path = compat_mod.DATA) -> tuple[BuildRow, ...]:
+def _rows(path: Path) -> tuple[BuildRow, ...]:
     return tuple(
         BuildRow(
             status=row["status"],
@@ -85,13 +90,14 @@ def rows(path: Path = compat_mod.DATA) -> tuple[BuildRow, ...]:
     )
 
 
-def known_failure(ref: str, torch: str, cuda: str, flags: list[str]) -> BuildRow | None:
+def known_failure(ref: str, torch: str, cuda: str, flags: list[str],
+                  facts: compat_mod.Compat | None = None) -> BuildRow | None:
     """The `fails` row this cell matches, if any."""
-    return next((row for row in rows() if row.status == "fails" and row.holds(ref, torch, cuda, flags)), None)
+    return next((row for row in rows(facts) if row.status == "fails" and row.holds(ref, torch, cuda, flags)), None)
 
 
-def shown_to_compile(ref: str) -> list[BuildRow]:
-    return [row for row in rows() if row.status == "compiles" and row.matches_ref(ref)]
+def shown_to_compile(ref: str, facts: compat_mod.Compat | None = None) -> list[BuildRow]:
+    return [row for row in rows(facts) if row.status == "compiles" and row.matches_ref(ref)]
 
 
 def absent_modules(ref: str, flags: list[str], default_ref: str) -> list[tuple[str, str]]:

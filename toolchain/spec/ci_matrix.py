@@ -105,7 +105,6 @@ def bake(
             "target": target,
             "args": cell.build_args(),
             "tags": [image_ref(cell, registry)],
-            "labels": {"io.apex-toolchain.cell": cell.id},
             "platforms": [cell.platform],
         }
         if cache == "gha":

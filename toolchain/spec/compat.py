@@ -102,6 +102,7 @@ class Compat:
     runtime_image_pattern: str
     platforms: dict[str, Platform] = dataclasses.field(default_factory=dict)  # first is the default
     leads: tuple[Lead, ...] = ()
+    source: Path = DATA  # the file these facts were read from (its [[apex.builds]]: toolchain.spec.apex_refs)
 
     # --- lookups -----------------------------------------------------------------------------
     def torch_release(self, version: str) -> TorchRelease | None:
@@ -202,4 +203,5 @@ def load(path: Path = DATA) -> Compat:
             for name, row in raw.get("platform", {}).items()
         },
         leads=_leads(raw),
+        source=Path(path),
     )
