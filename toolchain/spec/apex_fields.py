@@ -97,7 +97,7 @@ def check_apex_ref(r: CellValues, ref: str, torch: str, cuda: str, flags: list[s
     """An Apex ref x torch x CUDA known not to compile, or extras the ref does not have (toolchain.spec.apex_refs)."""
     from toolchain.spec import apex_refs
 
-    row = apex_refs.known_failure(ref, torch, cuda, flags)
+    row = apex_refs.known_failure(ref, torch, cuda, flags, r.facts)
     if row is not None:
         fine = [c for c in release.cuda if not row.holds(ref, torch, c, flags)]
         fixes = [f"use {r.how('cuda', max(fine, key=version_key))} (torch {release.minor} ships it)"] if fine else []
