@@ -51,14 +51,14 @@ timeout 70 python3 "$HERE/independent_check.py" "$R/independent-check.json" "$R"
 echo "independent check exit $?"; grep -v -i "warn\|capture_end\|^ *$\|self.profiler\|profile(" "$R/independent-check.log" | cut -c1-300
 pack
 
-if [ "$(el)" -lt 175 ]; then
+if [ "$(el)" -lt 160 ]; then
   stamp "host drift probe"
   timeout 30 python3 "$HERE/host_drift_probe.py" "$R/host-drift-probe.json" > "$R/host-drift-probe.log" 2>&1
   echo "probe exit $?"; grep -v -i "warn" "$R/host-drift-probe.log" | cut -c1-400
   pack
 fi
 
-if [ "$(el)" -lt 190 ]; then
+if [ "$(el)" -lt 172 ]; then
   stamp "bench --quick"
   timeout 40 python3 -m verify bench --quick --no-plots --out "$R/bench-quick" > "$R/bench-quick.log" 2>&1
   echo "bench exit $?"; grep -E "^\[micro\]|finished in" "$R/bench-quick.log" | cut -c1-300
