@@ -10,7 +10,8 @@ outside the figure's tie band; otherwise the verdict is `tie`.
 Where the numbers come from: issue 9 (H200, Apex 6424da3b, torch 2.11+cu130): native kernels timed
 alike within 2% across runs; Apex's norms spent 0.2-0.4 ms per call on the host, so one-call CUDA
 events swung between 0.32 and 0.71 ms from run to run, and FusedAdam vs AdamW(fused=True) moved
-between 0.96x and 1.05x. reports/h200-2026-12-01-timing/: five runs of one wheel with this method.
+between 0.96x and 1.05x. reports/h200-2026-12-01-timing/: five runs of one wheel with this method;
+reports/h200-2026-12-01-timing2/: the same under a steady host (verify/timing_host.py).
 """
 
 from __future__ import annotations
