@@ -8,11 +8,14 @@ Per implementation:
                   durations of every kernel (and memset/memcpy) summed, / calls. Host work is not in it.
   host_inclusive  time per call of a back-to-back loop: CUDA events around N calls, / N. When the host
                   issues work more slowly than the GPU runs it, this is host time; what a training step sees.
-Method: warm up every implementation, calibrate N so one block lasts about RoundPlan.block_ms, then
-RoundPlan.rounds alternating rounds (even rounds fused first, odd rounds native first) of one block
-each, host-inclusive rounds first, then kernel rounds in one profiler session (a tiny marker kernel,
-torch.cuda._sleep, separates the blocks; without it, one session per block). The verdicts come from
-verify.timing_stats (bootstrap over the per-round ratios, tie bands from verify.timing_rules).
+Method: warm up every implementation (RoundPlan.warmup_ms of calls), calibrate N so one block lasts
+about RoundPlan.block_ms, then RoundPlan.rounds alternating rounds (even rounds fused first, odd rounds
+native first) of one block each, host-inclusive rounds first (host_block: the garbage collector off
+inside each), then kernel rounds in one profiler session (a tiny marker kernel, torch.cuda._sleep,
+separates the blocks; without it, one session per block). The verdicts come from verify.timing_stats
+(bootstrap over the per-round ratios, tie bands from verify.timing_rules). Callers hold the host
+steady around it (verify.timing_host.SteadyHost: one core, one torch thread) and pass its record as
+`host`, which lands in the comparison's JSON.
 On the CPU (tests, `verify bench --device cpu`) the same code runs with perf_counter and the
 profiler's CPU activity (time inside aten ops stands in for kernel time); the numbers mean nothing
 about a GPU.
@@ -29,6 +32,7 @@ import torch
 
 from verify import timing_rules as rules
 from verify import timing_stats as stats
+from verify.timing_host import quiet_gc
 from verify.timing_rules import RoundPlan
 
 PROFILER_CUDA = "torch.profiler CUDA activity: sum of the GPU kernels (and memset/memcpy) one call launches"
@@ -67,6 +71,7 @@ class VariantResult:
     loop_calls: int = 0
     kernel_calls: int = 0
     on_gpu: bool = True  # a CPU run has no GPU to be bound by
+    warmup_calls: int = 0  # untimed calls before calibration (RoundPlan.warmup_ms)
 
     @property
     def kernel_median(self) -> float | None:
@@ -96,6 +101,7 @@ class VariantResult:
             rules.KERNEL: figure(self.kernel_ms, self.kernel_method, self.kernel_calls),
             rules.HOST_INCLUSIVE: figure(self.host_ms, self.loop_method, self.loop_calls),
             "issue_ms": round(self.issue_ms, 5) if self.issue_ms is not None else None,
+            "warmup_calls": self.warmup_calls,
             "bound": bound.to_json() if bound else None,
         }
 
@@ -110,6 +116,7 @@ class Comparison:
     host_verdict: stats.FigureVerdict | None
     sentence: str
     plan: RoundPlan
+    host: dict[str, object] | None = None  # verify.timing_host.HostConditions.to_json() it ran under
 
     @property
     def fused(self) -> VariantResult:
@@ -137,6 +144,7 @@ class Comparison:
             "verdict": self.sentence,
             "rounds": self.plan.to_json(),
             "bootstrap": rules.BOOTSTRAP.to_json(),
+            "host": self.host,
         }
 
 
@@ -179,6 +187,30 @@ def _cpu_op_us(prof: torch.profiler.profile) -> float:
     return float(sum(e.self_cpu_time_total for e in prof.events()))
 
 
+def host_block(fn: Callable[[], object], n: int, device: torch.device) -> tuple[float, float]:
+    """verify's host-inclusive timer: (ms per call, host issue ms per call) of n back-to-back calls, from
+    an idle GPU, the garbage collector off (verify.timing_host.quiet_gc)."""
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+    with quiet_gc():
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t0 = time.perf_counter()
+            start.record()
+            for _ in range(n):
+                fn()
+            end.record()
+            issued = time.perf_counter() - t0
+            end.synchronize()
+            return start.elapsed_time(end) / n, issued * 1e3 / n
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        elapsed = (time.perf_counter() - t0) * 1e3 / n
+    return elapsed, elapsed
+
+
 class _Runner:
     """Times live implementations on one device; `calls` are their step functions, fused first."""
 
@@ -196,29 +228,23 @@ class _Runner:
         return ids if round_index % 2 == 0 else ids[::-1]
 
     def block(self, fn: Callable[[], object], n: int) -> tuple[float, float]:
-        """(host-inclusive ms per call, host issue ms per call) of n back-to-back calls."""
-        self.sync()
-        if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            t0 = time.perf_counter()
-            start.record()
-            for _ in range(n):
-                fn()
-            end.record()
-            issued = time.perf_counter() - t0
-            end.synchronize()
-            return start.elapsed_time(end) / n, issued * 1e3 / n
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        elapsed = (time.perf_counter() - t0) * 1e3 / n
-        return elapsed, elapsed
+        return host_block(fn, n, self.device)
+
+    def warm_up(self) -> list[int]:
+        """Each implementation: blocks of plan.warmup_calls until plan.warmup_ms have passed (host caches,
+        the interpreter's specialisation, the allocator, the core's clock); returns the calls made."""
+        made = []
+        for fn in self.calls:
+            spent, calls = 0.0, 0
+            while calls == 0 or spent < self.plan.warmup_ms:
+                t0 = time.perf_counter()
+                self.block(fn, self.plan.warmup_calls)
+                spent += (time.perf_counter() - t0) * 1e3
+                calls += self.plan.warmup_calls
+            made.append(calls)
+        return made
 
     def calibrate(self) -> int:
-        for fn in self.calls:
-            for _ in range(self.plan.warmup_calls):
-                fn()
-        self.sync()
         slowest = max(self.block(fn, 2)[0] for fn in self.calls)
         wanted = math.ceil(self.plan.block_ms / slowest) if slowest > 0 else self.plan.max_calls
         return max(self.plan.min_calls, min(self.plan.max_calls, wanted))
@@ -289,7 +315,7 @@ def _best(results: list[VariantResult], figure: str) -> VariantResult | None:
 
 
 def compare(kernel: str, case: str, variants: Sequence[Variant], device: torch.device | str,
-            plan: RoundPlan | None = None) -> Comparison:
+            plan: RoundPlan | None = None, host: dict[str, object] | None = None) -> Comparison:
     """Build, warm up and time every variant (the first is the fused one) in interleaved rounds.
 
     A variant whose `make` is None is SKIP (its skip_reason); one that raises while being built is FAIL
@@ -315,8 +341,9 @@ def compare(kernel: str, case: str, variants: Sequence[Variant], device: torch.d
     if live:
         runner = _Runner([results[i].name for i, _ in live], [fn for _, fn in live], device, plan)
         try:
+            warmed = runner.warm_up()
             n = runner.calibrate()
-            host, issue = runner.host_rounds(n)
+            loop_times, issue = runner.host_rounds(n)
             kernel_times, kernel_method = runner.kernel_rounds()
         except Exception as exc:
             reason = f"while timing: {one_line_error(exc)}"
@@ -328,13 +355,14 @@ def compare(kernel: str, case: str, variants: Sequence[Variant], device: torch.d
                 # no kernel time recorded (a profiler without CUPTI): that figure is missing, not zero
                 measured = min(kernel_times[k], default=0.0) > 0
                 results[i] = dataclasses.replace(
-                    results[i], kernel_ms=tuple(kernel_times[k]) if measured else (), host_ms=tuple(host[k]),
+                    results[i], kernel_ms=tuple(kernel_times[k]) if measured else (), host_ms=tuple(loop_times[k]),
                     issue_ms=stats.median(issue[k]),
                     kernel_method=kernel_method if measured else f"not measured: {NO_KERNELS}",
-                    loop_method=loop_method, loop_calls=n, kernel_calls=plan.kernel_calls, on_gpu=runner.cuda)
+                    loop_method=loop_method, loop_calls=n, kernel_calls=plan.kernel_calls, on_gpu=runner.cuda,
+                    warmup_calls=warmed[k])
         finally:
             del runner
-    return _decide(kernel, case, label, results, plan)
+    return dataclasses.replace(_decide(kernel, case, label, results, plan), host=host)
 
 
 def _decide(kernel: str, case: str, label: str, results: list[VariantResult], plan: RoundPlan) -> Comparison:

@@ -78,8 +78,10 @@ def timings_table(timings: list[dict[str, Any]]) -> list[str]:
 
 def timings_heading(timings: list[dict[str, Any]]) -> str:
     devices = sorted({t.get("device") or "?" for t in timings})
-    return (f"── timings on {', '.join(devices)} (kernel: GPU kernel time, torch.profiler; loop: per call in a"
-            " back-to-back loop, CUDA events; speedup = native / apex, interleaved rounds, 95% interval) ──")
+    cores = sorted({str(t["host"]["cpu"]) for t in timings if (t.get("host") or {}).get("cpu") is not None})
+    pinned = f", host threads pinned to CPU {', '.join(cores)}" if cores else ""
+    return (f"── timings on {', '.join(devices)}{pinned} (kernel: GPU kernel time, torch.profiler; loop: per call"
+            " in a back-to-back loop, CUDA events; speedup = native / apex, interleaved rounds, 95% interval) ──")
 
 
 def _check_line(check: dict[str, Any], width: int, color: bool) -> str:

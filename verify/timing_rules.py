@@ -10,7 +10,8 @@ outside the figure's tie band; otherwise the verdict is `tie`.
 Where the numbers come from: issue 9 (H200, Apex 6424da3b, torch 2.11+cu130): native kernels timed
 alike within 2% across runs; Apex's norms spent 0.2-0.4 ms per call on the host, so one-call CUDA
 events swung between 0.32 and 0.71 ms from run to run, and FusedAdam vs AdamW(fused=True) moved
-between 0.96x and 1.05x. reports/h200-2026-12-01-timing/: five runs of one wheel with this method.
+between 0.96x and 1.05x. reports/h200-2026-12-01-timing/: five runs of one wheel with this method;
+reports/h200-2026-12-01-timing2/: the same under a steady host (verify/timing_host.py).
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ HOST_BOUND = HostBound(
 @dataclasses.dataclass(frozen=True)
 class RoundPlan:
     rounds: int  # alternating rounds: even rounds fused first, odd rounds native first
-    warmup_calls: int  # per implementation, before anything is timed (module loads, allocator, caches)
+    warmup_calls: int  # per warm-up block (module loads, allocator, caches)
+    warmup_ms: float  # warm-up blocks per implementation until this much time has passed (the host side)
     block_ms: float  # target length of one host-inclusive block; its call count N comes from a calibration
     min_calls: int
     max_calls: int
@@ -102,15 +104,18 @@ class RoundPlan:
     reason: str
 
     def to_json(self) -> dict[str, object]:
-        return {"rounds": self.rounds, "warmup_calls": self.warmup_calls, "block_ms": self.block_ms,
-                "min_calls": self.min_calls, "max_calls": self.max_calls, "kernel_calls": self.kernel_calls}
+        return {"rounds": self.rounds, "warmup_calls": self.warmup_calls, "warmup_ms": self.warmup_ms,
+                "block_ms": self.block_ms, "min_calls": self.min_calls, "max_calls": self.max_calls,
+                "kernel_calls": self.kernel_calls}
 
 
 ROUNDS = RoundPlan(
-    rounds=16, warmup_calls=3, block_ms=10.0, min_calls=5, max_calls=200, kernel_calls=3,
+    rounds=16, warmup_calls=3, warmup_ms=60.0, block_ms=10.0, min_calls=5, max_calls=200, kernel_calls=3,
     reason="16 rounds x 2-3 implementations x 10 ms keep one verify timing case under a second, so the "
     "whole verify run stays near 20 s on an H200 (19 s with 12 rounds of 8 ms, 2026-12-01); 10 ms blocks "
-    "average many calls, so one slow call moves a round by a few percent at most")
+    "average many calls, so one slow call moves a round by a few percent at most; 60 ms of warm-up per "
+    "implementation (tens of calls, not 3) so the first rounds do not pay for cold host caches and a "
+    "clock still ramping up, for 0.8 s per verify run")
 # --device cpu (tests, smoke runs): the same method, smaller
-CPU_ROUNDS = dataclasses.replace(ROUNDS, rounds=6, warmup_calls=1, block_ms=2.0, min_calls=2, max_calls=50,
-                                 kernel_calls=2, reason="CPU smoke runs and tests: the method, not the numbers")
+CPU_ROUNDS = dataclasses.replace(ROUNDS, rounds=6, warmup_calls=1, warmup_ms=0.0, block_ms=2.0, min_calls=2,
+                                 max_calls=50, kernel_calls=2, reason="CPU smoke runs and tests: the method, not the numbers")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -102,6 +103,8 @@ def test_microbenchmarks_time_natives_and_skip_apex(smoke: dict) -> None:
             assert all(i[figure]["median_ms"] > 0 and i["GBps"][figure] > 0 for i in natives)
             assert item[figure] is None and item["winner"][figure] is None  # no Apex, no verdict
         assert item["verdict"].startswith("no comparison: apex")
+        host = item["host"]  # timed as verify's timing worker times: one core, one torch thread
+        assert host["cpu"] in os.sched_getaffinity(0) and host["torch_threads"] == 1, host
     assert {n["dtype"] for n in norms} == {"fp32", "bf16"}
     assert optimizer[0]["bytes"] == 28 * optimizer[0]["params"]
 

@@ -3,6 +3,8 @@ timing layer and `verify bench` use this one module and one set of implementatio
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import json
 import re
 import time
@@ -11,7 +13,7 @@ import pytest
 import torch
 
 from tests.support import REPO
-from verify import kernel_compare, kernel_variants, report
+from verify import kernel_compare, kernel_variants, report, timing_host
 from verify import timing_rules as rules
 from verify.kernel_compare import Variant
 
@@ -70,7 +72,8 @@ def test_rounds_alternate_and_both_figures_are_measured() -> None:
         assert v.loop_calls >= PLAN.min_calls and v.kernel_calls == PLAN.kernel_calls and v.bound is None  # CPU
     # host rounds: blocks of loop_calls calls, fused first in even rounds and native first in odd ones
     n = fused.loop_calls
-    warm = 2 * (PLAN.warmup_calls + 2)  # warm-up and calibration calls of both
+    assert fused.warmup_calls == native.warmup_calls == PLAN.warmup_calls  # warmup_ms=0: one warm-up block
+    warm = fused.warmup_calls + native.warmup_calls + 2 * 2  # warm-up, then 2 calibration calls each
     blocks = [calls[warm + i * n] for i in range(2 * PLAN.rounds)]
     assert blocks == ["fused", "native", "native", "fused"] * (PLAN.rounds // 2)
     assert all(calls[warm + i * n: warm + (i + 1) * n] == [blocks[i]] * n for i in range(2 * PLAN.rounds))
@@ -82,6 +85,39 @@ def test_rounds_alternate_and_both_figures_are_measured() -> None:
     _schema_validator("timing_row").validate(json.loads(json.dumps(data)))
     assert data["winner"] == {"kernel_time": result.kernel_verdict.winner, "host_inclusive": "native"}
     assert data["fused"]["kernel_time"]["method"].startswith("torch.profiler CPU activity")
+
+
+def test_warm_up_lasts_its_time_and_timed_blocks_run_without_the_garbage_collector() -> None:
+    gc_seen: list[bool] = []
+    x = torch.randn(64, 64)
+
+    def call():
+        gc_seen.append(gc.isenabled())
+        time.sleep(0.001)
+        return x + 1
+
+    plan = dataclasses.replace(PLAN, warmup_calls=2, warmup_ms=30.0)
+    host = timing_host.HostConditions(1, (0, 1), "every thread on core 1: a test", 3, 1, timing_host.GC_RULE,
+                                      None).to_json()
+    gc.enable()
+    t0 = time.perf_counter()
+    result = kernel_compare.compare("K", "c", [Variant("f", "fused", lambda: call),
+                                               Variant("n", "native", lambda: call)], "cpu", plan, host)
+    assert time.perf_counter() - t0 > 2 * 0.030  # both implementations warmed up for 30 ms
+    fused = result.variants[0]
+    assert fused.warmup_calls >= 30 // 2 // 2 * 2 and fused.warmup_calls % plan.warmup_calls == 0
+    warm = 2 * fused.warmup_calls + 4  # blocks from the warm-up on: the collector off inside each
+    assert gc_seen[:warm] and not any(gc_seen[:warm]) and gc.isenabled()  # and back on afterwards
+    data = result.to_json()
+    assert data["host"] == host and data["fused"]["warmup_calls"] == fused.warmup_calls
+    assert data["rounds"]["warmup_ms"] == 30.0
+    _schema_validator("timing_row").validate(json.loads(json.dumps(data)))
+
+
+def test_host_block_is_the_timer_of_the_rounds() -> None:
+    calls = []
+    per_call, issued = kernel_compare.host_block(lambda: calls.append(time.sleep(0.002)), 5, torch.device("cpu"))
+    assert len(calls) == 5 and 2.0 <= per_call < 20.0 and issued == per_call
 
 
 def test_a_native_that_cannot_be_built_is_a_fail_and_the_rest_compare() -> None:

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from verify import atomic, exit_codes
+from verify import atomic, exit_codes, timing_host
 from verify.bench import config as bench_config
 from verify.messages import bounded, did_you_mean, shown
 from verify.out_dirs import OutputDirs
@@ -180,8 +180,11 @@ def run(cfg: bench_config.BenchConfig) -> int:
         _log(f"[micro] copy bandwidth: {copy['GBps']} GB/s" if copy["status"] == "OK"
              else f"[micro] copy bandwidth: FAIL ({copy['reason']})")
         ceiling = copy["GBps"] if copy["status"] == "OK" else None
-        optimizer = micro.optimizer_micro(cfg, device, apex, ceiling, _log)
-        norms = micro.norm_micro(cfg, device, apex, ceiling, _log)
+        with timing_host.SteadyHost() as steady:  # the host conditions of verify's timing worker
+            host = steady.conditions.to_json() if steady.conditions else None
+            _log(f"[micro] host: {host['pinning'] if host else 'not pinned'}")
+            optimizer = micro.optimizer_micro(cfg, device, apex, ceiling, _log, host)
+            norms = micro.norm_micro(cfg, device, apex, ceiling, _log, host)
     timer = "cuda_events" if device.type == "cuda" else "perf_counter (CPU smoke run, not a GPU measurement)"
     doc = results.build(cfg_json=cfg.to_json(), environment=environment,
                         apex={k: p.to_json() for k, p in apex.items()}, timer=timer, copy=copy,

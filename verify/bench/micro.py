@@ -7,6 +7,8 @@ in interleaved rounds, with a verdict per figure. These kernels are memory-bound
 also reported as effective bandwidth: the minimum bytes the operation must move (the byte models
 below) divided by the median time, and as a percentage of the device's copy bandwidth measured in the
 same run (a large device-to-device copy, read + write), the practical ceiling for any of them.
+The caller (verify.bench.cli) holds verify.timing_host.SteadyHost around them, as verify's timing worker
+does, and passes its conditions as `host`.
 """
 
 from __future__ import annotations
@@ -99,7 +101,7 @@ def _bandwidth(n_bytes: int, figure: dict[str, object] | None, copy_gbps: float 
 
 
 def _compare(kernel: str, case: str, n_bytes: int, variants: list[Variant], cfg: BenchConfig,
-             device: torch.device, copy_gbps: float | None) -> dict[str, object]:
+             device: torch.device, copy_gbps: float | None, host: dict | None = None) -> dict[str, object]:
     """Both figures for every implementation (the first is the fused one) and the verdicts.
 
     The result is verify.kernel_compare's comparison (the shape of verify's report `timings` entries)
@@ -107,7 +109,7 @@ def _compare(kernel: str, case: str, n_bytes: int, variants: list[Variant], cfg:
     """
     try:
         item: dict[str, object] = kernel_compare.compare(kernel, case, variants, device,
-                                                         rounds_plan(cfg, device)).to_json()
+                                                         rounds_plan(cfg, device), host).to_json()
     finally:
         _release(device)
     item["bytes"] = n_bytes
@@ -156,22 +158,23 @@ def _params(shapes: list[tuple[int, ...]], device: torch.device, seed: int) -> l
 
 
 def _optimizer_case(case: str, shapes: list[tuple[int, ...]], cfg: BenchConfig, device: torch.device,
-                    fused: ApexPart, copy_gbps: float | None) -> dict[str, object]:
+                    fused: ApexPart, copy_gbps: float | None, host: dict | None) -> dict[str, object]:
     params = _params(shapes, device, cfg.seed)
     n_params = sum(p.numel() for p in params)
     variants = kernel_variants.adam_variants(params, fused.cls if fused.usable else None, fused.reason)
     item = _compare("FusedAdam", f"{case}, {n_params / 1e6:.2f}M params", adam_step_bytes(n_params),
-                    variants, cfg, device, copy_gbps)
+                    variants, cfg, device, copy_gbps, host)
     item["params"] = n_params
     return item
 
 
 def optimizer_micro(cfg: BenchConfig, device: torch.device, apex: dict[str, ApexPart],
-                    copy_gbps: float | None, log: Callable[[str], None]) -> list[dict[str, object]]:
+                    copy_gbps: float | None, log: Callable[[str], None],
+                    host: dict | None = None) -> list[dict[str, object]]:
     out = []
     for case, shapes in _optimizer_cases(cfg):
         try:
-            item = _optimizer_case(case, shapes, cfg, device, apex["FusedAdam"], copy_gbps)
+            item = _optimizer_case(case, shapes, cfg, device, apex["FusedAdam"], copy_gbps, host)
         except Exception as exc:  # e.g. out of memory for the parameters themselves
             item = _failed_item("FusedAdam", case, exc)
         finally:
@@ -188,7 +191,8 @@ NORM_KINDS = (("fused_layer_norm", 2), ("fused_rms_norm", 1))
 
 
 def _norm_case(kind: str, stats_per_row: int, shape: tuple[int, ...], dtype_name: str, cfg: BenchConfig,
-               device: torch.device, part: ApexPart, copy_gbps: float | None) -> dict[str, object]:
+               device: torch.device, part: ApexPart, copy_gbps: float | None,
+               host: dict | None) -> dict[str, object]:
     feature = kernel_variants.norm_feature(kind)
     dtype = DTYPES[dtype_name]
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
@@ -202,20 +206,22 @@ def _norm_case(kind: str, stats_per_row: int, shape: tuple[int, ...], dtype_name
     variants = kernel_variants.norm_variants(kind, x, dy, weight, bias, part.cls if part.usable else None, part.reason)
     n_bytes = norm_fwd_bwd_bytes(math.prod(shape[:-1]), hidden, dtype.itemsize, has_bias=has_bias,
                                  stats_per_row=stats_per_row)
-    item = _compare(feature, f"{tuple(shape)} {dtype_name}", n_bytes, variants, cfg, device, copy_gbps)
+    item = _compare(feature, f"{tuple(shape)} {dtype_name}", n_bytes, variants, cfg, device, copy_gbps, host)
     item.update(shape=list(shape), dtype=dtype_name)
     return item
 
 
 def norm_micro(cfg: BenchConfig, device: torch.device, apex: dict[str, ApexPart],
-               copy_gbps: float | None, log: Callable[[str], None]) -> list[dict[str, object]]:
+               copy_gbps: float | None, log: Callable[[str], None],
+               host: dict | None = None) -> list[dict[str, object]]:
     out = []
     for shape in cfg.norm_shapes:
         for dtype_name in DTYPES:
             for kind, stats_per_row in NORM_KINDS:
                 feature = kernel_variants.norm_feature(kind)
                 try:
-                    item = _norm_case(kind, stats_per_row, shape, dtype_name, cfg, device, apex[feature], copy_gbps)
+                    item = _norm_case(kind, stats_per_row, shape, dtype_name, cfg, device, apex[feature], copy_gbps,
+                                      host)
                 except Exception as exc:
                     item = _failed_item(feature, f"{tuple(shape)} {dtype_name}", exc)
                 finally:

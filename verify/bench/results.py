@@ -28,7 +28,9 @@ FIGURES = {
               "stage comparisons: bootstrap over the steps of each stage (independent samples, tie band "
               "of the host-inclusive figure)",
     "micro": "both: kernel_time (torch.profiler, sum of the GPU kernels one call launches) and host_inclusive "
-             "(CUDA events around N back-to-back calls, / N), interleaved rounds, one verdict per figure",
+             "(CUDA events around N back-to-back calls, / N), interleaved rounds, one verdict per figure; every "
+             "thread on one CPU core, one torch thread, no garbage collection in a timed block (each item's "
+             "`host`, verify.timing_host), as in verify's timing layer",
     "copy_bandwidth": "host_inclusive: CUDA events around each copy (a single kernel: the same as its kernel time)",
 }
 
