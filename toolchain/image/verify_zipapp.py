@@ -14,12 +14,13 @@ gives the same bytes and the sha256 recorded with an audit names the exact verif
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import tempfile
 import zipapp
 import zipfile
 from pathlib import Path
+
+from toolchain.builder.provenance import sha256_of
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "verify"
@@ -45,14 +46,6 @@ class Zipapp:
 def _sources(package_dir: Path) -> list[Path]:
     return sorted(p for p in package_dir.rglob("*")
                   if p.is_file() and p.suffix in SUFFIXES and "__pycache__" not in p.parts)
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # zipapp's main= would write the last two lines; the version check gives an old image's Python one line
