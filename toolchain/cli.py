@@ -218,11 +218,24 @@ def resolve_cells(args: argparse.Namespace, *, all_when_empty: bool) -> list[mat
     return list(matrix_mod.load_matrix(path).cells)
 
 
+def for_target(cells: list[matrix_mod.Cell], args: argparse.Namespace) -> list[matrix_mod.Cell]:
+    """Each cell as its --target builds it (an image without Apex is not tagged as if it held Apex), and
+    the --wheelhouse checked against it: bad input is exit 2 before any build."""
+    from toolchain.spec import targets
+
+    wheelhouse = load_part("image.wheelhouse")
+    built = [targets.for_target(cell, args.target, args.wheelhouse) for cell in cells]
+    for cell in built:
+        wheelhouse.check(cell, args.wheelhouse)
+    return built
+
+
 def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     from toolchain.runs.run_loop import check_inputs
 
     cells = resolve_cells(args, all_when_empty=True)
     check_inputs(args)
+    cells = for_target(cells, args)
     plans = [plan_for(cell, args) for cell in cells]
     if args.json:
         print(atomic.json_dumps(plans if len(plans) > 1 else plans[0], indent=2))
@@ -292,6 +305,7 @@ def cmd_image(args: argparse.Namespace, console: Console) -> int:
 
     cell = resolve_cells(args, all_when_empty=False)[0]
     run_loop.check_inputs(args)
+    cell = for_target([cell], args)[0]
     _preflight(args.verify)
     return run_loop.build_one(cell, args, console)
 
@@ -302,6 +316,7 @@ def cmd_matrix(args: argparse.Namespace, console: Console) -> int:
     path = args.matrix or default_matrix_path()
     cells = _selected(args)  # every cell of the matrix is validated before any build
     run_loop.check_inputs(args)
+    cells = for_target(cells, args)
     _preflight(args.verify)
     return run_loop.run_matrix(cells, args, console, matrix_path=path)
 
