@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.support import run_build
-from toolchain.image import inspect_image
+from toolchain.image import engine, inspect_image
 from verify import exit_codes
 
 LOCAL = ("--python", "3.11", "--os", "debian12", "--base-devel", "apex-toolchain/base:bookworm",
@@ -76,3 +78,20 @@ def test_a_cpu_torch_image_without_apex_is_not_labelled_as_apex(
                         str(tmp_path / "logs2"))  # fmt: skip
     assert refused.returncode == exit_codes.USAGE and "compiles Apex's CUDA extensions" in refused.stderr
     docker_client.images.remove(tag)
+
+
+def test_a_tls_failure_in_the_build_names_extra_ca(docker_client, verify_image_tag: str) -> None:
+    """pip in the image without the host's CA (on machines where PyPI needs it): the engine reads pip's real
+    error as an environment fault whose fix is --extra-ca."""
+    import docker
+
+    script = "pip download --no-deps --retries 0 --timeout 20 --index-url https://pypi.org/simple -d /tmp/x packaging 1>&2"  # pip says it on stdout
+    try:
+        docker_client.containers.run(verify_image_tag, ["sh", "-c", script], remove=True)
+        pytest.skip("PyPI's certificate verifies in containers here without the host's CA bundle")
+    except docker.errors.ContainerError as error:
+        said = error.stderr.decode(errors="replace") if isinstance(error.stderr, bytes) else str(error)
+    if "CERTIFICATE_VERIFY_FAILED" not in said:
+        pytest.skip(f"pip failed for another reason here (no network to PyPI?): {said[-300:]}")
+    message, retry = engine.environment_fault(said)
+    assert "pass that CA bundle with --extra-ca PEM" in message and not retry
