@@ -47,7 +47,8 @@ def test_the_image_is_labelled_for_what_it_holds(apex_image) -> None:
     # nvcc came from the package index (the base has none), the toolkit torch's CUDA asks for
     assert versions["nvcc_source"] == "pypi", versions
     assert versions["torch"].startswith("2.11.0") and versions["torch_cuda"].startswith("13.0")
-    assert "release 13.0" in versions["nvcc"]
+    assert versions["nvcc"].startswith("13.0.") and versions["nvcc_path"].startswith("/opt/cuda-from-pypi/")
+    assert versions["cuda_wheels"]["nvidia-cuda-nvcc"].startswith("13.0."), versions["cuda_wheels"]
 
 
 def test_the_in_build_gate_passed_on_compiled_modules(apex_image) -> None:

@@ -57,6 +57,8 @@ def test_compiler_wheels_follow_torch_and_its_toolkit_pins(tmp_path):
     assert rows["nvidia-cuda-crt"] == ("nvidia-cuda-crt==13.0.88.*", "prefix")
     assert rows["nvidia-nvvm"] == ("nvidia-nvvm==13.0.*", "prefix")
     assert rows["nvidia-cuda-cccl"] == ("nvidia-cuda-cccl==13.0.*", "prefix")
+    # cuda_profiler_api.h (Apex's megatron softmax includes it) is in no wheel torch brings
+    assert rows["nvidia-cuda-profiler-api"] == ("nvidia-cuda-profiler-api==13.0.*", "prefix")
     # libraries: used where torch has them, never a second copy
     assert {n: rows[n] for n in LIBS} == {n: (v, "torch") for n, v in LIBS.items()}
 
