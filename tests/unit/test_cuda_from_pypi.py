@@ -161,3 +161,19 @@ def test_a_cpu_torch_never_gets_an_index_cuda(tmp_path):
         args = argparse.Namespace(cuda_from_pypi=mode, cuda_prefix=tmp_path / "prefix")
         assert apex_builder.pypi_cuda(args, env) is None
         assert "CUDA_HOME" not in env and not (tmp_path / "prefix").exists()
+
+
+def test_one_prefix_per_venv_whatever_its_wheel_set(tmp_path):
+    """The prefix path (and so every -I in the compile commands ccache hashes) names the machine and torch's
+    site only; a changed wheel set is found from the record and replaced in place."""
+    site_a, site_b = tmp_path / "a" / "site-packages", tmp_path / "b" / "site-packages"
+    root = cuda_from_pypi.prefix_root(tmp_path / "prefix", "13.0", site_a)
+    assert root == cuda_from_pypi.prefix_root(tmp_path / "prefix", "13.0", site_a)
+    assert root != cuda_from_pypi.prefix_root(tmp_path / "prefix", "13.0", site_b)
+    assert root.name.startswith("13.0-") and root.parent == tmp_path / "prefix"
+    assert cuda_from_pypi.installed_requirements(root) is None
+    root.mkdir(parents=True)
+    (root / cuda_from_pypi.RECORD_NAME).write_text(json.dumps({"requirements": ["nvidia-cuda-nvcc==13.0.88.*"]}))
+    assert cuda_from_pypi.installed_requirements(root) == ["nvidia-cuda-nvcc==13.0.88.*"]
+    (root / cuda_from_pypi.RECORD_NAME).write_text("{half")
+    assert cuda_from_pypi.installed_requirements(root) is None
