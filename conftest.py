@@ -7,8 +7,12 @@ from pathlib import Path
 
 import pytest
 
-_TIERS = {"docker": pytest.mark.docker, "faults": pytest.mark.faults, "gpu": pytest.mark.gpu,
-          "apex_image": pytest.mark.apex_image}
+_TIERS = {
+    "docker": pytest.mark.docker,
+    "faults": pytest.mark.faults,
+    "gpu": pytest.mark.gpu,
+    "apex_image": pytest.mark.apex_image,
+}
 _TESTS = Path(__file__).resolve().parent / "tests"
 
 
