@@ -1,5 +1,5 @@
 """The suite's one conftest at the root: tiers as markers by directory (tests/docker -> docker,
-tests/faults -> faults, tests/gpu -> gpu), so a test's folder is its tier."""
+tests/faults -> faults, tests/gpu -> gpu, tests/apex_image -> apex_image), so a test's folder is its tier."""
 
 from __future__ import annotations
 
@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-_TIERS = {"docker": pytest.mark.docker, "faults": pytest.mark.faults, "gpu": pytest.mark.gpu}
+_TIERS = {
+    "docker": pytest.mark.docker,
+    "faults": pytest.mark.faults,
+    "gpu": pytest.mark.gpu,
+    "apex_image": pytest.mark.apex_image,
+}
 _TESTS = Path(__file__).resolve().parent / "tests"
 
 

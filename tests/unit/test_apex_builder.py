@@ -18,7 +18,15 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO
-from toolchain.builder import apex_builder, build_inputs, build_outputs, build_tools, provenance, static_gate
+from toolchain.builder import (
+    apex_builder,
+    build_inputs,
+    build_outputs,
+    build_tools,
+    pip_wheel,
+    provenance,
+    static_gate,
+)
 from toolchain.builder import request as build_request
 from toolchain.builder.build_inputs import BuildInputs
 from toolchain.builder.build_tools import BuildTools
@@ -313,3 +321,21 @@ def test_builder_literals_match_compat_toml() -> None:
     assert tuple(build_inputs.DEFAULT_FLAGS) == facts.apex_core_flags
     assert set(build_inputs.DEFAULT_FLAGS.values()) == {"1"}
     assert build_tools.TORCH_INDEX_URL == facts.index_url_pattern
+
+
+def test_the_failure_names_the_compiler_error_not_setups_banner(tmp_path: Path) -> None:
+    """Lines of a real failed build (2026-12-01, index CUDA without cuda_profiler_api.h): Apex's setup.py
+    prints "this is not an error." long before the compiler's `fatal error:`, which is the one to name."""
+    log = tmp_path / "apex-build.log"
+    log.write_text("\n".join([
+        "  Warning: Torch did not find available GPUs on this system.",
+        "   If your intention is to cross-compile, this is not an error.",
+        "  building 'scaled_upper_triang_masked_softmax_cuda' extension",
+        "  FAILED: [code=1] /src/apex/build/temp.linux-x86_64-cpython-311/scaled_upper_triang_masked_softmax_cuda.o",
+        "  /src/apex/csrc/megatron/scaled_upper_triang_masked_softmax_cuda.cu:21:10: fatal error: cuda_profiler_api.h:"
+        " No such file or directory",
+        "  error: subprocess-exited-with-error",
+    ]) + "\n")  # fmt: skip
+    summary = pip_wheel._failure_summary(log, 1)
+    assert "first error at log line 5: /src/apex/csrc/megatron/scaled_upper_triang" in summary
+    assert "cuda_profiler_api.h: No such file or directory" in summary and "cross-compile" not in summary

@@ -58,6 +58,8 @@ def test_compiler_wheels_follow_torch_and_its_toolkit_pins(tmp_path):
     assert rows["nvidia-cuda-crt"] == ("nvidia-cuda-crt==13.0.88.*", "prefix")
     assert rows["nvidia-nvvm"] == ("nvidia-nvvm==13.0.*", "prefix")
     assert rows["nvidia-cuda-cccl"] == ("nvidia-cuda-cccl==13.0.*", "prefix")
+    # cuda_profiler_api.h (Apex's megatron softmax includes it) is in no wheel torch brings
+    assert rows["nvidia-cuda-profiler-api"] == ("nvidia-cuda-profiler-api==13.0.*", "prefix")
     # libraries: used where torch has them, never a second copy
     assert {n: rows[n] for n in LIBS} == {n: (v, "torch") for n, v in LIBS.items()}
 
@@ -157,3 +159,19 @@ def test_a_cpu_torch_never_gets_an_index_cuda(tmp_path):
         env: dict[str, str] = {}
         assert build_tools.pypi_cuda(mode, tmp_path / "prefix", env, print) is None
         assert "CUDA_HOME" not in env and not (tmp_path / "prefix").exists()
+
+
+def test_one_prefix_per_venv_whatever_its_wheel_set(tmp_path):
+    """The prefix path (and so every -I in the compile commands ccache hashes) names the machine and torch's
+    site only; a changed wheel set is found from the record and replaced in place."""
+    site_a, site_b = tmp_path / "a" / "site-packages", tmp_path / "b" / "site-packages"
+    root = cuda_from_pypi.prefix_root(tmp_path / "prefix", "13.0", site_a)
+    assert root == cuda_from_pypi.prefix_root(tmp_path / "prefix", "13.0", site_a)
+    assert root != cuda_from_pypi.prefix_root(tmp_path / "prefix", "13.0", site_b)
+    assert root.name.startswith("13.0-") and root.parent == tmp_path / "prefix"
+    assert cuda_from_pypi.installed_requirements(root) is None
+    root.mkdir(parents=True)
+    (root / cuda_from_pypi.RECORD_NAME).write_text(json.dumps({"requirements": ["nvidia-cuda-nvcc==13.0.88.*"]}))
+    assert cuda_from_pypi.installed_requirements(root) == ["nvidia-cuda-nvcc==13.0.88.*"]
+    (root / cuda_from_pypi.RECORD_NAME).write_text("{half")
+    assert cuda_from_pypi.installed_requirements(root) is None

@@ -76,3 +76,10 @@ def test_build_py_report_shows_build_py_verify_results(tmp_path):
     bad = next(line for line in table.splitlines() if line.startswith("| img-arch80 "))
     assert "2.11.0+cu130" in good and "PASS (full, NVIDIA H200)" in good
     assert "FAIL (full, NVIDIA H200)" in bad and "arch.amp_C: arch mismatch" in bad
+
+
+def test_the_readme_gives_the_no_registry_command_the_apex_image_tier_runs():
+    """The README's paragraph holds build_log.NO_REGISTRY_COMMAND word for word (its line breaks aside), which is
+    what the pull error prints and what tests/apex_image builds for real."""
+    text = " ".join((REPO / "README.md").read_text().split())
+    assert build_log.NO_REGISTRY_COMMAND in text

@@ -147,10 +147,8 @@ def assemble(cuda: str, prefix: Path, reason: str, say=print) -> PypiCuda:
     site = torch_site()
     rows = plan(major_minor, site)
     to_install = sorted(req for _, req, origin in rows if origin == "prefix")
-    key = hashlib.sha256("\n".join([platform.machine(), str(site), *to_install]).encode()).hexdigest()[:12]
-    root = prefix.expanduser().absolute() / f"{major_minor}-{key}"
-    record = root / RECORD_NAME
-    if not record.is_file():
+    root = prefix_root(prefix, major_minor, site)
+    if installed_requirements(root) != to_install:  # none yet, or another wheel set: replaced in place
         _install(root, to_install, say)
     versions = installed(root / "site")
     wheels = []
@@ -165,6 +163,22 @@ def assemble(cuda: str, prefix: Path, reason: str, say=print) -> PypiCuda:
     say(f"CUDA from the package index: CUDA_HOME={home} ("
         + ", ".join(f"{w.name} {w.version}{' (torch)' if w.origin == 'torch' else ''}" for w in wheels) + ")")
     return PypiCuda(major_minor, home, tuple(wheels), reason)
+
+
+def prefix_root(prefix: Path, major_minor: str, site: Path) -> Path:
+    """PREFIX/<cuda>-<key of machine and torch's site>: one folder per venv, whatever wheel set it holds, so the
+    compile commands (-I paths into it) stay the same and ccache keeps hitting when the set changes (adding
+    nvidia-cuda-profiler-api under a key that hashed the set made 29 of 37 units miss, 2026-12-01)."""
+    key = hashlib.sha256("\n".join([platform.machine(), str(site)]).encode()).hexdigest()[:12]
+    return prefix.expanduser().absolute() / f"{major_minor}-{key}"
+
+
+def installed_requirements(root: Path) -> list[str] | None:
+    """The requirements the prefix at ROOT was installed from (its record), None when there is none."""
+    try:
+        return json.loads((root / RECORD_NAME).read_text(encoding="utf-8"))["requirements"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _install(root: Path, requirements: list[str], say) -> None:

@@ -125,9 +125,9 @@ def _failure_summary(log_path: Path, code: int, setup: apex_setup.SetupPy | None
         )
         hint += (f" nvcc rejects {unsupported.group(1)}: {where_set}; this Apex ref cannot be built with this CUDA"
                  " toolkit: use an older toolkit (and a torch built for it) or a newer Apex ref.")
-    first_error = next(
-        (i for i, line in enumerate(lines, 1) if re.search(r"\berror\b|\bfatal\b", line, re.I)), None
-    )
+    # a compiler's `error:` first (not setup.py's "this is not an error." banner), else any error/fatal word
+    first_error = next((i for pattern in (r"\b(?:fatal )?error\b\s*(?:\[[^]]*\]\s*)?:", r"\berror\b|\bfatal\b")
+                        for i, line in enumerate(lines, 1) if re.search(pattern, line, re.I)), None)
     where = (f"first error at log line {first_error}: {lines[first_error - 1].strip()[:300]}"
              if first_error else "no line says 'error'")
     return f"pip wheel failed (exit {code}); {where} (log {log_path}).{hint}"

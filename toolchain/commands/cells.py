@@ -43,12 +43,25 @@ def resolve_cells(args: argparse.Namespace, *, all_when_empty: bool) -> list[mat
     return list(matrix_mod.load_matrix(path).cells)
 
 
+def for_target(cells: list[matrix_mod.Cell], request: RunRequest) -> list[matrix_mod.Cell]:
+    """Each cell as its --target builds it (an image without Apex is not tagged as if it held Apex), and
+    the --wheelhouse checked against it: bad input is exit 2 before any build."""
+    from toolchain.spec import targets
+
+    wheelhouse = load_part("image.wheelhouse")
+    built = [targets.for_target(cell, request.target, request.wheelhouse) for cell in cells]
+    for cell in built:
+        wheelhouse.check(cell, request.wheelhouse)
+    return built
+
+
 def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     from toolchain.runs.run_loop import check_inputs
 
     cells = resolve_cells(args, all_when_empty=True)
     request = RunRequest.from_args(args)
     check_inputs(request)
+    cells = for_target(cells, request)
     plans = [plan_for(cell, request) for cell in cells]
     if args.json:
         print(atomic.json_dumps(plans if len(plans) > 1 else plans[0], indent=2))
@@ -119,6 +132,7 @@ def cmd_image(args: argparse.Namespace, console: Console) -> int:
     cell = resolve_cells(args, all_when_empty=False)[0]
     request = RunRequest.from_args(args)
     run_loop.check_inputs(request)
+    cell = for_target([cell], request)[0]
     preflight(request.verify)
     return run_loop.build_one(cell, request, console)
 
@@ -130,6 +144,7 @@ def cmd_matrix(args: argparse.Namespace, console: Console) -> int:
     cells = selected(args)  # every cell of the matrix is validated before any build
     request = RunRequest.from_args(args)
     run_loop.check_inputs(request)
+    cells = for_target(cells, request)
     preflight(request.verify)
     return run_loop.run_matrix(cells, request, console, matrix_path=path)
 

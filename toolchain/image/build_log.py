@@ -23,6 +23,9 @@ _ENVIRONMENT_FAULTS: tuple[tuple[str, str, bool], ...] = (
      r"TLS handshake timeout|i/o timeout|manifest unknown|not found: manifest",
      "a base image could not be pulled (no registry reachable, or no such image); load it (docker load), or "
      "build with no registry from a local Debian base and CUDA from the package index: " + NO_REGISTRY_COMMAND, True),
+    (r"CERTIFICATE_VERIFY_FAILED", "a TLS certificate did not verify inside the build (a TLS-intercepting proxy, "
+     "or a host whose own CA bundle is needed for the package index); pass that CA bundle with --extra-ca PEM "
+     "(e.g. the host's /etc/ssl/certs/ca-certificates.crt)", False),
     (r"apex-src stage: cannot reach ", "the Apex git host cannot be reached from the build (no network to it); "
      "pass a local Apex checkout with --apex-src DIR", False),
     (r"buildx component is missing or broken", "this docker client needs the buildx plugin for BuildKit; "

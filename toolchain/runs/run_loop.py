@@ -194,14 +194,7 @@ def check_inputs(request: RunRequest) -> None:
         if option == "--apex-src" and not ((Path(path) / "setup.py").is_file() and (Path(path) / "apex").is_dir()):
             raise UsageError(f"--apex-src {path}: not an Apex source tree (needs setup.py and apex/); "
                              "pass the root of an NVIDIA/apex checkout")
-        if option == "--wheelhouse" and not any(Path(path).glob("torch-*.whl")):
-            # exactly what the torch stage installs from it with --no-index (docker/install-torch.sh)
-            found = "no .whl files" if not any(Path(path).glob("*.whl")) else "no torch-*.whl"
-            raise UsageError(f"--wheelhouse {path}: {found} there; it must hold torch==TORCH with all its dependencies "
-                             "and the build requirements, as wheels for the image's Python and platform: "
-                             f"pip download --dest {path} --only-binary=:all: --python-version PYTHON "
-                             "--platform manylinux_2_28_x86_64 --index-url TORCH_INDEX_URL --extra-index-url "
-                             "https://pypi.org/simple torch==TORCH 'setuptools>=70.1' packaging ninja 'pip>=23.1'")
+        # what --wheelhouse must hold is checked per cell (toolchain/image/wheelhouse.py: names the cell's values)
         if not want_dir and not Path(path).is_file():
             raise UsageError(f"{option} {path}: no such file; pass the CA bundle file (PEM)")
 
