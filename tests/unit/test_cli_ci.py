@@ -68,7 +68,8 @@ def test_bake_definition_matches_the_matrix(tmp_path: Path, cells) -> None:
         assert target["target"] == "runtime"
         assert target["args"] == cell.build_args()
         assert target["labels"] == labels.for_image("runtime", cell.build_args())  # as `build.py image` has
-        assert set(target["labels"]) == labels.BY_TARGET["runtime"] and target["labels"][labels.CELL] == cell.id
+        assert set(target["labels"]) == labels.BY_TARGET["runtime"]
+        assert target["labels"][labels.CELL] == cell.id
         assert target["tags"] == [f"{REGISTRY}:{cell.id}"]
         assert target["cache-from"] == [f"type=gha,scope={cell.id}"]
         assert target["cache-to"] == [f"type=gha,scope={cell.id},mode=max"]
