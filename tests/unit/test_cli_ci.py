@@ -14,6 +14,7 @@ import yaml
 
 from tests.support import REPO, run_build
 from toolchain.commands.parser import build_parser
+from toolchain.image import labels
 from toolchain.spec.ci_matrix import bake_target_name
 from toolchain.spec.matrix import load_matrix
 from verify import exit_codes
@@ -66,6 +67,9 @@ def test_bake_definition_matches_the_matrix(tmp_path: Path, cells) -> None:
         assert target["dockerfile"] == "docker/Dockerfile" and target["context"] == "."
         assert target["target"] == "runtime"
         assert target["args"] == cell.build_args()
+        assert target["labels"] == labels.for_image("runtime", cell.build_args())  # as `build.py image` has
+        assert set(target["labels"]) == labels.BY_TARGET["runtime"]
+        assert target["labels"][labels.CELL] == cell.id
         assert target["tags"] == [f"{REGISTRY}:{cell.id}"]
         assert target["cache-from"] == [f"type=gha,scope={cell.id}"]
         assert target["cache-to"] == [f"type=gha,scope={cell.id},mode=max"]

@@ -1,6 +1,7 @@
 """docker/Dockerfile's declarations: each ARG default stated once (before the first FROM), every stage
-declaring the ARGs it reads, build.py setting every pin, and each shipped target carrying the labels of
-toolchain.image.labels. The docker tier builds verify-runtime and reads its labels back."""
+declaring the ARGs it reads, build.py setting every pin; and the labels, which build.py applies from
+toolchain.image.labels (no LABEL in the Dockerfile). The docker tier builds verify-runtime and reads its
+labels back."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ _REF = re.compile(r"\$\{?([A-Z][A-Z0-9_]*)")
 # Knobs of the Dockerfile itself, not of a cell: build.py leaves their defaults alone
 # (MAX_JOBS etc. come from the builder's own sizing; APP_UID is the image's user).
 _DOCKERFILE_OWN = {"PIP_INDEX_URL", "BUILD_REQUIREMENTS", "MAX_JOBS", "APEX_PARALLEL_BUILD", "CUDA_FROM_PYPI",
-                   "APP_UID", "IMAGE_SOURCE", "TORCH_WHEELHOUSE", "APEX_SRC_DIR"}  # fmt: skip
+                   "APP_UID", "TORCH_WHEELHOUSE", "APEX_SRC_DIR"}  # fmt: skip
 # what build_image adds to the cell's args on every build (toolchain/image/engine.py: provenance)
 _PROVENANCE = {"BUILD_DATE", "SOURCE_REVISION", "BASE_DEVEL_DIGEST", "BASE_RUNTIME_DIGEST"}
 
@@ -42,16 +43,51 @@ def test_every_stage_declares_the_args_its_steps_read() -> None:
 
 def test_build_py_sets_every_pin_and_only_the_dockerfiles_own_knobs_keep_their_default() -> None:
     cell = cli_cell({"cuda": "13.0", "python": "3.12", "archs": "9.0"}, facts=frozen_facts())
-    passed = set(engine.build_args_for(cell)) | _PROVENANCE
+    passed = set(engine.build_args_for(cell)) | (_PROVENANCE - labels.LABEL_ONLY_ARGS)
     declared = {name for name, _ in dockerfile().global_args}
     assert passed <= declared, f"build.py passes {sorted(passed - declared)}, which no ARG declares"
     assert declared - passed == _DOCKERFILE_OWN
+    assert not labels.LABEL_ONLY_ARGS & declared, "an ARG the labels alone read: build.py does not pass it"
+
+
+def test_the_dockerfile_sets_no_label() -> None:
+    """Labels are build.py's (one table for every target); a LABEL here would be a second copy."""
+    assert {name: stage.labels() for name, stage in dockerfile().stages.items() if stage.labels()} == {}
+
+
+# The values each shipped target's labels take, written out (the Dockerfile's LABEL blocks before they moved).
+_APEX = "NVIDIA Apex v25.09 built for torch 2.11.0, CUDA 13.0, archs 9.0"
+_EXPECTED = {
+    "runtime": ("", _APEX, "rt:1", "sha256:rt"),
+    "runtime-devel": (" (devel)", _APEX + "; with nvcc", "devel:1", "sha256:devel"),
+    "runtime-slim": (" (slim)", _APEX + "; CUDA libraries from torch's wheels", "ubuntu:24.04", None),
+    "verify-runtime": (" (verify only, no Apex)", "torch 2.11.0 and the verify tool, without Apex", "rt:1", "sha256:rt"),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("target", sorted(labels.BY_TARGET))
-def test_each_shipped_target_carries_its_labels(target: str) -> None:
-    stage = dockerfile().stages[target]
-    assert set(stage.labels()) == labels.BY_TARGET[target]
-    assert stage.labels()[labels.NAMESPACE + "target"] == target
-    assert stage.labels()[labels.CELL] == "${CELL_ID}"
+def test_for_image_renders_each_targets_labels_from_the_build_args(target: str) -> None:
+    args = {"CELL_ID": "c1", "TORCH_VERSION": "2.11.0", "CUDA_VERSION": "13.0", "PYTHON_VERSION": "3.12",
+            "APEX_REPO": "https://example.org/apex.git", "APEX_REF": "v25.09", "APEX_FLAGS": "APEX_CPP_EXT=1",
+            "TORCH_CUDA_ARCH_LIST": "9.0", "BASE_DEVEL_IMAGE": "devel:1", "BASE_RUNTIME_IMAGE": "rt:1",
+            "BASE_SLIM_IMAGE": "ubuntu:24.04", "BASE_DEVEL_DIGEST": "sha256:devel", "BASE_RUNTIME_DIGEST": "sha256:rt",
+            "BUILD_DATE": "2026-12-01T00:00:00+00:00", "SOURCE_REVISION": "abc123", "IMAGE_SOURCE": "https://x/y"}  # fmt: skip
+    title, description, base, digest = _EXPECTED[target]
+    oci = {"title": "apex-toolchain c1" + title, "description": description, "version": "c1",
+           "created": "2026-12-01T00:00:00+00:00", "revision": "abc123", "source": "https://x/y", "base.name": base,
+           **({"base.digest": digest} if digest else {})}  # fmt: skip
+    own = {"cell": "c1", "target": target, "torch": "2.11.0", "cuda": "13.0", "python": "3.12"}
+    if target != "verify-runtime":
+        own |= {"apex.repo": "https://example.org/apex.git", "apex.ref": "v25.09", "apex.flags": "APEX_CPP_EXT=1",
+                "archs": "9.0", "manifest": "/opt/apex/build-manifest.json"}  # fmt: skip
+    rendered = labels.for_image(target, args)
+    assert set(rendered) == labels.BY_TARGET[target]
+    expected = {labels.OCI + k: v for k, v in oci.items()} | {labels.NAMESPACE + k: v for k, v in own.items()}
+    assert rendered == expected
     assert target in engine.TARGETS
+
+
+def test_only_shipped_targets_get_labels_and_a_missing_arg_reads_empty() -> None:
+    labelled = {t for t in engine.TARGETS if labels.for_image(t, {"CELL_ID": "c1"})}
+    assert labelled == set(labels.BY_TARGET)
+    assert labels.for_image("runtime", {"CELL_ID": "c1"})[labels.OCI + "created"] == ""

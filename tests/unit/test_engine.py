@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from toolchain.errors import EnvironmentUnavailable, UsageError
-from toolchain.image import build_log, docker_host, engine
+from toolchain.image import build_log, docker_host, engine, labels
 from toolchain.spec.cell import Cell
 
 # BuildKit's plain progress for a step that failed (shape of a real 20.10 log).
@@ -49,6 +49,29 @@ def test_command_carries_target_args_secret_and_tag(tmp_path: Path) -> None:
     assert f"id=extra_ca,src={ca.resolve()}" in command
     buildx = engine.build_command(cell(), client=docker_host.DockerClient("docker", True, "28.2.2"))
     assert buildx[:4] == ["docker", "buildx", "build", "--load"]
+
+
+def _pairs(command: list[str], option: str) -> dict[str, str]:
+    return dict(command[i + 1].split("=", 1) for i, word in enumerate(command) if word == option)
+
+
+def test_command_carries_the_targets_labels_and_no_label_only_build_arg() -> None:
+    client = docker_host.DockerClient("/usr/bin/docker", False, "20.10.24")
+    # what build_image adds to the cell's args
+    provenance = {"BUILD_DATE": "2026-12-01T00:00:00+00:00", "SOURCE_REVISION": "abc123",
+                  "BASE_DEVEL_DIGEST": "sha256:d", "BASE_RUNTIME_DIGEST": "sha256:r"}  # fmt: skip
+    for target in ("runtime", "runtime-slim", "verify-runtime"):
+        command = engine.build_command(cell(), target=target, extra_args=provenance, client=client)
+        build_args = _pairs(command, "--build-arg")
+        assert _pairs(command, "--label") == labels.for_image(target, {**build_args, **provenance})
+        assert set(_pairs(command, "--label")) == labels.BY_TARGET[target]
+        assert not labels.LABEL_ONLY_ARGS & set(build_args) and build_args["BASE_DEVEL_DIGEST"] == "sha256:d"
+    runtime = _pairs(engine.build_command(cell(), extra_args=provenance, client=client), "--label")
+    assert runtime[labels.OCI + "created"] == "2026-12-01T00:00:00+00:00"
+    assert runtime[labels.CELL] == cell().id
+    assert runtime[labels.OCI + "base.digest"] == "sha256:r"
+    torch_stage = engine.build_command(cell(), target="torch", client=client)  # a stage, not a shipped image
+    assert "--label" not in torch_stage
 
 
 def test_a_ca_path_with_commas_stays_one_secret_field(tmp_path: Path) -> None:

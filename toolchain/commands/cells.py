@@ -76,6 +76,8 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
         console.line("  build command:")
         env = " ".join(f"{k}={v}" for k, v in plan["env"].items())
         console.line(f"    {env} " + " \\\n      ".join(_wrap_command(plan["command"])))
+        if "--label" in plan["command"]:  # provenance is looked up at build time, not by plan
+            console.line("  (`build.py image` fills in the build date, git revision and base digests)")
     return exit_codes.OK
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolchain.errors import EnvironmentUnavailable, UsageError
+from toolchain.image import labels
 from toolchain.image.build_log import STEP, environment_fault, failed_step
 from toolchain.image.docker_host import DockerClient, client_or_default, docker_client, ping
 from toolchain.spec.compat import DEFAULT_PLATFORM
@@ -95,7 +96,8 @@ def build_command(cell: Cell, *, target: str = "runtime", apex_src: Path | str |
                   wheelhouse: Path | str | None = None, extra_ca: Path | str | None = None,
                   progress: str = "auto", context: Path | str = ".",
                   extra_args: dict[str, str] | None = None, client: DockerClient | None = None) -> list[str]:
-    """The exact build command for a cell (what `build.py plan` prints; `build_image` runs it)."""
+    """The exact build command for a cell (what `build.py plan` prints; `build_image` runs it): the build
+    args, and the target's labels (toolchain/image/labels.py) rendered from the same args."""
     if target not in TARGETS:
         raise UsageError(f"--target {target!r}: no such Dockerfile stage to ship; use one of {', '.join(TARGETS)}")
     _progress(progress)  # validates the value
@@ -107,7 +109,10 @@ def build_command(cell: Cell, *, target: str = "runtime", apex_src: Path | str |
     args = build_args_for(cell, apex_src=Path(apex_src) if apex_src else None,
                           wheelhouse=Path(wheelhouse) if wheelhouse else None, extra=extra_args)
     for key, value in args.items():
-        command += ["--build-arg", f"{key}={value}"]
+        if key not in labels.LABEL_ONLY_ARGS:
+            command += ["--build-arg", f"{key}={value}"]
+    for key, value in labels.for_image(target, args).items():  # labels are build.py's, not the Dockerfile's
+        command += ["--label", f"{key}={value}"]
     if extra_ca is not None:
         command += ["--secret", _csv_fields("id=extra_ca", f"src={Path(extra_ca).resolve()}")]
     return [*command, str(context)]

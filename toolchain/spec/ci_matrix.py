@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from toolchain.errors import UsageError
+from toolchain.image import labels
 from toolchain.spec.cell import Cell
 from toolchain.spec.cell_fields import REPOSITORY_RE
 from verify.messages import shown
@@ -91,7 +92,7 @@ def bake(
     cache: str = "none",
     cache_ref: str | None = None,
 ) -> dict[str, Any]:
-    """A docker-bake.json: one target per cell with its build args and tag(s), grouped as `default`.
+    """A docker-bake.json: one target per cell with its build args, labels and tag(s), grouped as `default`.
 
     `docker buildx bake -f docker-bake.json [--push] [TARGET...]` then builds the matrix on whatever
     BuildKit builders are configured (local, remote, Kubernetes), with no scheduler of ours.
@@ -104,6 +105,7 @@ def bake(
             "dockerfile": "docker/Dockerfile",
             "target": target,
             "args": cell.build_args(),
+            "labels": labels.for_image(target, cell.build_args()),  # the ones `build.py image` gives
             "tags": [image_ref(cell, registry)],
             "platforms": [cell.platform],
         }
