@@ -97,8 +97,10 @@ def _main(argv: list[str]) -> int:
     try:
         if argv[:1] == ["wheel"]:  # the builder parses its own options (it also runs inside images)
             from toolchain.builder import apex_builder
+            from toolchain.spec import compat
 
-            return apex_builder.main(argv[1:])
+            # the builder cannot read compat.toml in the image (no tomllib), so its default is handed in
+            return apex_builder.main(argv[1:], default_flags=",".join(compat.load().apex_core_flags))
         parser = build_parser()
         args = _parse(parser, argv)
         if not getattr(args, "func", None):

@@ -7,17 +7,20 @@ run against this machine's real torch, nvcc (if any) and /proc.
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import urllib.parse
 from pathlib import Path
 
 import pytest
 
-from tests.support import REPO
+from tests.support import REPO, run_build
 from toolchain.builder import (
     apex_builder,
     build_inputs,
@@ -33,6 +36,9 @@ from toolchain.builder.build_tools import BuildTools
 from toolchain.errors import ToolchainError
 from toolchain.spec import compat
 from verify import exit_codes, module_map
+
+# the core set as --flags text, from the live facts as build.py wheel reads them (the builder has no copy)
+CORE_FLAGS = ",".join(compat.load().apex_core_flags)
 
 C_MODULE = """
 #include <Python.h>
@@ -133,8 +139,8 @@ def build(tmp_path: Path, flags: dict[str, str], *extra: str, broken: bool = Fal
 # ---------------------------------------------------------------- arguments
 
 
-def test_flags_default_none_and_extras() -> None:
-    assert build_inputs.parse_flags(None, None) == {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"}
+def test_flags_none_and_extras() -> None:
+    assert build_inputs.parse_flags(CORE_FLAGS, None) == dict.fromkeys(compat.load().apex_core_flags, "1")
     assert build_inputs.parse_flags("none", None) == {}
     assert build_inputs.parse_flags("APEX_CPP_EXT=1 APEX_CUDA_EXT=0", None) == {"APEX_CPP_EXT": "1"}
     flags = build_inputs.parse_flags("APEX_CPP_EXT,APEX_CUDA_EXT", "xentropy,fast_layer_norm")
@@ -144,7 +150,7 @@ def test_flags_default_none_and_extras() -> None:
 
 @pytest.mark.parametrize(
     ("flags", "extras", "needle"),
-    [("APEX_CUDA_EX=1", None, "did you mean 'APEX_CUDA_EXT'"), (None, "xentropi", "APEX_XENTROPY"), ("APEX_CPP_EXT=2", None, "KEY=1")],
+    [("APEX_CUDA_EX=1", None, "did you mean 'APEX_CUDA_EXT'"), ("none", "xentropi", "APEX_XENTROPY"), ("APEX_CPP_EXT=2", None, "KEY=1")],
 )
 def test_bad_flags_exit_2(flags: str | None, extras: str | None, needle: str) -> None:
     with pytest.raises(ToolchainError) as stop:
@@ -173,14 +179,45 @@ def test_cli_rejects_missing_and_non_apex_source(tmp_path: Path) -> None:
 def test_cli_cuda_flags_need_archs(tmp_path: Path) -> None:
     src = make_project(tmp_path / "src")
     env = {k: "" for k in ("TORCH_CUDA_ARCH_LIST",)}
-    result = run_builder("--apex-src", str(src), "--out", str(tmp_path / "o"), env=env)
+    result = run_builder("--apex-src", str(src), "--out", str(tmp_path / "o"), "--flags", CORE_FLAGS, env=env)
     assert result.returncode == exit_codes.USAGE and "--archs is required" in result.stderr
+
+
+def test_no_flags_at_all_is_exit_2_naming_flags_and_build_py_wheel(tmp_path: Path) -> None:
+    """Run directly (the Dockerfile's way) without --flags, the builder has no default set to fall back on."""
+    with pytest.raises(ToolchainError) as stop:
+        build_inputs.parse_flags(None, "xentropy")
+    assert stop.value.exit_code == exit_codes.USAGE
+    src = make_project(tmp_path / "src")
+    result = run_builder("--apex-src", str(src), "--out", str(tmp_path / "o"), "--archs", "9.0")
+    assert result.returncode == exit_codes.USAGE and "Traceback" not in result.stderr, result.stderr
+    message = " ".join(result.stderr.split())
+    assert "--flags not given" in message and "pass --flags" in message
+    assert "build.py wheel, which fills in the core flags from toolchain/data/compat.toml" in message
+    assert not (tmp_path / "o").exists()  # the --out it made is removed again
+
+
+def test_build_py_wheel_defaults_to_the_core_flags_of_compat_toml(tmp_path: Path) -> None:
+    """build.py wheel hands the builder compat.toml's core flags: its help names them, and a build without
+    --flags is a CUDA build (so it asks for --archs), as it was when the builder held a copy."""
+    help_text = " ".join(run_build("wheel", "--help").stdout.split())
+    assert f"default: {CORE_FLAGS}, the core flags of toolchain/data/compat.toml" in help_text
+    assert "required when run directly" in " ".join(run_builder("--help").stdout.split())
+    src = make_project(tmp_path / "src")
+    no_archs = {"TORCH_CUDA_ARCH_LIST": ""}
+    proc = run_build("wheel", "--apex-src", str(src), "--out", str(tmp_path / "o"), env=no_archs)
+    assert proc.returncode == exit_codes.USAGE and "--archs is required" in proc.stderr, proc.stderr
+    proc = run_build("wheel", "--apex-src", str(src), "--out", str(tmp_path / "o"), "--flags", "APEX_CPP_EXT",
+                     env=no_archs)  # an explicit --flags still wins over the default
+    assert proc.returncode != exit_codes.USAGE, proc.stderr
+    assert "--archs is required" not in proc.stderr and "--flags not given" not in proc.stderr
 
 
 def test_cli_missing_nvcc_exit_3(tmp_path: Path) -> None:
     src = make_project(tmp_path / "src")
     result = run_builder(
-        "--apex-src", str(src), "--out", str(tmp_path / "o"), "--archs", "9.0", env={"CUDA_HOME": str(tmp_path / "no-cuda")}
+        "--apex-src", str(src), "--out", str(tmp_path / "o"), "--archs", "9.0", "--flags", CORE_FLAGS,
+        env={"CUDA_HOME": str(tmp_path / "no-cuda")},
     )
     assert result.returncode == exit_codes.ENVIRONMENT, result.stderr
     assert "nvcc not found" in result.stderr and "CUDA_HOME" in result.stderr and "Traceback" not in result.stderr
@@ -298,10 +335,10 @@ def test_wheel_hashes_from_sha256sum(tmp_path: Path) -> None:
 
 
 def test_static_gate_requires_only_the_features_this_build_promises() -> None:
-    def gate(flags: str | None) -> str:
+    def gate(flags: str) -> str:
         return static_gate.gate_required(list(module_map.modules_for_flags(build_inputs.parse_flags(flags, None))))
 
-    assert gate(None) == ",".join(module_map.default_required_features())  # the core CUDA build: all of them
+    assert gate(CORE_FLAGS) == ",".join(module_map.default_required_features())  # the core CUDA build: all
     assert gate("none") == "" and gate("APEX_CPP_EXT") == ""  # nothing fused promised: only expected_modules
     assert static_gate.gate_required(["amp_C"]) == "FusedAdam"
     from verify.expectations import parse_required
@@ -316,11 +353,31 @@ def test_unwritable_out_is_one_line_exit_2(tmp_path: Path) -> None:
     assert "--out /proc/no-such/out: cannot write" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_builder_literals_match_compat_toml() -> None:
+def _copies_of_facts(source: str, core: set[str], index_host: str) -> list[str]:
+    """Literals in `source` that restate compat.toml's core flags (a container or a string naming them
+    all) or its torch index (a string with its host)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Dict, ast.List, ast.Tuple, ast.Set)):
+            items = node.keys if isinstance(node, ast.Dict) else node.elts
+            named = {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)}
+            if core <= named:
+                found.append(f"line {node.lineno}: the core flags as a literal")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if core <= set(re.findall(r"APEX_\w+", node.value)) or index_host in node.value:
+                found.append(f"line {node.lineno}: {node.value[:60]!r}")
+    return found
+
+
+def test_the_builder_holds_no_copy_of_compat_facts() -> None:
     facts = compat.load()
-    assert tuple(build_inputs.DEFAULT_FLAGS) == facts.apex_core_flags
-    assert set(build_inputs.DEFAULT_FLAGS.values()) == {"1"}
-    assert build_tools.TORCH_INDEX_URL == facts.index_url_pattern
+    core, host = set(facts.apex_core_flags), urllib.parse.urlsplit(facts.index_url_pattern).netloc
+    copies = {path.name: _copies_of_facts(path.read_text(), core, host)
+              for path in sorted((REPO / "toolchain" / "builder").glob("*.py"))}
+    assert {name: found for name, found in copies.items() if found} == {}
+    # the check itself finds the copies this file once had
+    assert _copies_of_facts('DEFAULT_FLAGS = {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"}', core, host)
+    assert _copies_of_facts('URL = "https://download.pytorch.org/whl/{cuda_tag}"', core, host)
 
 
 def test_the_failure_names_the_compiler_error_not_setups_banner(tmp_path: Path) -> None:

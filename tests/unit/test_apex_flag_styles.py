@@ -104,7 +104,8 @@ def test_hardcoded_compute_70_refused_for_nvcc_13_only(head: Path, tag2504: Path
 
 
 def test_builder_refuses_flags_a_tree_lacks(head: Path, tag2504: Path, tmp_path: Path) -> None:
-    result = run_builder("--apex-src", str(head), "--out", str(tmp_path / "o"), "--archs", "9.0", "--extras", "fmha")
+    result = run_builder("--apex-src", str(head), "--out", str(tmp_path / "o"), "--archs", "9.0",
+                         "--flags", ",".join(CORE), "--extras", "fmha")
     assert result.returncode == exit_codes.USAGE and "Traceback" not in result.stderr
     assert "APEX_FMHA (--fmha)" in result.stderr and "ENV_TO_FLAG has no APEX_FMHA" in result.stderr
     assert "removed in 526871a2" in result.stderr

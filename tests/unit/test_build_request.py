@@ -37,6 +37,13 @@ def test_parsed_values_are_typed_and_paths_kept_as_written() -> None:
     assert (defaults.ccache, defaults.cuda_from_pypi, defaults.provenance) == ("auto", "auto", Provenance())
 
 
+def test_default_flags_are_handed_in_and_an_explicit_flags_wins() -> None:
+    assert build_request.parse(["--apex-src", "s", "--out", "o"]).flags is None  # run directly: no default
+    handed = build_request.parse(["--apex-src", "s", "--out", "o"], default_flags="APEX_CPP_EXT")
+    assert handed.flags == "APEX_CPP_EXT"
+    assert build_request.parse(FULL, default_flags="none").flags == "APEX_CPP_EXT"
+
+
 def test_json_round_trip() -> None:
     for argv in (FULL, ["--apex-src", "s", "--out", "o"]):
         request = build_request.parse(argv)

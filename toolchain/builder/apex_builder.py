@@ -67,8 +67,10 @@ def _say(message: str) -> None:
 # ---------------------------------------------------------------- entry point
 
 
-def main(argv: list[str] | None = None) -> int:
-    request = build_request.parse(argv)
+def main(argv: list[str] | None = None, default_flags: str | None = None) -> int:
+    """`default_flags`: --flags when none is given (build.py wheel hands in compat.toml's core flags; the
+    Dockerfile always passes --flags from the cell)."""
+    request = build_request.parse(argv, default_flags)
     # --out is removed again if the build fails before writing to it
     return OutputDirs([request.out.expanduser()]).run(lambda: _main_reporting(request))
 

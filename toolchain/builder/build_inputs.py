@@ -17,9 +17,6 @@ from toolchain.errors import UsageError
 from verify import module_map
 from verify.messages import did_you_mean, shown
 
-# A copy of toolchain/data/compat.toml's apex.core_flags: the builder runs inside the build image, where
-# Python 3.10 has no tomllib (tomli is a build-host extra). A unit test keeps it equal to compat.toml.
-DEFAULT_FLAGS = {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"}
 # TORCH_CUDA_ARCH_LIST entries: 9.0, 9.0+PTX, 9.0a, 10.0f (arch-specific / family suffixes)
 _ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$", re.ASCII)  # ASCII digits: nvcc reads no others
 
@@ -80,13 +77,18 @@ def resolve(request: BuildRequest) -> BuildInputs:
 
 
 def parse_flags(text: str | None, extras: str | None) -> dict[str, str]:
-    """`--flags "APEX_CPP_EXT=1,APEX_CUDA_EXT=1"` (comma or space separated, `=1` optional, `none`
-    for a Python-only build) plus `--extras xentropy,fast_layer_norm` (contrib flags)."""
+    """`--flags "APEX_CPP_EXT=1,APEX_XENTROPY=1"` (comma or space separated, `=1` optional, `none`
+    for a Python-only build) plus `--extras xentropy,fast_layer_norm` (contrib flags). No --flags at all
+    is exit 2: the default set is a fact of compat.toml, which the caller hands in (request.parse)."""
     known = module_map.known_flags()
     flags: dict[str, str] = {}
     if text is None:
-        flags.update(DEFAULT_FLAGS)
-    elif text.strip().lower() not in ("none", ""):
+        raise UsageError(
+            "--flags not given, and the builder run directly has no default set of Apex flags; pass --flags "
+            "(e.g. --flags none for a Python-only build), or run it through build.py wheel, which fills in "
+            "the core flags from toolchain/data/compat.toml",
+        )
+    if text.strip().lower() not in ("none", ""):
         for item in re.split(r"[,\s]+", text.strip()):
             key, _, value = item.partition("=")
             value = value or "1"

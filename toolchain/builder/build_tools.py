@@ -22,10 +22,6 @@ from toolchain.builder.build_inputs import BuildInputs
 from toolchain.builder.request import BuildRequest
 from toolchain.errors import EnvironmentUnavailable, UsageError
 
-# A copy of toolchain/data/compat.toml's pytorch.index_url (no tomllib in the image's Python 3.10); a
-# unit test keeps it equal to compat.toml.
-TORCH_INDEX_URL = "https://download.pytorch.org/whl/{cuda_tag}"
-
 
 @dataclasses.dataclass(frozen=True)
 class BuildTools:
@@ -143,8 +139,8 @@ def check_build_tools(env: dict[str, str], archs: Sequence[str] | None, cuda_hom
     if info["torch_cuda"] is None:
         raise EnvironmentUnavailable(
             f"torch {info['torch']} is a CPU-only build (torch.version.cuda is None), so torch.utils.cpp_extension has "
-            f"no CUDA_HOME and Apex's setup.py cannot run; install a CUDA {release} build of torch "
-            f"(e.g. --index-url {TORCH_INDEX_URL.format(cuda_tag='cu' + release.replace('.', ''))})",
+            f"no CUDA_HOME and Apex's setup.py cannot run; install a CUDA {release} build of torch (its index: "
+            f"`python build.py plan --cuda {release}` prints TORCH_INDEX_URL)",
         )
     torch_cuda = ".".join(info["torch_cuda"].split(".")[:2])
     if torch_cuda != release:

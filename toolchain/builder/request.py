@@ -33,7 +33,7 @@ class BuildRequest:
     apex_src: Path
     out: Path
     archs: str | None = None  # the --archs text; build_inputs falls back to $TORCH_CUDA_ARCH_LIST
-    flags: str | None = None  # the --flags text; None: the core flags
+    flags: str | None = None  # the --flags text (build.py wheel's default: compat.toml's core flags)
     extras: str | None = None
     jobs: int | None = None
     nvcc_threads: int | None = None
@@ -83,12 +83,14 @@ class BuildRequest:
         return cls(**given, provenance=Provenance(**provenance))
 
 
-def parse(argv: list[str] | None = None) -> BuildRequest:
-    """The request from the command line (argparse's own usage errors exit 2)."""
-    return BuildRequest.from_args(build_parser().parse_args(argv))
+def parse(argv: list[str] | None = None, default_flags: str | None = None) -> BuildRequest:
+    """The request from the command line (argparse's own usage errors exit 2). `default_flags`: the --flags
+    text when none is given, handed in by the caller (build.py wheel: compat.toml's core flags); the
+    builder holds no copy of that fact, since it cannot read compat.toml in the image (no tomllib)."""
+    return BuildRequest.from_args(build_parser(default_flags).parse_args(argv))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(default_flags: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="build.py wheel", description=DESCRIPTION)
     p.add_argument("--apex-src", required=True, type=Path, help="root of an NVIDIA/apex checkout")
     p.add_argument(
@@ -97,9 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--archs", help="TORCH_CUDA_ARCH_LIST, e.g. 9.0 or '8.0;9.0+PTX' (required for CUDA flags)"
     )
+    default = (f"default: {default_flags}, the core flags of toolchain/data/compat.toml" if default_flags else
+               "required when run directly; build.py wheel fills in the core flags of toolchain/data/compat.toml")
     p.add_argument(
-        "--flags", help="APEX_* flags, e.g. APEX_CPP_EXT=1,APEX_CUDA_EXT=1 (default); 'none' = Python-only; "
-        "passed as setup.py's argv switches (--cpp_ext ...) to Apex trees before tag 25.09"
+        "--flags", default=default_flags, help=f"APEX_* flags, comma or space separated ({default}); 'none' = "
+        "Python-only; passed as setup.py's argv switches (--cpp_ext ...) to Apex trees before tag 25.09"
     )
     p.add_argument("--extras", help="contrib extensions to add, e.g. xentropy,fast_layer_norm")
     p.add_argument("--jobs", type=int, help="concurrent compiles in total (default: from cores and memory)")
