@@ -1,16 +1,17 @@
 """The manifest's `build.timing`: every compile unit's times, the links, the lower bound, units in flight
 and memory per unit, from each extension's .ninja_log (ninja_log.py) and the unit runner's records
-(unit_runner.py: CPU seconds, nvcc threads, niceness and largest process of each nvcc unit).
-Stdlib only: runs inside the build image.
+(unit_runner.py: CPU seconds, nvcc threads, niceness and largest process of each nvcc unit); the per-thread
+memory a previous cold build measured (which sizes the next one) and the wall / lower-bound line printed
+after every build. Standard library and verify only: runs inside the build image (Python 3.10).
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 
 from toolchain.builder import ninja_log, parallelism, unit_schedule
+from verify import input_files
 
 TIMES_NAME = "unit-times.jsonl"
 
@@ -94,11 +95,11 @@ def compile_timing(
 def measured_gib_per_thread(manifest_path: Path) -> tuple[float | None, str]:
     """The per-thread memory a previous cold build in the same --out measured, with 25% headroom; a warm
     (ccache) build compiled little, so its figure says nothing."""
-    try:
-        build = json.loads(manifest_path.read_text()).get("build", {})
+    try:  # the project's bounded reader: a FIFO or a huge file in --out must not hang or fill memory here
+        build = input_files.read_json(manifest_path, input_files.MANIFEST).get("build", {})
         value = float(build["timing"]["memory"]["gib_per_nvcc_thread"])
         stats = build.get("ccache", {}).get("stats", {})
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, input_files.InputFileError, ValueError, KeyError, TypeError, AttributeError):
         return None, ""
     hits = stats.get("direct_cache_hit", 0) + stats.get("preprocessed_cache_hit", 0)
     if hits > stats.get("cache_miss", 0) or not 0.1 <= value <= 64:
