@@ -32,20 +32,22 @@ import torch
 
 from verify import timing_rules as rules
 from verify import timing_stats as stats
+from verify.kernel_profile import (
+    NO_KERNELS,
+    NOT_WORK,
+    PROFILER_CPU,
+    PROFILER_CUDA,
+    SESSION_MARKED,
+    SESSION_PER_BLOCK,
+    cpu_op_us,
+    device_events,
+    split_at_markers,
+)
 from verify.timing_host import quiet_gc
 from verify.timing_rules import RoundPlan
 
-PROFILER_CUDA = "torch.profiler CUDA activity: sum of the GPU kernels (and memset/memcpy) one call launches"
-SESSION_MARKED = "one profiler session, a marker kernel between blocks"
-SESSION_PER_BLOCK = "one profiler session per block"
-PROFILER_CPU = "torch.profiler CPU activity: time inside aten ops per call (CPU run, not GPU kernels)"
 LOOP_CUDA = "CUDA events around N back-to-back calls, / N"
 LOOP_CPU = "perf_counter around N back-to-back calls, / N (CPU run)"
-NO_KERNELS = "the profiler recorded no device activity for this call (no CUPTI?)"
-MARKER_KERNEL = "spin_kernel"  # what torch.cuda._sleep launches (aten/src/ATen/cuda/Sleep.cu)
-# device-side profiler records that are not work a call launched
-_NOT_WORK = ("Context Sync", "Stream Sync", "Event Sync", "Stream Wait Event")
-
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
@@ -93,7 +95,8 @@ class VariantResult:
                 return None
             return {"median_ms": round(stats.median(values), 5), "p10_ms": round(stats.quantile(values, 0.1), 5),
                     "p90_ms": round(stats.quantile(values, 0.9), 5), "min_ms": round(min(values), 5),
-                    "rounds": len(values), "calls": calls, "method": method}
+                    "rounds": len(values), "calls": calls, "method": method,
+                    "per_round_ms": [round(x, 5) for x in values]}  # re-deciding needs the rounds themselves
 
         bound = self.bound
         return {
@@ -159,32 +162,6 @@ def device_label(device: torch.device) -> str:
         return str(device)
     index = device.index if device.index is not None else torch.cuda.current_device()
     return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
-
-
-def split_at_markers(events: Sequence[tuple[float, str, float]], marker: str = MARKER_KERNEL) -> list[float]:
-    """Device events (start, name, duration_us), in any order -> summed duration of each block between
-    markers, in GPU order; what follows the last marker is not a block. Sync records are not work."""
-    blocks: list[float] = []
-    current = 0.0
-    for _start, name, duration in sorted(events, key=lambda e: e[0]):
-        if marker in name:
-            blocks.append(current)
-            current = 0.0
-        elif not name.startswith(_NOT_WORK):
-            current += duration
-    return blocks
-
-
-def _device_events(prof: torch.profiler.profile) -> list[tuple[float, str, float]]:
-    """GPU activity records; a user annotation's GPU span (e.g. torch's `Optimizer.step#AdamW.step` range)
-    covers kernels already counted, so it is left out."""
-    cuda = torch.autograd.DeviceType.CUDA
-    return [(e.time_range.start, e.name, e.time_range.elapsed_us()) for e in prof.events()
-            if e.device_type == cuda and not getattr(e, "is_user_annotation", False)]
-
-
-def _cpu_op_us(prof: torch.profiler.profile) -> float:
-    return float(sum(e.self_cpu_time_total for e in prof.events()))
 
 
 def host_block(fn: Callable[[], object], n: int, device: torch.device) -> tuple[float, float]:
@@ -281,7 +258,7 @@ class _Runner:
                     self.calls[i]()
                 sleep(1)
             self.sync()
-        blocks = split_at_markers(_device_events(prof))
+        blocks = split_at_markers(device_events(prof))
         if len(blocks) != len(order) or min(blocks, default=0.0) <= 0:
             return None
         kernel: list[list[float]] = [[] for _ in self.calls]
@@ -300,9 +277,9 @@ class _Runner:
                         self.calls[i]()
                     self.sync()
                 if self.cuda:
-                    total_us = sum(d for _s, name, d in _device_events(prof) if not name.startswith(_NOT_WORK))
+                    total_us = sum(d for _s, name, d in device_events(prof) if not name.startswith(NOT_WORK))
                 else:
-                    total_us = _cpu_op_us(prof)
+                    total_us = cpu_op_us(prof)
                 kernel[i].append(total_us / m / 1e3)
         return kernel
 
@@ -365,6 +342,25 @@ def compare(kernel: str, case: str, variants: Sequence[Variant], device: torch.d
     return dataclasses.replace(_decide(kernel, case, label, results, plan), host=host)
 
 
+def _loop_floor(loop: stats.FigureVerdict, results: list[VariantResult]) -> stats.FigureVerdict:
+    """timing_rules.LOOP_FLOOR: a fused loop win must beat the fastest native kernels, a native loop win the
+    fused kernels; without kernel times (no CUPTI) the plain loop verdict stands, and on a CPU run too (the
+    host is the device there: no kernel time a faster host could approach)."""
+    fused = results[0]
+    if not fused.on_gpu:
+        return loop
+    if loop.winner == "native":
+        winner = next(v for v in results[1:] if v.name == loop.native)
+        loser: VariantResult | None = fused if fused.kernel_ms else None
+    elif loop.winner == "fused":
+        winner, loser = fused, _best(results, rules.KERNEL)
+    else:
+        return loop
+    if loser is None or not loser.kernel_ms or len(loser.kernel_ms) != len(winner.host_ms):
+        return loop
+    return stats.against_floor(loop, winner.host_ms, loser.name, loser.kernel_ms)
+
+
 def _decide(kernel: str, case: str, label: str, results: list[VariantResult], plan: RoundPlan) -> Comparison:
     fused = results[0]
     verdicts: dict[str, stats.FigureVerdict | None] = {rules.KERNEL: None, rules.HOST_INCLUSIVE: None}
@@ -375,6 +371,9 @@ def _decide(kernel: str, case: str, label: str, results: list[VariantResult], pl
                 continue
             f_ms, n_ms = (fused.kernel_ms, best.kernel_ms) if figure == rules.KERNEL else (fused.host_ms, best.host_ms)
             verdicts[figure] = stats.decide(figure, fused.name, best.name, f_ms, n_ms)
+        loop = verdicts[rules.HOST_INCLUSIVE]
+        if loop is not None:
+            verdicts[rules.HOST_INCLUSIVE] = _loop_floor(loop, results)
     if fused.status != "OK":
         text = f"no comparison: {fused.name} {fused.status} ({fused.reason})"
     elif verdicts[rules.HOST_INCLUSIVE] is None:

@@ -7,7 +7,9 @@
         apex FusedLayerNorm is host-bound here (0.21 ms of host time per call beyond its 0.32 ms of kernels)"
 
 Ratios are speedups of the fused implementation: native time / fused time, > 1 when Apex is faster.
-The rules (tie bands, bootstrap, host-bound margin) are data in verify/timing_rules.py.
+A loop winner must also beat the loser's kernels (against_floor), else the loop verdict is a tie whose
+sentence says how large this run's host-made gap was. The rules (tie bands, bootstrap, loop floor,
+host-bound margin) are data in verify/timing_rules.py.
 """
 
 from __future__ import annotations
@@ -73,6 +75,25 @@ def winner(interval: tuple[float, float], band: TieBand) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
+class FloorCheck:
+    """The loop winner's time per call in a loop against the loser's kernel time (timing_rules.LOOP_FLOOR)."""
+
+    winner: str  # who won the plain loop comparison (an implementation's name)
+    loser: str  # whose kernels are the floor
+    winner_loop_ms: float  # medians over the rounds
+    loser_kernel_ms: float
+    ratio: float  # loser's kernel time / winner's loop time, median of the rounds: > 1 beats the floor
+    interval: tuple[float, float]
+    holds: bool  # the whole interval above the tie band
+
+    def to_json(self) -> dict[str, object]:
+        return {"winner": self.winner, "loser": self.loser, "winner_loop_ms": round(self.winner_loop_ms, 5),
+                "loser_kernel_ms": round(self.loser_kernel_ms, 5), "ratio": round(self.ratio, 4),
+                "interval": [round(self.interval[0], 4), round(self.interval[1], 4)], "holds": self.holds,
+                "rule": rules.LOOP_FLOOR.reason}
+
+
+@dataclasses.dataclass(frozen=True)
 class FigureVerdict:
     figure: str  # timing_rules.KERNEL or HOST_INCLUSIVE
     fused: str
@@ -85,6 +106,13 @@ class FigureVerdict:
     band: TieBand
     ratios: tuple[float, ...]  # per round (or, for independent samples, empty)
     method: str  # "interleaved rounds" or "independent samples"
+    this_run: str = ""  # the plain comparison's winner, before the loop floor (= winner when no floor applied)
+    floor: FloorCheck | None = None  # the loop floor check, when the plain comparison named a winner
+
+    @property
+    def host_gap(self) -> bool:
+        """The loop times differed in this run only by host time (the floor check failed)."""
+        return self.floor is not None and not self.floor.holds
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -93,6 +121,7 @@ class FigureVerdict:
             "speedup": round(self.ratio, 4), "interval": [round(self.interval[0], 4), round(self.interval[1], 4)],
             "confidence": rules.BOOTSTRAP.confidence, "winner": self.winner, "tie_band": self.band.to_json(),
             "method": self.method, "ratios": [round(r, 4) for r in self.ratios],
+            "this_run_winner": self.this_run or self.winner, "floor": self.floor.to_json() if self.floor else None,
         }
 
 
@@ -125,6 +154,22 @@ def decide_independent(figure: str, fused: str, native: str, fused_ms: Sequence[
     f_med, n_med = median(fused_ms), median(native_ms)
     return FigureVerdict(figure, fused, native, f_med, n_med, n_med / f_med, interval,
                          winner(interval, band), band, (), "independent samples")
+
+
+def against_floor(loop: FigureVerdict, winner_loop_ms: Sequence[float], loser: str,
+                  loser_kernel_ms: Sequence[float], rule: Bootstrap = rules.BOOTSTRAP) -> FigureVerdict:
+    """The loop verdict with timing_rules.LOOP_FLOOR applied: its winner stays only when the winner's loop
+    rounds also beat the loser's kernel rounds (paired by round index: kernel times barely vary) by the tie
+    band; otherwise the verdict is `tie`, and what this run measured stays in `this_run` and `floor`."""
+    if loop.winner == "tie":
+        return loop
+    per_round = ratios_per_round(winner_loop_ms, loser_kernel_ms)
+    interval = bootstrap_interval(per_round, rule)
+    holds = interval[0] > loop.band.high
+    who = loop.fused if loop.winner == "fused" else loop.native
+    check = FloorCheck(who, loser, median(winner_loop_ms), median(loser_kernel_ms), median(per_round), interval,
+                       holds)
+    return dataclasses.replace(loop, winner=loop.winner if holds else "tie", this_run=loop.winner, floor=check)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,6 +221,11 @@ def kernel_phrase(v: FigureVerdict | None, missing_reason: str = "", name_native
 
 
 def loop_phrase(v: FigureVerdict, context: str = "in a loop", name_native: bool = False) -> str:
+    if v.host_gap and v.floor is not None:
+        _who, how = _faster(dataclasses.replace(v, winner=v.this_run))
+        faster = how.replace(" faster", " faster this run", 1)
+        return (f"{context} they tie: {v.floor.winner} was {faster} only by host time, not faster than "
+                f"{v.floor.loser}'s kernels alone ({_x(v.floor.ratio)})")
     if v.winner == "tie":
         who = f"it ties with {v.native}" if name_native else "they tie"
         return f"{context} {who} ({_x(v.ratio)}, {_span(*v.interval)})"

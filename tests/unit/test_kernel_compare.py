@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.support import REPO
-from verify import kernel_compare, kernel_variants, report, timing_host
+from verify import kernel_compare, kernel_profile, kernel_variants, report, timing_host
 from verify import timing_rules as rules
 from verify.kernel_compare import Variant
 
@@ -46,8 +46,8 @@ def test_split_at_markers() -> None:
         (50.0, "spin_kernel", 1.0),
         (60.0, "Memset (Device)", 2.0),  # after the last marker: not a block
     ]
-    assert kernel_compare.split_at_markers(events) == [12.0, 4.0]
-    assert kernel_compare.split_at_markers([]) == []
+    assert kernel_profile.split_at_markers(events) == [12.0, 4.0]
+    assert kernel_profile.split_at_markers([]) == []
 
 
 def test_rounds_alternate_and_both_figures_are_measured() -> None:
@@ -200,5 +200,5 @@ def test_cuda_comparison_uses_the_profiler_with_markers() -> None:
     x = torch.randn(4096, 4096, device="cuda")
     variants = [Variant("big", "fused", lambda: (lambda: x @ x)), Variant("small", "native", lambda: (lambda: x + 1))]
     result = kernel_compare.compare("K", "c", variants, "cuda")
-    assert all(kernel_compare.SESSION_MARKED in v.kernel_method for v in result.variants)
+    assert all(kernel_profile.SESSION_MARKED in v.kernel_method for v in result.variants)
     assert result.winners()[rules.KERNEL] == "native"
