@@ -342,23 +342,18 @@ def compare(kernel: str, case: str, variants: Sequence[Variant], device: torch.d
     return dataclasses.replace(_decide(kernel, case, label, results, plan), host=host)
 
 
-def _loop_floor(loop: stats.FigureVerdict, results: list[VariantResult]) -> stats.FigureVerdict:
-    """timing_rules.LOOP_FLOOR: a fused loop win must beat the fastest native kernels, a native loop win the
-    fused kernels; without kernel times (no CUPTI) the plain loop verdict stands, and on a CPU run too (the
-    host is the device there: no kernel time a faster host could approach)."""
+def _across_host_speeds(loop: stats.FigureVerdict, kernel: stats.FigureVerdict | None,
+                        results: list[VariantResult]) -> stats.FigureVerdict:
+    """timing_rules.LOOP_RULE on a GPU run. A native loop win is checked against that native's kernels (the
+    loop's fastest native may not be the kernels' fastest), a fused one against the fastest native kernels.
+    Without kernel times (no CUPTI) the plain loop verdict stands, and on a CPU run (the host is the device)."""
     fused = results[0]
-    if not fused.on_gpu:
+    native = next(v for v in results[1:] if v.name == loop.native)
+    if not fused.on_gpu or kernel is None or not fused.kernel_ms or not native.kernel_ms:
         return loop
-    if loop.winner == "native":
-        winner = next(v for v in results[1:] if v.name == loop.native)
-        loser: VariantResult | None = fused if fused.kernel_ms else None
-    elif loop.winner == "fused":
-        winner, loser = fused, _best(results, rules.KERNEL)
-    else:
-        return loop
-    if loser is None or not loser.kernel_ms or len(loser.kernel_ms) != len(winner.host_ms):
-        return loop
-    return stats.against_floor(loop, winner.host_ms, loser.name, loser.kernel_ms)
+    if loop.winner != "fused" and kernel.native != native.name:
+        kernel = stats.decide(rules.KERNEL, fused.name, native.name, fused.kernel_ms, native.kernel_ms)
+    return stats.across_host_speeds(loop, kernel)
 
 
 def _decide(kernel: str, case: str, label: str, results: list[VariantResult], plan: RoundPlan) -> Comparison:
@@ -373,7 +368,7 @@ def _decide(kernel: str, case: str, label: str, results: list[VariantResult], pl
             verdicts[figure] = stats.decide(figure, fused.name, best.name, f_ms, n_ms)
         loop = verdicts[rules.HOST_INCLUSIVE]
         if loop is not None:
-            verdicts[rules.HOST_INCLUSIVE] = _loop_floor(loop, results)
+            verdicts[rules.HOST_INCLUSIVE] = _across_host_speeds(loop, verdicts[rules.KERNEL], results)
     if fused.status != "OK":
         text = f"no comparison: {fused.name} {fused.status} ({fused.reason})"
     elif verdicts[rules.HOST_INCLUSIVE] is None:

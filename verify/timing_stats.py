@@ -1,15 +1,16 @@
 """The statistics behind a timing verdict, as pure functions of measured rounds (standard library only).
 
     kernel = decide(KERNEL, FUSED_NAME, NATIVE_NAME, fused_ms_per_round, native_ms_per_round)
-    loop = decide(HOST_INCLUSIVE, ...)
+    loop = across_host_speeds(decide(HOST_INCLUSIVE, ...), kernel)
     sentence(kernel, loop, [bound_of(FUSED_NAME, 0.32, 0.53)])
-    -> "kernels tie (1.01x, 0.98-1.03); in a loop torch nn.LayerNorm is 1.62x faster (1.55-1.70):
-        apex FusedLayerNorm is host-bound here (0.21 ms of host time per call beyond its 0.32 ms of kernels)"
+    -> "kernels tie (1.01x, 0.98-1.03); in a loop they tie: torch nn.LayerNorm was 1.62x faster this run
+        (1.55-1.70) only by host time, not by its kernels: apex FusedLayerNorm is host-bound here (0.21 ms
+        of host time per call beyond its 0.32 ms of kernels)"
 
 Ratios are speedups of the fused implementation: native time / fused time, > 1 when Apex is faster.
-A loop winner must also beat the loser's kernels (against_floor), else the loop verdict is a tie whose
-sentence says how large this run's host-made gap was. The rules (tie bands, bootstrap, loop floor,
-host-bound margin) are data in verify/timing_rules.py.
+A loop winner stands only when the kernels name the same winner (across_host_speeds), else the loop
+verdict is a tie whose sentence says how large this run's host-made gap was. The rules (tie bands,
+bootstrap, loop rule, host-bound margin) are data in verify/timing_rules.py.
 """
 
 from __future__ import annotations
@@ -75,25 +76,6 @@ def winner(interval: tuple[float, float], band: TieBand) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class FloorCheck:
-    """The loop winner's time per call in a loop against the loser's kernel time (timing_rules.LOOP_FLOOR)."""
-
-    winner: str  # who won the plain loop comparison (an implementation's name)
-    loser: str  # whose kernels are the floor
-    winner_loop_ms: float  # medians over the rounds
-    loser_kernel_ms: float
-    ratio: float  # loser's kernel time / winner's loop time, median of the rounds: > 1 beats the floor
-    interval: tuple[float, float]
-    holds: bool  # the whole interval above the tie band
-
-    def to_json(self) -> dict[str, object]:
-        return {"winner": self.winner, "loser": self.loser, "winner_loop_ms": round(self.winner_loop_ms, 5),
-                "loser_kernel_ms": round(self.loser_kernel_ms, 5), "ratio": round(self.ratio, 4),
-                "interval": [round(self.interval[0], 4), round(self.interval[1], 4)], "holds": self.holds,
-                "rule": rules.LOOP_FLOOR.reason}
-
-
-@dataclasses.dataclass(frozen=True)
 class FigureVerdict:
     figure: str  # timing_rules.KERNEL or HOST_INCLUSIVE
     fused: str
@@ -106,13 +88,13 @@ class FigureVerdict:
     band: TieBand
     ratios: tuple[float, ...]  # per round (or, for independent samples, empty)
     method: str  # "interleaved rounds" or "independent samples"
-    this_run: str = ""  # the plain comparison's winner, before the loop floor (= winner when no floor applied)
-    floor: FloorCheck | None = None  # the loop floor check, when the plain comparison named a winner
+    this_run: str = ""  # a loop's plain winner, before timing_rules.LOOP_RULE ("" when the rule was not applied)
+    kernel_winner: str = ""  # the kernel verdict of the same pair that the rule checked it against
 
     @property
     def host_gap(self) -> bool:
-        """The loop times differed in this run only by host time (the floor check failed)."""
-        return self.floor is not None and not self.floor.holds
+        """This run's loop named a winner that its kernels do not: the gap was host time."""
+        return bool(self.this_run) and self.this_run != self.winner
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -121,7 +103,7 @@ class FigureVerdict:
             "speedup": round(self.ratio, 4), "interval": [round(self.interval[0], 4), round(self.interval[1], 4)],
             "confidence": rules.BOOTSTRAP.confidence, "winner": self.winner, "tie_band": self.band.to_json(),
             "method": self.method, "ratios": [round(r, 4) for r in self.ratios],
-            "this_run_winner": self.this_run or self.winner, "floor": self.floor.to_json() if self.floor else None,
+            "this_run_winner": self.this_run or self.winner, "kernel_winner": self.kernel_winner or None,
         }
 
 
@@ -156,20 +138,16 @@ def decide_independent(figure: str, fused: str, native: str, fused_ms: Sequence[
                          winner(interval, band), band, (), "independent samples")
 
 
-def against_floor(loop: FigureVerdict, winner_loop_ms: Sequence[float], loser: str,
-                  loser_kernel_ms: Sequence[float], rule: Bootstrap = rules.BOOTSTRAP) -> FigureVerdict:
-    """The loop verdict with timing_rules.LOOP_FLOOR applied: its winner stays only when the winner's loop
-    rounds also beat the loser's kernel rounds (paired by round index: kernel times barely vary) by the tie
-    band; otherwise the verdict is `tie`, and what this run measured stays in `this_run` and `floor`."""
-    if loop.winner == "tie":
-        return loop
-    per_round = ratios_per_round(winner_loop_ms, loser_kernel_ms)
-    interval = bootstrap_interval(per_round, rule)
-    holds = interval[0] > loop.band.high
-    who = loop.fused if loop.winner == "fused" else loop.native
-    check = FloorCheck(who, loser, median(winner_loop_ms), median(loser_kernel_ms), median(per_round), interval,
-                       holds)
-    return dataclasses.replace(loop, winner=loop.winner if holds else "tie", this_run=loop.winner, floor=check)
+def across_host_speeds(loop: FigureVerdict, kernel: FigureVerdict) -> FigureVerdict:
+    """The loop verdict under timing_rules.LOOP_RULE: its winner stands only when `kernel` names the same one;
+    otherwise `tie`, with this run's plain winner kept in `this_run`. `kernel` compares the loop's native when
+    the loop says native, and the fastest native kernels when it says fused (a fused win must hold against
+    every native, whichever is fastest on a faster host)."""
+    if loop.fused != kernel.fused:
+        raise ValueError(f"kernel verdict of {kernel.fused}, loop verdict of {loop.fused}")
+    holds = loop.winner in ("tie", kernel.winner)
+    return dataclasses.replace(loop, winner=loop.winner if holds else "tie", this_run=loop.winner,
+                               kernel_winner=kernel.winner)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,11 +199,9 @@ def kernel_phrase(v: FigureVerdict | None, missing_reason: str = "", name_native
 
 
 def loop_phrase(v: FigureVerdict, context: str = "in a loop", name_native: bool = False) -> str:
-    if v.host_gap and v.floor is not None:
-        _who, how = _faster(dataclasses.replace(v, winner=v.this_run))
-        faster = how.replace(" faster", " faster this run", 1)
-        return (f"{context} they tie: {v.floor.winner} was {faster} only by host time, not faster than "
-                f"{v.floor.loser}'s kernels alone ({_x(v.floor.ratio)})")
+    if v.host_gap:
+        who, how = _faster(dataclasses.replace(v, winner=v.this_run))
+        return f"{context} they tie: {who} was {how.replace(' faster', ' faster this run', 1)} only by host time, not by its kernels"
     if v.winner == "tie":
         who = f"it ties with {v.native}" if name_native else "they tie"
         return f"{context} {who} ({_x(v.ratio)}, {_span(*v.interval)})"

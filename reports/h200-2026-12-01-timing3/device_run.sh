@@ -4,17 +4,19 @@
 # install the Apex 6424da3b wheel built on the CPU machine (issue 14; the same wheel as ../h200-2026-12-01-timing2),
 # five `python -m verify --manifest ... --json` runs (the first plain), the independent check of the second
 # round (../h200-2026-12-01-timing2/independent_check.py, unchanged), `verify bench --quick`, then three more
-# verify runs while time is left. Everything lands in $OUT/call.
+# verify runs while time is left. Everything lands in $OUT/timing3.tar.gz (the device returns few files), its
+# console in $OUT/console.log.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 PREV=reports/h200-2026-12-01-timing2
 M=.whl/build-manifest.json
-R=$OUT/call
+R=/tmp/timing3-out
 mkdir -p "$R" /tmp/whl
-exec > >(tee "$R/console.log") 2>&1
+exec > >(tee "$OUT/console.log") 2>&1
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
 stamp() { echo "=== $1 t=$(el) s"; }
+pack() { cp "$OUT/console.log" "$R/console.log"; tar -C "$R" -czf "$OUT/timing3.tar.gz" . ; }
 
 stamp start; date -u
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
@@ -40,6 +42,7 @@ run_verify() {
       > "$R/verify-$1.log" 2>&1
   fi
   echo "verify run $1 exit $?"; grep -E "^verify full" "$R/verify-$1.log"
+  pack
 }
 for i in 1 2 3 4 5; do run_verify "$i"; done
 
@@ -68,3 +71,4 @@ for p in sorted(r.glob("verify-*.json"), key=lambda p: int(p.stem.split("-")[1])
 PY
 sed -n '/── timings/,$p' "$R/verify-1.log" | cut -c1-400
 stamp end
+pack
