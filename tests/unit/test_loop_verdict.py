@@ -135,3 +135,34 @@ def test_the_committed_five_runs_redecided_with_the_rule_agree() -> None:
         plain_flips += len({p for p, _ in decided}) > 1
         assert len({r for _, r in decided}) == 1, (key, decided)
     assert plain_flips == 2
+
+
+THIRD = REPO / "reports" / "h200-2026-12-01-timing3" / "call"
+
+
+def _variant_from_report(row: dict) -> VariantResult:
+    return VariantResult(row["name"], row["role"], row["status"], row["reason"],
+                         kernel_ms=tuple(row[KERNEL]["per_round_ms"]), host_ms=tuple(row[LOOP]["per_round_ms"]))
+
+
+def test_the_committed_eight_runs_keep_their_winners_and_redeciding_them_gives_the_same_verdicts() -> None:
+    """reports/h200-2026-12-01-timing3: eight verify runs of one wheel under the rule. Every timing's winner is
+    the same in all eight for both figures although this run's plain loop winner flipped; and each verdict
+    re-decided by this checkout's code from the report's own per-round times is the one committed."""
+    runs = [json.loads((THIRD / f"verify-{i}.json").read_text()) for i in range(1, 9)]
+    assert len({r["manifest"]["data"]["build"]["wheel_sha256"] for r in runs}) == 1
+    winners: dict[tuple[str, str], set[str]] = {}
+    this_run: dict[tuple[str, str], set[str]] = {}
+    for run in runs:
+        for t in run["timings"]:
+            key = (t["kernel"], t["case"])
+            winners.setdefault(key, set()).add(json.dumps(t["winner"], sort_keys=True))
+            this_run.setdefault(key, set()).add(t[LOOP]["this_run_winner"])
+            again = kernel_compare._decide(t["kernel"], t["case"], t["device"],
+                                           [_variant_from_report(t["fused"]), *map(_variant_from_report, t["natives"])],
+                                           rules.ROUNDS)
+            # (the stored rounds are rounded to 10 ns: an interval's end may move in the last digit, not a winner)
+            assert again.winners() == t["winner"] and again.host_verdict.this_run == t[LOOP]["this_run_winner"], key
+            assert ("only by host time" in again.sentence) == ("only by host time" in t["verdict"]), key
+    assert len(winners) == 5 and all(len(w) == 1 for w in winners.values()), winners
+    assert sum(len(w) > 1 for w in this_run.values()) >= 2  # the plain loop verdict alone would have flipped
