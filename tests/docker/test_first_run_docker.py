@@ -6,12 +6,14 @@ CPU-only torch) is tagged and labelled for what it holds."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.support import run_build
-from toolchain.image import engine, inspect_image
+from tests.support import REPO, run_build
+from toolchain.image import docker_host, engine, inspect_image
 from verify import exit_codes
 
 LOCAL = ("--python", "3.11", "--os", "debian12", "--base-devel", "apex-toolchain/base:bookworm",
@@ -95,3 +97,22 @@ def test_a_tls_failure_in_the_build_names_extra_ca(docker_client, verify_image_t
         pytest.skip(f"pip failed for another reason here (no network to PyPI?): {said[-300:]}")
     message, retry = engine.environment_fault(said)
     assert "pass that CA bundle with --extra-ca PEM" in message and not retry
+
+
+def test_a_plain_docker_build_of_runtime_slim_is_refused_naming_runtime_os(docker_client) -> None:
+    """runtime-slim shares runtime-base with the other runtime targets, so on the default RUNTIME_OS it would
+    stand on the CUDA runtime base: its slim-guard stage (run beside the Apex build) refuses, naming the arg;
+    with RUNTIME_OS=slim, what build.py passes for that target, it passes."""
+    prefix = docker_host.client_or_default().build_prefix()
+    base = "apex-toolchain/base:bookworm"
+    args = [f"--build-arg={k}={base}" for k in ("BASE_DEVEL_IMAGE", "BASE_RUNTIME_IMAGE", "BASE_SLIM_IMAGE")]
+    command = [*prefix, "--file", engine.DOCKERFILE, "--target", "slim-guard", "--progress", "plain",
+               *args, "--build-arg=PYTHON_VERSION=3.11", "."]  # fmt: skip
+    env = dict(os.environ, DOCKER_BUILDKIT="1")
+    plain = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    said = plain.stdout + plain.stderr
+    assert plain.returncode != 0, said
+    assert "--target runtime-slim stands on BASE_SLIM_IMAGE" in said and "--build-arg RUNTIME_OS=slim" in said
+    slim = subprocess.run([*command[:-1], "--build-arg=RUNTIME_OS=slim", "."], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert slim.returncode == 0, slim.stdout + slim.stderr

@@ -15,6 +15,7 @@ import yaml
 from tests.support import REPO, run_build
 from toolchain.commands.parser import build_parser
 from toolchain.image import labels
+from toolchain.spec import targets
 from toolchain.spec.ci_matrix import bake_target_name
 from toolchain.spec.matrix import load_matrix
 from verify import exit_codes
@@ -66,8 +67,11 @@ def test_bake_definition_matches_the_matrix(tmp_path: Path, cells) -> None:
         target = bake["target"][bake_target_name(cell)]
         assert target["dockerfile"] == "docker/Dockerfile" and target["context"] == "."
         assert target["target"] == "runtime"
-        assert target["args"] == cell.build_args()
-        assert target["labels"] == labels.for_image("runtime", cell.build_args())  # as `build.py image` has
+        # the cell's args and what the target stands on (RUNTIME_OS, runtime-slim's base), as `build.py image`
+        assert target["args"] == targets.build_args(cell.build_args(), "runtime")
+        assert target["args"]["RUNTIME_OS"] == "runtime" and set(target["args"]) - set(cell.build_args()) == {
+            "RUNTIME_OS", "BASE_SLIM_IMAGE"}
+        assert target["labels"] == labels.for_image("runtime", target["args"])  # as `build.py image` has
         assert set(target["labels"]) == labels.BY_TARGET["runtime"]
         assert target["labels"][labels.CELL] == cell.id
         assert target["tags"] == [f"{REGISTRY}:{cell.id}"]

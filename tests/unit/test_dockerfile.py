@@ -12,6 +12,8 @@ import pytest
 
 from tests.support import dockerfile, frozen_facts
 from toolchain.image import engine, labels
+from toolchain.image.docker_host import DockerClient
+from toolchain.spec import ci_matrix, targets
 from toolchain.spec.matrix import cli_cell
 
 _REF = re.compile(r"\$\{?([A-Z][A-Z0-9_]*)")
@@ -91,3 +93,35 @@ def test_only_shipped_targets_get_labels_and_a_missing_arg_reads_empty() -> None
     labelled = {t for t in engine.TARGETS if labels.for_image(t, {"CELL_ID": "c1"})}
     assert labelled == set(labels.BY_TARGET)
     assert labels.for_image("runtime", {"CELL_ID": "c1"})[labels.OCI + "created"] == ""
+
+
+def test_the_runtime_targets_share_one_runtime_base_whose_os_the_target_names() -> None:
+    """runtime, verify-runtime and runtime-slim stand on one runtime-base stage (the OS step and the venv's
+    environment written once); which base it stands on is RUNTIME_OS, which build.py sets per target."""
+    stages = dockerfile().stages
+    assert stages["runtime-base"].parent == "os-${RUNTIME_OS}"
+    assert {stages["os-runtime"].parent, stages["os-slim"].parent} == {"${BASE_RUNTIME_IMAGE}", "${BASE_SLIM_IMAGE}"}
+    assert stages["verify-runtime"].parent == "runtime-base" and stages["runtime-apex"].parent == "runtime-base"
+    assert stages["runtime"].parent == "runtime-apex" and stages["runtime-slim"].parent == "runtime-apex"
+    # the venv's environment once among the runtime stages (the devel stage has its own, on another base)
+    venv_env = [name for name, stage in stages.items() if "VIRTUAL_ENV=/opt/venv" in stage.text]
+    assert sorted(venv_env) == ["devel", "runtime-base"]
+    # runtime-slim refuses the default RUNTIME_OS in a stage of its own, which its gate step mounts
+    assert "from=slim-guard" in stages["runtime-slim"].text and '"$RUNTIME_OS" = slim' in stages["slim-guard"].text
+    defaults = dict(dockerfile().global_args)
+    assert defaults["RUNTIME_OS"] == targets.DEFAULT_RUNTIME_OS and set(targets.RUNTIME_OS.values()) == {"slim"}
+    assert {f"os-{value}" for value in (*targets.RUNTIME_OS.values(), targets.DEFAULT_RUNTIME_OS)} <= set(stages)
+
+
+@pytest.mark.parametrize(("target", "runtime_os"), [("runtime", "runtime"), ("runtime-slim", "slim"),
+                                                    ("verify-runtime", "runtime"), ("runtime-devel", "runtime")])
+def test_build_py_and_the_bake_file_pass_the_os_each_target_stands_on(target: str, runtime_os: str) -> None:
+    cell = cli_cell({"cuda": "13.0", "python": "3.12", "archs": "9.0"}, facts=frozen_facts())
+    args = engine.build_args_for(cell, target=target)
+    assert args["RUNTIME_OS"] == runtime_os and args["BASE_SLIM_IMAGE"] == "ubuntu:24.04"
+    command = engine.build_command(cell, target=target, client=DockerClient("docker", True, "28.2.2"))
+    assert f"RUNTIME_OS={runtime_os}" in command
+    bake = ci_matrix.bake([cell], target=target)["target"]
+    (entry,) = bake.values()
+    assert entry["args"]["RUNTIME_OS"] == runtime_os and entry["args"]["BASE_SLIM_IMAGE"] == "ubuntu:24.04"
+    assert entry["labels"] == labels.for_image(target, entry["args"])

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from toolchain.commands import images
-from toolchain.image import build_log, engine
+from toolchain.image import build_log
+from toolchain.spec import targets
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,10 +42,10 @@ def test_build_py_reads_the_base_images_from_the_environment():
 
 def test_slim_base_names_the_os_of_an_nvidia_tag(monkeypatch):
     monkeypatch.delenv("BASE_SLIM_IMAGE", raising=False)
-    assert engine.slim_base("nvidia/cuda:13.0.0-devel-ubuntu24.04", "nvidia/cuda:13.0.0-runtime-ubuntu24.04") == "ubuntu:24.04"
-    assert engine.slim_base("nvidia/cuda:12.4.1-devel-ubuntu22.04", "nvidia/cuda:12.4.1-runtime-ubuntu22.04") == "ubuntu:22.04"
+    assert targets.slim_base("nvidia/cuda:13.0.0-devel-ubuntu24.04", "nvidia/cuda:13.0.0-runtime-ubuntu24.04") == "ubuntu:24.04"
+    assert targets.slim_base("nvidia/cuda:12.4.1-devel-ubuntu22.04", "nvidia/cuda:12.4.1-runtime-ubuntu22.04") == "ubuntu:22.04"
     monkeypatch.setenv("BASE_SLIM_IMAGE", "my/os:1")
-    assert engine.slim_base("nvidia/cuda:13.0.0-devel-ubuntu24.04", "") == "my/os:1"
+    assert targets.slim_base("nvidia/cuda:13.0.0-devel-ubuntu24.04", "") == "my/os:1"
 
 
 def test_the_pull_error_gives_the_no_registry_command():

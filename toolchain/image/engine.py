@@ -11,7 +11,6 @@ import dataclasses
 import datetime as dt
 import io
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from toolchain.errors import EnvironmentUnavailable, UsageError
 from toolchain.image import labels
 from toolchain.image.build_log import STEP, environment_fault, failed_step
 from toolchain.image.docker_host import DockerClient, client_or_default, docker_client, ping
+from toolchain.spec import targets
 from toolchain.spec.compat import DEFAULT_PLATFORM
 from verify import workflow_commands
 
@@ -67,29 +67,15 @@ def _progress(progress: str) -> str:
     return "plain" if (os.environ.get("CI") or not sys.stdout.isatty()) else "tty"
 
 
-def build_args_for(cell: Cell, *, apex_src: Path | None = None, wheelhouse: Path | None = None,
-                   extra: dict[str, str] | None = None) -> dict[str, str]:
-    args = dict(cell.build_args())
-    args["BASE_SLIM_IMAGE"] = slim_base(args.get("BASE_DEVEL_IMAGE", ""), args.get("BASE_RUNTIME_IMAGE", ""))
+def build_args_for(cell: Cell, *, target: str = "runtime", apex_src: Path | None = None,
+                   wheelhouse: Path | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
+    args = targets.build_args(cell.build_args(), target)
     if wheelhouse is not None:
         args["TORCH_WHEELHOUSE"] = WHEELHOUSE_NAME
     if apex_src is not None:
         args["APEX_SRC_DIR"] = APEX_SRC_NAME
     args.update(extra or {})
     return args
-
-
-def slim_base(devel: str, runtime: str) -> str:
-    """runtime-slim's base: $BASE_SLIM_IMAGE; else the runtime base when it is no nvidia/cuda image (a local
-    OS base: the slim image needs nothing more); else the OS an nvidia/cuda tag names (…-ubuntu24.04 ->
-    ubuntu:24.04), so the venv finds the same Python at the same path."""
-    if os.environ.get("BASE_SLIM_IMAGE"):
-        return os.environ["BASE_SLIM_IMAGE"]
-    for base in (runtime, devel):
-        if base and not base.startswith(("nvidia/cuda", "nvcr.io/nvidia/cuda")):
-            return base
-    found = re.search(r"-(ubuntu|debian|rockylinux|ubi)(\d+(?:\.\d+)?)$", runtime or devel)
-    return f"{found.group(1)}:{found.group(2)}" if found else "ubuntu:24.04"
 
 
 def build_command(cell: Cell, *, target: str = "runtime", apex_src: Path | str | None = None,
@@ -106,7 +92,7 @@ def build_command(cell: Cell, *, target: str = "runtime", apex_src: Path | str |
                "--tag", cell.id]
     if cell.platform != DEFAULT_PLATFORM:  # e.g. linux/arm64: native on an arm64 builder, else QEMU
         command += ["--platform", cell.platform]
-    args = build_args_for(cell, apex_src=Path(apex_src) if apex_src else None,
+    args = build_args_for(cell, target=target, apex_src=Path(apex_src) if apex_src else None,
                           wheelhouse=Path(wheelhouse) if wheelhouse else None, extra=extra_args)
     for key, value in args.items():
         if key not in labels.LABEL_ONLY_ARGS:

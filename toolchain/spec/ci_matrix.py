@@ -12,6 +12,7 @@ from typing import Any
 
 from toolchain.errors import UsageError
 from toolchain.image import labels
+from toolchain.spec import targets
 from toolchain.spec.cell import Cell
 from toolchain.spec.cell_fields import REPOSITORY_RE
 from verify.messages import shown
@@ -40,12 +41,12 @@ def image_ref(cell: Cell, registry: str | None) -> str:
 def gh_matrix(cells: list[Cell], registry: str | None = None) -> dict[str, Any]:
     """`strategy.matrix` for GitHub Actions: one `include` entry per cell (use with fromJson). `target` is
     the cell's bake target (bake_target_name): the workflow asks bake for it, never for `cell`."""
-    targets = bake_target_names(cells)
+    names = bake_target_names(cells)
     return {
         "include": [
             {
                 "cell": cell.name,
-                "target": targets[cell.name],
+                "target": names[cell.name],
                 "id": cell.id,
                 "image": image_ref(cell, registry),
                 "cuda": cell.cuda,
@@ -97,15 +98,16 @@ def bake(
     `docker buildx bake -f docker-bake.json [--push] [TARGET...]` then builds the matrix on whatever
     BuildKit builders are configured (local, remote, Kubernetes), with no scheduler of ours.
     """
-    targets: dict[str, Any] = {}
+    entries: dict[str, Any] = {}
     names = bake_target_names(cells)
     for cell in cells:
+        args = targets.build_args(cell.build_args(), target)
         entry: dict[str, Any] = {
             "context": ".",
             "dockerfile": "docker/Dockerfile",
             "target": target,
-            "args": cell.build_args(),
-            "labels": labels.for_image(target, cell.build_args()),  # the ones `build.py image` gives
+            "args": args,
+            "labels": labels.for_image(target, args),  # the ones `build.py image` gives
             "tags": [image_ref(cell, registry)],
             "platforms": [cell.platform],
         }
@@ -117,5 +119,5 @@ def bake(
             if ref:
                 entry["cache-from"] = [f"type=registry,ref={ref}:{cell.id}"]
                 entry["cache-to"] = [f"type=registry,ref={ref}:{cell.id},mode=max"]
-        targets[names[cell.name]] = entry
-    return {"group": {"default": {"targets": list(targets)}}, "target": targets}
+        entries[names[cell.name]] = entry
+    return {"group": {"default": {"targets": list(entries)}}, "target": entries}

@@ -11,7 +11,9 @@ since Apex's setup.py cannot run against a CPU torch (the builder would fail aft
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from toolchain.errors import UsageError
@@ -20,6 +22,10 @@ from toolchain.spec.matrix import Cell
 # The targets that run toolchain/builder/apex_builder.py (docker/Dockerfile's apex-build and what copies it).
 APEX_TARGETS = frozenset({"runtime", "runtime-devel", "runtime-slim", "apex-build"})
 CPU = "cpu"
+# The base each target's runtime-base stage stands on (docker/Dockerfile: FROM os-${RUNTIME_OS}): the OS
+# alone for runtime-slim (its stage refuses any other value), BASE_RUNTIME_IMAGE for every other target.
+RUNTIME_OS = {"runtime-slim": "slim"}
+DEFAULT_RUNTIME_OS = "runtime"
 _HEX_SHA = re.compile(r"^[0-9a-f]{7,40}$")
 
 
@@ -72,3 +78,25 @@ def for_target(cell: Cell, target: str, wheelhouse: Path | None = None) -> Cell:
     cuda = CPU if cpu else cell.cuda
     tag = _without_apex(cell, target, cuda)
     return dataclasses.replace(cell, id=tag or cell.id, cuda=cuda, archs=() if cpu else cell.archs)
+
+
+def slim_base(devel: str, runtime: str) -> str:
+    """runtime-slim's base: $BASE_SLIM_IMAGE; else the runtime base when it is no nvidia/cuda image (a local
+    OS base: the slim image needs nothing more); else the OS an nvidia/cuda tag names (…-ubuntu24.04 ->
+    ubuntu:24.04), so the venv finds the same Python at the same path."""
+    if os.environ.get("BASE_SLIM_IMAGE"):
+        return os.environ["BASE_SLIM_IMAGE"]
+    for base in (runtime, devel):
+        if base and not base.startswith(("nvidia/cuda", "nvcr.io/nvidia/cuda")):
+            return base
+    found = re.search(r"-(ubuntu|debian|rockylinux|ubi)(\d+(?:\.\d+)?)$", runtime or devel)
+    return f"{found.group(1)}:{found.group(2)}" if found else "ubuntu:24.04"
+
+
+def build_args(cell_args: Mapping[str, str], target: str) -> dict[str, str]:
+    """A cell's build args as `target` is built from them: with runtime-slim's base and the RUNTIME_OS the
+    target stands on (what `build.py image` passes and what the bake file holds)."""
+    args = dict(cell_args)
+    args["BASE_SLIM_IMAGE"] = slim_base(args.get("BASE_DEVEL_IMAGE", ""), args.get("BASE_RUNTIME_IMAGE", ""))
+    args["RUNTIME_OS"] = RUNTIME_OS.get(target, DEFAULT_RUNTIME_OS)
+    return args
