@@ -51,7 +51,9 @@ def test_every_shipped_target_runs_as_a_numeric_non_root_user() -> None:
         users = [line.split()[1] for line in body.instructions if line.startswith("USER ")]
         assert users and users[-1] == "${APP_UID}", target
         assert "APP_UID" in body.args(), f"{target}: USER ${{APP_UID}} would be empty"
-        useradd = stages["runtime-base"] if body.parent == "runtime-base" else body
+        useradd = body  # the stage that creates the user: the target itself or the nearest stage it stands on
+        while 'useradd --create-home --uid "$APP_UID"' not in useradd.with_scripts() and useradd.parent in stages:
+            useradd = stages[useradd.parent]
         assert 'useradd --create-home --uid "$APP_UID"' in useradd.with_scripts() and "APP_UID" in useradd.args(), target
 
 
