@@ -34,7 +34,6 @@ from verify import timing_rules as rules
 from verify import timing_stats as stats
 from verify.kernel_profile import (
     NO_KERNELS,
-    NOT_WORK,
     PROFILER_CPU,
     PROFILER_CUDA,
     SESSION_MARKED,
@@ -42,6 +41,7 @@ from verify.kernel_profile import (
     cpu_op_us,
     device_events,
     split_at_markers,
+    work_us,
 )
 from verify.timing_host import quiet_gc
 from verify.timing_rules import RoundPlan
@@ -277,7 +277,7 @@ class _Runner:
                         self.calls[i]()
                     self.sync()
                 if self.cuda:
-                    total_us = sum(d for _s, name, d in device_events(prof) if not name.startswith(NOT_WORK))
+                    total_us = work_us(device_events(prof))
                 else:
                     total_us = cpu_op_us(prof)
                 kernel[i].append(total_us / m / 1e3)

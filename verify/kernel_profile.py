@@ -25,14 +25,19 @@ def split_at_markers(events: Sequence[tuple[float, str, float]], marker: str = M
     """Device events (start, name, duration_us), in any order -> summed duration of each block between
     markers, in GPU order; what follows the last marker is not a block. Sync records are not work."""
     blocks: list[float] = []
-    current = 0.0
-    for _start, name, duration in sorted(events, key=lambda e: e[0]):
-        if marker in name:
-            blocks.append(current)
-            current = 0.0
-        elif not name.startswith(NOT_WORK):
-            current += duration
+    current: list[tuple[float, str, float]] = []
+    for event in sorted(events, key=lambda e: e[0]):
+        if marker in event[1]:
+            blocks.append(work_us(current))
+            current = []
+        else:
+            current.append(event)
     return blocks
+
+
+def work_us(events: Sequence[tuple[float, str, float]]) -> float:
+    """Summed duration of the device events (start, name, duration_us) that are work a call launched."""
+    return sum(duration for _start, name, duration in events if not name.startswith(NOT_WORK))
 
 
 def device_events(prof: torch.profiler.profile) -> list[tuple[float, str, float]]:

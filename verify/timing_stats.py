@@ -181,11 +181,12 @@ def _span(lo: float, hi: float) -> str:
     return f"{lo:.2f}-{hi:.2f}"
 
 
-def _faster(v: FigureVerdict) -> tuple[str, str]:
-    """(who, 'N.NNx faster (lo-hi)') for a verdict with a winner; native wins are shown as its speedup."""
-    if v.winner == "fused":
-        return v.fused, f"{_x(v.ratio)} faster ({_span(*v.interval)})"
-    return v.native, f"{_x(1 / v.ratio)} faster ({_span(1 / v.interval[1], 1 / v.interval[0])})"
+def _faster(v: FigureVerdict, winner: str = "", when: str = "") -> tuple[str, str]:
+    """(who, 'N.NNx faster[ when] (lo-hi)') for `winner` (default: the verdict's); a native win is shown as
+    its speedup."""
+    if (winner or v.winner) == "fused":
+        return v.fused, f"{_x(v.ratio)} faster{when} ({_span(*v.interval)})"
+    return v.native, f"{_x(1 / v.ratio)} faster{when} ({_span(1 / v.interval[1], 1 / v.interval[0])})"
 
 
 def kernel_phrase(v: FigureVerdict | None, missing_reason: str = "", name_native: bool = False) -> str:
@@ -200,8 +201,8 @@ def kernel_phrase(v: FigureVerdict | None, missing_reason: str = "", name_native
 
 def loop_phrase(v: FigureVerdict, context: str = "in a loop", name_native: bool = False) -> str:
     if v.host_gap:
-        who, how = _faster(dataclasses.replace(v, winner=v.this_run))
-        return f"{context} they tie: {who} was {how.replace(' faster', ' faster this run', 1)} only by host time, not by its kernels"
+        who, how = _faster(v, v.this_run, " this run")
+        return f"{context} they tie: {who} was {how} only by host time, not by its kernels"
     if v.winner == "tie":
         who = f"it ties with {v.native}" if name_native else "they tie"
         return f"{context} {who} ({_x(v.ratio)}, {_span(*v.interval)})"
