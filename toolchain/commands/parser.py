@@ -141,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     check = facts_sub.add_parser("check", help="exit 1 when PyPI publishes torch releases or CUDA toolkits the "
                                  "facts lack or contradict; 3 when the index cannot be read")
     check.add_argument("--index", default="https://pypi.org",
-                       help="PyPI, or a mirror of its JSON API (https:// or file://; default https://pypi.org)")
+                       help="PyPI, or a mirror of its JSON API and its wheels' METADATA (https://, http:// or "
+                       "file:// of a folder; default https://pypi.org)")
     check.add_argument("--facts", type=Path, default=None, help="facts file (default: toolchain/data/compat.toml)")
     check.set_defaults(func=ci.cmd_facts_check)
     p.set_defaults(func=_facts_without_action)

@@ -329,7 +329,8 @@ def metadata_requires(body: bytes, what: str) -> list[Requirement]:
         try:
             found.append(Requirement(str(line)))
         except InvalidRequirement as err:
-            raise BadAnswer(f"{what}: Requires-Dist {shown(str(line))} does not parse ({err})") from None
+            why = str(err).splitlines()[0] if str(err) else type(err).__name__  # packaging draws a caret below
+            raise BadAnswer(f"{what}: Requires-Dist {shown(str(line))} does not parse ({why})") from None
     return found
 
 
