@@ -20,7 +20,7 @@ from tests.support import FROZEN_FACTS as FROZEN
 from tests.support import REPO, run_build
 from toolchain.errors import UsageError
 from toolchain.spec import compat, facts_check
-from toolchain.spec.facts_check import BadAnswer, IndexUnreachable, NotPublished
+from toolchain.spec.facts_check import BadAnswer, IndexUnreachable
 from verify import exit_codes
 
 INDEX = REPO / "tests" / "fixtures" / "pypi-2026-12-01"
