@@ -94,12 +94,13 @@ def test_withhold_keeps_figures_and_drops_verdicts() -> None:
 def test_the_watch_samples_before_during_and_after_with_an_injected_clock() -> None:
     sleeps: list[float] = []
     driver = Driver((GPUS_BUSY, f"{BUS}, 1, 3000, python3\n"))
-    watch = DeviceWatch.start(runner=driver, sleep=sleeps.append, visible="", every_s=0.01)
+    watch = DeviceWatch.start(runner=driver, sleep=sleeps.append, visible="", every_s=0.01, known=[4_000_002])
     while not any(s.when == "during" for s in watch.samples):
         pass
     load = watch.stop()
     assert [s.when for s in load.samples][0] == "before" and load.samples[-1].when == "after"
     assert sleeps == [device_load.SETTLE_S, device_load.SETTLE_S]
+    assert 4_000_002 in load.own_pids  # a worker that already exited is still verify's
     assert "pid 1 python3" in load.shared_reason() and load.source == f"nvidia-smi, GPU {BUS}"
 
 

@@ -205,11 +205,12 @@ def own_pids(root: int | None = None) -> tuple[int, ...]:
 
 class DeviceWatch:
     def __init__(self, runner: Runner = run_nvidia_smi, sleep: Callable[[float], None] = time.sleep,
-                 visible: str | None = None, settle_s: float = SETTLE_S, every_s: float = DURING_EVERY_S) -> None:
+                 visible: str | None = None, settle_s: float = SETTLE_S, every_s: float = DURING_EVERY_S,
+                 known: Iterable[int] = ()) -> None:
         self.runner, self.sleep, self.settle_s, self.every_s = runner, sleep, settle_s, every_s
         self.visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
         self.samples: list[LoadSample] = []
-        self.pids: set[int] = set()
+        self.pids: set[int] = set(known)  # verify's processes, those that already exited included
         self.bus: str | None = None
         self.why_not = ""
         self._stop = threading.Event()

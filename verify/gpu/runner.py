@@ -185,7 +185,8 @@ def run_groups(groups: list[str], seed: int, check_timeout_s: float,
         else:
             results.update({g: run_group(g, seed, check_timeout_s, names.get(g), stop) for g in shared})
         for g in alone:
-            watch = device_load.DeviceWatch.start() if g in case_table.WATCHED_GROUPS else None
+            started = {w["pid"] for r in results.values() for w in r.workers}  # exited parity workers are verify's too
+            watch = device_load.DeviceWatch.start(known=started) if g in case_table.WATCHED_GROUPS else None
             try:
                 results[g] = run_group(g, seed, check_timeout_s, names.get(g), stop, first_worker=held.pop(g, None))
             finally:
