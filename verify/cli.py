@@ -17,6 +17,7 @@ from verify import (
     entry_point,
     exit_codes,
     expectations,
+    interrupts,
     manifest,
     module_map,
     pipeline,
@@ -132,6 +133,7 @@ def _main(argv: list[str]) -> int:
 def _run(args: argparse.Namespace, request: pipeline.RunRequest) -> int:
     try:
         report = pipeline.run(request)
+        interrupts.raise_if_received()  # the last checkpoint before any report is written
     except pipeline.ManifestMismatch as exc:
         return _usage_error(str(exc))
     made = OutputDirs([Path(p).parent for p in (args.json, args.markdown) if p])
