@@ -12,7 +12,9 @@ A signal inherited as ignored (nohup, a background job of a non-interactive shel
 One path from the first instruction to the last (issue 24: a SIGTERM while torch imported was lost,
 or ended in C++ `terminate`, exit 134; a second Ctrl-C after the first exited 130):
 - `early()` (the first statement of `python -m verify`, the zipapp and build.py) holds a signal that
-  arrives before the CLI's handlers exist; `raise_if_received()` raises it as soon as they do;
+  arrives before the CLI's handlers exist; `raise_if_received()` raises it as soon as they do; once
+  its run is over (children killed, result printed) such a process ignores them until it exits, so a
+  signal during the interpreter's shutdown (torch's teardown) cannot turn the exit code printed into 130;
 - `deferred()` around code a Python exception must not cut (`import torch`: its C++ initialisers turn
   an exception raised inside them into another error, or abort): the callbacks still run at once,
   the Interrupted comes when the section ends;
@@ -53,6 +55,7 @@ class _State:
 _state = _State()
 _callbacks: list[Callable[[], None]] = []
 _early: int | None = None  # a signal held by early(), before raising() installed the real handlers
+_cli = False  # early() was called: this process is a CLI, whose handlers stay ours until it exits
 
 
 def on_signal(callback: Callable[[], None]) -> None:
@@ -72,9 +75,12 @@ def _hold_early(signum: int, _frame: object) -> None:
 
 
 def early() -> None:
-    """Hold SIGINT/SIGTERM/SIGHUP from here until raising() installs the handlers (main thread only)."""
+    """Hold SIGINT/SIGTERM/SIGHUP from here until raising() installs the handlers, and after the run
+    until the process exits (main thread only; a CLI's first statement, never a library's)."""
+    global _cli
     if threading.current_thread() is not threading.main_thread():
         return
+    _cli = True
     for name in HANDLED:
         signum = getattr(signal, name, None)
         if signum is not None and signal.getsignal(signum) is not signal.SIG_IGN:
@@ -145,7 +151,9 @@ def raising() -> Iterator[None]:
         global _early
         _state.raising = False
         for signum, handler in previous.items():
-            signal.signal(signum, _late if _state.hold else handler)
+            # a CLI's run is over and its children are gone: ignored, not Python's handler, since the
+            # interpreter's shutdown (torch's teardown: seconds) resets a Python handler to the default
+            signal.signal(signum, signal.SIG_IGN if _cli else _late if _state.hold else handler)
         _state, _early = outer, None
 
 
