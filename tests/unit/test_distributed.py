@@ -248,7 +248,9 @@ def test_cli_without_gpus_skips_every_check_and_off_leaves_no_trace(tmp_path, to
 
 @pytest.mark.parametrize(("args", "env_extra", "says"), [
     (("--distributed", "--static"), {}, "--distributed with --static"),
-    ((), {CPU_HOOK_ENV: "1"}, f"{CPU_HOOK_ENV}='1': must be a whole number of CPU ranks, 2 or more"),
+    ((), {CPU_HOOK_ENV: "1"}, f"{CPU_HOOK_ENV}='1': must be a whole number of CPU ranks from 2 to 16"),
+    ((), {CPU_HOOK_ENV: "100000"}, f"{CPU_HOOK_ENV}='100000': must be a whole number"),  # not 100000 processes
+    ((), {CPU_HOOK_ENV: "１２"}, "must be a whole number"),  # a non-ASCII digit
 ])
 def test_cli_usage_errors_are_one_line_and_exit_2(tmp_path, args, env_extra, says):
     done = _verify(tmp_path, *args, "--json", "r.json", env_extra=env_extra)
