@@ -89,7 +89,8 @@ def write_bytes(path: str | os.PathLike, data: bytes, *, mode: int = 0o644) -> P
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
-    return write_bytes(path, text.encode("utf-8"))
+    # a path or message read from a non-UTF-8 file name carries lone surrogates: shown as \udcff, never a crash
+    return write_bytes(path, text.encode("utf-8", "backslashreplace"))
 
 
 def write_json(path: str | os.PathLike, data: Any) -> Path:
