@@ -396,3 +396,28 @@ def test_the_failure_names_the_compiler_error_not_setups_banner(tmp_path: Path) 
     summary = pip_wheel._failure_summary(log, 1)
     assert "first error at log line 5: /src/apex/csrc/megatron/scaled_upper_triang" in summary
     assert "cuda_profiler_api.h: No such file or directory" in summary and "cross-compile" not in summary
+
+
+def test_a_second_builder_on_the_same_out_is_refused_while_the_first_holds_it(tmp_path: Path) -> None:
+    """Issue 24: two `build.py wheel` runs on one --out wrote one log at once; the second now stops at
+    once with exit 2 (a real second process, the lock held by this one as a first builder would)."""
+    import fcntl
+
+    from tests.support import unpack_apex
+    from toolchain.builder import apex_builder
+
+    src = unpack_apex("6424da3b", tmp_path / "src")
+    out = tmp_path / "out"
+    out.mkdir()
+    held = apex_builder._lock_out(out)
+    try:
+        done = subprocess.run([sys.executable, str(REPO / "build.py"), "wheel", "--apex-src", str(src), "--out",
+                               str(out), "--archs", "9.0"], capture_output=True, text=True, timeout=300)
+    finally:
+        os.close(held)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "another build.py wheel is writing there now" in done.stderr and "Traceback" not in done.stderr
+    assert not (out / "build.log").exists()
+    fd = apex_builder._lock_out(out)  # released: the next builder gets it
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
