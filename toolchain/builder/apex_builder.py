@@ -117,18 +117,16 @@ def build(request: BuildRequest) -> int:
         os.close(lock)
 
 
-LOCK_NAME = ".build.lock"
-
-
 def _lock_out(out: Path) -> int:
-    """An exclusive lock on OUT/.build.lock: two builders on one --out would write one log, one wheel
-    name and one manifest at once (issue 24); the second is refused at once, exit 2."""
-    fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    """An exclusive lock on the OUT folder itself (flock on its descriptor: no file is added, so a failed
+    build's empty folders still go): two builders on one --out would write one log, one wheel name and
+    one manifest at once (issue 24); the second is refused at once, exit 2."""
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise UsageError(f"--out {out}: another build.py wheel is writing there now (it holds {out / LOCK_NAME}); "
+        raise UsageError(f"--out {out}: another build.py wheel is writing there now (it holds a lock on the folder); "
                          "wait for it to end, or pass another --out") from None
     return fd
 
