@@ -91,15 +91,16 @@ def parse(argv: list[str] | None = None, default_flags: str | None = None) -> Bu
 
 
 def path_value(text: str) -> Path:
-    """Every path option's one check, `~` expanded here: '' would be the current folder, a `~user` with
-    no such user raises deep inside pathlib (issue 24: a RuntimeError traceback)."""
+    """Every path option's one check: '' would be the current folder, a `~user` with no such user raises
+    deep inside pathlib when the path is used (issue 24: a RuntimeError traceback)."""
     if not text.strip() or "\x00" in text:
         raise argparse.ArgumentTypeError(f"{text!r}: not a path (empty, or a NUL character); name a folder")
     try:
-        return Path(text).expanduser()
+        Path(text).expanduser()  # checked here; the request keeps the path as written (its manifest says so)
     except RuntimeError:  # "Could not determine home directory."
         raise argparse.ArgumentTypeError(f"{text}: {text.split('/')[0]} names no user's home on this machine; "
                                          "write the path without ~") from None
+    return Path(text)
 
 
 def build_parser(default_flags: str | None = None) -> argparse.ArgumentParser:
