@@ -421,3 +421,28 @@ def test_a_second_builder_on_the_same_out_is_refused_while_the_first_holds_it(tm
     fd = apex_builder._lock_out(out)  # released: the next builder gets it
     fcntl.flock(fd, fcntl.LOCK_UN)
     os.close(fd)
+
+
+@pytest.mark.parametrize("stub", ["real", "exit 0, no object", "exit 1"])
+def test_an_nvcc_that_cannot_compile_is_the_environment_before_the_build(tmp_path: Path, stub: str) -> None:
+    """Issue 24: a garbage nvcc answered --version, passed the up-front checks and failed the build as
+    exit 1; the checks now compile a one-line kernel with it (a real nvcc where this host has one)."""
+    from toolchain.builder import build_tools
+    from toolchain.errors import EnvironmentUnavailable
+
+    if stub == "real":
+        real = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+        if not Path(real).is_file():
+            pytest.skip("no nvcc on this host")
+        build_tools.nvcc_compiles(Path(real), dict(os.environ))
+        return
+    nvcc = tmp_path / "nvcc"
+    body = "exit 0" if stub.startswith("exit 0") else "echo 'nvcc fatal : garbage' >&2; exit 1"
+    nvcc.write_text(f"#!/bin/sh\ncase \"$1\" in --version) echo 'Cuda compilation tools, release 13.0, V13.0.88';; "
+                    f"*) {body};; esac\n")
+    nvcc.chmod(0o755)
+    assert build_tools.nvcc_version(nvcc) == ("13.0", "13.0.88")  # it passes the version check
+    with pytest.raises(EnvironmentUnavailable, match="cannot compile a one-line kernel") as caught:
+        build_tools.nvcc_compiles(nvcc, dict(os.environ))
+    assert caught.value.exit_code == 3
+    assert ("no object file" in str(caught.value)) == stub.startswith("exit 0")
