@@ -83,8 +83,8 @@ def test_several_gpus_run_what_the_build_has_and_skip_the_rest():
 def test_the_cpu_hook_takes_a_rank_count_of_two_or_more():
     assert cpu_hook_ranks({}) is None
     assert cpu_hook_ranks({CPU_HOOK_ENV: "3"}) == 3
-    for bad in ("1", "two", "-2"):
-        with pytest.raises(ValueError, match=f"{CPU_HOOK_ENV}=.*2 or more"):
+    for bad in ("1", "two", "-2", "17", "100000", "１２"):  # 100000 would start rank processes until the limit
+        with pytest.raises(ValueError, match=f"{CPU_HOOK_ENV}=.*from 2 to 16"):
             cpu_hook_ranks({CPU_HOOK_ENV: bad})
     decided = plan(8, ALL_MODULES, cpu_ranks=2)
     assert (decided.topology.backend, decided.topology.world_size) == ("gloo", 2)
