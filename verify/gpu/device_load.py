@@ -32,8 +32,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-BUSY_UTILIZATION_PCT = 10  # an idle H200 reads 0%; another process's matmul loop reads 90-100%
-SETTLE_S = 1.2  # nvidia-smi's utilization covers the last 1/6-1 s: verify's parity kernels age out first
+BUSY_UTILIZATION_PCT = 10  # the share of the sample period with a kernel running: 0 when idle, near 100 under a loop
+SETTLE_S = 2.0  # nvidia-smi's utilization covers its last sample period (1/6-1 s): verify's own kernels age out first
 DURING_EVERY_S = 2.0
 QUERY_TIMEOUT_S = 10.0
 GPU_QUERY = ("nvidia-smi", "--query-gpu=index,pci.bus_id,uuid,utilization.gpu,clocks.sm",
