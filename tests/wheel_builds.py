@@ -27,13 +27,23 @@ def has_flag(flag, env_var):
 
 ext = []
 if has_flag("--cpp_ext", "APEX_CPP_EXT"):
-    ext.append(Extension("apex_C", ["csrc/apex_c.c"]))
+    ext.append(Extension("apex_C", ["csrc/apex_c.c"], libraries=%r))
 setup(name="apex", version="0.1", packages=["apex", "apex.optimizers", "apex.normalization"], ext_modules=ext,
       install_requires=["packaging>20.6"])
 """
 MODULE = """#include <Python.h>
 static struct PyModuleDef m = {PyModuleDef_HEAD_INIT, "apex_C", NULL, -1, NULL};
 PyMODINIT_FUNC PyInit_apex_C(void) { return PyModule_Create(&m); }
+"""
+# a module whose import fails: the gate's verify --static FAILs extensions.apex_C
+BROKEN_MODULE = """#include <Python.h>
+PyMODINIT_FUNC PyInit_apex_C(void) { PyErr_SetString(PyExc_ImportError, "broken on purpose"); return NULL; }
+"""
+# a module that links zlib: a library neither glibc, the GCC runtime nor torch's wheels provide
+ZLIB_MODULE = """#include <Python.h>
+#include <zlib.h>
+static struct PyModuleDef m = {PyModuleDef_HEAD_INIT, "apex_C", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit_apex_C(void) { (void)zlibVersion(); return PyModule_Create(&m); }
 """
 COMMIT = "6424da3b4faa6c8f062da4a48c424fff3f02d42d"
 
@@ -67,23 +77,23 @@ def torch_venv(path: Path) -> Path:
     return path / "bin" / "python"
 
 
-def apex_shaped_tree(root: Path) -> Path:
+def apex_shaped_tree(root: Path, module: str = MODULE, libraries: tuple[str, ...] = ()) -> Path:
     for package in ("apex", "apex/optimizers", "apex/normalization"):
         (root / package).mkdir(parents=True)
         (root / package / "__init__.py").write_text("")
     (root / "csrc").mkdir()
-    (root / "csrc" / "apex_c.c").write_text(MODULE)
-    (root / "setup.py").write_text(SETUP)
+    (root / "csrc" / "apex_c.c").write_text(module)
+    (root / "setup.py").write_text(SETUP % (list(libraries),))
     return root
 
 
-def build_stamped(work: Path, python: Path, started: str = "2026-12-01T20:00:00+00:00",
-                  versions: dict | None = None) -> subprocess.CompletedProcess:
+def build_stamped(work: Path, python: Path, started: str = "2026-12-01T20:00:00+00:00", module: str = MODULE,
+                  libraries: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """The builder's whole path on the Apex-shaped tree, run by `python` (a torch venv) into work/out."""
     import torch
 
-    src = apex_shaped_tree(work / "src")
-    given = versions or {"torch": torch.__version__, "torch_cuda": torch.version.cuda,
+    src = apex_shaped_tree(work / "src", module, libraries)
+    given = {"torch": torch.__version__, "torch_cuda": torch.version.cuda,
                          "python": ".".join(map(str, sys.version_info[:3])), "cxx11_abi": True, "nvcc_path": "nvcc"}
     env = isolated_pip_env({"PYTHONPATH": str(REPO)})
     return subprocess.run([str(python), "-c", BUILD, str(src), str(work / "out"), __import__("json").dumps(given),

@@ -70,7 +70,7 @@ def project_json(entries: list[Entry]) -> str:
         "filename": e.name,
         "url": e.href,
         "hashes": {"sha256": e.sha256},
-        "requires-python": e.requires_python,
+        **({"requires-python": e.requires_python} if e.requires_python else {}),
         "core-metadata": {"sha256": e.metadata_sha256},
         "dist-info-metadata": {"sha256": e.metadata_sha256},
         "size": e.size,
