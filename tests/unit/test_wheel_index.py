@@ -7,7 +7,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
