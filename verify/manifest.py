@@ -22,6 +22,7 @@ MANIFEST_VERSION = "1"
 ENV_VAR = "APEX_BUILD_MANIFEST"
 DEFAULT_PATH = Path("/opt/apex/build-manifest.json")
 DIST_INFO_NAME = "build-manifest.json"  # the copy inside a wheel's .dist-info (toolchain/builder/wheel_identity.py)
+INSTALLED_ORIGIN = "the installed wheel"
 
 
 class ManifestError(Exception):
@@ -38,7 +39,7 @@ def locate(cli_path: str | None) -> tuple[Path | None, str]:
         return Path(env), f"${ENV_VAR}"
     installed = installed_manifest()
     if installed is not None:
-        return installed, "the installed wheel"
+        return installed, INSTALLED_ORIGIN
     if DEFAULT_PATH.is_file():
         return DEFAULT_PATH, "default"
     return None, "none"
@@ -164,11 +165,23 @@ def load(path: Path, origin: str) -> dict[str, Any]:
     return data
 
 
-def torch_mismatch(manifest: BuildManifest, running_torch: str | None) -> str | None:
-    """A one-line message when the manifest was written for another torch (i.e. another image)."""
+def _minor_and_local(version: str) -> tuple[str, str]:
+    release, _, local = version.partition("+")
+    return ".".join(release.split(".")[:2]), local
+
+
+def torch_mismatch(manifest: BuildManifest, running_torch: str | None, origin: str | None = None) -> str | None:
+    """A one-line message when the manifest was written for another torch (i.e. another image). The installed
+    wheel's own manifest promises what its `torch==X.Y.*` pin does: another patch release is no mismatch,
+    another minor or another CUDA build (pip ignores the local label) is."""
     built_for = manifest.built_for_torch
     if not built_for or not running_torch or built_for == running_torch:
         return None
+    if origin == INSTALLED_ORIGIN:
+        if _minor_and_local(built_for) == _minor_and_local(running_torch):
+            return None
+        return (f"the installed apex wheel was built for torch {built_for}, this Python runs torch {running_torch}; "
+                "install the wheel of this torch's stack (INDEX/torchX.Y-cuXYZ/simple) or rebuild Apex against it")
     return (
         f"build manifest is from another image: Apex was built for torch {built_for}, this Python runs torch"
         f" {running_torch}; pass the manifest of this image (--manifest) or rebuild Apex against this torch"

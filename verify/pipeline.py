@@ -33,7 +33,7 @@ class ManifestMismatch(Exception):
 @dataclasses.dataclass(frozen=True)
 class LoadedManifest:
     path: Path
-    origin: str  # "--manifest", "$APEX_BUILD_MANIFEST", "default"
+    origin: str  # "--manifest", "$APEX_BUILD_MANIFEST", "the installed wheel", "default"
     data: dict[str, Any]  # the file as read (the report quotes it)
 
     @property
@@ -90,7 +90,8 @@ def _probe_and_environment(request: RunRequest, tasks: list[dict]) -> tuple[dict
         try:
             env, checks = environment.collect()  # imports torch in this process, overlapping the child's
             torch_version = (env.get("torch") or {}).get("version")
-            mismatch = manifest.torch_mismatch(request.manifest.record, torch_version) if request.manifest else None
+            mismatch = (manifest.torch_mismatch(request.manifest.record, torch_version, request.manifest.origin)
+                        if request.manifest else None)
             if mismatch:
                 cancel.set()
                 raise ManifestMismatch(mismatch)

@@ -24,6 +24,36 @@ STACK = f"torch{MINOR}-{CUDA}"
 VERSION = f"0.1+g6424da3.{CUDA}.torch{MINOR}"
 
 
+@pytest.mark.parametrize(("commit", "ref", "torch_version", "cuda", "version", "stack"), [
+    ("6424da3b4faa6c8f062da4a48c424fff3f02d42d", None, "2.11.0+cu130", "13.0", "0.1+g6424da3.cu130.torch2.11",
+     "torch2.11-cu130"),
+    (None, "6424da3b4faa6c8f062da4a48c424fff3f02d42d", "2.11.0", "13.0", "0.1+g6424da3.cu130.torch2.11", "torch2.11-cu130"),
+    (None, "25.04", "2.7.1+cu126", "12.6", "0.1+25.04.cu126.torch2.7", "torch2.7-cu126"),
+    (None, None, "2.13.0+cpu", None, "0.1+cpu.torch2.13", "torch2.13-cpu"),
+])
+def test_identity_names_commit_cuda_and_torch_minor(commit, ref, torch_version, cuda, version, stack) -> None:
+    ident = wheel_identity.identity("0.1", commit, ref, torch_version, cuda)
+    assert (ident.version, ident.stack, ident.torch_requirement) == (version, stack,
+                                                                     f"torch=={torch_version.rsplit('.', 1)[0]}.*")
+
+
+def test_metadata_gets_one_torch_pin_in_place_of_setup_pys() -> None:
+    before = "Metadata-Version: 2.1\nName: apex\nVersion: 0.1\nRequires-Dist: torch>=2.6.0\nRequires-Dist: packaging>20.6\n\nbody\n"
+    after = wheel_identity.metadata_with(before, "0.1+g6424da3.cu130.torch2.11", "torch==2.11.*")
+    assert after == ("Metadata-Version: 2.1\nName: apex\nVersion: 0.1+g6424da3.cu130.torch2.11\n"
+                     "Requires-Dist: torch==2.11.*\nRequires-Dist: packaging>20.6\n\nbody\n")
+
+
+def test_the_installed_wheels_manifest_allows_another_patch_but_not_another_minor_or_cuda() -> None:
+    from verify import manifest as m
+
+    record = m.BuildManifest(versions={"torch": "2.11.0+cu130"})
+    assert m.torch_mismatch(record, "2.11.1+cu130", m.INSTALLED_ORIGIN) is None
+    assert "built for torch 2.11.0+cu130" in m.torch_mismatch(record, "2.12.0+cu130", m.INSTALLED_ORIGIN)
+    assert "this torch's stack" in m.torch_mismatch(record, "2.11.0+cu128", m.INSTALLED_ORIGIN)
+    assert "another image" in m.torch_mismatch(record, "2.11.1+cu130", "--manifest")  # a named manifest: exact
+
+
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """out/ folders of the builder's runs: a good one, a newer build of it, a gate that fails, one linking zlib."""
