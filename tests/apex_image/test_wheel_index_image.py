@@ -57,6 +57,13 @@ def test_index_from_the_image_lists_the_stack_with_its_arch_commit_and_verdict(i
     assert "libtorch.so" in needed or "libc10.so" in needed
 
 
+def test_index_from_the_runs_out_folder_takes_the_same_wheel_from_the_cells_image(apex_image, index_served, tmp_path):
+    index, _ = index_served
+    done = run_build("index", str(apex_image.out), "--index", str(tmp_path / "index"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "index" / "stacks.json").read_bytes() == (index / "stacks.json").read_bytes()
+
+
 def _install_in_image(docker_client, tag: str, install: str, volumes: dict | None = None) -> str:
     out = docker_client.containers.run(tag, ["bash", "-c", INSTALL.format(install=install)], user="0",
                                        network_mode="host", remove=True, volumes=volumes or {}, stderr=True)

@@ -198,6 +198,16 @@ def test_index_of_nothing_or_a_missing_path_is_a_usage_error(tmp_path: Path) -> 
         assert done.returncode == exit_codes.USAGE and "build.py index:" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_a_runs_cell_that_did_not_build_is_named_and_skipped(builds, tmp_path: Path) -> None:
+    run = tmp_path / "out"
+    (run / "cells" / "cu130").mkdir(parents=True)
+    (run / "cells" / "cu130" / "result.json").write_text(json.dumps({"status": "build_failed", "build": None}))
+    done = run_build("index", str(run), str(builds["good"]), "--index", str(tmp_path / "index"))
+    assert done.returncode == 0, done.stderr
+    assert "cu130: status build_failed, no image to take a wheel from; skipped" in done.stderr
+    assert f"added     {STACK}/" in done.stdout
+
+
 class Served:
     def __init__(self, index: Path, *command: str) -> None:
         self.proc = subprocess.Popen([*command, str(index)] if command else
