@@ -75,7 +75,7 @@ class Refusal:
 
 def allowed_libraries(path: Path = LIBRARIES) -> tuple[str, ...]:
     data = tomllib.loads(path.read_text())
-    return tuple(data["system"]["names"]) + tuple(data["torch"]["names"])
+    return tuple(name for part in ("system", "driver", "torch") for name in data[part]["names"])
 
 
 def check(wheel: Path, allowed: tuple[str, ...] | None = None) -> CheckedWheel | Refusal:
