@@ -192,6 +192,17 @@ def test_index_refuses_each_unverified_wheel_by_name_and_still_publishes_the_goo
     assert len(json.loads((index / STACK / "simple" / "apex" / "index.json").read_text())["files"]) == 1
 
 
+def test_a_damaged_published_folder_is_named_left_out_and_made_whole_by_the_next_run(builds, tmp_path) -> None:
+    index = tmp_path / "index"
+    assert run_build("index", str(builds["good"]), "--index", str(index)).returncode == 0
+    (folder,) = (index / STACK / "files").iterdir()
+    (folder / "verify-static.json").write_text("{not json")
+    done = run_build("index", str(builds["good"]), "--index", str(index))
+    assert done.returncode == 0 and "is not a whole published wheel" in done.stderr and "Traceback" not in done.stderr
+    assert json.loads((folder / "verify-static.json").read_text())["verdict"] == "PASS"
+    assert len(json.loads((index / STACK / "simple" / "apex" / "index.json").read_text())["files"]) == 1
+
+
 def test_index_of_nothing_or_a_missing_path_is_a_usage_error(tmp_path: Path) -> None:
     for args in ([str(tmp_path / "nope")], [str(tmp_path)]):
         done = run_build("index", *args, "--index", str(tmp_path / "index"))

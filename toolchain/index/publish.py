@@ -18,10 +18,12 @@ build is newer (the manifest's build.started_at); it has passed its own gate, or
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -47,10 +49,16 @@ def _entry(stack: str, folder: Path) -> pages.Entry | None:
     if len(wheels) != 1 or not manifest_path.is_file():
         return None
     wheel = wheels[0]
-    manifest = json.loads(manifest_path.read_text())
-    report = json.loads((folder / "verify-static.json").read_text())
-    check = json.loads((folder / CHECK_FILE).read_text())
-    metadata = (folder / f"{wheel.name}.metadata").read_bytes()
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        report = json.loads((folder / "verify-static.json").read_text())
+        check = json.loads((folder / CHECK_FILE).read_text())
+        metadata = (folder / f"{wheel.name}.metadata").read_bytes()
+        check["sha256"], check["version"]  # noqa: B018 (both must be there)
+    except (OSError, ValueError, KeyError, TypeError) as error:  # damaged by hand: not linked, said once
+        print(f"build.py index: {folder} is not a whole published wheel ({error}); it is left out of the pages",
+              file=sys.stderr)
+        return None
     apex = manifest.get("apex") or {}
     return pages.Entry(stack=stack, name=wheel.name, folder=folder.name, sha256=check["sha256"],
                        size=wheel.stat().st_size, version=check["version"],
@@ -75,7 +83,9 @@ def _write_folder(index: Path, wheel: CheckedWheel) -> str:
     files = index / wheel.stack / "files"
     name = wheel.sha256[:16]
     if (files / name).is_dir():
-        return name
+        if _entry(wheel.stack, files / name) is not None:
+            return name
+        shutil.rmtree(files / name)  # a damaged copy of this very wheel: made whole again below
     files.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".adding-", dir=files))
     try:
@@ -121,8 +131,15 @@ def _write_if_changed(path: Path, text: str) -> bool:
 
 
 def add(index: Path, wheels: list[CheckedWheel]) -> list[Outcome]:
-    """Publish the checked wheels into `index`; returns what happened to each."""
+    """Publish the checked wheels into `index`; returns what happened to each. One writer at a time: a second
+    `build.py index` on the same folder waits for the first (INDEX/.lock)."""
     index.mkdir(parents=True, exist_ok=True)
+    with open(index / ".lock", "a") as lock:  # "a": never truncated, so a run that changes nothing changes nothing
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _add(index, wheels)
+
+
+def _add(index: Path, wheels: list[CheckedWheel]) -> list[Outcome]:
     current = {(e.stack, e.name): e for e in published(index)}
     outcomes, stale = [], []
     for wheel in wheels:
