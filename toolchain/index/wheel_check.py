@@ -49,15 +49,6 @@ class CheckedWheel:
     def built_at(self) -> str:
         return str(self.manifest.get("build", {}).get("started_at") or "")
 
-    @property
-    def commit(self) -> str | None:
-        apex = self.manifest.get("apex") or {}
-        return apex.get("commit") or apex.get("ref")
-
-    @property
-    def archs(self) -> str | None:
-        return self.manifest.get("arch_list")
-
     def check_record(self) -> dict[str, Any]:
         return {"wheel": self.name, "sha256": self.sha256, "version": self.version, "stack": self.stack,
                 "needed_libraries": self.libraries, "allowed_from": str(LIBRARIES.name),
