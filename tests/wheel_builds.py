@@ -70,6 +70,14 @@ def isolated_pip_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def uv_binary() -> str:
+    """uv's own executable from the dev extra's `uv` package (not a PATH shim: the apex-image tier mounts it
+    into a container)."""
+    from uv import find_uv_bin
+
+    return find_uv_bin()
+
+
 def torch_venv(path: Path) -> Path:
     """A venv that sees this Python's site-packages (torch, pip, setuptools, packaging: ensurepip's older
     setuptools would shadow the one the build needs); returns its python."""

@@ -6,7 +6,6 @@ machine's torch (another minor) pip and uv refuse it with their resolver errors.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -82,8 +81,7 @@ def test_pip_installs_it_into_the_images_torch_and_verify_static_passes(apex_ima
 
 
 def test_uv_installs_it_into_the_images_torch_and_verify_static_passes(apex_image, docker_client, index_served):
-    uv = shutil.which("uv")
-    assert uv, "uv is in the dev extra (pip install -e '.[dev]')"
+    uv = wb.uv_binary()
     _, url = index_served
     output = _install_in_image(docker_client, apex_image.tag,
                                f"uv pip install --no-cache --python /opt/venv/bin/python apex --index-url {url}",
@@ -102,7 +100,7 @@ def test_pip_and_uv_refuse_it_on_this_machines_torch_minor(index_served, tmp_pat
                          capture_output=True, text=True, timeout=300)
     print(f"\npip on torch {torch.__version__}:\n{pip.stderr.strip()}")
     assert pip.returncode == 1 and "No matching distribution found for torch==2.11.*" in pip.stderr, pip.stderr
-    uv = subprocess.run([shutil.which("uv") or "uv", "pip", "install", "--python", sys.executable, "--system",
+    uv = subprocess.run([wb.uv_binary(), "pip", "install", "--python", sys.executable, "--system",
                          "--dry-run", "apex", "--index-url", url], env=env, capture_output=True, text=True, timeout=300)
     print(f"uv on torch {torch.__version__}:\n{uv.stderr.strip()}")
     assert uv.returncode != 0 and "torch==2.11.*" in uv.stderr, uv.stderr

@@ -266,11 +266,11 @@ def test_pip_and_uv_refuse_it_where_no_torch_of_its_minor_can_be_had(served, tmp
     pip = subprocess.run([sys.executable, "-m", "pip", "--python", str(bare / "bin" / "python"), "install", "apex",
                           "--index-url", url], env=env, capture_output=True, text=True, timeout=300)
     assert pip.returncode == 1 and f"No matching distribution found for torch=={MINOR}.*" in pip.stderr, pip.stderr
-    uv = subprocess.run([shutil.which("uv") or "uv", "pip", "install", "--python", str(bare / "bin" / "python"), "apex",
+    uv = subprocess.run([wb.uv_binary(), "pip", "install", "--python", str(bare / "bin" / "python"), "apex",
                          "--index-url", url], env=env, capture_output=True, text=True, timeout=300)
     assert uv.returncode != 0 and f"depend on torch=={MINOR}.*" in uv.stderr, uv.stderr
     # uv reads no venv's system site-packages, so it resolves against this Python itself, without installing
-    ok = subprocess.run([shutil.which("uv") or "uv", "pip", "install", "--python", sys.executable, "--system",
+    ok = subprocess.run([wb.uv_binary(), "pip", "install", "--python", sys.executable, "--system",
                          "--dry-run", "apex", "--index-url", url], env=env, capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0 and f"+ apex=={VERSION}" in ok.stderr, ok.stderr
 
