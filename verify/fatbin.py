@@ -140,6 +140,33 @@ def _elf_sections(handle, path: Path) -> dict[str, tuple[int, int, int]]:
     return sections
 
 
+_SHT_DYNAMIC, _DT_NEEDED = 6, 1
+
+
+def needed_libraries(path: str | os.PathLike) -> list[str]:
+    """The shared libraries an ELF64 file asks the loader for (its DT_NEEDED entries, as `readelf -d`
+    lists them), read from .dynamic and .dynstr; [] for a file without them. FatbinError if not ELF."""
+    path = Path(path)
+    with open(path, "rb") as handle:
+        sections = _elf_sections(handle, path)
+        dynamic = next((v for v in sections.values() if v[2] == _SHT_DYNAMIC), None)
+        strings = sections.get(".dynstr")
+        if dynamic is None or strings is None:
+            return []
+        handle.seek(dynamic[0])
+        table = handle.read(dynamic[1])
+        handle.seek(strings[0])
+        names = handle.read(strings[1])
+    needed = []
+    for tag, value in struct.iter_unpack("<qQ", table[: len(table) // 16 * 16]):
+        if tag == 0:  # DT_NULL ends the table
+            break
+        if tag == _DT_NEEDED and value < len(names):
+            end = names.find(b"\0", value)
+            needed.append(names[value : end if end >= 0 else None].decode("ascii", "replace"))
+    return needed
+
+
 def parse_fatbin(blob: bytes) -> list[CodeTarget]:
     """Every entry of every container in a fatbin section's bytes."""
     targets: list[CodeTarget] = []

@@ -1,6 +1,7 @@
 """Find, load and validate the build manifest that toolchain's Apex builder writes next to the wheel.
 
-Lookup order: --manifest PATH, else $APEX_BUILD_MANIFEST, else /opt/apex/build-manifest.json (images).
+Lookup order: --manifest PATH, else $APEX_BUILD_MANIFEST, else the copy in the installed apex wheel's
+.dist-info (the project's wheels carry one), else /opt/apex/build-manifest.json (images).
 A path the user named that is missing or malformed is a usage error (exit 2): the run would otherwise
 check against the wrong expectations. The default image path being absent just means "no manifest".
 """
@@ -8,6 +9,7 @@ check against the wrong expectations. The default image path being absent just m
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,6 +21,8 @@ from verify import input_files
 MANIFEST_VERSION = "1"
 ENV_VAR = "APEX_BUILD_MANIFEST"
 DEFAULT_PATH = Path("/opt/apex/build-manifest.json")
+DIST_INFO_NAME = "build-manifest.json"  # the copy inside a wheel's .dist-info (toolchain/builder/wheel_identity.py)
+INSTALLED_ORIGIN = "the installed wheel"
 
 
 class ManifestError(Exception):
@@ -26,15 +30,34 @@ class ManifestError(Exception):
 
 
 def locate(cli_path: str | None) -> tuple[Path | None, str]:
-    """The manifest path to use and where it came from ("--manifest", "$APEX_BUILD_MANIFEST", "default")."""
+    """The manifest path to use and where it came from ("--manifest", "$APEX_BUILD_MANIFEST", "the installed
+    wheel", "default")."""
     if cli_path:
         return Path(cli_path), "--manifest"
     env = os.environ.get(ENV_VAR)
     if env:
         return Path(env), f"${ENV_VAR}"
+    installed = installed_manifest()
+    if installed is not None:
+        return installed, INSTALLED_ORIGIN
     if DEFAULT_PATH.is_file():
         return DEFAULT_PATH, "default"
     return None, "none"
+
+
+def installed_manifest() -> Path | None:
+    """The build manifest in the installed apex distribution's .dist-info (the project's wheels carry it
+    there, toolchain/builder/wheel_identity.py), if this Python has one."""
+    try:
+        dist = importlib.metadata.distribution("apex")
+        files = dist.files or []
+    except Exception:  # no apex, or corrupt metadata elsewhere: no manifest, never a crash
+        return None
+    for file in files:
+        if file.name == DIST_INFO_NAME and file.parent.name.endswith(".dist-info"):
+            path = Path(str(dist.locate_file(file)))
+            return path if path.is_file() else None
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +81,7 @@ class BuildManifest:
     build: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     cell: str | None = None
     inputs: Mapping[str, Any] | None = None
+    wheel_identity: Mapping[str, str] | None = None  # version, local, torch_requirement, stack (the wheel's name)
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
@@ -104,6 +128,8 @@ SHAPE = ft.Record({
     "build": ft.MapOf(ft.ANY),
     "cell": _TEXT,
     "inputs": ft.Record({"base_image": _TEXT, "base_image_digest": _TEXT, "torch_wheel_sha256": ft.MapOf(ft.STR)}),
+    "wheel_identity": ft.Nullable(ft.Record({"version": ft.STR, "local": ft.STR, "torch_requirement": ft.STR,
+                                             "stack": ft.STR})),
 }, required=("manifest_version", "expected_modules"))
 
 
@@ -139,11 +165,23 @@ def load(path: Path, origin: str) -> dict[str, Any]:
     return data
 
 
-def torch_mismatch(manifest: BuildManifest, running_torch: str | None) -> str | None:
-    """A one-line message when the manifest was written for another torch (i.e. another image)."""
+def _minor_and_local(version: str) -> tuple[str, str]:
+    release, _, local = version.partition("+")
+    return ".".join(release.split(".")[:2]), local
+
+
+def torch_mismatch(manifest: BuildManifest, running_torch: str | None, origin: str | None = None) -> str | None:
+    """A one-line message when the manifest was written for another torch (i.e. another image). The installed
+    wheel's own manifest promises what its `torch==X.Y.*` pin does: another patch release is no mismatch,
+    another minor or another CUDA build (pip ignores the local label) is."""
     built_for = manifest.built_for_torch
     if not built_for or not running_torch or built_for == running_torch:
         return None
+    if origin == INSTALLED_ORIGIN:
+        if _minor_and_local(built_for) == _minor_and_local(running_torch):
+            return None
+        return (f"the installed apex wheel was built for torch {built_for}, this Python runs torch {running_torch}; "
+                "install the wheel of this torch's stack (INDEX/torchX.Y-cuXYZ/simple) or rebuild Apex against it")
     return (
         f"build manifest is from another image: Apex was built for torch {built_for}, this Python runs torch"
         f" {running_torch}; pass the manifest of this image (--manifest) or rebuild Apex against this torch"

@@ -43,7 +43,7 @@ class ManifestMismatch(Exception):
 @dataclasses.dataclass(frozen=True)
 class LoadedManifest:
     path: Path
-    origin: str  # "--manifest", "$APEX_BUILD_MANIFEST", "default"
+    origin: str  # "--manifest", "$APEX_BUILD_MANIFEST", "the installed wheel", "default"
     data: dict[str, Any]  # the file as read (the report quotes it)
 
     @property
@@ -101,7 +101,8 @@ def _probe_and_environment(request: RunRequest, tasks: list[dict]) -> tuple[dict
             env, checks = environment.collect()  # imports torch in this process, overlapping the child's
             interrupts.raise_if_received()  # a signal the import swallowed: no report of false FAILs
             torch_version = (env.get("torch") or {}).get("version")
-            mismatch = manifest.torch_mismatch(request.manifest.record, torch_version) if request.manifest else None
+            mismatch = (manifest.torch_mismatch(request.manifest.record, torch_version, request.manifest.origin)
+                        if request.manifest else None)
             if mismatch:
                 cancel.set()
                 raise ManifestMismatch(mismatch)

@@ -68,7 +68,8 @@ def no_registry_argv(apex_src: Path, out: Path, logs: Path, extra_ca: Path | Non
         "--logs",
         str(logs),
     ]
-    return argv + (["--extra-ca", str(extra_ca)] if extra_ca else [])
+    tag = os.environ.get("APEX_IMAGE_TAG")  # a tag of one's own on a machine where others build the same cell
+    return argv + (["--extra-ca", str(extra_ca)] if extra_ca else []) + (["--tag", tag] if tag else [])
 
 
 def _host_ca_bundle() -> Path | None:

@@ -42,6 +42,7 @@ from toolchain.builder import (
     ccache,
     parallelism,
     unit_schedule,
+    wheel_identity,
 )
 from toolchain.builder import request as build_request
 from toolchain.builder.build_inputs import BuildInputs
@@ -50,7 +51,7 @@ from toolchain.builder.build_tools import BuildTools
 from toolchain.builder.pip_wheel import build_wheel
 from toolchain.builder.provenance import apex_identity, sha256_of, wheel_hashes
 from toolchain.builder.request import BuildRequest
-from toolchain.builder.static_gate import gate_required, install_and_verify
+from toolchain.builder.static_gate import gate_required, install_and_verify, install_wheel
 from toolchain.errors import ToolchainError, UsageError
 from verify import entry_point, exit_codes, module_map
 from verify.atomic import write_json
@@ -158,9 +159,10 @@ def build_and_gate(request: BuildRequest, inputs: BuildInputs, tools: BuildTools
     log_lines = log_path.read_text(errors="replace").splitlines()
     built = build_outputs.extension_modules(compiled.wheel)
     manifest = _manifest(request, inputs, tools, env, compiled, built, log_lines, started)
+    wheel, manifest = _with_identity(compiled.wheel, manifest)
     manifest_path = write_json(out / MANIFEST_NAME, manifest.to_json())
     stats = compiled.stats
-    _say(f"wheel {compiled.wheel} ({stats['wall_s']} s, peak {stats['peak_rss_mb']:.0f} MiB); manifest {manifest_path}")
+    _say(f"wheel {wheel} ({stats['wall_s']} s, peak {stats['peak_rss_mb']:.0f} MiB); manifest {manifest_path}")
     _say(f"built modules: {', '.join(built) or 'none'}")
     _say(build_timing.timing_line(manifest.build))
 
@@ -173,8 +175,55 @@ def build_and_gate(request: BuildRequest, inputs: BuildInputs, tools: BuildTools
     if missing and not request.no_gate:
         return exit_codes.FAILED
     if request.install:
-        return install_and_verify(compiled.wheel, manifest_path, list(manifest.expected_modules), out, env, _say)
+        code = install_and_verify(wheel, manifest_path, list(manifest.expected_modules), out, env, _say)
+        if manifest.wheel_identity:
+            _carry_gate_report(wheel, manifest, out, env)
+        return code
     return exit_codes.OK
+
+
+def _with_identity(raw: Path, manifest: BuildManifest) -> tuple[Path, BuildManifest]:
+    """Step 5b: the wheel renamed for its stack (wheel_identity.py), the manifest inside its dist-info; the
+    manifest beside it records the final name and sha256 (the copy inside cannot hold its own wheel's hash).
+    A build whose torch version says no MAJOR.MINOR keeps setup.py's name, and `build.py index` refuses it."""
+    versions = manifest.versions
+    try:
+        ident = wheel_identity.identity(manifest.apex.get("version") or "0.1", manifest.commit, manifest.apex.get("ref"),
+                                        str(versions.get("torch") or ""), versions.get("torch_cuda"))
+    except ValueError as error:
+        _say(f"WARNING: the wheel keeps setup.py's name {raw.name} (no stack identity: {error})")
+        return raw, manifest
+    target = raw.with_name(wheel_identity.final_name(raw.name, ident))
+    inside = dataclasses.replace(manifest, wheel_identity=ident.to_json(),
+                                 build={**manifest.build, "wheel": target.name, "wheel_sha256": None,
+                                        "wheel_as_built": raw.name})
+    wheel_identity.stamp(raw, target, ident.version, ident.torch_requirement,
+                         {wheel_identity.MANIFEST_FILE: _json_bytes(inside)})
+    if target != raw:
+        raw.unlink()
+    _say(f"wheel identity: {ident.version} (requires {ident.torch_requirement}; index stack {ident.stack})")
+    return target, dataclasses.replace(inside, build={**inside.build, "wheel_sha256": sha256_of(target)})
+
+
+def _carry_gate_report(wheel: Path, manifest: BuildManifest, out: Path, env: dict[str, str]) -> None:
+    """After the gate: its report goes into the wheel's dist-info (whatever its verdict: `build.py index`
+    reads it and refuses a failed one), the manifest beside it gets the new sha256, and the venv gets the
+    wheel as published."""
+    reports = {name: (out / name).read_bytes() for name in wheel_identity.VERIFY_FILES if (out / name).is_file()}
+    if not reports:
+        return
+    inside = wheel_identity.read_dist_info(wheel, (wheel_identity.MANIFEST_FILE,))
+    wheel_identity.stamp(wheel, wheel, str(manifest.wheel_identity["version"]),
+                         str(manifest.wheel_identity["torch_requirement"]), {**inside, **reports})
+    write_json(out / MANIFEST_NAME, dataclasses.replace(
+        manifest, build={**manifest.build, "wheel_sha256": sha256_of(wheel)}).to_json())
+    install_wheel(wheel, env, out / LOG_NAME)
+
+
+def _json_bytes(manifest: BuildManifest) -> bytes:
+    from verify.atomic import json_dumps
+
+    return (json_dumps(manifest.to_json(), indent=2) + "\n").encode("utf-8")
 
 
 def _pass_flags(inputs: BuildInputs, env: dict[str, str]) -> None:

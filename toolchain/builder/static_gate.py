@@ -30,16 +30,21 @@ def gate_required(expected_modules: list[str]) -> str:
     )
 
 
-def install_and_verify(wheel: Path, manifest: Path, expected_modules: list[str], out: Path, env: dict[str, str],
-                       say: Callable[[str], None]) -> int:
-    """Install the wheel, then let `verify --static` (imports, archs, expectations) be the gate: the
-    manifest's expected_modules plus the default features those modules provide."""
-    log = out / build_outputs.LOG_NAME
+def install_wheel(wheel: Path, env: dict[str, str], log: Path) -> None:
+    """`pip install --no-deps --force-reinstall WHEEL` into this Python (the build's torch is already there)."""
     code, *_ = run_logged(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--force-reinstall", str(wheel)], env, log
     )
     if code != 0:
         raise BuildFailed(f"pip install {wheel.name} failed (exit {code}); see {log}")
+
+
+def install_and_verify(wheel: Path, manifest: Path, expected_modules: list[str], out: Path, env: dict[str, str],
+                       say: Callable[[str], None]) -> int:
+    """Install the wheel, then let `verify --static` (imports, archs, expectations) be the gate: the
+    manifest's expected_modules plus the default features those modules provide."""
+    log = out / build_outputs.LOG_NAME
+    install_wheel(wheel, env, log)
     verify_env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH")])))
     cmd = [
         sys.executable,

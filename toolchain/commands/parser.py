@@ -8,7 +8,7 @@ import argparse
 import os
 from pathlib import Path
 
-from toolchain.commands import cells, ci, images
+from toolchain.commands import cells, ci, images, wheel_index
 from toolchain.errors import UsageError
 from toolchain.spec import cell_fields, ci_matrix
 from verify.messages import bounded
@@ -144,6 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=images.cmd_zipapp)
 
     sub.add_parser("wheel", help="build the Apex wheel on bare metal (see build.py wheel --help)")
+
+    p = sub.add_parser("index", help="checked wheels -> a PEP 503/691 index per stack (INDEX/torch2.11-cu130/simple)")
+    p.add_argument("wheels", nargs="*", type=Path, default=[],
+                   help="wheel files or folders holding them (build.py wheel's --out, a matrix run's out/)")
+    p.add_argument("--image", action="append", default=[], help="also the wheel in this image's /opt/apex; repeatable")
+    p.add_argument("--index", type=Path, default=Path("out") / "index", help="index folder (default: out/index)")
+    p.set_defaults(func=wheel_index.cmd_index)
 
     p = sub.add_parser("facts", help="the compatibility facts: `facts check` compares them with PyPI")
     facts_sub = p.add_subparsers(dest="facts_command", metavar="ACTION")

@@ -1,0 +1,106 @@
+"""The tier's real sm_90 wheel, delivered the way users install it: `build.py index --image TAG`, served on
+127.0.0.1, installed by pip and by uv into the image's own torch 2.11 venv (Apex removed from it first) in
+containers on the host network, `python -m verify --static` PASS from the wheel's own manifest; on this
+machine's torch (another minor) pip and uv refuse it with their resolver errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import wheel_builds as wb
+from tests.support import REPO, run_build
+
+STACK = "torch2.11-cu130"
+VERSION = "0.1+g6424da3.cu130.torch2.11"
+# the image's venv without its Apex, then the wheel from the index, then verify with no manifest named
+INSTALL = """set -e
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+python -m pip uninstall -y -q apex
+{install}
+python -c 'import importlib.metadata as m; print("installed apex", m.version("apex"))'
+cd /tmp && env -u APEX_BUILD_MANIFEST python -m verify --static --json /tmp/report.json > /tmp/verify.log 2>&1 \
+  || {{ tail -20 /tmp/verify.log; exit 1; }}
+tail -1 /tmp/verify.log
+python -c 'import json; r = json.load(open("/tmp/report.json")); print("REPORT", json.dumps({{"verdict": r["verdict"], "version": r["apex"]["distribution"]["version"], "origin": r["manifest"]["origin"]}}))'
+"""
+
+
+@pytest.fixture(scope="module")
+def index_served(apex_image, tmp_path_factory):
+    index = tmp_path_factory.mktemp("i21-index-image") / "index"
+    done = run_build("index", "--image", apex_image.tag, "--index", str(index))
+    assert done.returncode == 0, done.stdout + done.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "toolchain.index.serve", str(index), "--port", "0"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    url = proc.stdout.readline().rsplit(" ", 1)[-1].strip()
+    yield index, f"{url}{STACK}/simple"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_index_from_the_image_lists_the_stack_with_its_arch_commit_and_verdict(index_served) -> None:
+    index, _ = index_served
+    (row,) = json.loads((index / "stacks.json").read_text())["stacks"]
+    assert row["stack"] == STACK and row["archs"] == ["9.0"] and row["verify"] == ["PASS"]
+    assert row["apex_commits"] == ["6424da3b4faa6c8f062da4a48c424fff3f02d42d"]
+    (wheel,) = row["wheels"]
+    assert wheel.startswith(f"apex-{VERSION}-cp311-cp311-")
+    (check,) = (index / STACK / "files").glob("*/wheel-check.json")
+    needed = {lib for libs in json.loads(check.read_text())["needed_libraries"].values() for lib in libs}
+    print(f"\nDT_NEEDED of the sm_90 wheel's modules: {sorted(needed)}")
+    assert "libtorch.so" in needed or "libc10.so" in needed
+
+
+def test_index_from_the_runs_out_folder_takes_the_same_wheel_from_the_cells_image(apex_image, index_served, tmp_path):
+    index, _ = index_served
+    done = run_build("index", str(apex_image.out), "--index", str(tmp_path / "index"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "index" / "stacks.json").read_bytes() == (index / "stacks.json").read_bytes()
+
+
+def _install_in_image(docker_client, tag: str, install: str, volumes: dict | None = None) -> str:
+    out = docker_client.containers.run(tag, ["bash", "-c", INSTALL.format(install=install)], user="0",
+                                       network_mode="host", remove=True, volumes=volumes or {}, stderr=True)
+    return out.decode(errors="replace")
+
+
+def _report(output: str) -> dict:
+    return json.loads(next(line for line in output.splitlines() if line.startswith("REPORT "))[7:])
+
+
+def test_pip_installs_it_into_the_images_torch_and_verify_static_passes(apex_image, docker_client, index_served):
+    _, url = index_served
+    output = _install_in_image(docker_client, apex_image.tag, f"python -m pip install --no-cache-dir apex --index-url {url}")
+    assert f"installed apex {VERSION}" in output, output
+    assert _report(output) == {"verdict": "PASS", "version": VERSION, "origin": "the installed wheel"}, output
+
+
+def test_uv_installs_it_into_the_images_torch_and_verify_static_passes(apex_image, docker_client, index_served):
+    uv = wb.uv_binary()
+    _, url = index_served
+    output = _install_in_image(docker_client, apex_image.tag,
+                               f"uv pip install --no-cache --python /opt/venv/bin/python apex --index-url {url}",
+                               {uv: {"bind": "/usr/local/bin/uv", "mode": "ro"}})
+    assert f"installed apex {VERSION}" in output, output
+    assert _report(output)["verdict"] == "PASS", output
+
+
+def test_pip_and_uv_refuse_it_on_this_machines_torch_minor(index_served, tmp_path: Path) -> None:
+    import torch
+
+    assert not torch.__version__.startswith("2.11.")
+    _, url = index_served
+    python, env = wb.torch_venv(tmp_path / "venv"), wb.isolated_pip_env()
+    pip = subprocess.run([str(python), "-m", "pip", "install", "apex", "--index-url", url], env=env,
+                         capture_output=True, text=True, timeout=300)
+    print(f"\npip on torch {torch.__version__}:\n{pip.stderr.strip()}")
+    assert pip.returncode == 1 and "No matching distribution found for torch==2.11.*" in pip.stderr, pip.stderr
+    uv = subprocess.run([wb.uv_binary(), "pip", "install", "--python", sys.executable, "--system",
+                         "--dry-run", "apex", "--index-url", url], env=env, capture_output=True, text=True, timeout=300)
+    print(f"uv on torch {torch.__version__}:\n{uv.stderr.strip()}")
+    assert uv.returncode != 0 and "torch==2.11.*" in uv.stderr, uv.stderr

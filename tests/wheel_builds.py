@@ -1,0 +1,108 @@
+"""Small real wheels for the index tests: an Apex-shaped tree (the package folders verify's identity check
+reads, one CPU C extension `apex_C`, Apex's `packaging` requirement) built by the project's own builder
+(`apex_builder.build_and_gate`: pip wheel, wheel identity, manifest, install, `verify --static` gate) in a
+venv that sees this machine's torch, so nothing is installed into the test's own Python. Not Apex: it
+shows the delivery path (identity, index, install), which needs no CUDA kernel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+from tests.support import REPO
+
+SETUP = """
+import os, sys
+from setuptools import setup, Extension
+
+ENV_TO_FLAG = {
+    "APEX_CPP_EXT": "--cpp_ext",
+}
+
+def has_flag(flag, env_var):
+    return flag in sys.argv or os.environ.get(env_var, "0") == "1"
+
+ext = []
+if has_flag("--cpp_ext", "APEX_CPP_EXT"):
+    ext.append(Extension("apex_C", ["csrc/apex_c.c"], libraries=%r))
+setup(name="apex", version="0.1", packages=["apex", "apex.optimizers", "apex.normalization"], ext_modules=ext,
+      install_requires=["packaging>20.6"])
+"""
+MODULE = """#include <Python.h>
+static struct PyModuleDef m = {PyModuleDef_HEAD_INIT, "apex_C", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit_apex_C(void) { return PyModule_Create(&m); }
+"""
+# a module whose import fails: the gate's verify --static FAILs extensions.apex_C
+BROKEN_MODULE = """#include <Python.h>
+PyMODINIT_FUNC PyInit_apex_C(void) { PyErr_SetString(PyExc_ImportError, "broken on purpose"); return NULL; }
+"""
+# a module that links zlib: a library neither glibc, the GCC runtime nor torch's wheels provide
+ZLIB_MODULE = """#include <Python.h>
+#include <zlib.h>
+static struct PyModuleDef m = {PyModuleDef_HEAD_INIT, "apex_C", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit_apex_C(void) { (void)zlibVersion(); return PyModule_Create(&m); }
+"""
+COMMIT = "6424da3b4faa6c8f062da4a48c424fff3f02d42d"
+
+BUILD = """
+import datetime as dt, json, os, sys
+from pathlib import Path
+from toolchain.builder import apex_builder, build_tools, request as build_request
+from toolchain.builder.build_inputs import BuildInputs
+src, out, versions = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
+request = build_request.parse(["--apex-src", str(src), "--out", str(out), "--no-ccache", "--memory-gib", "2",
+                               "--install", "--apex-commit", sys.argv[4]])
+env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
+started = dt.datetime.fromisoformat(sys.argv[5])
+raise SystemExit(apex_builder.build_and_gate(request, BuildInputs.of(src, {"APEX_CPP_EXT": "1"}),
+                                             build_tools.BuildTools(versions), env, started))
+"""
+
+
+def isolated_pip_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """No pip or uv configuration of this machine (its find-links, extra indexes): only what a test names."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    env.update({"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "UV_NO_CONFIG": "1",
+                "PYTHONDONTWRITEBYTECODE": "1", **(extra or {})})
+    return env
+
+
+def uv_binary() -> str:
+    """uv's own executable from the dev extra's `uv` package (not a PATH shim: the apex-image tier mounts it
+    into a container)."""
+    from uv import find_uv_bin
+
+    return find_uv_bin()
+
+
+def torch_venv(path: Path) -> Path:
+    """A venv that sees this Python's site-packages (torch, pip, setuptools, packaging: ensurepip's older
+    setuptools would shadow the one the build needs); returns its python."""
+    venv.EnvBuilder(system_site_packages=True, with_pip=False, symlinks=True).create(path)
+    return path / "bin" / "python"
+
+
+def apex_shaped_tree(root: Path, module: str = MODULE, libraries: tuple[str, ...] = ()) -> Path:
+    for package in ("apex", "apex/optimizers", "apex/normalization"):
+        (root / package).mkdir(parents=True)
+        (root / package / "__init__.py").write_text("")
+    (root / "csrc").mkdir()
+    (root / "csrc" / "apex_c.c").write_text(module)
+    (root / "setup.py").write_text(SETUP % (list(libraries),))
+    return root
+
+
+def build_stamped(work: Path, python: Path, started: str = "2026-12-01T20:00:00+00:00", module: str = MODULE,
+                  libraries: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """The builder's whole path on the Apex-shaped tree, run by `python` (a torch venv) into work/out."""
+    import torch
+
+    src = apex_shaped_tree(work / "src", module, libraries)
+    given = {"torch": torch.__version__, "torch_cuda": torch.version.cuda,
+                         "python": ".".join(map(str, sys.version_info[:3])), "cxx11_abi": True, "nvcc_path": "nvcc"}
+    env = isolated_pip_env({"PYTHONPATH": str(REPO)})
+    return subprocess.run([str(python), "-c", BUILD, str(src), str(work / "out"), __import__("json").dumps(given),
+                           COMMIT, started], cwd=work, env=env, capture_output=True, text=True, timeout=600)

@@ -1,0 +1,82 @@
+"""`build.py index`: built wheels (files, folders such as `build.py wheel`'s --out, a matrix run's out/ whose
+built cells' images hold them, images' /opt/apex) into the per-stack PEP 503/691 index (toolchain/index/). Every wheel is checked first;
+the ones that pass are published even when others are refused (exit 1, each refusal named)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from toolchain.commands.parts import load_part
+from toolchain.console import Console
+from toolchain.errors import UsageError
+from toolchain.index import publish, wheel_check
+from toolchain.runs.cell_result import CellStatus
+from verify import exit_codes
+
+
+def cell_images(sources: list[Path]) -> tuple[list[str], list[str]]:
+    """(image tags, notes): the images of a matrix run's built cells (OUT/cells/<id>/result.json) under the
+    folders given; a cell that did not build has no image and gets a note."""
+    tags, notes = [], []
+    for source in sources:
+        for result in sorted(source.glob("cells/*/result.json")) if source.is_dir() else ():
+            try:
+                data = json.loads(result.read_text())
+                status, tag = str(data["status"]), (data.get("build") or {}).get("tag")
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+                notes.append(f"{result}: not a cell result ({error}); skipped")
+                continue
+            if status in (CellStatus.BUILT.value, CellStatus.VERIFIED.value) and tag:
+                tags.append(tag)
+            else:
+                notes.append(f"{result.parent.name}: status {status}, no image to take a wheel from; skipped")
+    return list(dict.fromkeys(tags)), notes
+
+
+def wheels_in(sources: list[Path]) -> list[Path]:
+    found: list[Path] = []
+    for source in sources:
+        if source.is_file() and source.name.endswith(".whl"):
+            found.append(source)
+        elif source.is_dir():
+            found += sorted(p for p in source.rglob("*.whl")
+                            if not any(part.startswith(".") for part in p.relative_to(source).parts))
+        else:
+            raise UsageError(f"build.py index: {source} is neither a .whl file nor a folder; pass built wheels, "
+                             "a build's --out folder or --image TAG")
+    return list(dict.fromkeys(found))
+
+
+def cmd_index(args: argparse.Namespace, console: Console) -> int:
+    with tempfile.TemporaryDirectory(prefix="apex-index-images-") as work:
+        sources = list(args.wheels)
+        missing = [s for s in sources if not s.exists()]
+        if missing:
+            raise UsageError(f"build.py index: {missing[0]} does not exist; pass built wheels, a build's --out "
+                             "folder, a matrix run's out/ or --image TAG")
+        from_cells, notes = cell_images(sources)
+        for note in notes:
+            print(f"build.py index: {note}", file=sys.stderr)
+        for n, tag in enumerate(list(dict.fromkeys([*args.image, *from_cells]))):
+            sources.append(load_part("image.image_wheels").copy_out(tag, Path(work) / str(n)))
+        wheels = wheels_in(sources)
+        if not wheels:
+            raise UsageError(f"build.py index: no .whl in {', '.join(map(str, sources)) or 'the arguments'}; pass "
+                             "built wheels, a build's --out folder or --image TAG")
+        allowed = wheel_check.allowed_libraries()
+        results = [wheel_check.check(w, allowed) for w in wheels]
+        passed = [r for r in results if isinstance(r, wheel_check.CheckedWheel)]
+        refused = [r for r in results if isinstance(r, wheel_check.Refusal)]
+        outcomes = publish.add(args.index, passed) if passed else []
+    for outcome in outcomes:
+        print(f"{outcome.action:9} {outcome.stack}/{outcome.wheel}" + (f" ({outcome.detail})" if outcome.detail else ""))
+    for refusal in refused:
+        print(f"build.py index: refused {refusal.message()}", file=sys.stderr)
+    if passed:
+        print(f"index {args.index}: pip install apex --index-url <where it is served>/<stack>/simple "
+              f"(stacks: {', '.join(sorted({w.stack for w in passed}))}; see {args.index / 'index.html'})")
+    return exit_codes.FAILED if refused else exit_codes.OK

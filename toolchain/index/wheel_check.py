@@ -1,0 +1,243 @@
+"""Whether a built wheel may go into the index: the checks `build.py index` makes before it publishes one.
+
+A wheel is refused (every reason at once, each naming what to do) when it is not the project's builder's
+stamped wheel (no manifest or no stack identity in its .dist-info), when its name, METADATA or modules
+disagree with its manifest, when a manifest beside it names another sha256, when its static gate did not
+PASS (or never ran), or when one of its extension modules links a shared library beyond glibc, the GCC
+runtime and what torch's own wheels provide (toolchain/data/wheel_libraries.toml).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from toolchain.builder import build_outputs, wheel_identity
+from toolchain.builder.provenance import sha256_of
+from verify import fatbin
+from verify import field_types as ft
+from verify import manifest as manifest_mod
+
+LIBRARIES = Path(__file__).resolve().parents[1] / "data" / "wheel_libraries.toml"
+REBUILD = "rebuild it with `build.py wheel --install` (or `build.py image`), which stamps and gates it"
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckedWheel:
+    """A wheel that passed every check, with what the index writes about it."""
+
+    path: Path
+    name: str
+    sha256: str
+    version: str
+    stack: str  # torch2.11-cu130
+    metadata: bytes  # the wheel's METADATA (PEP 658's .metadata file)
+    manifest: dict[str, Any]  # the manifest as published: the wheel's own, with its final sha256
+    verify_json: bytes
+    verify_md: bytes | None
+    libraries: dict[str, list[str]]  # module file -> its DT_NEEDED entries (what the check found)
+    requires_python: str | None
+
+    @property
+    def built_at(self) -> str:
+        return str(self.manifest.get("build", {}).get("started_at") or "")
+
+    def check_record(self) -> dict[str, Any]:
+        return {"wheel": self.name, "sha256": self.sha256, "version": self.version, "stack": self.stack,
+                "needed_libraries": self.libraries, "allowed_from": str(LIBRARIES.name),
+                "gate": json.loads(self.verify_json).get("verdict")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    wheel: Path
+    reasons: tuple[str, ...]
+
+    def message(self) -> str:
+        return f"{self.wheel}: " + "; ".join(self.reasons)
+
+
+def allowed_libraries(path: Path = LIBRARIES) -> tuple[str, ...]:
+    data = tomllib.loads(path.read_text())
+    return tuple(name for part in ("system", "driver", "torch") for name in data[part]["names"])
+
+
+def check(wheel: Path, allowed: tuple[str, ...] | None = None) -> CheckedWheel | Refusal:
+    """Every check on one wheel file; a Refusal lists every reason found."""
+    allowed = allowed if allowed is not None else allowed_libraries()
+    try:
+        return _check(wheel, allowed)
+    except _Refused as refused:
+        return Refusal(wheel, tuple(refused.reasons))
+
+
+class _Refused(Exception):
+    def __init__(self, reasons: list[str]) -> None:
+        self.reasons = reasons
+
+
+def _check(wheel: Path, allowed: tuple[str, ...]) -> CheckedWheel:
+    try:
+        _, file_version, _ = wheel_identity.parse_name(wheel.name)
+        files = wheel_identity.read_dist_info(wheel)
+    except (ValueError, zipfile.BadZipFile, OSError) as error:
+        raise _Refused([f"not a readable wheel ({error})"]) from None
+    if wheel_identity.MANIFEST_FILE not in files:
+        raise _Refused([f"its .dist-info holds no {wheel_identity.MANIFEST_FILE}: setup.py's plain wheel, not one "
+                        f"this project's builder stamped; {REBUILD}"])
+    manifest = _manifest(files[wheel_identity.MANIFEST_FILE])
+    reasons: list[str] = []
+    ident = manifest.get("wheel_identity") or {}
+    if not ident:
+        raise _Refused([f"its manifest has no wheel_identity (built before wheels named their stack); {REBUILD}"])
+    reasons += _identity_problems(wheel.name, file_version, ident, manifest, files.get("METADATA", b""))
+    reasons += _module_problems(wheel, manifest)
+    sha = sha256_of(wheel)
+    reasons += _beside_problems(wheel, sha, manifest)
+    verify_json = files.get("verify-static.json")
+    reasons += _gate_problems(verify_json, file_version)
+    libraries, foreign = _libraries(wheel, allowed)
+    if foreign:
+        named = "; ".join(f"{m} needs {', '.join(libs)}" for m, libs in foreign.items())
+        reasons.append("its extension modules link libraries that neither glibc, the GCC runtime nor torch's wheels "
+                       f"provide: {named}; build "
+                       f"against torch's own CUDA wheels (no system CUDA library on the link line), or add the "
+                       f"library to {LIBRARIES.name} with its source if torch's wheels do bring it")
+    if reasons:
+        raise _Refused(reasons)
+    published = {**manifest, "build": {**manifest.get("build", {}), "wheel_sha256": sha}}
+    return CheckedWheel(path=wheel, name=wheel.name, sha256=sha, version=file_version, stack=ident["stack"],
+                        metadata=files["METADATA"], manifest=published, verify_json=verify_json or b"",
+                        verify_md=files.get("verify-static.md"), libraries=libraries,
+                        requires_python=_header(files["METADATA"], "Requires-Python"))
+
+
+def _manifest(raw: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(raw)
+    except ValueError as error:
+        raise _Refused([f"its {wheel_identity.MANIFEST_FILE} is not JSON ({error}); {REBUILD}"]) from None
+    if not isinstance(data, dict) or data.get("manifest_version") != manifest_mod.MANIFEST_VERSION:
+        raise _Refused([f"its {wheel_identity.MANIFEST_FILE} is not a manifest_version "
+                        f"{manifest_mod.MANIFEST_VERSION} build manifest; {REBUILD}"])
+    problems = ft.check(data, manifest_mod.SHAPE, "manifest")
+    if problems:
+        raise _Refused([f"its {wheel_identity.MANIFEST_FILE} is malformed ({ft.summary(problems)}); {REBUILD}"])
+    return data
+
+
+def _header(metadata: bytes, name: str) -> str | None:
+    for line in metadata.decode("utf-8", "replace").split("\n"):
+        if not line:
+            break
+        key, _, value = line.partition(":")
+        if key.strip().lower() == name.lower():
+            return value.strip()
+    return None
+
+
+def _identity_problems(name: str, file_version: str, ident: dict, manifest: dict, metadata: bytes) -> list[str]:
+    problems = []
+    versions, apex = manifest.get("versions") or {}, manifest.get("apex") or {}
+    try:
+        expected = wheel_identity.identity(apex.get("version") or "0.1", apex.get("commit"), apex.get("ref"),
+                                           str(versions.get("torch") or ""), versions.get("torch_cuda"))
+    except ValueError as error:
+        return [f"its manifest cannot name a stack ({error}); {REBUILD}"]
+    if expected.to_json() != dict(ident):
+        problems.append(f"its manifest's wheel_identity {ident} is not what its versions say ({expected.to_json()})")
+    if file_version != expected.version:
+        problems.append(f"its file name says version {file_version}, its manifest {expected.version} (torch "
+                        f"{versions.get('torch')}, CUDA {versions.get('torch_cuda')}): a renamed wheel")
+    if (manifest.get("build") or {}).get("wheel") != name:
+        problems.append(f"its manifest names the wheel {(manifest.get('build') or {}).get('wheel')!r}, not {name!r}")
+    meta_version = _header(metadata, "Version")
+    if meta_version != file_version:
+        problems.append(f"its METADATA says Version {meta_version}, its file name {file_version}")
+    pins = [line.partition(":")[2].strip() for line in metadata.decode("utf-8", "replace").split("\n")
+            if line.lower().startswith("requires-dist:") and line.partition(":")[2].strip().startswith("torch")]
+    if pins != [expected.torch_requirement]:
+        problems.append(f"its METADATA requires {pins or 'no torch'}, not exactly {expected.torch_requirement}: pip "
+                        "would install it on another torch minor")
+    return problems
+
+
+def _module_problems(wheel: Path, manifest: dict) -> list[str]:
+    built = build_outputs.extension_modules(wheel)
+    problems = []
+    if sorted(built) != sorted(manifest.get("built_modules") or []):
+        problems.append(f"it holds the modules {built}, its manifest lists {sorted(manifest.get('built_modules') or [])}")
+    if not built or not manifest.get("expected_modules"):
+        problems.append("it holds no compiled extension its build expected (a Python-only build: FusedAdam and the "
+                        "other fused modules would fail at first use); build it with the core flags "
+                        "(APEX_CPP_EXT, APEX_CUDA_EXT)")
+    missing = sorted(set(manifest.get("expected_modules") or []) - set(built))
+    if missing:
+        problems.append(f"expected modules missing from it: {', '.join(missing)} (the silent Python-only fallback)")
+    return problems
+
+
+def _beside_problems(wheel: Path, sha: str, inside: dict) -> list[str]:
+    """A build-manifest.json in the wheel's folder that names this wheel must agree with it and the copy inside."""
+    beside = wheel.parent / build_outputs.MANIFEST_NAME
+    try:
+        data = json.loads(beside.read_text()) if beside.is_file() else None
+    except (OSError, ValueError) as error:
+        return [f"the manifest beside it ({beside}) is unreadable ({error})"]
+    if not isinstance(data, dict) or (data.get("build") or {}).get("wheel") != wheel.name:
+        return []  # no manifest of this wheel beside it: the one inside is the manifest
+    problems = []
+    if data["build"].get("wheel_sha256") != sha:
+        problems.append(f"the manifest beside it ({beside}) records sha256 {data['build'].get('wheel_sha256')}, the "
+                        f"file has {sha}: the wheel was changed or replaced after its build")
+    strip = lambda m: {**m, "build": {k: v for k, v in (m.get("build") or {}).items() if k != "wheel_sha256"}}  # noqa: E731
+    if strip(data) != strip(inside):
+        keys = sorted(k for k in set(data) | set(inside) if strip(data).get(k) != strip(inside).get(k))
+        problems.append(f"the manifest beside it ({beside}) and the one inside disagree on {', '.join(keys)}")
+    return problems
+
+
+def _gate_problems(raw: bytes | None, version: str) -> list[str]:
+    if raw is None:
+        return ["its static gate never ran (no verify-static.json in its .dist-info): built without --install or "
+                f"with --no-gate; {REBUILD}"]
+    try:
+        report = json.loads(raw)
+    except ValueError:
+        return ["its verify-static.json is not JSON; " + REBUILD]
+    if not isinstance(report, dict):
+        return ["its verify-static.json is not a verify report; " + REBUILD]
+    problems = []
+    if report.get("verdict") != "PASS" or report.get("exit_code") != 0:
+        failed = [f"{c.get('id')}" for c in report.get("checks") or [] if isinstance(c, dict) and c.get("status") == "FAIL"]
+        problems.append(f"its static gate failed (verdict {report.get('verdict')}, exit {report.get('exit_code')}"
+                        f"{': FAIL ' + ', '.join(failed[:8]) if failed else ''}); fix the build and rebuild")
+    dist = ((report.get("apex") or {}).get("distribution") or {})
+    if dist.get("version") != version:
+        problems.append(f"its verify report checked apex {dist.get('version')}, not this wheel's {version}")
+    return problems
+
+
+def _libraries(wheel: Path, allowed: tuple[str, ...]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """(module file -> DT_NEEDED, module file -> the entries not allowed); a library the wheel itself holds is allowed."""
+    found: dict[str, list[str]] = {}
+    with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory(prefix="apex-index-elf-") as work:
+        shared = [n for n in archive.namelist() if n.endswith(".so") or ".so." in Path(n).name]
+        own = {Path(n).name for n in shared}
+        for member in shared:
+            target = Path(work) / "lib.so"
+            target.write_bytes(archive.read(member))
+            try:
+                found[member] = fatbin.needed_libraries(target)
+            except fatbin.FatbinError as error:
+                found[member] = [f"unreadable ELF: {error}"]
+    foreign = {m: [lib for lib in libs if lib not in own and not any(fnmatch.fnmatchcase(lib, p) for p in allowed)]
+               for m, libs in found.items()}
+    return found, {m: libs for m, libs in foreign.items() if libs}
