@@ -34,6 +34,9 @@ _CUDA_LIB = re.compile(
 )
 _MISSING_LIB = re.compile(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object file")
 _UNDEFINED = re.compile(r"undefined symbol: (\S+)")
+# How long a probe child may take to start (interpreter + `import torch`) before its first module; the
+# per-module --check-timeout starts after that.
+STARTUP_TIMEOUT_S = 120.0
 
 
 # ----------------------------------------------------------------------------- child-process runner
@@ -70,7 +73,9 @@ def _probe_once(source: str, tasks: list[dict[str, str]], results: dict[str, dic
     child = JsonLinesChild([sys.executable, "-c", source], label="import-probe", events_on_fd=True,
                            stdin_pipe=True, is_event=lambda _message: True, tail_chars=None)
     current: str | None = None
-    deadline = time.monotonic() + timeout_s
+    # until the child announces its first module it is starting (Python, then torch): that gets its own
+    # allowance, since on a loaded node importing torch alone can outlast a short --check-timeout
+    deadline = time.monotonic() + max(timeout_s, STARTUP_TIMEOUT_S)
     timed_out = False
     try:
         child.send_and_close(json.dumps({"sys_path": sys.path, "tasks": tasks}).encode())
