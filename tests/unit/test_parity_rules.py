@@ -74,6 +74,27 @@ def test_a_perturbation_well_inside_the_tolerance_passes() -> None:
     assert 0 < check.details["worst"]["param"]["tol_used"] < 0.1
 
 
+def test_a_systematic_error_below_the_element_wise_tolerance_fails_the_update_agreement() -> None:
+    # every step's update 1.2e-4 too long: after 7 steps of ~1e-3 each an element is off by < 1e-6 (atol),
+    # but the whole update is off by 1.2e-4 relative, over ADAM_UPDATE_AGREEMENT["fp32"] (1e-4)
+    before: list[torch.Tensor] = []
+
+    class LongSteps(torch.optim.AdamW):
+        def step(self, closure=None):
+            params = self.param_groups[0]["params"]
+            before[:] = [p.detach().clone() for p in params]
+            result = super().step(closure)
+            with torch.no_grad():
+                for p, b in zip(params, before, strict=True):
+                    p.copy_(b + (p - b) * (1 + 1.2e-4))
+            return result
+
+    check = _adam("adamw", lambda params, adam_w_mode, **hyper: LongSteps(params, foreach=False, **hyper))
+    assert check.status is Status.FAIL, check.summary
+    assert "update differs from torch's by" in check.summary and "limit 0.0001" in check.summary
+    assert "failure" not in check.details  # no single element was off its tolerance
+
+
 def test_one_wrong_tensor_among_the_params_fails() -> None:
     # the 65537-element param (it crosses multi_tensor_apply's chunk) gets no update: a dropped chunk
     index = parity_adam.SHAPES.index((65537,))
