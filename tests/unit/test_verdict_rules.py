@@ -220,3 +220,55 @@ def test_the_report_block_says_what_identity_found(tmp_path: Path) -> None:
                                     BuildManifest(apex={"commit": COMMIT_A}), [])
     assert layer.apex["commit"] == COMMIT_A and layer.apex["commit_source"] == "build manifest"
     assert json.loads(json.dumps(layer.apex))["mixed_install"] == {}
+
+
+# ----------------------------------------------------------------------------- environment, report
+def _h200_env(arch_list: list[str]) -> dict:
+    from tests.unit.test_verify_drivers import _env
+
+    env = _env("580.95.05", "13.0", available=True)
+    env["torch"]["arch_list"] = arch_list
+    return env
+
+
+def test_a_torch_not_built_for_this_gpu_is_a_warn_unless_its_ptx_covers_it() -> None:
+    from verify import environment
+
+    def torch_arch(arch_list: list[str]) -> Status | None:
+        return {c.id: c.status for c in environment._checks(_h200_env(arch_list))}.get("environment.torch_arch")
+
+    assert torch_arch(["sm_80", "sm_90"]) is None
+    assert torch_arch(["sm_80", "sm_86"]) is Status.WARN
+    assert torch_arch(["sm_80", "compute_80"]) is None  # its PTX runs on sm_90
+    assert torch_arch(["sm_100", "compute_100"]) is Status.WARN  # PTX never runs downwards
+
+
+def test_any_fail_makes_the_run_fail_and_warn_skip_info_do_not() -> None:
+    from verify import exit_codes, report
+    from verify.checks import Check
+
+    def run(*statuses: Status) -> int:
+        return report.exit_code([Check("arch", f"m{i}", s, "x") for i, s in enumerate(statuses)],
+                                environment_unavailable=False)
+
+    assert run(Status.PASS, Status.WARN, Status.SKIP, Status.INFO) == exit_codes.OK
+    assert run(Status.PASS, Status.FAIL) == exit_codes.FAILED
+    assert report.exit_code([], environment_unavailable=True) == exit_codes.ENVIRONMENT
+
+
+def test_the_report_verdict_follows_the_checks_and_the_exit_code() -> None:
+    import datetime
+
+    from verify import report
+    from verify.checks import Check
+
+    def verdict(status: Status, unavailable: bool = False) -> tuple[str, int]:
+        data = report.build(mode="static", started_at=datetime.datetime.now(datetime.timezone.utc), duration_s=0.1,
+                            environment={}, apex={}, manifest=None, extensions=[],
+                            checks=[Check("arch", "amp_C", status, "x")], timings=[], options={},
+                            environment_unavailable=unavailable)
+        return data["verdict"], data["exit_code"]
+
+    assert verdict(Status.WARN) == ("PASS", 0)
+    assert verdict(Status.FAIL) == ("FAIL", 1)
+    assert verdict(Status.PASS, unavailable=True) == ("FAIL", 3)
