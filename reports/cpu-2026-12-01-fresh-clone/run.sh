@@ -7,7 +7,7 @@
 # Writes run-N.log (pytest's summary and the cleanup lines) and run-N.txt (wall time, exit code, what the
 # engine held before and after).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=${HERE:-$(cd "$(dirname "$0")" && pwd)}  # HERE: where the results go (a copy of this script may run elsewhere)
 n=${1:?run number}; busy=${2:-}
 src=$(cd "$here/../.." && pwd)
 dir="/tmp/i23-tests fresh clone $n"
