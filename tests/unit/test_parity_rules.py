@@ -183,3 +183,29 @@ def test_the_tolerance_values_are_pinned_and_each_says_where_it_comes_from() -> 
     assert tolerances.ADAM_UPDATE_AGREEMENT == {"fp32": 1e-4, "bf16": 2e-2, "fp16": 5e-3}
     assert tolerances.AMP_LOSS_RTOL == {"bf16": 2e-2, "fp16": 1e-2}
     assert tolerances.AMP_UPDATE_AGREEMENT == {"bf16": 0.15, "fp16": 0.08}
+
+
+def test_the_gpu_tiers_wrong_result_wrapper_wraps_the_real_apex_classes_only_when_asked(tmp_path) -> None:
+    """tests/gpu/wrong_result/sitecustomize.py on the upstream Apex tree (Python-only here: the classes import,
+    nothing is constructed), so the H200 run cannot fail for a wrapper that does not install."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.support import REPO, unpack_apex
+
+    apex_root = unpack_apex("6424da3b", tmp_path)
+    probe = ("import apex.optimizers as o, apex.normalization as n; "
+             "print(o.FusedAdam.step.__qualname__, n.FusedLayerNorm.forward.__qualname__, "
+             "n.FusedRMSNorm.forward.__qualname__)")
+
+    def qualnames(wrong: str) -> list[str]:
+        path = os.pathsep.join([str(REPO / "tests" / "gpu" / "wrong_result"), str(apex_root), str(REPO)])
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=False,
+                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": path, "VERIFY_TEST_WRONG_RESULT": wrong})
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.split()
+
+    assert qualnames("") == ["FusedAdam.step", "FusedLayerNorm.forward", "FusedRMSNorm.forward"]
+    assert qualnames("fused_adam,fused_layer_norm") == [
+        "_install.<locals>.step", "_install.<locals>.forward", "FusedRMSNorm.forward"]
