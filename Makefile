@@ -82,7 +82,7 @@ test:
 # does the suite still catch broken rules? targeted mutations of verify's and the builder's decisions;
 # the result lands in reports/mutation/last-run.md (tests/mutation/mutations.toml lists them)
 mutation:
-	$(call q,PY) scripts/mutation_check.py
+	PY=$(call q,PY) MUTATION=1 TIER=unit bash scripts/test.sh
 
 # the unit tier under coverage, per package (the figures in docs/testing.md)
 coverage:

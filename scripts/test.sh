@@ -11,7 +11,8 @@
 # SKIP_INSTALL=1 installs nothing: the venv when it exists, else PY itself (the GPU host's system Python).
 # TORCH_INDEX is where torch comes from (CI: https://download.pytorch.org/whl/cpu; default: pip's own index).
 # PYTEST_MARKERS overrides the tier's marker expression; SKIP_DOCKER=1 does not start an engine.
-# COVERAGE=1 runs pytest under coverage and prints the per-package table (make coverage).
+# COVERAGE=1 runs pytest under coverage and prints the per-package table (make coverage); MUTATION=1 runs
+# scripts/mutation_check.py instead of pytest (make mutation).
 # Afterwards (scripts/test_machine_state.py): the images this run tagged (apex-*), their stopped containers
 # and the base image it created are removed, and a dockerd it started is stopped together with the build
 # cache that daemon made; an engine that was already running keeps its build cache (reported).
@@ -47,6 +48,10 @@ if [ -x "$VENV/bin/python" ]; then
   # tools the tests run by name (ruff, hadolint, shellcheck, actionlint) come from the venv too
   PATH="$(cd "$VENV/bin" && pwd):$PATH"
   export PATH
+fi
+
+if [ "${MUTATION:-0}" = "1" ]; then  # make mutation: the targeted mutation run, in the suite's Python
+  exec "$PY" scripts/mutation_check.py "$@"
 fi
 
 STATE=.test-state/engine.json
