@@ -43,7 +43,7 @@ CELL_OPTS = $(call opt,--cell,CELL) $(call opt,--cuda,CUDA) $(call opt,--torch,T
             $(call opt,--base-devel,BASE_DEVEL_IMAGE) $(call opt,--base-runtime,BASE_RUNTIME_IMAGE)
 FILTER_OPTS = $(call opt,--cell,CELL) $(call opt,--cuda,CUDA) $(call opt,--torch,TORCH)
 
-.PHONY: image matrix verify report plan validate facts-check lint test zipapp
+.PHONY: image matrix verify report plan validate facts-check lint test zipapp mutation coverage
 
 image:
 	$(BUILD) image $(CELL_OPTS) --target $(call q,TARGET)
@@ -78,3 +78,12 @@ lint:
 
 test:
 	PY=$(call q,PY) bash scripts/test.sh
+
+# does the suite still catch broken rules? targeted mutations of verify's and the builder's decisions;
+# the result lands in reports/mutation/last-run.md (tests/mutation/mutations.toml lists them)
+mutation:
+	PY=$(call q,PY) MUTATION=1 TIER=unit bash scripts/test.sh
+
+# the unit tier under coverage, per package (the figures in docs/testing.md)
+coverage:
+	PY=$(call q,PY) COVERAGE=1 TIER=unit bash scripts/test.sh -q

@@ -10,6 +10,7 @@ right after the daemon answers.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -25,18 +26,21 @@ def test_dockerd_log_path_is_a_path_not_shell_text(tmp_path: Path) -> None:
         pytest.skip("needs root, Debian's dockerd and unshare (util-linux)")
     work = tmp_path / "work"
     work.mkdir()
+    # the script runs from a copy in work/: the tmpfs mounts below hide /tmp and /run, where a checkout
+    # (and pytest's tmp_path) may well live
+    shutil.copy2(REPO / "scripts" / "ensure-docker.sh", work / "ensure-docker.sh")
     inner = tmp_path / "inner.sh"
     inner.write_text(f"""set -e
 mount -t tmpfs tmpfs /run
 mkdir -p /run/lock /run/work
-mount --bind {work} /run/work
+mount --bind {shlex.quote(str(work))} /run/work
 mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /var/lib/docker
 mkdir -p /etc/docker && mount -t tmpfs tmpfs /etc/docker
 ip link set lo up
 cd /run/work
 export DOCKERD_LOG="/run/work/{HOSTILE_LOG}"
-exec bash {REPO / 'scripts' / 'ensure-docker.sh'}
+exec bash /run/work/ensure-docker.sh
 """)
     env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
     proc = subprocess.run(["unshare", "--mount", "--net", "--pid", "--fork", "--kill-child", "--mount-proc",

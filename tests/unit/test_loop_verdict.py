@@ -106,6 +106,21 @@ def test_the_comparison_checks_the_loops_own_pair_on_a_gpu_and_not_on_a_cpu_run(
     assert kernel_compare._decide("FusedRMSNorm", "fp32", "cpu", cpu, plan).host_verdict.winner == "native"
 
 
+def test_a_native_loop_win_is_redecided_on_its_own_pairs_kernels_when_another_native_has_the_fastest_kernels() -> None:
+    # data on which the two pairings disagree: the kernels' fastest native ("torch slow loop") beats the fused
+    # kernels, but the loop's winner ("torch fast loop") has the fused kernels' speed; its loop win is host
+    # time, so the rule calls it a tie. Judged on the kernels' fastest pair instead, it would stand.
+    results = [_result("apex X", "fused", 0.30, 0.60), _result("torch slow loop", "native", 0.10, 0.90),
+               _result("torch fast loop", "native", 0.30, 0.31)]
+    v = kernel_compare._decide("X", "c", "cuda:0", results, rules.ROUNDS)
+    assert v.kernel_verdict.native == "torch slow loop" and v.kernel_verdict.winner == "native"
+    assert v.host_verdict.native == "torch fast loop" and v.host_verdict.this_run == "native"
+    assert v.host_verdict.kernel_winner == "tie" and v.host_verdict.winner == "tie", v.host_verdict.to_json()
+    wrong_pair = stats.across_host_speeds(
+        stats.decide(LOOP, "apex X", "torch fast loop", [0.60] * 16, [0.31] * 16), v.kernel_verdict)
+    assert wrong_pair.winner == "native"  # what the re-decision exists to prevent
+
+
 def _redecide(timing: dict) -> tuple[str, str]:
     """(plain, ruled) loop winner of one committed timing row, rebuilt from its per-round ratios and the
     compared natives' medians."""

@@ -269,13 +269,16 @@ def test_known_durations_and_a_timed_link_land_on_the_wall_clock(
     after = time.time()
     found = ninja_log.read_build_dir(build)
     by_name = {Path(u.output).name: u for u in found["softmax"]}
+    # bounds, not figures: on a loaded machine a `sleep 0.5` takes longer than 0.5 s, never shorter; a figure
+    # read from the outputs' mtimes (the defect) lands far outside them
     for name, seconds in SLEEPS.items():
         unit = by_name[f"{name}.o"]
-        assert unit.wall_s == pytest.approx(seconds, abs=0.15)
+        assert seconds - 0.01 <= unit.wall_s <= ninja_done - before + 0.05, (name, unit)
         assert before - 0.05 <= unit.start_s < unit.end_s <= ninja_done + 0.05
     links = ninja_log.link_seconds(found, ninja_log.library_mtimes(build))
-    assert links["softmax"] == pytest.approx(0.5, abs=0.2)
+    assert 0.5 - 0.05 <= links["softmax"] <= after - ninja_done + 0.05
     bound = ninja_log.lower_bound(found["softmax"], links, cores=2)
-    assert bound.chain_unit == "softmax/slow.o" and bound.chain_s == pytest.approx(1.7, abs=0.3)
+    assert bound.chain_unit == "softmax/slow.o"
+    assert by_name["slow.o"].wall_s + 0.5 - 0.1 <= bound.chain_s <= after - before + 0.02
     # never above the wall it bounds (file mtimes tick at the kernel's coarse clock, a few ms)
     assert bound.bound_s <= after - before + 0.02

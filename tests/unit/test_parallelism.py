@@ -132,3 +132,13 @@ def test_peak_sampler_sees_a_real_child_tree() -> None:
     with PeakSampler(proc.pid, interval=0.1) as sampler:
         proc.wait()
     assert sampler.peak_bytes > 250 << 20
+
+
+def test_a_max_jobs_from_the_environment_still_fits_the_rest_into_memory() -> None:
+    """MAX_JOBS=2 on 16 cores with 10 GiB: 3 compiles fit, so one extension at a time (32 slots by cores alone
+    would run 10 extensions x 2 jobs, 20 compiles, 50 GiB)."""
+    plan = parallelism.plan(host(16, 10), n_archs=1, n_extensions=10, env={"MAX_JOBS": "2"})
+    assert (plan.max_jobs, plan.apex_parallel_build) == (2, 1), plan.reason
+    assert "3 concurrent compiles (memory limit)" in plan.reason
+    roomy = parallelism.plan(host(16, 500), n_archs=1, n_extensions=10, env={"MAX_JOBS": "2"})
+    assert roomy.apex_parallel_build == 10  # the same request with memory to spare: cores decide

@@ -12,6 +12,8 @@ back to the param dtype after each step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from verify.checks import Check, Status
@@ -32,8 +34,12 @@ def setup() -> str:
     return device.require_cuda()
 
 
-def run_case(case: Case, seed: int) -> tuple[Check, list[dict]]:
-    from apex.optimizers import FusedAdam
+def run_case(case: Case, seed: int, fused_adam: Callable[..., torch.optim.Optimizer] | None = None
+             ) -> tuple[Check, list[dict]]:
+    """fused_adam: what is compared with torch (default apex.optimizers.FusedAdam); the unit tier passes a
+    torch optimizer that returns wrong results, on the CPU, to show that this comparison fails it."""
+    if fused_adam is None:
+        from apex.optimizers import FusedAdam as fused_adam
 
     dtype_name = case.param("dtype")
     adam_w_mode = case.param("adam_w_mode")
@@ -45,7 +51,7 @@ def run_case(case: Case, seed: int) -> tuple[Check, list[dict]]:
     # reference: fp32 copies; for low precision they are re-read from the rounded params every step
     ref_lowp = [t.clone() for t in initial]
     ref_params = [torch.nn.Parameter(t.float().clone()) for t in initial]  # never a view of initial
-    fused = FusedAdam(fused_params, adam_w_mode=adam_w_mode, **HYPER)
+    fused = fused_adam(fused_params, adam_w_mode=adam_w_mode, **HYPER)
     torch_cls = torch.optim.AdamW if adam_w_mode else torch.optim.Adam
     reference = torch_cls(ref_params, **HYPER)
 

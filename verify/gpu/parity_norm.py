@@ -8,6 +8,8 @@ the same values upcast, with the same upstream gradient. Compared: output, input
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -42,8 +44,8 @@ def make_fused(kind: str, hidden: int, affine: bool, dtype: torch.dtype) -> torc
 
 
 def _one_size(kind: str, hidden: int, affine: bool, dtype: torch.dtype, dtype_name: str,
-              gen: torch.Generator) -> tuple[list[Comparison], str]:
-    module = make_fused(kind, hidden, affine, dtype)
+              gen: torch.Generator, make: Callable[..., torch.nn.Module]) -> tuple[list[Comparison], str]:
+    module = make(kind, hidden, affine, dtype)
     params: list[tuple[str, torch.nn.Parameter]] = []
     with torch.no_grad():
         if affine:
@@ -83,7 +85,10 @@ def _one_size(kind: str, hidden: int, affine: bool, dtype: torch.dtype, dtype_na
     return results, grad_fn or ""
 
 
-def run_case(case: Case, seed: int) -> tuple[Check, list[dict]]:
+def run_case(case: Case, seed: int, make: Callable[..., torch.nn.Module] = make_fused) -> tuple[Check, list[dict]]:
+    """make(kind, hidden, affine, dtype): the module compared with torch (default Apex's, make_fused); the
+    unit tier passes torch modules that return wrong results, on the CPU, to show that this comparison
+    fails them."""
     kind, affine, dtype_name = case.param("kind"), case.param("affine"), case.param("dtype")
     dtype = device.DTYPES[dtype_name]
     gen = device.generator(case_seed(seed, case.name))
@@ -93,7 +98,7 @@ def run_case(case: Case, seed: int) -> tuple[Check, list[dict]]:
     comparisons: list[Comparison] = []
     grad_fns: dict[int, str] = {}
     for hidden in HIDDEN_SIZES:
-        results, grad_fns[hidden] = _one_size(kind, hidden, affine, dtype, dtype_name, gen)
+        results, grad_fns[hidden] = _one_size(kind, hidden, affine, dtype, dtype_name, gen, make)
         comparisons.extend(results)
     failures = [c for c in comparisons if not c.ok]
     worst = max(comparisons, key=lambda c: c.tol_used)
