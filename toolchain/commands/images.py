@@ -127,6 +127,26 @@ def cmd_publish(args: argparse.Namespace, console: Console) -> int:
     return exit_codes.OK
 
 
+def cmd_ccache(args: argparse.Namespace, console: Console) -> int:
+    """`build.py ccache import|export --cell X --dir DIR`: the carry builds around a bake build in CI."""
+    engine = load_part("image.engine")
+    cell = resolve_cells(args, all_when_empty=False)[0]
+    require_docker()
+    log_path = args.logs / cell.id / f"ccache-{args.direction}.log"
+    with console.group(f"ccache {args.direction} {cell.id} ({args.dir})"):
+        result = engine.carry_ccache(cell, args.direction, ccache_dir=args.dir, scope=args.ccache_scope,
+                                     log_path=log_path, extra_ca=args.extra_ca, progress=args.progress)
+    carried = result.ccache_carried or {}
+    seen = carried.get("after" if args.direction == "export" else "before") or {}
+    if not result.ok:
+        console.error(f"ccache {args.direction} failed in {result.stage_failed or 'the build'}; see {log_path}",
+                      title=f"ccache {cell.id}")
+        return exit_codes.FAILED
+    console.status("OK", "ok", f"ccache {args.direction}: {seen.get('files', 0)} files, {seen.get('bytes', 0)} bytes "
+                   f"in {args.dir} (cache mount {carried.get('scope')}, {result.duration_s} s)")
+    return exit_codes.OK
+
+
 def cmd_zipapp(args: argparse.Namespace, console: Console) -> int:
     from toolchain.image import verify_zipapp
 

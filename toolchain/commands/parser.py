@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     bgroup.add_argument("--wheelhouse", type=Path, help="directory of wheels to install torch from (offline)")
     bgroup.add_argument("--extra-ca", type=Path, help="CA bundle for a TLS-intercepting proxy (BuildKit secret)")
     bgroup.add_argument("--progress", default="auto", choices=("auto", "plain", "tty"), help="BuildKit progress")
+    bgroup.add_argument("--ccache-dir", type=Path, help="carry the compiler cache: import DIR before the build, "
+                        "export it back after (for CI caches; created when missing)")
+    bgroup.add_argument("--ccache-scope", help="the BuildKit cache mount ccache lives in (default apex-toolchain-ccache)")
 
     p = sub.add_parser("plan", parents=[common, cell, build], help="resolved build args and command; nothing built")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -133,6 +136,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("out") / "verify.pyz",
                    help="file to write, or a directory to write verify.pyz into (default: out/verify.pyz)")
     p.set_defaults(func=images.cmd_zipapp)
+
+    p = sub.add_parser("ccache", parents=[common, cell],
+                       help="carry the Apex build's ccache between CI runs: import DIR into BuildKit, or export it")
+    p.add_argument("direction", choices=("import", "export"), help="import: DIR -> cache mount (before the build); "
+                   "export: cache mount -> DIR (after it)")
+    p.add_argument("--dir", type=Path, required=True, help="the directory the CI cache restores and saves")
+    p.add_argument("--ccache-scope", help="the BuildKit cache mount (default apex-toolchain-ccache)")
+    p.add_argument("--extra-ca", type=Path, help="CA bundle for a TLS-intercepting proxy (BuildKit secret)")
+    p.add_argument("--progress", default="auto", choices=("auto", "plain", "tty"), help="BuildKit progress")
+    p.set_defaults(func=images.cmd_ccache)
 
     sub.add_parser("wheel", help="build the Apex wheel on bare metal (see build.py wheel --help)")
 

@@ -111,7 +111,10 @@ def _build(cell: Cell, request: RunRequest, console: Console, log_path: Path) ->
     with console.group(f"build {cell.name}: {cell.id}"):
         try:
             outcome = engine.build_image(cell, target=request.target, log_path=log_path, apex_src=request.apex_src,
-                                         wheelhouse=request.wheelhouse, extra_ca=request.extra_ca, progress=request.progress)
+                                         wheelhouse=request.wheelhouse, extra_ca=request.extra_ca, progress=request.progress,
+                                         ccache_dir=request.ccache_dir, ccache_scope=request.ccache_scope)
+            if getattr(outcome, "ccache_carried", None):
+                build["ccache_carried"] = outcome.ccache_carried
             build.update(ok=bool(outcome.ok), tag=outcome.tag or cell.id, stage_failed=outcome.stage_failed,
                          step_failed=getattr(outcome, "step_failed", None),
                          log_tail=_tail(outcome.log_tail), duration_s=round(float(outcome.duration_s), 1))
