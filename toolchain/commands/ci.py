@@ -22,10 +22,12 @@ def cmd_gh_matrix(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_bake(args: argparse.Namespace, console: Console) -> int:
     check_registry(args)
+    if args.push_by_digest and not args.registry:
+        raise UsageError("--push-by-digest needs --registry (the repository the digests are pushed to)")
     if args.cache == "registry" and not (args.cache_ref or args.registry):
         raise UsageError("--cache registry needs --registry or --cache-ref (where the cache images go)")
     definition = ci_matrix.bake(selected(args), registry=args.registry, target=args.target, cache=args.cache,
-                                cache_ref=args.cache_ref)
+                                cache_ref=args.cache_ref, push_by_digest=args.push_by_digest)
     text = atomic.json_dumps(definition, indent=2) + "\n"
     if args.output:
         atomic.write_text(args.output, text)

@@ -113,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", choices=ci_matrix.CACHE_KINDS, default="none",
                    help="BuildKit cache per cell: gha (GitHub Actions), registry, none")
     p.add_argument("--cache-ref", help="registry cache repository (default: <registry>-cache)")
+    p.add_argument("--push-by-digest", action="store_true",
+                   help="push each platform's image untagged (CI); build.py publish-index then tags the stack's index")
     p.add_argument("--output", "-o", type=Path, help="write here instead of stdout (e.g. docker-bake.json)")
     p.set_defaults(func=ci.cmd_bake)
 
@@ -123,6 +125,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-pull", action="store_true", help="verify the local image, do not pull")
     p.add_argument("--digest", help="pull REGISTRY@DIGEST (default: the digest build.py publish recorded, if any)")
     p.add_argument("--by-digest", action="store_true", help="refuse to pull by tag: a digest must be recorded or given")
+    sig = p.add_argument_group("signature (checked before the pull; one policy is required)")
+    sig.add_argument("--signature-identity", default=os.environ.get("APEX_SIGNATURE_IDENTITY"),
+                     help="keyless: the signing certificate's identity, a regex (images.yml's workflow), checked by "
+                     "cosign (default: $APEX_SIGNATURE_IDENTITY)")
+    sig.add_argument("--signature-issuer", default=None, help="keyless: the OIDC issuer (default: GitHub Actions')")
+    sig.add_argument("--signature-key", type=Path, default=os.environ.get("APEX_SIGNATURE_KEY"),
+                     help="a cosign public key (cosign.pub) the image was signed with (default: $APEX_SIGNATURE_KEY)")
+    sig.add_argument("--no-signature-check", action="store_true",
+                     help="pull unsigned images (a private registry without signing); recorded as not checked")
     p.set_defaults(func=images.cmd_pull)
 
     p = sub.add_parser("publish", parents=[common, cell, registry],
@@ -131,6 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bake-metadata", type=Path,
                    help="record what `buildx bake --push --metadata-file FILE` pushed instead of pushing here")
     p.set_defaults(func=images.cmd_publish)
+
+    p = sub.add_parser("publish-index", parents=[common, select, registry],
+                       help="put each stack's platforms under its one tag: an OCI index of the published digests")
+    p.add_argument("--refs-out", type=Path, help="write each index made as REPO@sha256:... (one a line), for signing")
+    p.set_defaults(func=images.cmd_publish_index)
 
     p = sub.add_parser("zipapp", help="write verify as a self-contained zipapp (python verify.pyz [flags])")
     p.add_argument("--out", type=Path, default=Path("out") / "verify.pyz",
