@@ -16,7 +16,9 @@ from verify import atomic, exit_codes
 
 def cmd_gh_matrix(args: argparse.Namespace, console: Console) -> int:
     check_registry(args)
-    print(atomic.json_dumps(ci_matrix.gh_matrix(selected(args), args.registry), indent=2 if args.pretty else None))
+    cells = selected(args)
+    matrix = ci_matrix.gh_stacks(cells) if args.stacks else ci_matrix.gh_matrix(cells, args.registry)
+    print(atomic.json_dumps(matrix, indent=2 if args.pretty else None))
     return exit_codes.OK
 
 

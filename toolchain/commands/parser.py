@@ -106,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("gh-matrix", parents=[common, select, registry],
                        help="JSON for a GitHub Actions matrix (fromJson)")
     p.add_argument("--pretty", action="store_true", help="indented JSON")
+    p.add_argument("--stacks", action="store_true",
+                   help="one entry per registry tag (its cells, one per platform) for the index job, not per cell")
     p.set_defaults(func=ci.cmd_gh_matrix)
 
     p = sub.add_parser("bake", parents=[common, select, registry], help="docker-bake.json of the matrix")

@@ -56,6 +56,7 @@ def gh_matrix(cells: list[Cell], registry: str | None = None) -> dict[str, Any]:
                 "archs": cell.arch_list,
                 "platform": cell.platform,
                 "tag": cell.tag,  # the registry tag: shared by the stack's platforms (publish-index)
+                "stack_artifact": stack_artifact(cell.tag),  # the index job's records for that tag
                 "runner": BUILD_RUNNERS[cell.platform],
                 "gpu_runner": GPU_RUNNERS[cell.platform],
                 # one BuildKit cache per cell: cells never evict each other's layers
@@ -64,6 +65,22 @@ def gh_matrix(cells: list[Cell], registry: str | None = None) -> dict[str, Any]:
             for cell in cells
         ]
     }
+
+
+def gh_stacks(cells: list[Cell]) -> dict[str, Any]:
+    """`strategy.matrix` for the index job: one entry per registry tag, naming the cells (one per platform)
+    whose digests `build.py publish-index` puts under it."""
+    stacks: dict[str, list[Cell]] = {}
+    for cell in cells:
+        stacks.setdefault(cell.tag, []).append(cell)
+    return {"include": [{"tag": tag, "cells": " ".join(c.name for c in members),
+                         "platforms": " ".join(c.platform for c in members),
+                         "artifact": stack_artifact(tag)} for tag, members in stacks.items()]}
+
+
+def stack_artifact(tag: str) -> str:
+    """The artifact name the index job uploads a stack's rewritten publish records under."""
+    return "records-" + _BAKE_NAME.sub("_", tag)
 
 
 def bake_target_name(cell: Cell) -> str:
