@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A cold and then a warm image build of the apex-image tier's cell (the README's no-registry command), the
 # compiler cache carried between the two only through a plain directory (build.py image --ccache-dir).
-# Each build gets a fresh BuildKit cache mount (--ccache-scope) and its own tag, so neither the daemon's
-# ccache mount nor BuildKit's layer cache for the Apex step can make the second build warm: only DIR can.
+# Both builds compile in the Dockerfile's carried ccache mount, whose content the import replaces with DIR's
+# (empty before the cold build), and each has its own tag (CELL_ID: the Apex step misses BuildKit's layer
+# cache), so neither the daemon's shared ccache mount nor the layer cache can make the second build warm.
 # Run from the repository root, under the machine's heavy-build lock:
 #   flock /tmp/apex-heavy.lock bash reports/cpu-2026-12-01-ccache/measure.sh
 # Writes figures.json, the two build manifests and build.py's output into this folder.
@@ -20,7 +21,7 @@ cell=(--cuda 13.0 --torch 2.11.0 --os debian12 --python 3.11 --base-devel apex-t
 for phase in cold warm; do
   tag="i21-sign-ccache-$phase-$run_id"
   start=$(date +%s.%N)
-  python3 build.py image "${cell[@]}" --tag "$tag" --ccache-dir "$carry" --ccache-scope "i21-sign-$phase-$run_id" \
+  python3 build.py image "${cell[@]}" --tag "$tag" --ccache-dir "$carry" --ccache-mount carried \
     --out "$work/out-$phase" --logs "$work/logs-$phase" > "$here/build-$phase.txt" 2>&1
   end=$(date +%s.%N)
   echo "$phase $(echo "$end - $start" | bc)" >> "$work/walls.txt"

@@ -184,7 +184,7 @@ def cmd_ccache(args: argparse.Namespace, console: Console) -> int:
     require_docker()
     log_path = args.logs / cell.id / f"ccache-{args.direction}.log"
     with console.group(f"ccache {args.direction} {cell.id} ({args.dir})"):
-        result = engine.carry_ccache(cell, args.direction, ccache_dir=args.dir, scope=args.ccache_scope,
+        result = engine.carry_ccache(cell, args.direction, ccache_dir=args.dir, mount=args.ccache_mount,
                                      log_path=log_path, extra_ca=args.extra_ca, progress=args.progress)
     carried = result.ccache_carried or {}
     seen = carried.get("after" if args.direction == "export" else "before") or {}
@@ -193,7 +193,7 @@ def cmd_ccache(args: argparse.Namespace, console: Console) -> int:
                       title=f"ccache {cell.id}")
         return exit_codes.FAILED
     console.status("OK", "ok", f"ccache {args.direction}: {seen.get('files', 0)} files, {seen.get('bytes', 0)} bytes "
-                   f"in {args.dir} (cache mount {carried.get('scope')}, {result.duration_s} s)")
+                   f"in {args.dir} ({carried.get('mount')} cache mount, {result.duration_s} s)")
     return exit_codes.OK
 
 

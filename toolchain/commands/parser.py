@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     bgroup.add_argument("--progress", default="auto", choices=("auto", "plain", "tty"), help="BuildKit progress")
     bgroup.add_argument("--ccache-dir", type=Path, help="carry the compiler cache: import DIR before the build, "
                         "export it back after (for CI caches; created when missing)")
-    bgroup.add_argument("--ccache-scope", help="the BuildKit cache mount ccache lives in (default apex-toolchain-ccache)")
+    bgroup.add_argument("--ccache-mount", choices=("shared", "carried"), help="the build's ccache mount: carried "
+                        "(default with --ccache-dir: exactly DIR's content) or shared (every build's)")
 
     p = sub.add_parser("plan", parents=[common, cell, build], help="resolved build args and command; nothing built")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -160,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("direction", choices=("import", "export"), help="import: DIR -> cache mount (before the build); "
                    "export: cache mount -> DIR (after it)")
     p.add_argument("--dir", type=Path, required=True, help="the directory the CI cache restores and saves")
-    p.add_argument("--ccache-scope", help="the BuildKit cache mount (default apex-toolchain-ccache)")
+    p.add_argument("--ccache-mount", choices=("shared", "carried"), default="shared",
+                   help="the mount bake's build compiles in: shared (default; what bake uses) or carried")
     p.add_argument("--extra-ca", type=Path, help="CA bundle for a TLS-intercepting proxy (BuildKit secret)")
     p.add_argument("--progress", default="auto", choices=("auto", "plain", "tty"), help="BuildKit progress")
     p.set_defaults(func=images.cmd_ccache)

@@ -4,7 +4,7 @@ so every weekly rebuild would compile cold.
 
 Around the image build, in the same BuildKit builder:
   import: DIR (e.g. restored by actions/cache) -> the build context's build-cache/ccache -> docker/Dockerfile's
-          ccache-import target copies it into the apex-build step's cache mount (id = CCACHE_SCOPE);
+          ccache-import target makes it the content of the apex-build step's ccache mount (CCACHE_MOUNT);
   build:  the apex-build step compiles through ccache in that mount (hits for every unit DIR already had);
   export: the ccache target (the mount as a plain directory) -> `--output type=local` -> a sibling of DIR,
           then swapped in for DIR (the old one is removed only after the new one is complete).
@@ -22,7 +22,10 @@ from pathlib import Path
 
 from toolchain.errors import UsageError
 
-DEFAULT_SCOPE = "apex-toolchain-ccache"  # docker/Dockerfile's CCACHE_SCOPE default
+# docker/Dockerfile's CCACHE_MOUNT: `shared` is every build's mount (what bake uses: CI's fresh builder has it
+# empty, so `build.py ccache import` fills it); `carried` is `build.py image --ccache-dir`'s own, so that on a
+# long-lived daemon the build is exactly as warm as DIR, never warmed by other builds' objects.
+MOUNTS = ("shared", "carried")
 SEED = Path("build-cache") / "ccache"  # where the carried directory sits in the build context
 IMPORT_TARGET, EXPORT_TARGET = "ccache-import", "ccache"
 
@@ -49,12 +52,10 @@ def check_dir(path: Path | None, option: str = "--ccache-dir") -> Path | None:
     return path
 
 
-def check_scope(scope: str | None) -> str:
-    scope = scope or DEFAULT_SCOPE
-    if not scope.replace("-", "").replace("_", "").replace(".", "").isalnum():
-        raise UsageError(f"--ccache-scope {scope!r}: use letters, digits, '.', '_' and '-' only "
-                         f"(a BuildKit cache mount id; default {DEFAULT_SCOPE})")
-    return scope
+def check_mount(mount: str) -> str:
+    if mount not in MOUNTS:
+        raise UsageError(f"--ccache-mount {mount!r}: use {' or '.join(MOUNTS)}")
+    return mount
 
 
 def count(path: Path) -> CarriedCache:
@@ -79,10 +80,10 @@ def stage_seed(context: Path, ccache_dir: Path | None) -> Path:
     return seed
 
 
-def carry_args(scope: str) -> dict[str, str]:
+def carry_args(mount: str) -> dict[str, str]:
     """The build args of all three builds: one cache mount, and a fresh id so that neither the import nor
     the export is answered from BuildKit's layer cache."""
-    return {"CCACHE_SCOPE": scope, "CCACHE_CARRY_ID": uuid.uuid4().hex}
+    return {"CCACHE_MOUNT": check_mount(mount), "CCACHE_CARRY_ID": uuid.uuid4().hex}
 
 
 def local_output(command: list[str], dest: Path) -> list[str]:

@@ -221,7 +221,7 @@ def _daemon_still_there(cell: Cell, log_path: Path) -> None:
 def build_image(cell: Cell, *, target: str = "runtime", log_path: Path | str, apex_src: Path | str | None = None,
                 wheelhouse: Path | str | None = None, extra_ca: Path | str | None = None, progress: str = "auto",
                 extra_args: dict[str, str] | None = None, retries: int = 1, ccache_dir: Path | None = None,
-                ccache_scope: str | None = None) -> BuildResult:
+                ccache_mount: str | None = None) -> BuildResult:
     """Build one cell's image (tag == cell.id). A broken cell returns ok=False with the failing stage
     and the log's last lines; a missing environment (daemon, disk, registry) raises
     EnvironmentUnavailable, after `retries` more tries where a retry can help. With `ccache_dir` the
@@ -241,7 +241,9 @@ def build_image(cell: Cell, *, target: str = "runtime", log_path: Path | str, ap
         "BASE_RUNTIME_DIGEST": _image_digest(args.get("BASE_RUNTIME_IMAGE", "")),
     }
     ccache_dir = ccache_carry.check_dir(ccache_dir)
-    carry = ccache_carry.carry_args(ccache_carry.check_scope(ccache_scope)) if ccache_dir or ccache_scope else {}
+    # with a carried directory the build's own mount (carried) by default; --ccache-mount alone picks the mount
+    mount = ccache_mount or ("carried" if ccache_dir is not None else None)
+    carry = ccache_carry.carry_args(mount) if mount else {}
     env = dict(os.environ, DOCKER_BUILDKIT="1")
     start = time.monotonic()
     carried = None
@@ -253,7 +255,7 @@ def build_image(cell: Cell, *, target: str = "runtime", log_path: Path | str, ap
                                 context=context, extra_args=all_args, client=client)
         code = 0
         if ccache_dir is not None:
-            carried = {"before": ccache_carry.count(ccache_dir).to_json(), "scope": carry["CCACHE_SCOPE"]}
+            carried = {"before": ccache_carry.count(ccache_dir).to_json(), "mount": carry["CCACHE_MOUNT"]}
             code = _carry(ccache_carry.IMPORT_TARGET, cell, context, ccache_dir, all_args, client, env, log_path,
                           show, extra_ca)
         for attempt in range(retries + 1 if code == 0 else 0):
@@ -301,7 +303,7 @@ def _carry(target: str, cell: Cell, context: Path, ccache_dir: Path, args: dict[
             shutil.rmtree(dest, ignore_errors=True)
 
 
-def carry_ccache(cell: Cell, direction: str, *, ccache_dir: Path, scope: str | None, log_path: Path | str,
+def carry_ccache(cell: Cell, direction: str, *, ccache_dir: Path, mount: str, log_path: Path | str,
                  extra_ca: Path | str | None = None, progress: str = "auto") -> BuildResult:
     """`build.py ccache import|export` for CI, where bake builds the image between the two: the same carry
     builds build_image runs around its own build, in the default builder (bake's, under setup-buildx)."""
@@ -312,7 +314,7 @@ def carry_ccache(cell: Cell, direction: str, *, ccache_dir: Path, scope: str | N
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_text("")
-    args = ccache_carry.carry_args(ccache_carry.check_scope(scope))
+    args = ccache_carry.carry_args(mount)
     start = time.monotonic()
     before = ccache_carry.count(ccache_dir).to_json()
     with tempfile.TemporaryDirectory(prefix="apex-context-") as tmp:
@@ -320,7 +322,7 @@ def carry_ccache(cell: Cell, direction: str, *, ccache_dir: Path, scope: str | N
         code = _carry(target, cell, context, ccache_dir, args, client, dict(os.environ, DOCKER_BUILDKIT="1"),
                       log_path, show, extra_ca)
     lines = log_path.read_text(errors="replace").splitlines()
-    carried = {"before": before, "scope": args["CCACHE_SCOPE"], "after": ccache_carry.count(ccache_dir).to_json()}
+    carried = {"before": before, "mount": mount, "after": ccache_carry.count(ccache_dir).to_json()}
     return BuildResult(ok=code == 0, tag=cell.id, stage_failed=None if code == 0 else failed_step(lines)[0],
                        log_tail=lines[-TAIL_LINES:], duration_s=round(time.monotonic() - start, 1),
                        log_path=str(log_path), target=target, ccache_carried=carried)

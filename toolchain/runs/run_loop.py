@@ -112,7 +112,7 @@ def _build(cell: Cell, request: RunRequest, console: Console, log_path: Path) ->
         try:
             outcome = engine.build_image(cell, target=request.target, log_path=log_path, apex_src=request.apex_src,
                                          wheelhouse=request.wheelhouse, extra_ca=request.extra_ca, progress=request.progress,
-                                         ccache_dir=request.ccache_dir, ccache_scope=request.ccache_scope)
+                                         ccache_dir=request.ccache_dir, ccache_mount=request.ccache_mount)
             if getattr(outcome, "ccache_carried", None):
                 build["ccache_carried"] = outcome.ccache_carried
             build.update(ok=bool(outcome.ok), tag=outcome.tag or cell.id, stage_failed=outcome.stage_failed,

@@ -23,7 +23,7 @@ class RunRequest:
     progress: str = "auto"  # BuildKit progress on the terminal: auto | plain | tty
     verify: str = "none"  # verify each built image: none | auto | require
     ccache_dir: Path | None = None  # the compiler cache carried in and out of the build (CI caches)
-    ccache_scope: str | None = None  # the BuildKit cache mount it goes through (default apex-toolchain-ccache)
+    ccache_mount: str | None = None  # the Dockerfile's ccache mount: shared | carried (default with ccache_dir)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunRequest:
