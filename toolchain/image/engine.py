@@ -272,10 +272,12 @@ def build_image(cell: Cell, *, target: str = "runtime", log_path: Path | str, ap
                 raise EnvironmentUnavailable(f"building {cell.id}: {message}; see {log_path}")
             time.sleep(5)
         if code == 0 and ccache_dir is not None:
-            code = _carry(ccache_carry.EXPORT_TARGET, cell, context, ccache_dir, all_args, client, env, log_path,
-                          show, extra_ca)
-            if code == 0:
-                carried["after"] = ccache_carry.count(ccache_dir).to_json()
+            # the image is built either way: a failed export leaves DIR as it was and is reported, not fatal
+            exported = _carry(ccache_carry.EXPORT_TARGET, cell, context, ccache_dir, all_args, client, env, log_path,
+                              show, extra_ca)
+            carried["after"] = ccache_carry.count(ccache_dir).to_json()
+            if exported != 0:
+                carried["export_failed"] = f"the ccache export build exited {exported}; see {log_path}"
     lines = log_path.read_text(errors="replace").splitlines()
     stage, step = (None, None) if code == 0 else failed_step(lines)
     return BuildResult(ok=code == 0, tag=cell.id, stage_failed=stage, log_tail=lines[-TAIL_LINES:],
