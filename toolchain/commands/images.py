@@ -163,6 +163,7 @@ def cmd_publish_index(args: argparse.Namespace, console: Console) -> int:
     from toolchain.commands.cells import selected
     from toolchain.image import publish
 
+    check_registry(args)
     if not args.registry:
         raise UsageError("publish-index: no registry; pass --registry ghcr.io/OWNER/apex (or set APEX_IMAGE_REGISTRY)")
     repository = args.registry.rstrip("/")
@@ -181,6 +182,8 @@ def cmd_ccache(args: argparse.Namespace, console: Console) -> int:
     """`build.py ccache import|export --cell X --dir DIR`: the carry builds around a bake build in CI."""
     engine = load_part("image.engine")
     cell = resolve_cells(args, all_when_empty=False)[0]
+    ccache_carry = load_part("image.ccache_carry")
+    ccache_carry.check_dir(args.dir, "--dir")
     require_docker()
     log_path = args.logs / cell.id / f"ccache-{args.direction}.log"
     with console.group(f"ccache {args.direction} {cell.id} ({args.dir})"):

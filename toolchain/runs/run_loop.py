@@ -200,6 +200,10 @@ def check_inputs(request: RunRequest) -> None:
         # what --wheelhouse must hold is checked per cell (toolchain/image/wheelhouse.py: names the cell's values)
         if not want_dir and not Path(path).is_file():
             raise UsageError(f"{option} {path}: no such file; pass the CA bundle file (PEM)")
+    if request.ccache_dir is not None:  # may be missing (a first run), not something else
+        from toolchain.image import ccache_carry
+
+        ccache_carry.check_dir(Path(request.ccache_dir))
 
 
 def build_one(cell: Cell, request: RunRequest, console: Console) -> int:
