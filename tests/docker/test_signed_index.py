@@ -160,6 +160,7 @@ def test_a_signed_index_is_pulled_and_verified(signed: dict, tmp_path: Path) -> 
     # verify ran in the pulled amd64 image and failed as it must: this image holds no Apex
     assert done.returncode == exit_codes.FAILED, done.stdout + done.stderr
     assert f"[SIGNED] {signed['ref']}: key signature verified" in done.stdout
+    assert "verify exit 1" in done.stderr + done.stdout, done.stdout + done.stderr
     result = json.loads((out / "cells" / signed["ids"][AMD64] / "result.json").read_text())
     assert result["build"]["signature"]["checked"] is True and result["build"]["signature"]["signed_digest"] == signed["digest"]
     assert result["verify"]["verdict"] == "FAIL" and result["build"]["digest"] == signed["digest"]
