@@ -37,13 +37,14 @@ if [ ! -x "$DOCKER" ] || ! command -v debootstrap >/dev/null 2>&1; then
 fi
 
 # The cluster tests (issue 11): a local registry for the publish/pull-by-digest round trip, podman as
-# the daemonless engine, shellcheck for the Slurm prolog. Debian packages all three.
+# the daemonless engine, shellcheck for the Slurm prolog; skopeo signs an image index there the way cosign
+# does (issue 21: the pull-side signature check). Debian packages all four.
 if ! command -v docker-registry >/dev/null 2>&1 || ! command -v podman >/dev/null 2>&1 \
-   || ! command -v shellcheck >/dev/null 2>&1; then
-  say "installing docker-registry, podman and shellcheck from apt"
+   || ! command -v shellcheck >/dev/null 2>&1 || ! command -v skopeo >/dev/null 2>&1; then
+  say "installing docker-registry, podman, shellcheck and skopeo from apt"
   $SUDO apt-get update -qq
   # with recommends: podman's rootless helpers (uidmap, slirp4netns, fuse-overlayfs) come with them
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq docker-registry podman shellcheck >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq docker-registry podman shellcheck skopeo >/dev/null
 fi
 
 if ! "$DOCKER" info >/dev/null 2>&1; then

@@ -94,7 +94,7 @@ def test_publish_records_the_digest_the_registry_serves(published: dict) -> None
 
 def test_pull_back_by_digest_and_verify(published: dict, docker_client) -> None:
     out = published["out"]
-    done = run_cli("pull", "--matrix", str(published["matrix"]), "--cell", CELL, "--by-digest", "--gpu", "auto",
+    done = run_cli("pull", "--no-signature-check", "--matrix", str(published["matrix"]), "--cell", CELL, "--by-digest", "--gpu", "auto",
                    "--out", str(out))
     # verify ran in the pulled image and failed as it must: this cell's target has no Apex in it
     assert done.returncode == exit_codes.FAILED, done.stdout + done.stderr
@@ -111,7 +111,7 @@ def test_pull_back_by_digest_and_verify(published: dict, docker_client) -> None:
 def test_a_changed_digest_is_refused(published: dict) -> None:
     digest = published["record"]["digest"]
     changed = digest[:-1] + ("0" if digest[-1] != "0" else "1")
-    done = run_cli("pull", "--matrix", str(published["matrix"]), "--cell", CELL, "--digest", changed,
+    done = run_cli("pull", "--no-signature-check", "--matrix", str(published["matrix"]), "--cell", CELL, "--digest", changed,
                    "--registry", published["repository"], "--out", str(published["out"] / "changed"))
     assert done.returncode == exit_codes.FAILED, done.stdout + done.stderr
     assert f"refusing {published['repository']}@{changed}: the registry holds no image with this digest" in done.stderr
@@ -119,13 +119,13 @@ def test_a_changed_digest_is_refused(published: dict) -> None:
 
 
 def test_malformed_or_missing_digests_are_usage_errors(published: dict, tmp_path: Path) -> None:
-    bad = run_cli("pull", "--matrix", str(published["matrix"]), "--cell", CELL, "--digest", "sha256:1234",
+    bad = run_cli("pull", "--no-signature-check", "--matrix", str(published["matrix"]), "--cell", CELL, "--digest", "sha256:1234",
                   "--registry", published["repository"], "--out", str(tmp_path))
     assert bad.returncode == exit_codes.USAGE and "not a sha256 image digest" in bad.stderr
-    missing = run_cli("pull", "--matrix", str(published["matrix"]), "--cell", CELL, "--by-digest",
+    missing = run_cli("pull", "--no-signature-check", "--matrix", str(published["matrix"]), "--cell", CELL, "--by-digest",
                       "--registry", published["repository"], "--out", str(tmp_path))  # no published.json here
     assert missing.returncode == exit_codes.USAGE and "--by-digest: no digest for" in missing.stderr
-    other = run_cli("pull", "--matrix", str(published["matrix"]), "--cell", CELL, "--registry", "127.0.0.1:9/elsewhere",
+    other = run_cli("pull", "--no-signature-check", "--matrix", str(published["matrix"]), "--cell", CELL, "--registry", "127.0.0.1:9/elsewhere",
                     "--out", str(published["out"]))
     assert other.returncode == exit_codes.USAGE and "records a push to" in other.stderr
 
@@ -138,7 +138,7 @@ def test_content_changed_in_the_registry_is_refused(published: dict, docker_clie
     data["annotations"] = {"changed": "after publish"}
     manifest.write_text(json.dumps(data))
     try:
-        done = run_cli("pull", "--matrix", str(published["matrix"]), "--cell", CELL, "--by-digest",
+        done = run_cli("pull", "--no-signature-check", "--matrix", str(published["matrix"]), "--cell", CELL, "--by-digest",
                        "--digest", published["record"]["digest"], "--registry", published["repository"],
                        "--out", str(published["out"] / "tampered"))
     finally:
@@ -157,7 +157,7 @@ def test_podman_pulls_by_digest_and_verifies(published: dict, tmp_path: Path) ->
     record = tmp_path / "out" / "cells" / published["tag"] / "published.json"
     record.parent.mkdir(parents=True)
     shutil.copy(published["out"] / "cells" / published["tag"] / "published.json", record)
-    done = run_cli("pull", "--matrix", str(published["matrix"]), "--cell", CELL, "--by-digest", "--gpu", "auto",
+    done = run_cli("pull", "--no-signature-check", "--matrix", str(published["matrix"]), "--cell", CELL, "--by-digest", "--gpu", "auto",
                    "--out", str(tmp_path / "out"), env=env)
     assert done.returncode == exit_codes.FAILED, done.stdout + done.stderr  # no Apex in the image
     assert "podman has no NVIDIA GPU runtime" in done.stderr and "verify --static instead" in done.stderr

@@ -95,7 +95,7 @@ def test_unpullable_base_image_is_retried_then_exit_3(docker_client, tmp_path: P
 
 
 def test_image_pull_from_unreachable_registry_is_retried_then_exit_3(docker_client, tmp_path: Path) -> None:
-    result = run_cli("pull", "--cuda", "12.4", "--registry", f"{UNREACHABLE}/apex", "--gpu", "auto", "--out",
+    result = run_cli("pull", "--no-signature-check", "--cuda", "12.4", "--registry", f"{UNREACHABLE}/apex", "--gpu", "auto", "--out",
                      str(tmp_path / "out"), timeout=180)
     assert result.returncode == exit_codes.ENVIRONMENT, result.stdout + result.stderr
     assert re.search(r"pulling 127\.0\.0\.1:9/apex:apex-\S+ failed after 3 attempt\(s\)", result.stderr), result.stderr

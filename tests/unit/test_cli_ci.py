@@ -37,7 +37,11 @@ def test_gh_matrix_has_one_entry_per_cell(cells) -> None:
     include = json.loads(proc.stdout)["include"]
     assert [e["id"] for e in include] == [c.id for c in cells]
     assert [e["cell"] for e in include] == [c.name for c in cells]
-    assert all(e["image"] == f"{REGISTRY}:{e['id']}" for e in include)
+    # the registry tag leaves the platform out: cu132 and cu132-arm64 go under one tag (an OCI index)
+    assert all(e["image"] == f"{REGISTRY}:{e['tag']}" and e["tag"] == c.tag for e, c in zip(include, cells, strict=True))
+    arm = next(e for e in include if e["platform"] == "linux/arm64")
+    assert arm["id"].endswith("-arm64") and not arm["tag"].endswith("-arm64")
+    assert arm["tag"] == next(e["id"] for e in include if e["cell"] == "cu132")
     assert len({e["cache_scope"] for e in include}) == len(cells)  # a cache scope per cell
     for entry, cell in zip(include, cells, strict=True):
         assert (entry["cuda"], entry["torch"], entry["python"], entry["archs"], entry["platform"]) == (
@@ -74,10 +78,25 @@ def test_bake_definition_matches_the_matrix(tmp_path: Path, cells) -> None:
         assert target["labels"] == labels.for_image("runtime", target["args"])  # as `build.py image` has
         assert set(target["labels"]) == labels.BY_TARGET["runtime"]
         assert target["labels"][labels.CELL] == cell.id
-        assert target["tags"] == [f"{REGISTRY}:{cell.id}"]
+        assert target["tags"] == [f"{REGISTRY}:{cell.tag}"]
         assert target["cache-from"] == [f"type=gha,scope={cell.id}"]
         assert target["cache-to"] == [f"type=gha,scope={cell.id},mode=max"]
         assert target["platforms"] == [cell.platform]
+
+
+def test_gh_stacks_and_bake_push_by_digest(cells) -> None:
+    stacks = json.loads(run_build("gh-matrix", "--stacks").stdout)["include"]
+    assert [s["tag"] for s in stacks] == list(dict.fromkeys(c.tag for c in cells))  # one entry per registry tag
+    both = next(s for s in stacks if " " in s["cells"])
+    assert both["cells"] == "cu132 cu132-arm64" and both["platforms"] == "linux/amd64 linux/arm64"
+    per_cell = json.loads(run_build("gh-matrix").stdout)["include"]
+    assert {e["stack_artifact"] for e in per_cell} == {s["artifact"] for s in stacks}
+    bake = json.loads(run_build("bake", "--registry", REGISTRY, "--push-by-digest", "--cell", "cu132-arm64").stdout)
+    target = bake["target"]["cu132-arm64"]
+    assert "tags" not in target and target["platforms"] == ["linux/arm64"]
+    assert target["output"] == [f"type=image,name={REGISTRY},push-by-digest=true,name-canonical=true,push=true"]
+    proc = run_build("bake", "--push-by-digest")
+    assert proc.returncode == exit_codes.USAGE and "--push-by-digest needs --registry" in proc.stderr
 
 
 def test_bake_registry_cache_needs_a_place(tmp_path: Path) -> None:
@@ -156,17 +175,33 @@ def test_images_workflow_builds_from_the_generated_matrix(cells) -> None:
     # issue 11: bake is asked for matrix.target (gh-matrix's bake_target_name), never for the cell name
     bake = next(s for s in jobs["build"]["steps"] if str(s.get("uses", "")).startswith("docker/bake-action"))
     assert bake["with"]["targets"] == "${{ matrix.target }}"
-    # the build step pushes, with SBOM and provenance attestations
-    assert bake["with"]["push"] == "${{ github.event_name != 'pull_request' }}"
+    # the build step pushes by digest (the bake file's output), with SBOM and provenance attestations
+    assert "push" not in bake["with"]
     assert bake["with"]["sbom"] is True and bake["with"]["provenance"] == "mode=max"
     build_runs = " ".join(str(s.get("run", "")) for s in jobs["build"]["steps"])
-    assert "build.py publish" in build_runs and "--bake-metadata" in build_runs
+    assert "build.py publish" in build_runs and "--bake-metadata" in build_runs and "--push-by-digest" in build_runs
     assert "docker push" not in build_runs, "pushed once, by buildx, with its attestations"
-    # the GPU job gets the digest (the publish record artifact), not a tag
-    assert "--by-digest" in gpu_runs
+    # issue 21: the compile's ccache carried across runs (restore -> import -> bake -> export -> save), a timeout,
+    # disk freed before the build
+    names = [str(s.get("uses", "")) + " " + str(s.get("run", "")) for s in jobs["build"]["steps"]]
+    order = [next(i for i, n in enumerate(names) if key in n) for key in
+             ("actions/cache/restore", "build.py ccache import", "docker/bake-action", "build.py ccache export",
+              "actions/cache/save")]
+    assert order == sorted(order), names
+    assert jobs["build"]["timeout-minutes"] > 0 and "rm -rf /usr/share/dotnet" in build_runs
+    # the index job: one per stack, tags the index, signs it keyless by digest and attests its provenance
+    index = jobs["index"]
+    assert index["strategy"]["matrix"] == "${{ fromJson(needs.plan.outputs.stacks) }}"
+    assert index["permissions"]["id-token"] == "write" and index["permissions"]["attestations"] == "write"
+    index_steps = " ".join(str(s.get("uses", "")) + " " + str(s.get("run", "")) for s in index["steps"])
+    assert "build.py publish-index" in index_steps and 'cosign sign --yes --recursive "${REF}"' in index_steps
+    assert "actions/attest-build-provenance" in index_steps and "sigstore/cosign-installer" in index_steps
+    # the GPU job gets the index digest (the index job's records), checks the keyless signature, pulls by digest
+    assert "--by-digest" in gpu_runs and "--signature-identity" in gpu_runs
+    assert "index" in jobs["gpu-verify"]["needs"]
     download = next(s for s in jobs["gpu-verify"]["steps"] if str(s.get("uses", "")).startswith("actions/download-artifact"))
-    upload = next(s for s in jobs["build"]["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
-    assert download["with"]["name"] == upload["with"]["name"] == "reports-build-${{ matrix.target }}"
+    upload = next(s for s in index["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
+    assert download["with"]["name"] == "${{ matrix.stack_artifact }}" and upload["with"]["name"] == "${{ matrix.artifact }}"
 
 
 def test_gh_matrix_names_each_cells_bake_target_by_the_bake_rule(cells, tmp_path: Path) -> None:

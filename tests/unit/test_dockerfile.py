@@ -18,9 +18,10 @@ from toolchain.spec.matrix import cli_cell
 
 _REF = re.compile(r"\$\{?([A-Z][A-Z0-9_]*)")
 # Knobs of the Dockerfile itself, not of a cell: build.py leaves their defaults alone
-# (MAX_JOBS etc. come from the builder's own sizing; APP_UID is the image's user).
+# (MAX_JOBS etc. come from the builder's own sizing; APP_UID is the image's user; the CCACHE_* pair only
+# when the compiler cache is carried, --ccache-dir / --ccache-mount).
 _DOCKERFILE_OWN = {"PIP_INDEX_URL", "BUILD_REQUIREMENTS", "MAX_JOBS", "APEX_PARALLEL_BUILD", "CUDA_FROM_PYPI",
-                   "APP_UID", "TORCH_WHEELHOUSE", "APEX_SRC_DIR"}  # fmt: skip
+                   "APP_UID", "TORCH_WHEELHOUSE", "APEX_SRC_DIR", "CCACHE_MOUNT", "CCACHE_CARRY_ID"}  # fmt: skip
 # what build_image adds to the cell's args on every build (toolchain/image/engine.py: provenance)
 _PROVENANCE = {"BUILD_DATE", "SOURCE_REVISION", "BASE_DEVEL_DIGEST", "BASE_RUNTIME_DIGEST"}
 

@@ -78,6 +78,10 @@ def test_pull_digest_rules_before_any_engine(matrix: Path, tmp_path: Path) -> No
     record.write_text(json.dumps({"digest": DIGEST, "repository": "ghcr.io/acme/apex"}))
     elsewhere = run(*base, "--registry", "registry.example/other", "--by-digest")
     assert elsewhere.returncode == exit_codes.USAGE and "records a push to ghcr.io/acme/apex" in elsewhere.stderr
+    # a pull from a registry names its signature policy first (exit 2, all three ways named)
+    unsigned = run(*base, "--by-digest")
+    assert unsigned.returncode == exit_codes.USAGE and "no signature policy for ghcr.io/acme/apex" in unsigned.stderr
+    assert all(way in unsigned.stderr for way in ("--signature-identity", "--signature-key", "--no-signature-check"))
     # with a good record the next thing needed is the engine: no daemon here, exit 3 (not a pull by tag)
-    ready = run(*base, "--by-digest")
+    ready = run(*base, "--by-digest", "--no-signature-check")
     assert ready.returncode == exit_codes.ENVIRONMENT and "no Docker daemon answers" in ready.stderr

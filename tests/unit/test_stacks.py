@@ -102,6 +102,8 @@ def test_arm64_cell_id_platform_and_build_command() -> None:
     arm = cell(cuda="13.2", platform="linux/arm64")
     amd = cell(cuda="13.2", platform="linux/amd64")
     assert arm.id == amd.id + "-arm64" and amd.id == cell(cuda="13.2").id  # amd64 ids do not change
+    # the registry tag leaves the platform out: both go under one tag (an OCI index, build.py publish-index)
+    assert arm.tag == amd.tag == amd.id and arm.image_tag == amd.id and amd.image_tag == ""
     assert (arm.platform, amd.platform) == ("linux/arm64", "linux/amd64")
     assert arm.build_args() == {**amd.build_args(), "CELL_ID": arm.id}  # the Dockerfile needs no new ARG
     command = engine.build_command(arm, client=docker_host.DockerClient("docker", True, "27"))

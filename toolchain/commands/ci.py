@@ -16,16 +16,20 @@ from verify import atomic, exit_codes
 
 def cmd_gh_matrix(args: argparse.Namespace, console: Console) -> int:
     check_registry(args)
-    print(atomic.json_dumps(ci_matrix.gh_matrix(selected(args), args.registry), indent=2 if args.pretty else None))
+    cells = selected(args)
+    matrix = ci_matrix.gh_stacks(cells) if args.stacks else ci_matrix.gh_matrix(cells, args.registry)
+    print(atomic.json_dumps(matrix, indent=2 if args.pretty else None))
     return exit_codes.OK
 
 
 def cmd_bake(args: argparse.Namespace, console: Console) -> int:
     check_registry(args)
+    if args.push_by_digest and not args.registry:
+        raise UsageError("--push-by-digest needs --registry (the repository the digests are pushed to)")
     if args.cache == "registry" and not (args.cache_ref or args.registry):
         raise UsageError("--cache registry needs --registry or --cache-ref (where the cache images go)")
     definition = ci_matrix.bake(selected(args), registry=args.registry, target=args.target, cache=args.cache,
-                                cache_ref=args.cache_ref)
+                                cache_ref=args.cache_ref, push_by_digest=args.push_by_digest)
     text = atomic.json_dumps(definition, indent=2) + "\n"
     if args.output:
         atomic.write_text(args.output, text)

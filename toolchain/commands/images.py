@@ -11,6 +11,7 @@ from toolchain.commands.cells import resolve_cells
 from toolchain.commands.parts import check_registry, load_part, require_docker, require_engine
 from toolchain.console import Console
 from toolchain.errors import UsageError
+from toolchain.image import signature
 from toolchain.spec import ci_matrix
 from verify import atomic, exit_codes, input_files
 
@@ -80,13 +81,19 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
         if publish.read_record(args.out, cell.id) is None:
             raise UsageError("pull: no registry; pass --registry ghcr.io/OWNER/apex (or set APEX_IMAGE_REGISTRY), "
                              "or --no-pull to verify a local image")
+    signed: dict | None = None
     if args.no_pull:
         ref, digest, record = ci_matrix.image_ref(cell, args.registry), None, None
     else:
         ref, digest, record = pull.resolve(cell.id, args.registry, digest=args.digest, by_digest=args.by_digest,
                                            out=args.out)
+        policy = signature.Policy.from_options(
+            identity=args.signature_identity, issuer=args.signature_issuer, key=args.signature_key,
+            off=args.no_signature_check, repository=pull.split_ref(ref)[0])
     load_part("image.container_verify")
     require_engine(args.engine)
+    if not args.no_pull:
+        ref, digest, signed = _signature_first(ref, digest, policy, console)
     out_dir = args.out / "cells" / cell.id / "verify"
     started = now()
     expected_id = (record or {}).get("image_id") if record and digest == record.get("digest") else None
@@ -101,13 +108,36 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     run_loop.save_result(CellResult(
         id=cell.id, name=cell.name, run_id="pull", cell=cell.to_json(), status=status, started_at=started,
         finished_at=now(), verify=verify,
-        build={"ok": True, "tag": ref, "digest": digest, "pulled": not args.no_pull, "image_id": image_id},
+        build={"ok": True, "tag": ref, "digest": digest, "pulled": not args.no_pull, "image_id": image_id,
+               "signature": signed},
     ), args.out)
     if code == exit_codes.OK:
         console.status("READY", "ok", f"{ref} (report {report_path})")
     else:
         console.error(f"{ref} is not ready: verify exit {code}; report {report_path}", title=f"pull {cell.id}")
     return code
+
+
+def _signature_first(ref: str, digest: str | None, policy: signature.Policy, console: Console
+                     ) -> tuple[str, str | None, dict]:
+    """Check the signature of what is about to be pulled; a tag is first resolved to its digest, and that
+    digest is what gets pulled (the tag may move in between)."""
+    from toolchain.image import pull, registry_api
+
+    repository, _ = pull.split_ref(ref)
+    if policy.kind == "off":
+        console.status("UNSIGNED", "warn", f"{ref}: signature not checked (--no-signature-check)")
+        return ref, digest, signature.check(repository, digest or "", policy)
+    if digest is None:
+        try:
+            digest = registry_api.Registry(repository).get_manifest(pull.split_ref(ref)[1]).digest
+        except registry_api.NotFound:
+            raise UsageError(f"{ref}: the registry has no such tag; check --registry and the cell, or publish it") from None
+        ref = f"{repository}@{digest}"
+    found = signature.check(repository, digest, policy)
+    console.status("SIGNED", "ok", f"{ref}: {found['policy']} signature verified"
+                   + (f" ({found['identity']})" if found.get("identity") else f" ({found.get('key')})"))
+    return ref, digest, found
 
 
 def cmd_publish(args: argparse.Namespace, console: Console) -> int:
@@ -119,11 +149,54 @@ def cmd_publish(args: argparse.Namespace, console: Console) -> int:
     repository = args.registry.rstrip("/")
     if args.bake_metadata:
         record = publish.from_bake_metadata(cell.id, ci_matrix.bake_target_name(cell), repository, args.bake_metadata,
-                                            out=args.out)
+                                            out=args.out, platform=cell.platform)
     else:
         with console.group(f"publish {cell.id} to {repository}"):
-            record = publish.push(cell.id, repository, out=args.out, local=args.image)
+            record = publish.push(cell.id, repository, out=args.out, local=args.image, platform=cell.platform)
     console.status("PUSHED", "ok", f"{record['ref']} (recorded in {publish.record_path(args.out, cell.id)})")
+    return exit_codes.OK
+
+
+def cmd_publish_index(args: argparse.Namespace, console: Console) -> int:
+    """`build.py publish-index`: each selected stack's platforms under its one tag (an OCI index); the refs
+    made go to --refs-out for the signing step. Exit 1 when any stack could not be indexed (the rest are)."""
+    from toolchain.commands.cells import selected
+    from toolchain.image import publish
+
+    check_registry(args)
+    if not args.registry:
+        raise UsageError("publish-index: no registry; pass --registry ghcr.io/OWNER/apex (or set APEX_IMAGE_REGISTRY)")
+    repository = args.registry.rstrip("/")
+    made, problems = publish.publish_indexes(selected(args), repository, out=args.out)
+    for index in made:
+        platforms = ", ".join(f"{platform} {digest[:19]}" for platform, digest in index["platforms"].items())
+        console.status("INDEXED", "ok", f"{repository}:{index['tag']} -> {index['ref']} ({platforms})")
+    for problem in problems:
+        console.error(problem, title="publish-index")
+    if args.refs_out:
+        atomic.write_text(args.refs_out, "".join(index["ref"] + "\n" for index in made))
+    return exit_codes.FAILED if problems else exit_codes.OK
+
+
+def cmd_ccache(args: argparse.Namespace, console: Console) -> int:
+    """`build.py ccache import|export --cell X --dir DIR`: the carry builds around a bake build in CI."""
+    engine = load_part("image.engine")
+    cell = resolve_cells(args, all_when_empty=False)[0]
+    ccache_carry = load_part("image.ccache_carry")
+    ccache_carry.check_dir(args.dir, "--dir")
+    require_docker()
+    log_path = args.logs / cell.id / f"ccache-{args.direction}.log"
+    with console.group(f"ccache {args.direction} {cell.id} ({args.dir})"):
+        result = engine.carry_ccache(cell, args.direction, ccache_dir=args.dir, mount=args.ccache_mount,
+                                     log_path=log_path, extra_ca=args.extra_ca, progress=args.progress)
+    carried = result.ccache_carried or {}
+    seen = carried.get("after" if args.direction == "export" else "before") or {}
+    if not result.ok:
+        console.error(f"ccache {args.direction} failed in {result.stage_failed or 'the build'}; see {log_path}",
+                      title=f"ccache {cell.id}")
+        return exit_codes.FAILED
+    console.status("OK", "ok", f"ccache {args.direction}: {seen.get('files', 0)} files, {seen.get('bytes', 0)} bytes "
+                   f"in {args.dir} ({carried.get('mount')} cache mount, {result.duration_s} s)")
     return exit_codes.OK
 
 

@@ -61,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     bgroup.add_argument("--wheelhouse", type=path_value, help="directory of wheels to install torch from (offline)")
     bgroup.add_argument("--extra-ca", type=path_value, help="CA bundle for a TLS-intercepting proxy (BuildKit secret)")
     bgroup.add_argument("--progress", default="auto", choices=("auto", "plain", "tty"), help="BuildKit progress")
+    bgroup.add_argument("--ccache-dir", type=path_value, help="carry the compiler cache: import DIR before the build, "
+                        "export it back after (for CI caches; created when missing)")
+    bgroup.add_argument("--ccache-mount", choices=("shared", "carried"), help="the build's ccache mount: carried "
+                        "(default with --ccache-dir: exactly DIR's content) or shared (every build's)")
 
     p = sub.add_parser("plan", parents=[common, cell, build], help="resolved build args and command; nothing built")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -112,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("gh-matrix", parents=[common, select, registry],
                        help="JSON for a GitHub Actions matrix (fromJson)")
     p.add_argument("--pretty", action="store_true", help="indented JSON")
+    p.add_argument("--stacks", action="store_true",
+                   help="one entry per registry tag (its cells, one per platform) for the index job, not per cell")
     p.set_defaults(func=ci.cmd_gh_matrix)
 
     p = sub.add_parser("bake", parents=[common, select, registry], help="docker-bake.json of the matrix")
@@ -119,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", choices=ci_matrix.CACHE_KINDS, default="none",
                    help="BuildKit cache per cell: gha (GitHub Actions), registry, none")
     p.add_argument("--cache-ref", help="registry cache repository (default: <registry>-cache)")
+    p.add_argument("--push-by-digest", action="store_true",
+                   help="push each platform's image untagged (CI); build.py publish-index then tags the stack's index")
     p.add_argument("--output", "-o", type=path_value, help="write here instead of stdout (e.g. docker-bake.json)")
     p.set_defaults(func=ci.cmd_bake)
 
@@ -129,6 +137,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-pull", action="store_true", help="verify the local image, do not pull")
     p.add_argument("--digest", help="pull REGISTRY@DIGEST (default: the digest build.py publish recorded, if any)")
     p.add_argument("--by-digest", action="store_true", help="refuse to pull by tag: a digest must be recorded or given")
+    sig = p.add_argument_group("signature (checked before the pull; one policy is required)")
+    sig.add_argument("--signature-identity", default=os.environ.get("APEX_SIGNATURE_IDENTITY"),
+                     help="keyless: the signing certificate's identity, a regex (images.yml's workflow), checked by "
+                     "cosign (default: $APEX_SIGNATURE_IDENTITY)")
+    sig.add_argument("--signature-issuer", default=None, help="keyless: the OIDC issuer (default: GitHub Actions')")
+    sig.add_argument("--signature-key", type=path_value, default=os.environ.get("APEX_SIGNATURE_KEY"),
+                     help="a cosign public key (cosign.pub) the image was signed with (default: $APEX_SIGNATURE_KEY)")
+    sig.add_argument("--no-signature-check", action="store_true",
+                     help="pull unsigned images (a private registry without signing); recorded as not checked")
     p.set_defaults(func=images.cmd_pull)
 
     p = sub.add_parser("publish", parents=[common, cell, registry],
@@ -138,18 +155,34 @@ def build_parser() -> argparse.ArgumentParser:
                    help="record what `buildx bake --push --metadata-file FILE` pushed instead of pushing here")
     p.set_defaults(func=images.cmd_publish)
 
+    p = sub.add_parser("publish-index", parents=[common, select, registry],
+                       help="put each stack's platforms under its one tag: an OCI index of the published digests")
+    p.add_argument("--refs-out", type=path_value, help="write each index made as REPO@sha256:... (one a line), for signing")
+    p.set_defaults(func=images.cmd_publish_index)
+
     p = sub.add_parser("zipapp", help="write verify as a self-contained zipapp (python verify.pyz [flags])")
     p.add_argument("--out", type=path_value, default=Path("out") / "verify.pyz",
                    help="file to write, or a directory to write verify.pyz into (default: out/verify.pyz)")
     p.set_defaults(func=images.cmd_zipapp)
 
+    p = sub.add_parser("ccache", parents=[common, cell],
+                       help="carry the Apex build's ccache between CI runs: import DIR into BuildKit, or export it")
+    p.add_argument("direction", choices=("import", "export"), help="import: DIR -> cache mount (before the build); "
+                   "export: cache mount -> DIR (after it)")
+    p.add_argument("--dir", type=path_value, required=True, help="the directory the CI cache restores and saves")
+    p.add_argument("--ccache-mount", choices=("shared", "carried"), default="shared",
+                   help="the mount bake's build compiles in: shared (default; what bake uses) or carried")
+    p.add_argument("--extra-ca", type=path_value, help="CA bundle for a TLS-intercepting proxy (BuildKit secret)")
+    p.add_argument("--progress", default="auto", choices=("auto", "plain", "tty"), help="BuildKit progress")
+    p.set_defaults(func=images.cmd_ccache)
+
     sub.add_parser("wheel", help="build the Apex wheel on bare metal (see build.py wheel --help)")
 
     p = sub.add_parser("index", help="checked wheels -> a PEP 503/691 index per stack (INDEX/torch2.11-cu130/simple)")
-    p.add_argument("wheels", nargs="*", type=Path, default=[],
+    p.add_argument("wheels", nargs="*", type=path_value, default=[],
                    help="wheel files or folders holding them (build.py wheel's --out, a matrix run's out/)")
     p.add_argument("--image", action="append", default=[], help="also the wheel in this image's /opt/apex; repeatable")
-    p.add_argument("--index", type=Path, default=Path("out") / "index", help="index folder (default: out/index)")
+    p.add_argument("--index", type=path_value, default=Path("out") / "index", help="index folder (default: out/index)")
     p.set_defaults(func=wheel_index.cmd_index)
 
     p = sub.add_parser("facts", help="the compatibility facts: `facts check` compares them with PyPI")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolchain.errors import EnvironmentUnavailable, UsageError
-from toolchain.image import labels
+from toolchain.image import ccache_carry, labels
 from toolchain.image.build_log import STEP, environment_fault, failed_step
 from toolchain.image.docker_host import DockerClient, client_or_default, docker_client, ping
 from toolchain.spec import targets
@@ -38,6 +38,7 @@ INPUTS = "docker/build-inputs"
 WHEELHOUSE_NAME, APEX_SRC_NAME = "wheelhouse", "apex-src"
 TAIL_LINES = 30
 TARGETS = ("runtime", "runtime-devel", "runtime-slim", "verify-runtime", "apex-build", "torch", "devel", "apex-src")
+CARRY_TARGETS = (ccache_carry.IMPORT_TARGET, ccache_carry.EXPORT_TARGET)  # no image: files to --output
 
 @dataclasses.dataclass(frozen=True)
 class BuildResult:
@@ -49,6 +50,7 @@ class BuildResult:
     log_path: str = ""
     step_failed: str | None = None  # "[apex-build 3/5] RUN ..."
     target: str = "runtime"
+    ccache_carried: dict | None = None  # --ccache-dir: the directory before the import and after the export
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -84,7 +86,7 @@ def build_command(cell: Cell, *, target: str = "runtime", apex_src: Path | str |
                   extra_args: dict[str, str] | None = None, client: DockerClient | None = None) -> list[str]:
     """The exact build command for a cell (what `build.py plan` prints; `build_image` runs it): the build
     args, and the target's labels (toolchain/image/labels.py) rendered from the same args."""
-    if target not in TARGETS:
+    if target not in TARGETS + CARRY_TARGETS:
         raise UsageError(f"--target {target!r}: no such Dockerfile stage to ship; use one of {', '.join(TARGETS)}")
     _progress(progress)  # validates the value
     prefix = (client or client_or_default()).build_prefix()
@@ -218,10 +220,12 @@ def _daemon_still_there(cell: Cell, log_path: Path) -> None:
 
 def build_image(cell: Cell, *, target: str = "runtime", log_path: Path | str, apex_src: Path | str | None = None,
                 wheelhouse: Path | str | None = None, extra_ca: Path | str | None = None, progress: str = "auto",
-                extra_args: dict[str, str] | None = None, retries: int = 1) -> BuildResult:
+                extra_args: dict[str, str] | None = None, retries: int = 1, ccache_dir: Path | None = None,
+                ccache_mount: str | None = None) -> BuildResult:
     """Build one cell's image (tag == cell.id). A broken cell returns ok=False with the failing stage
     and the log's last lines; a missing environment (daemon, disk, registry) raises
-    EnvironmentUnavailable, after `retries` more tries where a retry can help."""
+    EnvironmentUnavailable, after `retries` more tries where a retry can help. With `ccache_dir` the
+    compiler cache is imported from it before and exported to it after a successful build (ccache_carry.py)."""
     show = _progress(progress)
     if extra_ca is not None and not Path(extra_ca).is_file():
         raise UsageError(f"--extra-ca {extra_ca}: no such file; pass a PEM file with the proxy's CA certificate")
@@ -236,14 +240,25 @@ def build_image(cell: Cell, *, target: str = "runtime", log_path: Path | str, ap
         "BASE_DEVEL_DIGEST": _image_digest(args.get("BASE_DEVEL_IMAGE", "")),
         "BASE_RUNTIME_DIGEST": _image_digest(args.get("BASE_RUNTIME_IMAGE", "")),
     }
+    ccache_dir = ccache_carry.check_dir(ccache_dir)
+    # with a carried directory the build's own mount (carried) by default; --ccache-mount alone picks the mount
+    mount = ccache_mount or ("carried" if ccache_dir is not None else None)
+    carry = ccache_carry.carry_args(mount) if mount else {}
     env = dict(os.environ, DOCKER_BUILDKIT="1")
     start = time.monotonic()
+    carried = None
     with tempfile.TemporaryDirectory(prefix="apex-context-") as tmp:
         context = stage_context(Path(tmp), apex_src=Path(apex_src) if apex_src else None,
                                 wheelhouse=Path(wheelhouse) if wheelhouse else None)
+        all_args = {**provenance, **carry, **(extra_args or {})}
         command = build_command(cell, target=target, apex_src=apex_src, wheelhouse=wheelhouse, extra_ca=extra_ca,
-                                context=context, extra_args={**provenance, **(extra_args or {})}, client=client)
-        for attempt in range(retries + 1):
+                                context=context, extra_args=all_args, client=client)
+        code = 0
+        if ccache_dir is not None:
+            carried = {"before": ccache_carry.count(ccache_dir).to_json(), "mount": carry["CCACHE_MOUNT"]}
+            code = _carry(ccache_carry.IMPORT_TARGET, cell, context, ccache_dir, all_args, client, env, log_path,
+                          show, extra_ca)
+        for attempt in range(retries + 1 if code == 0 else 0):
             code = _run_build(command, env, log_path, show)
             if code == 0:
                 break
@@ -256,8 +271,60 @@ def build_image(cell: Cell, *, target: str = "runtime", log_path: Path | str, ap
             if not retry or attempt == retries:
                 raise EnvironmentUnavailable(f"building {cell.id}: {message}; see {log_path}")
             time.sleep(5)
+        if code == 0 and ccache_dir is not None:
+            # the image is built either way: a failed export leaves DIR as it was and is reported, not fatal
+            exported = _carry(ccache_carry.EXPORT_TARGET, cell, context, ccache_dir, all_args, client, env, log_path,
+                              show, extra_ca)
+            carried["after"] = ccache_carry.count(ccache_dir).to_json()
+            if exported != 0:
+                carried["export_failed"] = f"the ccache export build exited {exported}; see {log_path}"
     lines = log_path.read_text(errors="replace").splitlines()
     stage, step = (None, None) if code == 0 else failed_step(lines)
     return BuildResult(ok=code == 0, tag=cell.id, stage_failed=stage, log_tail=lines[-TAIL_LINES:],
                        duration_s=round(time.monotonic() - start, 1), log_path=str(log_path),
-                       step_failed=step, target=target)
+                       step_failed=step, target=target, ccache_carried=carried)
+
+
+def _carry(target: str, cell: Cell, context: Path, ccache_dir: Path, args: dict[str, str], client: DockerClient,
+           env: dict[str, str], log_path: Path, show: str, extra_ca: Path | str | None) -> int:
+    """One carry build in the image build's builder: import (DIR staged into the context -> cache mount) or
+    export (cache mount -> a sibling of DIR, swapped in when complete). The build's exit code."""
+    if target == ccache_carry.IMPORT_TARGET:
+        ccache_carry.stage_seed(context, ccache_dir)
+    dest = ccache_carry.export_dest(ccache_dir) if target == ccache_carry.EXPORT_TARGET else context / ".imported"
+    command = ccache_carry.local_output(
+        build_command(cell, target=target, extra_ca=extra_ca, context=context, extra_args=args, client=client), dest)
+    try:
+        code = _run_build(command, env, log_path, show)
+        if code == 0 and target == ccache_carry.EXPORT_TARGET:
+            ccache_dir.parent.mkdir(parents=True, exist_ok=True)
+            ccache_carry.swap_in(dest, ccache_dir)
+        return code
+    finally:
+        if target == ccache_carry.EXPORT_TARGET and dest.exists():
+            shutil.rmtree(dest, ignore_errors=True)
+
+
+def carry_ccache(cell: Cell, direction: str, *, ccache_dir: Path, mount: str, log_path: Path | str,
+                 extra_ca: Path | str | None = None, progress: str = "auto") -> BuildResult:
+    """`build.py ccache import|export` for CI, where bake builds the image between the two: the same carry
+    builds build_image runs around its own build, in the default builder (bake's, under setup-buildx)."""
+    show = _progress(progress)
+    target = {"import": ccache_carry.IMPORT_TARGET, "export": ccache_carry.EXPORT_TARGET}[direction]
+    ccache_dir = ccache_carry.check_dir(ccache_dir)
+    client = docker_client()
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_text("")
+    args = ccache_carry.carry_args(mount)
+    start = time.monotonic()
+    before = ccache_carry.count(ccache_dir).to_json()
+    with tempfile.TemporaryDirectory(prefix="apex-context-") as tmp:
+        context = stage_context(Path(tmp))
+        code = _carry(target, cell, context, ccache_dir, args, client, dict(os.environ, DOCKER_BUILDKIT="1"),
+                      log_path, show, extra_ca)
+    lines = log_path.read_text(errors="replace").splitlines()
+    carried = {"before": before, "mount": mount, "after": ccache_carry.count(ccache_dir).to_json()}
+    return BuildResult(ok=code == 0, tag=cell.id, stage_failed=None if code == 0 else failed_step(lines)[0],
+                       log_tail=lines[-TAIL_LINES:], duration_s=round(time.monotonic() - start, 1),
+                       log_path=str(log_path), target=target, ccache_carried=carried)

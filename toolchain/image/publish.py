@@ -5,7 +5,12 @@ The record, `out/cells/<cell id>/published.json` next to the cell's result.json:
     {"record_version": "1", "cell": ID, "repository": REPO, "tag": ID, "digest": "sha256:...",
      "ref": "REPO@sha256:...", "image_id": "sha256:...", "pushed_at": ..., "pushed_by": ...}
 `pushed_by` is "build.py publish" (pushed here through the Docker SDK) or "buildx bake" (CI pushed with
-buildx, SBOM and provenance attached; `--bake-metadata` reads the digest from bake's metadata file).
+buildx by digest, SBOM and provenance attached; `--bake-metadata` reads the digest from bake's metadata file).
+
+`build.py publish --index` then puts every platform of a stack under its one tag (Cell.tag; an OCI index,
+toolchain/image/oci_index.py) and rewrites each member cell's record to name the index: `digest`/`ref` become
+the index's (what is signed and pulled: the engine picks the node's platform from it), `platform` and
+`platform_digest` keep what was pushed for this cell, `index` lists the tag and every platform's digest.
 
 Pulling back (`build.py pull`, toolchain/image/pull.py) takes the digest from this record or from --digest:
 a malformed digest is exit 2; a digest the registry does not hold (changed by hand, or the image
@@ -59,15 +64,56 @@ def read_record(out: Path, cell_id: str) -> dict[str, Any] | None:
     return record
 
 
-def _record(out: Path, cell_id: str, repository: str, digest: str, image_id: str | None, pushed_by: str) -> dict:
+def _record(out: Path, cell_id: str, repository: str, digest: str, image_id: str | None, pushed_by: str,
+            platform: str | None = None) -> dict:
     record = {"record_version": RECORD_VERSION, "cell": cell_id, "repository": repository, "tag": cell_id,
               "digest": check_digest(digest, "pushed digest"), "ref": f"{repository}@{digest}",
-              "image_id": image_id, "pushed_at": now(), "pushed_by": pushed_by}
+              "image_id": image_id, "pushed_at": now(), "pushed_by": pushed_by, "platform": platform,
+              "platform_digest": digest}
     atomic.write_json(record_path(out, cell_id), record)
     return record
 
 
-def push(cell_id: str, repository: str, *, out: Path, local: str | None = None) -> dict[str, Any]:
+def publish_indexes(cells: list, repository: str, *, out: Path) -> tuple[list[dict], list[str]]:
+    """For each stack among `cells` (cells grouped by Cell.tag): the index of its platforms' recorded digests
+    under the tag, and each member's record rewritten to name it. A stack with a member that has no record
+    (its build failed) or a wrong one is left as it was; the others go on. (index records, problems)."""
+    from toolchain.image import oci_index
+
+    stacks: dict[str, list] = {}
+    for cell in cells:
+        stacks.setdefault(cell.tag, []).append(cell)
+    made, problems = [], []
+    for tag, members in stacks.items():
+        records = {cell.id: read_record(out, cell.id) for cell in members}
+        missing = [cid for cid, record in records.items() if record is None]
+        if missing:
+            problems.append(f"{tag}: no publish record for {', '.join(missing)} (its build failed or was not pushed: "
+                            f"no {record_path(out, missing[0])}); the tag was not moved")
+            continue
+        other = sorted({r["repository"] for r in records.values() if r["repository"] != repository})
+        if other:
+            problems.append(f"{tag}: the records name {', '.join(other)}, not --registry {repository}; pass that "
+                            "registry, or publish the cells there")
+            continue
+        images = [oci_index.PlatformImage(cell.id, cell.platform, records[cell.id].get("platform_digest")
+                                          or records[cell.id]["digest"]) for cell in members]
+        try:
+            index = oci_index.make_index(repository, tag, images)
+        except oci_index.IndexRefused as refused:
+            problems.append(str(refused))
+            continue
+        for cell in members:
+            record = dict(records[cell.id], platform=cell.platform, platform_digest=index.platforms[cell.platform],
+                          digest=index.digest, ref=index.ref, tag=tag,
+                          index={"tag": tag, "digest": index.digest, "platforms": index.platforms, "made_at": now()})
+            atomic.write_json(record_path(out, cell.id), record)
+        made.append({"tag": tag, "ref": index.ref, "platforms": index.platforms, "cells": [c.id for c in members]})
+    return made, problems
+
+
+def push(cell_id: str, repository: str, *, out: Path, local: str | None = None,
+         platform: str | None = None) -> dict[str, Any]:
     """Tag the local image (default: the cell id) as REPOSITORY:<cell id>, push it, record the digest."""
     import docker
     from docker.errors import APIError, DockerException
@@ -91,10 +137,11 @@ def push(cell_id: str, repository: str, *, out: Path, local: str | None = None) 
         why = errors[-1] if errors else "the registry returned no digest"
         raise EnvironmentUnavailable(f"pushing {repository}:{cell_id} failed ({why}); check the registry is "
                                      "reachable and you are logged in (docker login)")
-    return _record(out, cell_id, repository, digest, image.id, "build.py publish")
+    return _record(out, cell_id, repository, digest, image.id, "build.py publish", platform)
 
 
-def from_bake_metadata(cell_id: str, target: str, repository: str, metadata: Path, *, out: Path) -> dict[str, Any]:
+def from_bake_metadata(cell_id: str, target: str, repository: str, metadata: Path, *, out: Path,
+                       platform: str | None = None) -> dict[str, Any]:
     """Record what `docker buildx bake --push --metadata-file FILE` pushed for this cell's bake target."""
     try:
         data = input_files.read_json(metadata, input_files.CELL_RESULT)
@@ -108,7 +155,7 @@ def from_bake_metadata(cell_id: str, target: str, repository: str, metadata: Pat
         raise UsageError(f"--bake-metadata {metadata}: no pushed digest for bake target {target!r} (targets: "
                          f"{', '.join(sorted(data)) or 'none'}); bake this cell with --push")
     return _record(out, cell_id, repository, entry["containerimage.digest"], entry.get("containerimage.config.digest"),
-                   "buildx bake")
+                   "buildx bake", platform)
 
 
 def refusal(reason: str, ref: str) -> DigestRefused | None:

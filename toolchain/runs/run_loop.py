@@ -111,7 +111,10 @@ def _build(cell: Cell, request: RunRequest, console: Console, log_path: Path) ->
     with console.group(f"build {cell.name}: {cell.id}"):
         try:
             outcome = engine.build_image(cell, target=request.target, log_path=log_path, apex_src=request.apex_src,
-                                         wheelhouse=request.wheelhouse, extra_ca=request.extra_ca, progress=request.progress)
+                                         wheelhouse=request.wheelhouse, extra_ca=request.extra_ca, progress=request.progress,
+                                         ccache_dir=request.ccache_dir, ccache_mount=request.ccache_mount)
+            if getattr(outcome, "ccache_carried", None):
+                build["ccache_carried"] = outcome.ccache_carried
             build.update(ok=bool(outcome.ok), tag=outcome.tag or cell.id, stage_failed=outcome.stage_failed,
                          step_failed=getattr(outcome, "step_failed", None),
                          log_tail=_tail(outcome.log_tail), duration_s=round(float(outcome.duration_s), 1))
@@ -197,6 +200,10 @@ def check_inputs(request: RunRequest) -> None:
         # what --wheelhouse must hold is checked per cell (toolchain/image/wheelhouse.py: names the cell's values)
         if not want_dir and not Path(path).is_file():
             raise UsageError(f"{option} {path}: no such file; pass the CA bundle file (PEM)")
+    if request.ccache_dir is not None:  # may be missing (a first run), not something else
+        from toolchain.image import ccache_carry
+
+        ccache_carry.check_dir(Path(request.ccache_dir))
 
 
 def build_one(cell: Cell, request: RunRequest, console: Console) -> int:

@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-_PATHS = ("out", "logs", "apex_src", "wheelhouse", "extra_ca")
+_PATHS = ("out", "logs", "apex_src", "wheelhouse", "extra_ca", "ccache_dir")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,6 +22,8 @@ class RunRequest:
     extra_ca: Path | None = None  # a CA bundle for a TLS-intercepting proxy
     progress: str = "auto"  # BuildKit progress on the terminal: auto | plain | tty
     verify: str = "none"  # verify each built image: none | auto | require
+    ccache_dir: Path | None = None  # the compiler cache carried in and out of the build (CI caches)
+    ccache_mount: str | None = None  # the Dockerfile's ccache mount: shared | carried (default with ccache_dir)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunRequest:

@@ -12,7 +12,7 @@ from toolchain.spec import compat as compat_mod
 class Cell:
     """One fully resolved build: what the Dockerfile ARGs receive and what the image is tagged."""
 
-    id: str  # == image tag == report cell id
+    id: str  # == report cell id == local image tag (the registry tag too, unless image_tag differs)
     name: str  # the [cells.NAME] table, or "cli" for a cell made from command-line values
     cuda: str  # "12.4"
     torch: str  # "2.6.0"
@@ -29,6 +29,14 @@ class Cell:
     torch_index_url: str
     variant: str = ""  # the id's suffix when archs/extras/flags/gcc differ from the defaults
     platform: str = compat_mod.DEFAULT_PLATFORM  # docker --platform: "linux/amd64" or "linux/arm64"
+    # the registry tag this cell's image goes under: the id without its platform suffix, shared by the cells of
+    # one stack on other platforms (an OCI index, toolchain/image/oci_index.py); "" means the id itself
+    image_tag: str = ""
+
+    @property
+    def tag(self) -> str:
+        """The registry tag: one for every platform of the stack (cu132 and cu132-arm64 share it)."""
+        return self.image_tag or self.id
 
     @property
     def arch_list(self) -> str:

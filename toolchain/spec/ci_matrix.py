@@ -34,8 +34,8 @@ def check_repository(value: str | None, option: str) -> None:
 
 
 def image_ref(cell: Cell, registry: str | None) -> str:
-    """`ghcr.io/org/apex:<cell id>`, or the bare cell id for a local image."""
-    return f"{registry.rstrip('/')}:{cell.id}" if registry else cell.id
+    """`ghcr.io/org/apex:<tag>` (Cell.tag: one for all the stack's platforms), or the bare cell id for a local image."""
+    return f"{registry.rstrip('/')}:{cell.tag}" if registry else cell.id
 
 
 def gh_matrix(cells: list[Cell], registry: str | None = None) -> dict[str, Any]:
@@ -55,6 +55,8 @@ def gh_matrix(cells: list[Cell], registry: str | None = None) -> dict[str, Any]:
                 "os": cell.os,
                 "archs": cell.arch_list,
                 "platform": cell.platform,
+                "tag": cell.tag,  # the registry tag: shared by the stack's platforms (publish-index)
+                "stack_artifact": stack_artifact(cell.tag),  # the index job's records for that tag
                 "runner": BUILD_RUNNERS[cell.platform],
                 "gpu_runner": GPU_RUNNERS[cell.platform],
                 # one BuildKit cache per cell: cells never evict each other's layers
@@ -63,6 +65,22 @@ def gh_matrix(cells: list[Cell], registry: str | None = None) -> dict[str, Any]:
             for cell in cells
         ]
     }
+
+
+def gh_stacks(cells: list[Cell]) -> dict[str, Any]:
+    """`strategy.matrix` for the index job: one entry per registry tag, naming the cells (one per platform)
+    whose digests `build.py publish-index` puts under it."""
+    stacks: dict[str, list[Cell]] = {}
+    for cell in cells:
+        stacks.setdefault(cell.tag, []).append(cell)
+    return {"include": [{"tag": tag, "cells": " ".join(c.name for c in members),
+                         "platforms": " ".join(c.platform for c in members),
+                         "artifact": stack_artifact(tag)} for tag, members in stacks.items()]}
+
+
+def stack_artifact(tag: str) -> str:
+    """The artifact name the index job uploads a stack's rewritten publish records under."""
+    return "records-" + _BAKE_NAME.sub("_", tag)
 
 
 def bake_target_name(cell: Cell) -> str:
@@ -92,6 +110,7 @@ def bake(
     target: str = "runtime",
     cache: str = "none",
     cache_ref: str | None = None,
+    push_by_digest: bool = False,
 ) -> dict[str, Any]:
     """A docker-bake.json: one target per cell with its build args, labels and tag(s), grouped as `default`.
 
@@ -111,6 +130,10 @@ def bake(
             "tags": [image_ref(cell, registry)],
             "platforms": [cell.platform],
         }
+        if push_by_digest and registry:
+            # untagged: the stack's tag is the OCI index publish-index makes from every platform's digest
+            del entry["tags"]
+            entry["output"] = [f"type=image,name={registry.rstrip('/')},push-by-digest=true,name-canonical=true,push=true"]
         if cache == "gha":
             entry["cache-from"] = [f"type=gha,scope={cell.id}"]
             entry["cache-to"] = [f"type=gha,scope={cell.id},mode=max"]

@@ -210,10 +210,14 @@ def resolve(
         return None, r.problems
 
     variant = naming.variant_of(r, archs, default_archs, extras, flags, gcc, os_name)
-    os_part = "-".join(p for p in (os_name or "", facts.platform(platform or "").id_suffix) if p)
+    suffix = facts.platform(platform or "").id_suffix
+    os_part = "-".join(p for p in (os_name or "", suffix) if p)
     cell_id = naming.make_cell_id(r, explicit_tag, apex_ref, torch_version, cuda, python, os_part, variant)
     if cell_id is None:
         return None, r.problems
+    # the registry tag leaves the platform out: the stack's platforms go under one tag (an OCI index)
+    image_tag = "" if explicit_tag is not None or not suffix else (
+        naming.make_cell_id(r, None, apex_ref, torch_version, cuda, python, os_name, variant) or "")
     cell = Cell(
         id=cell_id,
         name=name,
@@ -232,6 +236,7 @@ def resolve(
         torch_index_url=index_url or facts.index_url(cuda),
         variant=variant,
         platform=platform or facts.default_platform,
+        image_tag=image_tag if image_tag != cell_id else "",
     )
     return cell, r.problems
 
