@@ -29,6 +29,9 @@ class Cell:
     torch_index_url: str
     variant: str = ""  # the id's suffix when archs/extras/flags/gcc differ from the defaults
     platform: str = compat_mod.DEFAULT_PLATFORM  # docker --platform: "linux/amd64" or "linux/arm64"
+    # which bases it stands on: "nvidia" (nvidia/cuda images), "local" (a debootstrap base of compat.toml's
+    # [local_base], CUDA from NVIDIA's wheels), "given" (base_devel/base_runtime written by the user)
+    base_route: str = "nvidia"
 
     @property
     def arch_list(self) -> str:

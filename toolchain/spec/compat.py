@@ -86,6 +86,30 @@ class OsRelease:
     gcc_default: str
     gcc: tuple[str, ...]
     python: tuple[str, ...]  # what `apt-get install python<ver>` finds
+    glibc: str | None = None  # its C library's version (None: not recorded, so no host_clash row applies)
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalBase:
+    """An OS base made here with debootstrap (no registry): CUDA then comes from NVIDIA's wheels."""
+
+    os: str  # "debian12"
+    image: str  # "apex-toolchain/base:bookworm"
+    suite: str  # "bookworm", what debootstrap takes
+
+
+@dataclasses.dataclass(frozen=True)
+class HostClash:
+    """A glibc whose C23 math declarations break nvcc's host pass up to some nvcc."""
+
+    glibc_min: str
+    nvcc_max: str
+    error: str
+    source: str
+
+    def applies(self, glibc: str | None, nvcc: str) -> bool:
+        return glibc is not None and version_key(glibc) >= version_key(self.glibc_min) \
+            and version_key(nvcc) <= version_key(self.nvcc_max)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +126,9 @@ class Compat:
     runtime_image_pattern: str
     platforms: dict[str, Platform] = dataclasses.field(default_factory=dict)  # first is the default
     leads: tuple[Lead, ...] = ()
+    local_bases: dict[str, LocalBase] = dataclasses.field(default_factory=dict)  # os -> its debootstrap base
+    host_clashes: tuple[HostClash, ...] = ()
+    pypi_index_url: str = "https://pypi.org/simple"
     source: Path = DATA  # the file these facts were read from (its [[apex.builds]]: toolchain.spec.apex_refs)
 
     # --- lookups -----------------------------------------------------------------------------
@@ -134,6 +161,22 @@ class Compat:
 
     def index_url(self, cuda: str) -> str:
         return self.index_url_pattern.format(cuda_tag="cu" + cuda.replace(".", ""))
+
+    def pypi_carries(self, torch_version: str, cuda: str) -> bool:
+        """Whether PyPI's own torch wheel of this release is its CUDA `cuda` build (PyPI carries one CUDA)."""
+        release = self.torch_release(torch_version)
+        return release is not None and release.pypi_cuda == cuda
+
+    def local_base_for_python(self, python: str) -> LocalBase | None:
+        """The local base whose OS packages this Python (the newest OS first)."""
+        for base in reversed(list(self.local_bases.values())):
+            if python in self.os[base.os].python:
+                return base
+        return None
+
+    def host_clash(self, os_name: str, nvcc: str) -> HostClash | None:
+        glibc = self.os[os_name].glibc if os_name in self.os else None
+        return next((c for c in self.host_clashes if c.applies(glibc, nvcc)), None)
 
     def base_images(self, cuda: str, os_name: str) -> tuple[str, str]:
         fields = {"cuda": cuda, "cuda_full": self.cuda[cuda].full, "os": os_name}
@@ -168,6 +211,7 @@ def load(path: Path = DATA) -> Compat:
         apex_default_ref=raw["apex"]["default_ref"],
         apex_core_flags=tuple(raw["apex"]["core_flags"]),
         index_url_pattern=raw["pytorch"]["index_url"],
+        pypi_index_url=raw["pytorch"].get("pypi_index_url", "https://pypi.org/simple"),
         torch={
             minor: TorchRelease(
                 minor=minor,
@@ -192,9 +236,13 @@ def load(path: Path = DATA) -> Compat:
         },
         os={
             name: OsRelease(name=name, gcc_default=str(row["gcc_default"]), gcc=tuple(str(g) for g in row["gcc"]),
-                            python=tuple(row["python"]))
+                            python=tuple(row["python"]), glibc=row.get("glibc"))
             for name, row in raw["os"].items()
         },
+        local_bases={name: LocalBase(os=name, image=row["image"], suite=row["suite"])
+                     for name, row in raw.get("local_base", {}).items()},
+        host_clashes=tuple(HostClash(glibc_min=row["glibc_min"], nvcc_max=row["nvcc_max"], error=row["error"],
+                                     source=row["source"]) for row in raw.get("host_clash", ())),
         devel_image_pattern=raw["images"]["devel"],
         runtime_image_pattern=raw["images"]["runtime"],
         platforms={
