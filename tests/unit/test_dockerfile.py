@@ -125,4 +125,4 @@ def test_build_py_and_the_bake_file_pass_the_os_each_target_stands_on(target: st
     bake = ci_matrix.bake([cell], target=target)["target"]
     (entry,) = bake.values()
     assert entry["args"]["RUNTIME_OS"] == runtime_os and entry["args"]["BASE_SLIM_IMAGE"] == "ubuntu:24.04"
-    assert entry["labels"] == labels.for_image(target, entry["args"])
+    assert entry["labels"] == labels.for_image(target, {**entry["args"], "BASE_ROUTE": cell.base_route})
