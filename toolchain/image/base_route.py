@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from toolchain.errors import EnvironmentUnavailable, UsageError
+from toolchain.errors import EnvironmentUnavailable, MatrixError, UsageError
 from toolchain.spec import compat as compat_mod
 from toolchain.spec.cell import Cell
 
@@ -77,13 +77,6 @@ def choose(cell: Cell, requested: str, reresolve: Reresolve, available: Availabi
         reason = f"{missing[0][0]} cannot be pulled ({missing[0][1]})"
     else:
         reason = "--base local"
-    local = facts.local_base_for_python(cell.python)
-    if local is None:
-        offered = ", ".join(f"{b.os}: Python {'/'.join(facts.os[b.os].python)}" for b in facts.local_bases.values())
-        raise EnvironmentUnavailable(
-            f"cell {cell.name}: {reason}, and no local base packages Python {cell.python} ({offered}); "
-            f"pass --python with one of those (make: PYTHON=), or make the NVIDIA image available (docker load, "
-            "or --base-devel/--base-runtime with your mirror)")
     default_index = cell.torch_index_url == facts.index_url(cell.cuda)
     if requested == "auto" and default_index and not facts.pypi_carries(cell.torch, cell.cuda):
         release = facts.torch_release(cell.torch)
@@ -93,11 +86,33 @@ def choose(cell: Cell, requested: str, reresolve: Reresolve, available: Availabi
             f"PyPI does not carry (PyPI's torch {compat_mod.minor_of(cell.torch)} is {pypi}): it is on "
             f"{cell.torch_index_url}; pass --base local --torch-index-url {cell.torch_index_url} (or a mirror of it; "
             "make: BASE=local), or make the NVIDIA image available")
-    moved = reresolve(cell, {"os": local.os})
-    note = (f"cell {cell.name}: {reason}: building it on the local base {local.image} ({local.os}, CUDA {moved.cuda} "
-            f"from NVIDIA's wheels, torch {moved.torch} from {moved.torch_index_url}) as {moved.id}"
+    moved, local, refused = _on_a_local_base(cell, reresolve, facts)
+    if moved is None or local is None:
+        offered = ", ".join(f"{b.os} (Python {'/'.join(facts.os[b.os].python)})" for b in facts.local_bases.values())
+        raise EnvironmentUnavailable(
+            f"cell {cell.name}: {reason}, and no local base fits it ({offered}: {'; '.join(refused)}); make the NVIDIA "
+            "image available (docker load, or --base-devel/--base-runtime with your mirror), or pass a --python one "
+            "of them packages (make: PYTHON=)")
+    python = f", Python {moved.python} (the cell's {cell.python} is not packaged there)" if moved.python != cell.python else ""
+    note = (f"cell {cell.name}: {reason}: building it on the local base {local.image} ({local.os}{python}, CUDA "
+            f"{moved.cuda} from NVIDIA's wheels, torch {moved.torch} from {moved.torch_index_url}) as {moved.id}"
             + ("; --base nvidia to insist" if requested == "auto" else ""))
     return moved, note
+
+
+def _on_a_local_base(cell: Cell, reresolve: Reresolve, facts: compat_mod.Compat
+                     ) -> tuple[Cell | None, compat_mod.LocalBase | None, list[str]]:
+    """The cell resolved again on the first local base that takes it: the one packaging its Python first,
+    then the newest; a Python the cell did not write is the OS's (validation says when one does not fit)."""
+    order = sorted(facts.local_bases.values(),
+                   key=lambda b: (cell.python not in facts.os[b.os].python, -list(facts.local_bases).index(b.os)))
+    refused = []
+    for local in order:
+        try:
+            return reresolve(cell, {"os": local.os}), local, refused
+        except MatrixError as error:
+            refused.append(f"{local.os}: {str(error).splitlines()[-1].removeprefix('error: ')}")
+    return None, None, refused
 
 
 def ensure_local_base(cell: Cell, facts: compat_mod.Compat | None = None,

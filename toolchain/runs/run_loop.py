@@ -90,8 +90,8 @@ def run_cell(cell: Cell, request: RunRequest, console: Console, *, verify_mode: 
         build = _build(cell, request, console, log_path)
         if not build["ok"]:
             result = result.replace(build=build, status=CellStatus(build.get("status", "build_failed")))
-        elif verify_mode == "none":
-            result = result.replace(build=build, status=CellStatus.BUILT)
+        elif verify_mode == "none":  # the build's own gate still reaches the report
+            result = result.replace(build=build, status=CellStatus.BUILT, verify=_gate(build["tag"], request, cell))
         else:
             verify = _verify(build["tag"], request, console, verify_mode, cell)
             result = result.replace(build=build, verify=verify, status=CellStatus(verify["status"]))
@@ -162,6 +162,27 @@ def _verify(tag: str, request: RunRequest, console: Console, mode: str, cell: Ce
         console.error(f"{cell.name}: verify exit {code}: {verify.get('error') or verify.get('report_path')}",
                       title=f"verify {cell.id}")
     return verify
+
+
+def _gate(tag: str, request: RunRequest, cell: Cell) -> dict[str, Any] | None:
+    """The static gate's report that the build left in the image (/opt/apex/verify-static.json), copied next
+    to the cell's result, so `build.py report` shows it for an image built with --verify none."""
+    from toolchain.image import inspect_image
+    from toolchain.spec.targets import APEX_TARGETS
+
+    if request.target not in APEX_TARGETS or request.target == "apex-build":
+        return None
+    try:
+        report = inspect_image.inspect(tag).get("static_report")
+    except ToolchainError as err:
+        return {"mode_requested": "none", "error": f"the gate's report could not be read from {tag}: {err}"}
+    if not isinstance(report, dict) or "verdict" not in report:
+        return {"mode_requested": "none", "error": f"{tag} holds no readable {inspect_image.EMBEDDED['static_report']}"}
+    path = request.out / "cells" / cell.id / "verify" / "gate-report.json"
+    atomic.write_json(path, report)
+    gate = {"mode_requested": "none", "source": f"the build's gate ({inspect_image.EMBEDDED['static_report']})",
+            "report_path": str(path), "exit_code": exit_codes.OK if report.get("verdict") == "PASS" else exit_codes.FAILED}
+    return gate | report_summary(path)
 
 
 def report_summary(report_path: Any) -> dict[str, Any]:
