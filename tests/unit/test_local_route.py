@@ -107,14 +107,28 @@ def test_auto_moves_an_unpullable_cell_to_the_local_base_and_says_so_in_one_line
 
 
 def test_auto_stops_with_exit_3_naming_the_index_where_pypi_lacks_the_build() -> None:
-    c = cell(base="cu126")  # torch 2.7 + CUDA 12.6: PyPI's 2.7 is cu126, so take cu128 (PyPI: 12.8)
-    assert choose(c)[0].base_route == "local"
-    with pytest.raises(EnvironmentUnavailable) as caught:
-        choose(cell(cuda="12.6", torch="2.8", python="3.11", os="ubuntu22.04"))
+    with pytest.raises(EnvironmentUnavailable) as caught:  # PyPI's torch 2.8 is its CUDA 12.8 build
+        choose(cell(cuda="13.0", torch="2.10", python="3.11", os="ubuntu22.04"))
     text = str(caught.value)
     assert caught.value.exit_code == exit_codes.ENVIRONMENT
-    assert "PyPI does not carry" in text and "PyPI's torch 2.8 is CUDA 12.8" in text
-    assert "--torch-index-url https://download.pytorch.org/whl/cu126" in text and "--base local" in text
+    assert "PyPI does not carry" in text and "PyPI's torch 2.10 is CUDA 12.8" in text
+    assert "--torch-index-url https://download.pytorch.org/whl/cu130" in text and "--base local" in text
+
+
+def test_a_cuda_12_cell_takes_debian13s_own_toolkit_as_nvidias_wheels_hold_no_nvcc_12() -> None:
+    c = cell(base="cu124")  # torch 2.6: PyPI's wheel is its CUDA 12.4 build
+    moved, note = choose(c)
+    assert (moved.os, moved.python, moved.gcc, moved.cuda, moved.torch) == ("debian13", "3.13", "13", "12.4", "2.6.0")
+    assert moved.os_cuda_packages == ("nvidia-cuda-toolkit",) and moved.archs == c.archs
+    assert moved.build_args()["OS_CUDA_COMPONENTS"] == "contrib non-free"
+    assert "CUDA 12.4 from debian13's nvidia-cuda-toolkit" in note and "Python 3.13 (the cell's 3.11" in note
+    # where no OS archive has the CUDA either: exit 3 saying why each local base refused
+    with pytest.raises(EnvironmentUnavailable) as caught:
+        choose(cell(base="cu126"))
+    text = str(caught.value)
+    assert "no local base fits it" in text and "NVIDIA's wheels hold no nvcc 12.6" in text and "glibc 2.41" in text
+    with pytest.raises(EnvironmentUnavailable):
+        choose(cell(cuda="12.6", torch="2.8", python="3.11", os="ubuntu22.04"))
 
 
 def test_local_forces_the_route_and_nvidia_refuses_an_os_nvidia_has_no_image_for() -> None:
@@ -204,7 +218,8 @@ def test_the_unit_runner_records_each_start(tmp_path: Path) -> None:
 def test_the_live_facts_carry_this_issues_rows() -> None:
     live = compat.load()
     assert set(live.local_bases) == {"debian12", "debian13"} and live.os["debian13"].python == ("3.13",)
-    assert live.host_clash("debian13", "12.4") is not None and live.host_clash("debian13", "13.2") is None
+    assert live.host_clash("debian13", "12.8") is not None and live.host_clash("debian13", "13.2") is None
+    assert live.host_clash("debian13", "12.4") is None  # its own nvidia-cuda-toolkit, patched for its glibc
     assert live.host_clash("debian12", "12.4") is None
     assert "2.14.0" in live.torch["2.14"].patches
     assert {"12.6", "12.8", "13.0"} <= set(live.torch["2.11"].aarch64_cuda) <= set(live.torch["2.11"].cuda)

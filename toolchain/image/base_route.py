@@ -90,12 +90,13 @@ def choose(cell: Cell, requested: str, reresolve: Reresolve, available: Availabi
     if moved is None or local is None:
         offered = ", ".join(f"{b.os} (Python {'/'.join(facts.os[b.os].python)})" for b in facts.local_bases.values())
         raise EnvironmentUnavailable(
-            f"cell {cell.name}: {reason}, and no local base fits it ({offered}: {'; '.join(refused)}); make the NVIDIA "
-            "image available (docker load, or --base-devel/--base-runtime with your mirror), or pass a --python one "
-            "of them packages (make: PYTHON=)")
+            f"cell {cell.name}: {reason}, and no local base fits it ({offered}; {' / '.join(refused)}); make the "
+            "NVIDIA image available (docker load, or --base-devel/--base-runtime with your mirror; make: BASE_DEVEL_IMAGE=), "
+            "or change what the refusals name")
     python = f", Python {moved.python} (the cell's {cell.python} is not packaged there)" if moved.python != cell.python else ""
+    cuda_from = (f"{local.os}'s {' '.join(moved.os_cuda_packages)}" if moved.os_cuda_packages else "NVIDIA's wheels")
     note = (f"cell {cell.name}: {reason}: building it on the local base {local.image} ({local.os}{python}, CUDA "
-            f"{moved.cuda} from NVIDIA's wheels, torch {moved.torch} from {moved.torch_index_url}) as {moved.id}"
+            f"{moved.cuda} from {cuda_from}, torch {moved.torch} from {moved.torch_index_url}) as {moved.id}"
             + ("; --base nvidia to insist" if requested == "auto" else ""))
     return moved, note
 
@@ -111,7 +112,7 @@ def _on_a_local_base(cell: Cell, reresolve: Reresolve, facts: compat_mod.Compat
         try:
             return reresolve(cell, {"os": local.os}), local, refused
         except MatrixError as error:
-            refused.append(f"{local.os}: {str(error).splitlines()[-1].removeprefix('error: ')}")
+            refused.append(f"{local.os}: {'; '.join(p.problem for p in error.problems)}")
     return None, None, refused
 
 

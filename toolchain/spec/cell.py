@@ -32,6 +32,8 @@ class Cell:
     # which bases it stands on: "nvidia" (nvidia/cuda images), "local" (a debootstrap base of compat.toml's
     # [local_base], CUDA from NVIDIA's wheels), "given" (base_devel/base_runtime written by the user)
     base_route: str = "nvidia"
+    os_cuda_packages: tuple[str, ...] = ()  # a local base's CUDA from its OS's archive (compat.toml [os_cuda])
+    os_cuda_components: tuple[str, ...] = ()
 
     @property
     def arch_list(self) -> str:
@@ -53,11 +55,15 @@ class Cell:
             "APEX_FLAGS": " ".join(f"{k}={v}" for k, v in self.apex_flags.items()),
             "CELL_ID": self.id,
             "GCC_VERSION": self.gcc,
+            "OS_CUDA_PACKAGES": " ".join(self.os_cuda_packages),
+            "OS_CUDA_COMPONENTS": " ".join(self.os_cuda_components),
         }
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["archs"] = list(self.archs)
         data["extras"] = list(self.extras)
+        data["os_cuda_packages"] = list(self.os_cuda_packages)
+        data["os_cuda_components"] = list(self.os_cuda_components)
         return data
 

@@ -55,6 +55,7 @@ class Toolkit:
     gcc_max: int
     archs: tuple[str, ...]
     ptx_on_highest: bool = False  # default arch lists end in "<highest>+PTX" (as PyTorch's CUDA 13 wheels)
+    nvcc_wheel: bool = True  # NVIDIA publishes this nvcc (the compiler, not only ptxas) as a wheel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +100,16 @@ class LocalBase:
 
 
 @dataclasses.dataclass(frozen=True)
+class OsCuda:
+    """A CUDA toolkit in an OS's own package archive (for a local base whose CUDA has no nvcc wheel)."""
+
+    os: str
+    cuda: str
+    packages: tuple[str, ...]
+    components: tuple[str, ...]  # archive components to enable (Debian: contrib non-free)
+
+
+@dataclasses.dataclass(frozen=True)
 class HostClash:
     """A glibc whose C23 math declarations break nvcc's host pass up to some nvcc."""
 
@@ -128,6 +139,7 @@ class Compat:
     leads: tuple[Lead, ...] = ()
     local_bases: dict[str, LocalBase] = dataclasses.field(default_factory=dict)  # os -> its debootstrap base
     host_clashes: tuple[HostClash, ...] = ()
+    os_cuda: dict[str, OsCuda] = dataclasses.field(default_factory=dict)
     pypi_index_url: str = "https://pypi.org/simple"
     source: Path = DATA  # the file these facts were read from (its [[apex.builds]]: toolchain.spec.apex_refs)
 
@@ -174,7 +186,13 @@ class Compat:
                 return base
         return None
 
+    def cuda_from_os(self, os_name: str, cuda: str) -> OsCuda | None:
+        found = self.os_cuda.get(os_name)
+        return found if found is not None and found.cuda == cuda else None
+
     def host_clash(self, os_name: str, nvcc: str) -> HostClash | None:
+        if self.cuda_from_os(os_name, nvcc):  # the OS's own toolkit, patched for its glibc
+            return None
         glibc = self.os[os_name].glibc if os_name in self.os else None
         return next((c for c in self.host_clashes if c.applies(glibc, nvcc)), None)
 
@@ -227,7 +245,7 @@ def load(path: Path = DATA) -> Compat:
         },
         toolkits=tuple(
             Toolkit(nvcc=tuple(row["nvcc"]), gcc_max=int(row["gcc_max"]), archs=tuple(row["archs"]),
-                    ptx_on_highest=bool(row.get("ptx_on_highest", False)))
+                    ptx_on_highest=bool(row.get("ptx_on_highest", False)), nvcc_wheel=bool(row.get("nvcc_wheel", True)))
             for row in raw["toolkit"]
         ),
         cuda={
@@ -241,6 +259,8 @@ def load(path: Path = DATA) -> Compat:
         },
         local_bases={name: LocalBase(os=name, image=row["image"], suite=row["suite"])
                      for name, row in raw.get("local_base", {}).items()},
+        os_cuda={name: OsCuda(os=name, cuda=row["cuda"], packages=tuple(row["packages"]),
+                              components=tuple(row.get("components", ()))) for name, row in raw.get("os_cuda", {}).items()},
         host_clashes=tuple(HostClash(glibc_min=row["glibc_min"], nvcc_max=row["nvcc_max"], error=row["error"],
                                      source=row["source"]) for row in raw.get("host_clash", ())),
         devel_image_pattern=raw["images"]["devel"],
