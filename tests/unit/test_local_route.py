@@ -100,7 +100,7 @@ def test_auto_moves_an_unpullable_cell_to_the_local_base_and_says_so_in_one_line
     assert (moved.cuda, moved.torch, moved.archs, moved.apex_ref) == (c.cuda, c.torch, c.archs, c.apex_ref)
     assert moved.torch_index_url == "https://pypi.org/simple" and moved.base_devel == "apex-toolchain/base:trixie"
     assert "\n" not in note and "nvidia/cuda:13.0.1-devel-ubuntu24.04 cannot be pulled (lookup registry-1" in note
-    assert "Python 3.13 (the cell's 3.12 is not packaged there)" in note
+    assert "debian13 with Python 3.13, as none packages the cell's 3.12" in note
     assert "apex-toolchain/base:trixie" in note and moved.id in note and "--base nvidia" in note
     # a Python the cell writes and a local base packages: that base
     assert choose(cell(cuda="13.0", torch="2.11", python="3.11", os="ubuntu22.04"))[0].os == "debian12"
@@ -121,7 +121,7 @@ def test_a_cuda_12_cell_takes_debian13s_own_toolkit_as_nvidias_wheels_hold_no_nv
     assert (moved.os, moved.python, moved.gcc, moved.cuda, moved.torch) == ("debian13", "3.13", "13", "12.4", "2.6.0")
     assert moved.os_cuda_packages == ("nvidia-cuda-toolkit",) and moved.archs == c.archs
     assert moved.build_args()["OS_CUDA_COMPONENTS"] == "contrib non-free"
-    assert "CUDA 12.4 from debian13's nvidia-cuda-toolkit" in note and "Python 3.13 (the cell's 3.11" in note
+    assert "CUDA 12.4 from debian13's nvidia-cuda-toolkit" in note and "Python 3.13, as none packages the cell's 3.11" in note
     # where no OS archive has the CUDA either: exit 3 saying why each local base refused
     with pytest.raises(EnvironmentUnavailable) as caught:
         choose(cell(base="cu126"))

@@ -12,6 +12,7 @@ the fallback stops with exit 3 naming the index that does and the flag that reac
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -48,7 +49,8 @@ def engine_availability() -> Availability:
                     seen[ref] = None
                 except APIError as err:
                     text = str(err.explanation or err)
-                    seen[ref] = text.rsplit(": ", 1)[-1].strip('")') if ": " in text else text
+                    found = re.search(r'": (.+?)"?\)?$', text)  # Go's `Get "URL": dial tcp: ...`: the why
+                    seen[ref] = (found.group(1) if found else text)[:160]
         return seen[ref]
 
     return why_not
@@ -93,7 +95,7 @@ def choose(cell: Cell, requested: str, reresolve: Reresolve, available: Availabi
             f"cell {cell.name}: {reason}, and no local base fits it ({offered}; {' / '.join(refused)}); make the "
             "NVIDIA image available (docker load, or --base-devel/--base-runtime with your mirror; make: BASE_DEVEL_IMAGE=), "
             "or change what the refusals name")
-    python = f", Python {moved.python} (the cell's {cell.python} is not packaged there)" if moved.python != cell.python else ""
+    python = f" with Python {moved.python}, as none packages the cell's {cell.python}" if moved.python != cell.python else ""
     cuda_from = (f"{local.os}'s {' '.join(moved.os_cuda_packages)}" if moved.os_cuda_packages else "NVIDIA's wheels")
     note = (f"cell {cell.name}: {reason}: building it on the local base {local.image} ({local.os}{python}, CUDA "
             f"{moved.cuda} from {cuda_from}, torch {moved.torch} from {moved.torch_index_url}) as {moved.id}"
