@@ -176,7 +176,7 @@ def cmd_image(args: argparse.Namespace, console: Console) -> int:
     run_loop.check_inputs(request)
     cell = route([cell], request, args, console)[0]
     cell = for_target([cell], request)[0]
-    preflight(request.verify)
+    preflight(run_loop.verify_mode_for(request))
     make_local_bases([cell], console)
     return run_loop.build_one(cell, request, console)
 
@@ -190,7 +190,7 @@ def cmd_matrix(args: argparse.Namespace, console: Console) -> int:
     run_loop.check_inputs(request)
     cells = route(cells, request, args, console)
     cells = for_target(cells, request)
-    preflight(request.verify)
+    preflight(run_loop.verify_mode_for(request))
     make_local_bases(cells, console)
     return run_loop.run_matrix(cells, request, console, matrix_path=path)
 

@@ -220,13 +220,22 @@ def check_inputs(request: RunRequest) -> None:
             raise UsageError(f"{option} {path}: no such file; pass the CA bundle file (PEM)")
 
 
+def verify_mode_for(request: RunRequest) -> str:
+    """--verify auto verifies an image that holds Apex (runtime, runtime-devel, runtime-slim); a stage without
+    it (devel, torch, apex-src, verify-runtime) is only built, unless --verify require insists."""
+    from toolchain.spec.targets import APEX_TARGETS
+
+    shipped = request.target in APEX_TARGETS and request.target != "apex-build"
+    return request.verify if shipped or request.verify != "auto" else "none"
+
+
 def build_one(cell: Cell, request: RunRequest, console: Console) -> int:
     """`build.py image`: one cell, recorded in the matrix report like any other."""
     run_id = uuid.uuid4().hex[:12]
     report = MatrixReport(request.out, None, run_id)
     report.start([cell])
     try:
-        result = run_cell(cell, request, console, verify_mode=request.verify, run_id=run_id)
+        result = run_cell(cell, request, console, verify_mode=verify_mode_for(request), run_id=run_id)
     except KeyboardInterrupt:
         report.update(save_result(_interrupted(cell, request, run_id), request.out))
         report.finish("interrupted")
@@ -244,7 +253,7 @@ def run_matrix(cells: list[Cell], request: RunRequest, console: Console, *, matr
     results: list[CellResult] = []
     for index, cell in enumerate(cells):
         try:
-            result = run_cell(cell, request, console, verify_mode=request.verify, run_id=run_id)
+            result = run_cell(cell, request, console, verify_mode=verify_mode_for(request), run_id=run_id)
         except KeyboardInterrupt:
             report.update(save_result(_interrupted(cell, request, run_id), request.out))
             report.finish("interrupted", leftover=cells[index + 1:])
