@@ -227,3 +227,19 @@ def test_the_live_facts_carry_this_issues_rows() -> None:
     assert (live.cuda["13.0"].full, live.cuda["13.2"].full) == ("13.0.2", "13.2.2")
     with pytest.raises(MatrixError, match=r"torch>=2\.6\.0"):
         cli_cell({"cuda": "12.4", "torch": "2.5"}, matrix_path=MATRIX)
+
+
+def test_a_matrix_cell_without_a_base_is_recorded_and_the_run_goes_on(tmp_path: Path) -> None:
+    """`build.py matrix`: a cell that has no base is an environment_unavailable row (exit 3), built by nobody."""
+    from toolchain.console import Console
+    from toolchain.runs import run_loop
+    from toolchain.runs.run_request import RunRequest
+
+    c = cell(base="cu126")
+    request = RunRequest(out=tmp_path / "out", logs=tmp_path / "logs")
+    code = run_loop.run_matrix([c], request, Console(), matrix_path=MATRIX, unavailable={"cu126": "no local base"})
+    assert code == exit_codes.ENVIRONMENT
+    result = json.loads(run_loop.result_path(request.out, c.id).read_text())
+    assert result["status"] == "environment_unavailable" and result["build"]["error"] == "no local base"
+    overview = json.loads((request.out / "matrix-report.json").read_text())
+    assert overview["status"] == "complete"

@@ -11,7 +11,7 @@ from typing import Any
 
 from toolchain.commands.parts import load_part, preflight
 from toolchain.console import Console
-from toolchain.errors import UsageError
+from toolchain.errors import EnvironmentUnavailable, UsageError
 from toolchain.runs.run_request import RunRequest
 from toolchain.spec import cell_fields
 from toolchain.spec import matrix as matrix_mod
@@ -68,8 +68,11 @@ def _reresolver(args: argparse.Namespace) -> Any:
 
 
 def route(cells: list[matrix_mod.Cell], request: RunRequest, args: argparse.Namespace,
-          console: Console, *, ask_engine: bool = True) -> list[matrix_mod.Cell]:
-    """Each cell on the bases --base picks (toolchain/image/base_route.py); the one line when a cell moves."""
+          console: Console, *, ask_engine: bool = True,
+          unavailable: dict[str, str] | None = None) -> list[matrix_mod.Cell]:
+    """Each cell on the bases --base picks (toolchain/image/base_route.py); the one line when a cell moves.
+    With `unavailable` (matrix), a cell that has no base is recorded there ({name: why}) instead of
+    stopping the run; without it (image) that is exit 3."""
     base_route = load_part("image.base_route")
     if request.base == "auto" and not ask_engine:  # plan builds nothing: it shows NVIDIA's route
         return cells
@@ -79,7 +82,14 @@ def route(cells: list[matrix_mod.Cell], request: RunRequest, args: argparse.Name
     available = base_route.engine_availability() if needs_engine else (lambda ref: None)
     routed = []
     for cell in cells:
-        moved, note = base_route.choose(cell, request.base, _reresolver(args), available)
+        try:
+            moved, note = base_route.choose(cell, request.base, _reresolver(args), available)
+        except EnvironmentUnavailable as error:
+            if unavailable is None:
+                raise
+            console.error(str(error), title=f"base {cell.name}")
+            unavailable[cell.name] = str(error)
+            moved, note = cell, None
         if note:
             console.status("BASE", "warn", note)
         routed.append(moved)
@@ -188,11 +198,12 @@ def cmd_matrix(args: argparse.Namespace, console: Console) -> int:
     cells = selected(args)  # every cell of the matrix is validated before any build
     request = RunRequest.from_args(args)
     run_loop.check_inputs(request)
-    cells = route(cells, request, args, console)
+    unavailable: dict[str, str] = {}
+    cells = route(cells, request, args, console, unavailable=unavailable)
     cells = for_target(cells, request)
     preflight(run_loop.verify_mode_for(request))
-    make_local_bases(cells, console)
-    return run_loop.run_matrix(cells, request, console, matrix_path=path)
+    make_local_bases([c for c in cells if c.name not in unavailable], console)
+    return run_loop.run_matrix(cells, request, console, matrix_path=path, unavailable=unavailable)
 
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:

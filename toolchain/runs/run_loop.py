@@ -245,13 +245,26 @@ def build_one(cell: Cell, request: RunRequest, console: Console) -> int:
     return _exit_code([result])
 
 
-def run_matrix(cells: list[Cell], request: RunRequest, console: Console, *, matrix_path: Path) -> int:
+def run_matrix(cells: list[Cell], request: RunRequest, console: Console, *, matrix_path: Path,
+               unavailable: dict[str, str] | None = None) -> int:
+    """`unavailable`: {cell name: why} for cells whose environment is missing before any build (no base:
+    toolchain/image/base_route.py); they are recorded as such and the others still run."""
     run_id = uuid.uuid4().hex[:12]
     report = MatrixReport(request.out, matrix_path, run_id)
     report.start(cells)
     console.line(f"matrix: {len(cells)} cells; report {report.path}; logs under {request.logs}/<cell>/")
     results: list[CellResult] = []
     for index, cell in enumerate(cells):
+        if cell.name in (unavailable or {}):
+            why = (unavailable or {})[cell.name]
+            build = {"ok": False, "tag": cell.id, "status": "environment_unavailable", "error": why,
+                     "exit_code": exit_codes.ENVIRONMENT}
+            result = save_result(CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=cell.to_json(),
+                                            status=CellStatus.ENVIRONMENT_UNAVAILABLE, started_at=now(),
+                                            finished_at=now(), build=build), request.out)
+            results.append(result)
+            report.update(result)
+            continue
         try:
             result = run_cell(cell, request, console, verify_mode=verify_mode_for(request), run_id=run_id)
         except KeyboardInterrupt:
