@@ -16,6 +16,6 @@ start=$(date +%s)
 code=0
 make image CUDA=12.4 ${archs:+ARCHS=$archs} APEX_SRC=.apex-src/apex >"$here/$name.console.log" 2>&1 || code=$?
 echo "make exit $code after $(( $(date +%s) - start )) s" | tee -a "$here/$name.console.log"
-tag=$(sed -n 's/^\[  OK  \] cu124: built \([^ ]*\) in .*/\1/p' "$here/$name.console.log" | head -n 1)
+tag=$(sed -n 's/^\[  OK  \] [^:]*: built \([^ ]*\) in .*/\1/p' "$here/$name.console.log" | head -n 1)
 [ -n "$tag" ] && python3 "$here/figures.py" "$tag" "$here/$name.console.log" >"$here/$name.figures.json"
 exit "$code"
