@@ -66,29 +66,31 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write `data` to `path` by the rules in the module docstring; returns the path written."""
+def write_bytes(path: str | os.PathLike, data: bytes, *, mode: int = 0o644) -> Path:
+    """Write `data` to `path` by the rules in the module docstring; returns the path written. `mode`:
+    a replaced file's permissions (0o755 for the verify zipapp)."""
     target = Path(path)
     fd_number = _own_descriptor(target)
     if fd_number is not None:
         _write_descriptor(target, fd_number, data)
         return target
     try:
-        mode = os.stat(target).st_mode  # follows every symlink to what is really there
+        kind = os.stat(target).st_mode  # follows every symlink to what is really there
     except FileNotFoundError:  # a new file, or a dangling link's target
-        _replace(Path(os.path.realpath(target)), data)
+        _replace(Path(os.path.realpath(target)), data, mode)
         return target
-    if stat.S_ISREG(mode):
-        _replace(Path(os.path.realpath(target)), data)
+    if stat.S_ISREG(kind):
+        _replace(Path(os.path.realpath(target)), data, mode)
         return target
-    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
-        _write_in_place(target, data, fifo=stat.S_ISFIFO(mode))
+    if stat.S_ISCHR(kind) or stat.S_ISFIFO(kind):
+        _write_in_place(target, data, fifo=stat.S_ISFIFO(kind))
         return target
-    raise UnwritableTarget(target, _refusal(mode), errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL)
+    raise UnwritableTarget(target, _refusal(kind), errno.EISDIR if stat.S_ISDIR(kind) else errno.EINVAL)
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
-    return write_bytes(path, text.encode("utf-8"))
+    # a path or message read from a non-UTF-8 file name carries lone surrogates: shown as \udcff, never a crash
+    return write_bytes(path, text.encode("utf-8", "backslashreplace"))
 
 
 def write_json(path: str | os.PathLike, data: Any) -> Path:
@@ -105,7 +107,7 @@ def _refusal(mode: int) -> str:
     return "is neither a file nor a device a report can be written to; name a regular file"
 
 
-def _replace(target: Path, data: bytes) -> None:
+def _replace(target: Path, data: bytes, mode: int = 0o644) -> None:
     """A temp file in the target's directory, fsynced, then renamed over the target."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -114,7 +116,7 @@ def _replace(target: Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -17,6 +17,7 @@ from verify import (
     entry_point,
     exit_codes,
     expectations,
+    interrupts,
     manifest,
     module_map,
     pipeline,
@@ -56,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--require-gpu", action="store_true", help="exit 3 when no CUDA device is visible")
     parser.add_argument("--seed", type=int, help="seed for the GPU layers' random inputs (default: a fresh one)")
     parser.add_argument("--check-timeout", metavar="S", type=float, default=DEFAULT_CHECK_TIMEOUT_S,
-                        help=f"seconds one import or GPU check group may take (default {DEFAULT_CHECK_TIMEOUT_S:g})")
+                        help=f"seconds one import or GPU check group may take (default {DEFAULT_CHECK_TIMEOUT_S:g}; "
+                        "the probe's own start and torch import are not counted)")
     loudness = parser.add_mutually_exclusive_group()
     loudness.add_argument("--quiet", action="store_true", help="print only FAIL/WARN lines and the verdict")
     loudness.add_argument("--verbose", action="store_true",
@@ -132,6 +134,7 @@ def _main(argv: list[str]) -> int:
 def _run(args: argparse.Namespace, request: pipeline.RunRequest) -> int:
     try:
         report = pipeline.run(request)
+        interrupts.raise_if_received()  # the last checkpoint before any report is written
     except pipeline.ManifestMismatch as exc:
         return _usage_error(str(exc))
     made = OutputDirs([Path(p).parent for p in (args.json, args.markdown) if p])

@@ -2,7 +2,8 @@
 
 - stdout/stderr never raise (verify.console_streams: closed pipe, closed descriptor, full disk, ASCII locale);
 - SIGINT, SIGTERM and SIGHUP raise verify.interrupts.Interrupted in the main thread and kill every child
-  process at once (verify.child_processes); the run then ends with one line on stderr and exit 1
+  process at once (verify.child_processes), from the CLI's first statement (interrupts.early()) to its
+  last (a later signal changes nothing); the run then ends with one line on stderr and exit 1
   (exit_codes.FAILED: a run that was stopped did not verify or build anything), never a traceback and
   never 124-127 or 128+N;
 - when the run ends, however it ends, no child process it started is left running; between a signal
@@ -25,6 +26,7 @@ def run(prog: str, body: Callable[[], int], *, on_interrupt: str = "") -> int:
         try:
             with interrupts.raising():
                 try:
+                    interrupts.raise_if_received()  # held by interrupts.early() while Python started
                     code = body()
                 except KeyboardInterrupt as exc:  # Interrupted, or a KeyboardInterrupt raised by hand
                     child_processes.stop_all()
@@ -34,6 +36,8 @@ def run(prog: str, body: Callable[[], int], *, on_interrupt: str = "") -> int:
                     code = exit_codes.FAILED
                 finally:
                     interrupts.stop_raising()  # a signal from here on only kills children
+                    if interrupts.received() is not None:
+                        interrupts.hold_until_exit()  # a second Ctrl-C cannot turn the exit 1 into 130
                     child_processes.kill_all()
         except KeyboardInterrupt:  # a signal in the few statements before stop_raising(): the run is over
             child_processes.kill_all()

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from verify import drivers
+from verify import drivers, interrupts
 from verify.checks import Check, Status
 
 TOOL_TIMEOUT_S = 5.0
@@ -78,8 +78,12 @@ def driver_version(proc_file: Path = _DRIVER_PROC) -> tuple[str | None, str | No
 
 def _torch_info() -> tuple[dict[str, Any] | None, str | None]:
     try:
-        import torch
+        # a signal inside torch's import would be raised in its C++ initialisers, which turn it into
+        # another error (read as "torch cannot be imported") or abort: it is raised once the import is done
+        with interrupts.deferred():
+            import torch
     except Exception as exc:  # an import error of any kind is the finding, not a crash
+        interrupts.raise_if_received()  # an error that was a signal in disguise: the run stops, no finding
         return None, f"{type(exc).__name__}: {exc}"
     info: dict[str, Any] = {
         "version": torch.__version__,

@@ -15,12 +15,13 @@ runs in images), used for the build manifest, `build.py report`'s inputs and the
     raise SomeUsageError(ft.summary(problems))   # one line: the first few, then "(and N more)"
 
 Shapes (frozen records; combine freely):
-  STR, INT, FLOAT, BOOL    scalars; `Str(max_len=N)`, `Int(minimum=, maximum=)` bound them further. INT
+  STR, INT, FLOAT, BOOL    scalars; `Str(max_len=N)`, `Int(minimum=, maximum=)` bound them further;
+                           `Str(pattern="[0-9]+[.][0-9]+", means="a version like 2.6")` checks the text too. INT
                            refuses booleans (True is an int in Python); FLOAT takes integers and refuses
                            inf/nan (`Float(finite=False)` takes them).
   ANY                      any value: only the limits apply (free-form parts such as a check's `details`)
-  ListOf(item, max_items=) a list whose every element is `item`
-  MapOf(value, max_items=) an object / table with any keys, every value `value`
+  ListOf(item, max_items=, min_items=) a list whose every element is `item`
+  MapOf(value, max_items=, keys=) an object / table, every value `value` (and every key `keys`, a Str)
   Record(fields, required=(), extra=ANY)
                            the keys in `fields` with their shapes, `required` ones must be present; other keys
                            are checked against `extra` (ANY: allowed within the limits; None: "unknown key")
@@ -30,7 +31,8 @@ Shapes (frozen records; combine freely):
 `Limits` (max_depth, max_items, max_str_len) bound every value, unknown keys included; what is deeper or
 bigger is reported, not walked, so a hostile document costs at most its size. Paths read
 `root.key.sub[3].leaf`; a key that is not an identifier is quoted (`root.flags["a.b"]`). A message names
-the expected and the actual type (and a size), never the value itself, so nothing huge is echoed.
+the expected and the actual type (and a size), and of a value at most its first 40 characters (a Str
+pattern that does not match), so nothing huge is echoed.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ class FieldProblem:
 @dataclasses.dataclass(frozen=True)
 class Str:
     max_len: int | None = None
+    pattern: str | None = None  # a regular expression the whole text must match (re.fullmatch)
+    means: str = ""  # what the pattern stands for, in messages: "a version like 2.6"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,12 +102,14 @@ class Anything:
 class ListOf:
     item: Shape
     max_items: int | None = None
+    min_items: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
 class MapOf:
     value: Shape
     max_items: int | None = None
+    keys: Str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,16 +241,20 @@ class _Walker:
         if isinstance(shape, Anything):
             self._walk_any(value, path, depth)
         elif isinstance(shape, Str):
-            self._string(value, path, shape.max_len)
+            self._string(value, path, shape.max_len, shape)
         elif isinstance(shape, Int):
             self._integer(value, path, shape)
         elif isinstance(shape, Float) and shape.finite and not math.isfinite(value):
             self.report(path, f"expected a finite number, got {value}")
         elif isinstance(shape, ListOf):
+            if len(value) < shape.min_items:
+                self.report(path, f"expected a list of at least {shape.min_items} items, got {len(value)}")
             for index, item in enumerate(value):
                 self.walk(item, shape.item, f"{path}[{index}]", depth + 1)
         elif isinstance(shape, MapOf):
             for key, item in value.items():
+                if shape.keys is not None:
+                    self._string(str(key), _key_path(path, key), shape.keys.max_len, shape.keys, "key")
                 self.walk(item, shape.value, _key_path(path, key), depth + 1)
         elif isinstance(shape, Record):
             self._record(value, shape, path, depth)
@@ -260,10 +270,14 @@ class _Walker:
             return False
         return True
 
-    def _string(self, value: str, path: str, max_len: int | None) -> None:
+    def _string(self, value: str, path: str, max_len: int | None, shape: Str | None = None,
+                what: str = "value") -> None:
         cap = min(max_len or self.limits.max_str_len, self.limits.max_str_len)
         if len(value) > cap:
             self.report(path, f"a string of {len(value)} characters (at most {cap})")
+        elif shape is not None and shape.pattern is not None and not re.fullmatch(shape.pattern, value):
+            shown = json.dumps(value[:40] + ("..." if len(value) > 40 else ""))
+            self.report(path, f"expected {shape.means or 'text matching ' + shape.pattern} as the {what}, got {shown}")
 
     def _integer(self, value: int, path: str, shape: Int) -> None:
         if shape.minimum is not None and value < shape.minimum:

@@ -1,6 +1,7 @@
 """The one reader for files a user hands the project (the matrix TOML, the build manifest, the results
-and reports `build.py report` reads, the builder's --wheel-hashes): regular files only, at most a
-documented size per kind of input, UTF-8 with the position of a bad byte. Standard library only.
+and reports `build.py report` reads, the builder's --wheel-hashes, the package index answers `build.py
+facts check` reads): regular files only, at most a documented size per kind of input, UTF-8 with the
+position of a bad byte; `read_stream` bounds a socket's answer the same way. Standard library only.
 
     text = input_files.read_text(path, input_files.MATRIX)
     data = input_files.read_json(path, input_files.MANIFEST)
@@ -18,7 +19,7 @@ import json
 import os
 import stat
 import sys
-from typing import Any
+from typing import Any, BinaryIO
 
 MiB = 1 << 20
 
@@ -45,7 +46,10 @@ VERIFY_REPORT = InputKind("verify report", 16 * MiB, "python -m verify writes 20
                           "run verify again to rewrite it (build.py verify IMAGE)")
 WHEEL_HASHES = InputKind("wheel hash list", 1 * MiB, "one `sha256sum` line (~100 bytes) per wheel",
                          "pass the output of `sha256sum *.whl`")
-KINDS = (MATRIX, FACTS, MANIFEST, CELL_RESULT, MATRIX_REPORT, VERIFY_REPORT, WHEEL_HASHES)
+INDEX_ANSWER = InputKind("package index answer", 64 * MiB, "PyPI's JSON for torch (every release's files) is"
+                         " under 2 MB, a wheel's METADATA under 100 KB",
+                         "point --index at PyPI or a mirror of its JSON API")
+KINDS = (MATRIX, FACTS, MANIFEST, CELL_RESULT, MATRIX_REPORT, VERIFY_REPORT, WHEEL_HASHES, INDEX_ANSWER)
 
 
 class InputFileError(Exception):
@@ -78,6 +82,49 @@ def read_bytes(path: str | os.PathLike, kind: InputKind) -> bytes:
         raise InputFileError(path, "too_large", f"is larger than {_size(kind.max_bytes)}, the limit for a {kind.name}"
                              f" ({kind.why})", kind.fix)
     return data
+
+
+def read_part(path: str | os.PathLike, kind: InputKind, start: int | None, length: int) -> tuple[bytes, int]:
+    """`length` bytes from `start` (None: the last `length`) of a regular file, and the file's size; the
+    checks of read_bytes, the size limit applying to the part (a stored mirror's wheel is read in parts)."""
+    if length > kind.max_bytes:
+        raise InputFileError(path, "too_large", f"a part of {length} bytes is larger than {_size(kind.max_bytes)}, "
+                             f"the limit for a {kind.name} ({kind.why})", kind.fix)
+    try:
+        _require_regular(path, os.stat(path).st_mode, kind)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise InputFileError(path, "missing", "does not exist", f"check the path; {kind.fix}") from None
+    except OSError as exc:
+        raise InputFileError(path, "unreadable", f"cannot be read ({exc.strerror or exc})",
+                             "check the path and its permissions") from None
+    try:
+        info = os.fstat(fd)
+        _require_regular(path, info.st_mode, kind)
+        offset = max(0, info.st_size - length) if start is None else start
+        return os.pread(fd, length, offset), info.st_size
+    except OSError as exc:
+        raise InputFileError(path, "unreadable", f"cannot be read ({exc.strerror or exc})",
+                             "check the file and its filesystem") from None
+    finally:
+        os.close(fd)
+
+
+def read_stream(stream: BinaryIO, name: str, kind: InputKind) -> bytes:
+    """At most kind.max_bytes of an open stream (a socket's answer), read in pieces: an endless or huge
+    answer costs the limit, not its size; a longer one is InputFileError('too_large')."""
+    pieces: list[bytes] = []
+    total = 0
+    while total <= kind.max_bytes:
+        piece = stream.read(min(1 * MiB, kind.max_bytes + 1 - total))
+        if not piece:
+            break
+        pieces.append(piece)
+        total += len(piece)
+    if total > kind.max_bytes:
+        raise InputFileError(name, "too_large", f"is larger than {_size(kind.max_bytes)}, the limit for a {kind.name}"
+                             f" ({kind.why})", kind.fix)
+    return b"".join(pieces)
 
 
 def read_text(path: str | os.PathLike, kind: InputKind) -> str:

@@ -99,6 +99,22 @@ def known_flags() -> tuple[str, ...]:
     return tuple(flags) + (_raw()["contrib_all_flag"],)
 
 
+def extra_names(core_flags: tuple[str, ...] | list[str] = ()) -> dict[str, str]:
+    """The names users write in --extras / `extras` -> their APEX_* flag: a flag's lower-case name
+    without APEX_ ("xentropy"), "all" for every contrib extension, and each module's name. The one
+    table for `build.py plan` (the cell's extras) and `build.py wheel` (the builder's --extras)."""
+    names: dict[str, str] = {}
+    core = set(core_flags)
+    for flag in known_flags():
+        if flag not in core:
+            names[flag.removeprefix("APEX_").lower()] = flag
+    names["all"] = names.pop(_raw()["contrib_all_flag"].removeprefix("APEX_").lower(), _raw()["contrib_all_flag"])
+    for module in modules():
+        if module.flag not in core:
+            names.setdefault(module.name, module.flag)
+    return names
+
+
 def switch_for(flag: str) -> str:
     """setup.py's argv switch for a flag: APEX_CUDA_EXT -> --cuda_ext (the pairs of Apex's ENV_TO_FLAG)."""
     return "--" + flag.removeprefix("APEX_").lower()

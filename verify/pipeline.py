@@ -19,7 +19,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from verify import distributed, environment, expectations, extensions, fatbin, identity, manifest, module_map
+from verify import (
+    distributed,
+    environment,
+    expectations,
+    extensions,
+    fatbin,
+    identity,
+    interrupts,
+    manifest,
+    module_map,
+)
 from verify import report as report_mod
 from verify.arch import arch_layer, usable_on_devices
 from verify.checks import Check, Status
@@ -89,12 +99,15 @@ def _probe_and_environment(request: RunRequest, tasks: list[dict]) -> tuple[dict
         probe_future = pool.submit(extensions.probe, tasks, timeout_s=request.check_timeout_s, cancel=cancel)
         try:
             env, checks = environment.collect()  # imports torch in this process, overlapping the child's
+            interrupts.raise_if_received()  # a signal the import swallowed: no report of false FAILs
             torch_version = (env.get("torch") or {}).get("version")
             mismatch = manifest.torch_mismatch(request.manifest.record, torch_version) if request.manifest else None
             if mismatch:
                 cancel.set()
                 raise ManifestMismatch(mismatch)
-            return env, checks, probe_future.result()
+            probed = probe_future.result()
+            interrupts.raise_if_received()  # the probe child killed by a signal's callbacks: not a finding
+            return env, checks, probed
         except BaseException:  # Ctrl-C, SIGTERM: the pool's exit must not wait out the probe's timeout
             cancel.set()
             raise

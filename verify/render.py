@@ -50,6 +50,8 @@ def _figure_cells(t: dict[str, Any], figure: str) -> tuple[str, str]:
     v = t.get(figure)
     if not v:
         return "n/a", "not measured"
+    if t.get("withheld"):  # other work on the GPU (verify.gpu.device_load): the figures, no winner
+        return f"{_num(v['fused_ms'], '.3f')} / {_num(v['native_ms'], '.3f')}", "withheld (GPU shared)"
     lo, hi = v["interval"]
     this_run = v.get("this_run_winner") or v["winner"]
     # a loop gap made only by host time: the verdict is a tie, and what this run measured is shown with it

@@ -396,3 +396,53 @@ def test_the_failure_names_the_compiler_error_not_setups_banner(tmp_path: Path) 
     summary = pip_wheel._failure_summary(log, 1)
     assert "first error at log line 5: /src/apex/csrc/megatron/scaled_upper_triang" in summary
     assert "cuda_profiler_api.h: No such file or directory" in summary and "cross-compile" not in summary
+
+
+def test_a_second_builder_on_the_same_out_is_refused_while_the_first_holds_it(tmp_path: Path) -> None:
+    """Issue 24: two `build.py wheel` runs on one --out wrote one log at once; the second now stops at
+    once with exit 2 (a real second process, the folder's lock held by this one as a first builder would)."""
+    import fcntl
+
+    from tests.support import unpack_apex
+    from toolchain.builder import apex_builder
+
+    src = unpack_apex("6424da3b", tmp_path / "src")
+    out = tmp_path / "out"
+    out.mkdir()
+    held = apex_builder._lock_out(out)
+    try:
+        done = subprocess.run([sys.executable, str(REPO / "build.py"), "wheel", "--apex-src", str(src), "--out",
+                               str(out), "--archs", "9.0"], capture_output=True, text=True, timeout=300)
+    finally:
+        os.close(held)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "another build.py wheel is writing there now" in done.stderr and "Traceback" not in done.stderr
+    assert list(out.iterdir()) == [], "nothing written, no lock file left"
+    fd = apex_builder._lock_out(out)  # released: the next builder gets it
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+
+
+@pytest.mark.parametrize("stub", ["real", "exit 0, no object", "exit 1"])
+def test_an_nvcc_that_cannot_compile_is_the_environment_before_the_build(tmp_path: Path, stub: str) -> None:
+    """Issue 24: a garbage nvcc answered --version, passed the up-front checks and failed the build as
+    exit 1; the checks now compile a one-line kernel with it (a real nvcc where this host has one)."""
+    from toolchain.builder import build_tools
+    from toolchain.errors import EnvironmentUnavailable
+
+    if stub == "real":
+        real = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+        if not Path(real).is_file():
+            pytest.skip("no nvcc on this host")
+        build_tools.nvcc_compiles(Path(real), dict(os.environ))
+        return
+    nvcc = tmp_path / "nvcc"
+    body = "exit 0" if stub.startswith("exit 0") else "echo 'nvcc fatal : garbage' >&2; exit 1"
+    nvcc.write_text(f"#!/bin/sh\ncase \"$1\" in --version) echo 'Cuda compilation tools, release 13.0, V13.0.88';; "
+                    f"*) {body};; esac\n")
+    nvcc.chmod(0o755)
+    assert build_tools.nvcc_version(nvcc) == ("13.0", "13.0.88")  # it passes the version check
+    with pytest.raises(EnvironmentUnavailable, match="cannot compile a one-line kernel") as caught:
+        build_tools.nvcc_compiles(nvcc, dict(os.environ))
+    assert caught.value.exit_code == 3
+    assert ("no object file" in str(caught.value)) == stub.startswith("exit 0")

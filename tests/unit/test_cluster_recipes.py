@@ -105,6 +105,38 @@ def test_prolog_without_the_zipapp_or_a_report_dir_is_exit_2(tmp_path: Path, pyz
     assert done.returncode == 2 and "is not a writable directory" in done.stderr
 
 
+def _script(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("case", ["pyz is a directory", "pyz is not verify", "args carry --json", "python not found",
+                                  "python is not verify's", "python exits 127", "sqsh missing"])
+def test_every_misconfiguration_is_exit_2_naming_the_setting(tmp_path: Path, pyz: Path, case: str) -> None:
+    """Issue 24: the prolog must not blame the image (exit 1) or the node (3) for its own settings."""
+    other = tmp_path / "not-verify.pyz"
+    other.write_bytes(b"#!/usr/bin/env python3\nprint('hello')\n")
+    env, setting = {
+        "pyz is a directory": ({"APEX_VERIFY_PYZ": str(tmp_path)}, "APEX_VERIFY_PYZ="),
+        "pyz is not verify": ({"APEX_VERIFY_PYZ": str(other)}, "APEX_VERIFY_PYZ="),
+        "args carry --json": ({"APEX_VERIFY_ARGS": "--static --json /tmp/x.json"}, "APEX_VERIFY_ARGS has --json"),
+        "python not found": ({"APEX_VERIFY_PYTHON": "python3-i24-nonexistent"}, "APEX_VERIFY_PYTHON="),
+        "python is not verify's": ({"APEX_VERIFY_PYTHON": str(_script(tmp_path, "py1", "exit 1"))},
+                                   "APEX_VERIFY_PYZ and APEX_VERIFY_PYTHON"),
+        "python exits 127": ({"APEX_VERIFY_PYTHON": str(_script(tmp_path, "py127", "exit 127"))},
+                             "APEX_VERIFY_PYTHON="),
+        "sqsh missing": ({"APEX_VERIFY_RUNTIME": "enroot", "APEX_VERIFY_IMAGE": str(tmp_path / "none.sqsh")},
+                         "APEX_VERIFY_IMAGE=" if shutil.which("enroot") else "needs 'enroot'"),
+    }[case]
+    done, reports = prolog(tmp_path, pyz, **env)
+    want = 3 if setting == "needs 'enroot'" else exit_codes.USAGE  # no enroot on this node: that is the node's
+    assert done.returncode == want and setting in done.stderr, done.stderr
+    assert "failed verification" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not list(reports.glob("*.json")) if reports.exists() else True
+
+
 @pytest.mark.parametrize("runtime, image", [("enroot", "docker://ghcr.io#acme/apex@sha256:" + "0" * 64),
                                             ("apptainer", "/images/apex.sif")])
 def test_prolog_on_a_node_without_the_runtime_is_exit_3(tmp_path: Path, pyz: Path, runtime: str, image: str) -> None:

@@ -83,8 +83,8 @@ def test_several_gpus_run_what_the_build_has_and_skip_the_rest():
 def test_the_cpu_hook_takes_a_rank_count_of_two_or_more():
     assert cpu_hook_ranks({}) is None
     assert cpu_hook_ranks({CPU_HOOK_ENV: "3"}) == 3
-    for bad in ("1", "two", "-2"):
-        with pytest.raises(ValueError, match=f"{CPU_HOOK_ENV}=.*2 or more"):
+    for bad in ("1", "two", "-2", "17", "100000", "１２"):  # 100000 would start rank processes until the limit
+        with pytest.raises(ValueError, match=f"{CPU_HOOK_ENV}=.*from 2 to 16"):
             cpu_hook_ranks({CPU_HOOK_ENV: bad})
     decided = plan(8, ALL_MODULES, cpu_ranks=2)
     assert (decided.topology.backend, decided.topology.world_size) == ("gloo", 2)
@@ -248,7 +248,9 @@ def test_cli_without_gpus_skips_every_check_and_off_leaves_no_trace(tmp_path, to
 
 @pytest.mark.parametrize(("args", "env_extra", "says"), [
     (("--distributed", "--static"), {}, "--distributed with --static"),
-    ((), {CPU_HOOK_ENV: "1"}, f"{CPU_HOOK_ENV}='1': must be a whole number of CPU ranks, 2 or more"),
+    ((), {CPU_HOOK_ENV: "1"}, f"{CPU_HOOK_ENV}='1': must be a whole number of CPU ranks from 2 to 16"),
+    ((), {CPU_HOOK_ENV: "100000"}, f"{CPU_HOOK_ENV}='100000': must be a whole number"),  # not 100000 processes
+    ((), {CPU_HOOK_ENV: "１２"}, "must be a whole number"),  # a non-ASCII digit
 ])
 def test_cli_usage_errors_are_one_line_and_exit_2(tmp_path, args, env_extra, says):
     done = _verify(tmp_path, *args, "--json", "r.json", env_extra=env_extra)

@@ -153,3 +153,26 @@ def test_a_result_with_a_status_no_cell_has_is_named_and_its_overview_entry_show
     assert f"{path}: result.json.status: 'finished' is not a cell status (one of pending," in proc.stderr
     # the row falls back to what the run's overview knew: the cell was pending, never built
     assert "| pending |" in _row((out / "matrix-report.md").read_text(), cell.id)
+
+
+def test_a_huge_speedup_and_a_non_ascii_digit_render(tmp_path: Path, verify_report: Path) -> None:
+    """Issue 24: a kernel-time speedup of 1e308 (int(60 * ratio) was int(inf)) and a result's cuda of
+    "1².4" ("²".isdigit() but int("²") fails) crashed `build.py report`."""
+    out = tmp_path / "out"
+    cell = _cells()[0]
+    overview = MatrixReport(out, None, "run1")
+    overview.start([cell])
+    copy = out / "cells" / cell.id / "verify" / "report.json"
+    copy.parent.mkdir(parents=True)
+    report = json.loads(verify_report.read_text())
+    report["timings"] = [{"kernel": "FusedAdam", "kernel_time": {"speedup": 1e308}}]
+    copy.write_text(json.dumps(report))
+    overview.update(save_result(cell_result(cell, "verified", {"ok": True, "tag": cell.id, "duration_s": 1.0},
+                                            {"exit_code": 0, "report_path": str(copy), "status": "verified"}), out))
+    overview.finish("complete")
+    result = json.loads(result_path(out, cell.id).read_text())
+    result["cell"]["cuda"] = "1\u00b2.4"
+    result_path(out, cell.id).write_text(json.dumps(result))
+    proc = _report(out)
+    assert proc.returncode in (0, 2), proc.stderr
+    assert (out / "matrix-report.html").is_file() and "FusedAdam" in (out / "matrix-report.html").read_text()

@@ -156,3 +156,14 @@ def test_with_no_apex_installed_a_missing_module_is_not_installed_not_a_fallback
     assert "not NVIDIA Apex" in unrelated.summary
     python_only = extensions.extension_checks(results, {"amp_C"}, "nvidia")[0]
     assert "Python-only fallback" in python_only.summary
+
+
+def test_check_timeout_measures_the_imports_not_the_probes_start(tmp_path: Path) -> None:
+    """Issue 24: with a timeout shorter than the probe child's own start and torch import, every module
+    used to FAIL as 'the import probe process failed to start'; the timeout now starts at the first task."""
+    from tests.support import run_verify
+
+    done = run_verify("--static", "--check-timeout", "0.3", "--json", str(tmp_path / "r.json"), cwd=tmp_path)
+    report = (tmp_path / "r.json").read_text()
+    assert done.returncode in (0, 1), done.stderr
+    assert "failed to start" not in report and "Timeout" not in report, report[:2000]

@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import errno
+import fcntl
 import os
 import shutil
 import socket
@@ -108,11 +109,29 @@ def build(request: BuildRequest) -> int:
     started = dt.datetime.now(dt.timezone.utc)
     inputs = build_inputs.resolve(request)
     request.out_dir.mkdir(parents=True, exist_ok=True)  # an unwritable --out fails now, not after the checks
-    env = dict(os.environ)
-    # the venv's bin (ninja from pip) must be on PATH even when the venv is not activated
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    tools = build_tools.check(request, inputs, env, _say)
-    return build_and_gate(request, inputs, tools, env, started)
+    lock = _lock_out(request.out_dir)  # one builder per --out, until this build ends
+    try:
+        env = dict(os.environ)
+        # the venv's bin (ninja from pip) must be on PATH even when the venv is not activated
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        tools = build_tools.check(request, inputs, env, _say)
+        return build_and_gate(request, inputs, tools, env, started)
+    finally:
+        os.close(lock)
+
+
+def _lock_out(out: Path) -> int:
+    """An exclusive lock on the OUT folder itself (flock on its descriptor: no file is added, so a failed
+    build's empty folders still go): two builders on one --out would write one log, one wheel name and
+    one manifest at once (issue 24); the second is refused at once, exit 2."""
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UsageError(f"--out {out}: another build.py wheel is writing there now (it holds a lock on the folder); "
+                         "wait for it to end, or pass another --out") from None
+    return fd
 
 
 # ---------------------------------------------------------------- after the checks

@@ -95,9 +95,10 @@ def parse_flags(text: str | None, extras: str | None) -> dict[str, str]:
             if value not in ("0", "1"):
                 raise UsageError(f"--flags: {shown(item)} must be KEY=1 or KEY=0")
             flags[_known_flag(key, known, "--flags")] = value
+    by_name = module_map.extra_names()  # the same names `build.py plan --extras` takes ("all", "xentropy")
     for item in re.split(r"[,\s]+", (extras or "").strip()):
         if item:
-            name = item if item.upper().startswith("APEX_") else "APEX_" + item
+            name = by_name.get(item.lower()) or (item if item.upper().startswith("APEX_") else "APEX_" + item)
             flags[_known_flag(name.upper(), known, "--extras")] = "1"
     return {k: v for k, v in flags.items() if v == "1"}
 

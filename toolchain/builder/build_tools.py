@@ -83,6 +83,31 @@ def nvcc_version(nvcc: Path) -> tuple[str, str]:
     return release.group(1), full.group(1) if full else release.group(1)
 
 
+NVCC_PROBE_TIMEOUT_S = 300  # a one-line kernel compiles in 1-3 s; a loaded build host is slower
+
+
+def nvcc_compiles(nvcc: Path, env: dict[str, str]) -> None:
+    """nvcc turns a one-line kernel into an object file, or EnvironmentUnavailable (exit 3) before the
+    build: an nvcc that answers --version but cannot compile (a stub, a broken toolkit, a host compiler it
+    rejects) used to pass the checks and fail the build as exit 1 (issue 24)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="apex-nvcc-probe.") as work:
+        source, obj = Path(work) / "probe.cu", Path(work) / "probe.o"
+        source.write_text("__global__ void apex_toolchain_probe() {}\n")
+        try:
+            done = subprocess.run([str(nvcc), "-c", str(source), "-o", str(obj)], capture_output=True, text=True,
+                                  errors="replace", env=env, cwd=work, timeout=NVCC_PROBE_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise EnvironmentUnavailable(f"{nvcc} cannot compile a one-line kernel ({type(error).__name__}: {error}); "
+                                         "check the CUDA toolkit install (CUDA_HOME) and its host compiler") from None
+        if done.returncode != 0 or not obj.is_file() or obj.stat().st_size == 0:
+            said = " | ".join(line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip())[-400:]
+            what = f"exit {done.returncode}" if done.returncode else "exit 0 but no object file"
+            raise EnvironmentUnavailable(f"{nvcc} cannot compile a one-line kernel ({what}{': ' + said if said else ''}); "
+                                         "check the CUDA toolkit install (CUDA_HOME) and its host compiler")
+
+
 def nvcc_archs(nvcc: Path) -> set[str]:
     """Compute capabilities nvcc can compile, from `nvcc --list-gpu-arch` (compute_90 -> 9.0)."""
     try:
@@ -149,6 +174,7 @@ def check_build_tools(env: dict[str, str], archs: Sequence[str] | None, cuda_hom
             f"the same major.minor: put the CUDA {torch_cuda} toolkit first (CUDA_HOME) or install torch built for CUDA {release}",
         )
     if archs:
+        nvcc_compiles(nvcc, env)
         supported = nvcc_archs(nvcc)
         bad = [a for a in archs if supported and a.split("+")[0].rstrip("af") not in supported]
         if bad:

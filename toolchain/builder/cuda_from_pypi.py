@@ -188,7 +188,11 @@ def _install(root: Path, requirements: list[str], say) -> None:
         cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
                "--target", str(staging / "site"), *requirements]
         say("installing CUDA wheels: " + " ".join(requirements))
-        done = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+        # pip's own temporary folders (unpacked wheels: ~300 MB) inside the staging folder, which this
+        # `finally` removes: a pip killed by a signal cannot leave them in /tmp (issue 24)
+        (staging / "tmp").mkdir()
+        env = {**os.environ, "TMPDIR": str(staging / "tmp")}
+        done = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env)
         if done.returncode != 0:
             tail = " | ".join(line for line in done.stderr.splitlines() if line.strip()
                               and not line.startswith("WARNING: Location"))[-600:]
@@ -196,6 +200,7 @@ def _install(root: Path, requirements: list[str], say) -> None:
                 f"--cuda-from-pypi: pip could not install {' '.join(requirements)} (exit {done.returncode}: {tail}); "
                 "reach a package index that has NVIDIA's CUDA wheels (PIP_INDEX_URL) or install the CUDA toolkit and set CUDA_HOME",
             )
+        shutil.rmtree(staging / "tmp", ignore_errors=True)
         (staging / RECORD_NAME).write_text(json.dumps({"requirements": requirements}, indent=1) + "\n")
         if root.exists():
             shutil.rmtree(root)  # a half-made prefix (no record) from an interrupted run

@@ -46,7 +46,8 @@ def run_logged(
             with PeakSampler(proc.pid) as sampler:
                 assert proc.stdout is not None
                 for line in proc.stdout:
-                    sys.stdout.write(workflow_commands.inert(line))  # a compiler's line is no CI command
+                    # a compiler's line is no CI command and no terminal escape; the log keeps it as it was
+                    sys.stdout.write(workflow_commands.inert(workflow_commands.terminal_safe(line)))
                     log.write(line)
                 code = proc.wait()
         except BaseException:  # Ctrl-C, SIGTERM (verify.interrupts): stop the whole tree

@@ -90,11 +90,24 @@ def parse(argv: list[str] | None = None, default_flags: str | None = None) -> Bu
     return BuildRequest.from_args(build_parser(default_flags).parse_args(argv))
 
 
+def path_value(text: str) -> Path:
+    """Every path option's one check: '' would be the current folder, a `~user` with no such user raises
+    deep inside pathlib when the path is used (issue 24: a RuntimeError traceback)."""
+    if not text.strip() or "\x00" in text:
+        raise argparse.ArgumentTypeError(f"{text!r}: not a path (empty, or a NUL character); name a folder")
+    try:
+        Path(text).expanduser()  # checked here; the request keeps the path as written (its manifest says so)
+    except RuntimeError:  # "Could not determine home directory."
+        raise argparse.ArgumentTypeError(f"{text}: {text.split('/')[0]} names no user's home on this machine; "
+                                         "write the path without ~") from None
+    return Path(text)
+
+
 def build_parser(default_flags: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="build.py wheel", description=DESCRIPTION)
-    p.add_argument("--apex-src", required=True, type=Path, help="root of an NVIDIA/apex checkout")
+    p.add_argument("--apex-src", required=True, type=path_value, help="root of an NVIDIA/apex checkout")
     p.add_argument(
-        "--out", required=True, type=Path, help="directory for the wheel, build-manifest.json and the log"
+        "--out", required=True, type=path_value, help="directory for the wheel, build-manifest.json and the log"
     )
     p.add_argument(
         "--archs", help="TORCH_CUDA_ARCH_LIST, e.g. 9.0 or '8.0;9.0+PTX' (required for CUDA flags)"
@@ -130,7 +143,7 @@ def build_parser(default_flags: str | None = None) -> argparse.ArgumentParser:
     )
     p.set_defaults(cuda_from_pypi="auto")
     p.add_argument(
-        "--cuda-prefix", type=Path,
+        "--cuda-prefix", type=path_value,
         help="where the index CUDA goes (default: $XDG_CACHE_HOME/apex-toolchain/cuda-from-pypi)",
     )
     p.add_argument("--no-gate", action="store_true", help="report missing modules but exit 0")

@@ -39,22 +39,22 @@ def cmd_facts_check(args: argparse.Namespace, console: Console) -> int:
     from toolchain.spec import compat, facts_check
 
     path = args.facts or compat.DATA
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise UsageError(f"--facts {path}: no such file; pass a compat.toml (default toolchain/data/compat.toml)")
+    index = facts_check.index_base(args.index)  # exit 2 before anything is read
     try:
-        facts = compat.load(path)
-    except (KeyError, TypeError, IndexError) as err:
-        raise UsageError(f"--facts {path}: not a compatibility facts file ({type(err).__name__}: {err}); "
-                         "start from toolchain/data/compat.toml") from None
-    console.line(f"facts check: {path} against {args.index}")
-    result = facts_check.run(facts, facts_check.urllib_fetcher(), args.index)
+        facts = compat.load(path)  # the bounded reader, then compat_shape: every bad field at once, exit 2
+    except UsageError as err:
+        raise UsageError(f"--facts {err}") from None
+    console.line(f"facts check: {path} against {index}")
+    result = facts_check.run(facts, facts_check.urllib_fetcher(), index)
     for finding in result.findings:
         console.status("DRIFT", "fail", f"{finding.kind}: {finding.subject}: {finding.problem}; {finding.fix}")
         if console.github:
             console.error(f"{finding.subject}: {finding.problem}; {finding.fix}", title="facts drift")
     if result.not_visible:
-        console.status("INFO", "info", f"PyPI's JSON shows no Requires-Dist (the wheels' CUDA) for torch "
-                       f"{', '.join(result.not_visible)}: their pypi_cuda not compared")
+        console.status("INFO", "info", f"the index serves no METADATA (neither PEP 658 .metadata nor range reads) "
+                       f"for torch {', '.join(result.not_visible)}: their CUDA not compared")
     for lead in facts.leads:
         console.status("LEAD", "warn", f"{lead.where}: {lead.text} (unconfirmed: not used as a fact)")
     if result.findings:

@@ -23,6 +23,15 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {bounded(message)}; see `{self.prog} --help`")
 
 
+def path_value(text: str) -> Path:
+    """Every path option's one check: '' would be Path('.') (the current folder), NUL no path at all."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (it would mean the current folder); name a file or folder")
+    if "\x00" in text:
+        raise argparse.ArgumentTypeError("a path with a NUL character; name a file or folder")
+    return Path(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="build.py",
@@ -34,9 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--matrix", type=Path, default=None, help="matrix file (default: ./matrix.toml)")
-    common.add_argument("--out", type=Path, default=Path("out"), help="reports directory (default: out)")
-    common.add_argument("--logs", type=Path, default=Path("logs"), help="per-cell logs (default: logs)")
+    common.add_argument("--matrix", type=path_value, default=None, help="matrix file (default: ./matrix.toml)")
+    common.add_argument("--out", type=path_value, default=Path("out"), help="reports directory (default: out)")
+    common.add_argument("--logs", type=path_value, default=Path("logs"), help="per-cell logs (default: logs)")
 
     cell = argparse.ArgumentParser(add_help=False)
     group = cell.add_argument_group("cell (layered over [defaults] and --cell)")
@@ -48,9 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     bgroup = build.add_argument_group("build")
     bgroup.add_argument("--target", default="runtime", help="Dockerfile stage: runtime (default), runtime-devel (with nvcc), runtime-slim (no CUDA base: "
                         "torch's CUDA wheels), verify-runtime")
-    bgroup.add_argument("--apex-src", type=Path, help="local Apex source instead of git (offline builds)")
-    bgroup.add_argument("--wheelhouse", type=Path, help="directory of wheels to install torch from (offline)")
-    bgroup.add_argument("--extra-ca", type=Path, default=_host_ca(),
+    bgroup.add_argument("--apex-src", type=path_value, help="local Apex source instead of git (offline builds)")
+    bgroup.add_argument("--wheelhouse", type=path_value, help="directory of wheels to install torch from (offline)")
+    bgroup.add_argument("--extra-ca", type=path_value, default=_host_ca(),
                         help="CA bundle for a TLS-intercepting proxy (BuildKit secret); default $APEX_EXTRA_CA, else the "
                         "bundle this host's pip trusts ($PIP_CERT), so the build reaches the index the host reaches")
     bgroup.add_argument("--base", choices=("auto", "nvidia", "local"), default="auto",
@@ -116,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", choices=ci_matrix.CACHE_KINDS, default="none",
                    help="BuildKit cache per cell: gha (GitHub Actions), registry, none")
     p.add_argument("--cache-ref", help="registry cache repository (default: <registry>-cache)")
-    p.add_argument("--output", "-o", type=Path, help="write here instead of stdout (e.g. docker-bake.json)")
+    p.add_argument("--output", "-o", type=path_value, help="write here instead of stdout (e.g. docker-bake.json)")
     p.set_defaults(func=ci.cmd_bake)
 
     p = sub.add_parser("pull", parents=[common, cell, registry, engine_opt],
@@ -131,12 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("publish", parents=[common, cell, registry],
                        help="push a built cell's image and record its digest (out/cells/<id>/published.json)")
     p.add_argument("--image", help="local image to push (default: the cell's tag)")
-    p.add_argument("--bake-metadata", type=Path,
+    p.add_argument("--bake-metadata", type=path_value,
                    help="record what `buildx bake --push --metadata-file FILE` pushed instead of pushing here")
     p.set_defaults(func=images.cmd_publish)
 
     p = sub.add_parser("zipapp", help="write verify as a self-contained zipapp (python verify.pyz [flags])")
-    p.add_argument("--out", type=Path, default=Path("out") / "verify.pyz",
+    p.add_argument("--out", type=path_value, default=Path("out") / "verify.pyz",
                    help="file to write, or a directory to write verify.pyz into (default: out/verify.pyz)")
     p.set_defaults(func=images.cmd_zipapp)
 
@@ -147,8 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     check = facts_sub.add_parser("check", help="exit 1 when PyPI publishes torch releases or CUDA toolkits the "
                                  "facts lack or contradict; 3 when the index cannot be read")
     check.add_argument("--index", default="https://pypi.org",
-                       help="PyPI, or a mirror of its JSON API (https:// or file://; default https://pypi.org)")
-    check.add_argument("--facts", type=Path, default=None, help="facts file (default: toolchain/data/compat.toml)")
+                       help="PyPI, or a mirror of its JSON API and its wheels' METADATA (https://, http:// or "
+                       "file:// of a folder; default https://pypi.org)")
+    check.add_argument("--facts", type=path_value, default=None, help="facts file (default: toolchain/data/compat.toml)")
     check.set_defaults(func=ci.cmd_facts_check)
     p.set_defaults(func=_facts_without_action)
     parser.commands = sub.choices  # for "did you mean" on a mistyped command or option

@@ -86,6 +86,20 @@ def local_image(client, tag: str):
                                      "check that it is running (scripts/ensure-docker.sh) or DOCKER_HOST") from None
 
 
+def check_docker_host(value: str) -> None:
+    """DOCKER_HOST's one check, before any client is made from it (every command pings first): the
+    SDK's own parser, whose ValueError (`tcp://:::::`) is a UsageError naming the variable."""
+    from docker.errors import DockerException
+    from docker.utils import parse_host
+
+    try:
+        parse_host(value, None)
+    except (ValueError, DockerException) as error:
+        why = (str(error).splitlines() or [type(error).__name__])[0][:200]
+        raise UsageError(f"DOCKER_HOST={value[:200]!r} is not a Docker host ({why}); unset it, or write "
+                         "unix:///var/run/docker.sock, tcp://HOST:2375 or ssh://USER@HOST") from None
+
+
 def ping(timeout: float = 10) -> None:
     """Raise EnvironmentUnavailable (exit 3) with the fix when no daemon answers, via the Docker SDK."""
     try:
@@ -94,6 +108,7 @@ def ping(timeout: float = 10) -> None:
     except ImportError:
         raise EnvironmentUnavailable("the Docker SDK is not installed; pip install 'docker>=7'") from None
     where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    check_docker_host(where)
     try:
         docker.from_env(timeout=timeout).ping()
     except (DockerException, OSError) as error:

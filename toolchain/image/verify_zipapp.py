@@ -14,13 +14,13 @@ gives the same bytes and the sha256 recorded with an audit names the exact verif
 from __future__ import annotations
 
 import dataclasses
-import os
 import tempfile
 import zipapp
 import zipfile
 from pathlib import Path
 
 from toolchain.builder.provenance import sha256_of
+from verify import atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "verify"
@@ -52,6 +52,10 @@ def _sources(package_dir: Path) -> list[Path]:
 # and exit 3 (environment unavailable) instead of a SyntaxError traceback
 MAIN_SOURCE = """import sys
 
+if sys.version_info >= (3, 10):
+    from verify import interrupts
+
+    interrupts.early()  # a signal from here on is held until verify's handlers take it (exit 1, one line)
 if sys.version_info < (3, 10):
     sys.stderr.write("verify: needs Python >= 3.10, this is %d.%d (%s); run the zipapp with a newer Python\\n"
                      % (sys.version_info[0], sys.version_info[1], sys.executable))
@@ -63,31 +67,33 @@ sys.exit(main())
 
 
 def build(out: Path | str, *, source_root: Path = REPO_ROOT) -> Zipapp:
-    """Write the zipapp to `out` atomically (a directory `out` gets verify.pyz inside); mode 0755."""
+    """Write the zipapp to `out` (a directory `out` gets verify.pyz inside), mode 0755, through the one
+    safe write path (verify.atomic): a symlink stays a link and its target gets the new verify (nodes
+    that run the link's target run it), a FIFO or a device is handled, a directory refused."""
     out = Path(out)
     if out.is_dir():
         out = out / NAME
-    out.parent.mkdir(parents=True, exist_ok=True)
     files = _sources(source_root / PACKAGE)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
-    try:
-        with tempfile.TemporaryDirectory(prefix="verify-zipapp.") as staging:
-            # the zip itself by hand (sorted members, one timestamp, __main__.py included: zipapp's
-            # own writer stamps __main__.py with the current time), then zipapp adds the interpreter line
-            plain = Path(staging) / "verify.zip"
-            with zipfile.ZipFile(plain, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-                archive.writestr(_member("__main__.py"), MAIN_SOURCE)
-                for src in files:
-                    archive.writestr(_member(src.relative_to(source_root).as_posix()), src.read_bytes())
-            zipapp.create_archive(plain, tmp, interpreter=INTERPRETER)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with tempfile.TemporaryDirectory(prefix="verify-zipapp.") as staging:
+        # the zip itself by hand (sorted members, one timestamp, __main__.py included: zipapp's
+        # own writer stamps __main__.py with the current time), then zipapp adds the interpreter line
+        plain, final = Path(staging) / "verify.zip", Path(staging) / NAME
+        with zipfile.ZipFile(plain, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr(_member("__main__.py"), MAIN_SOURCE)
+            for src in files:
+                archive.writestr(_member(src.relative_to(source_root).as_posix()), src.read_bytes())
+        zipapp.create_archive(plain, final, interpreter=INTERPRETER)
+        data = final.read_bytes()
+    atomic.write_bytes(out, data, mode=0o755)
     names = tuple(src.relative_to(source_root).as_posix() for src in files)
-    return Zipapp(path=out, sha256=sha256_of(out), size_bytes=out.stat().st_size, files=names)
+    return Zipapp(path=out, sha256=sha256_of(out) if out.is_file() else _sha256(data), size_bytes=len(data),
+                  files=names)
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
 
 
 def _member(name: str) -> zipfile.ZipInfo:

@@ -283,4 +283,5 @@ def _verify_image_rows(out: Path, known: set[str], problems: list[str]) -> list[
 
 
 def _version_key(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in text.split(".") if p.isdigit())
+    # ASCII digits only: "²".isdigit() is True, int("²") a ValueError (a result.json's cuda = "1².4")
+    return tuple(int(p) for p in str(text).split(".") if p.isascii() and p.isdigit())

@@ -73,7 +73,7 @@ tr.other td.status{background:#fff6d6}code{font-size:.85rem}.bar{display:inline-
 def _bars(row: Row) -> str:
     parts = []
     for kernel, ratio in row.speedups().items():
-        width = max(2, min(200, int(60 * ratio)))
+        width = int(max(2.0, min(200.0, 60 * ratio)))  # clamp before int(): 60 * 1e308 is inf
         cls = "bar" if ratio >= 1 else "bar slow"
         parts.append(f'{html.escape(kernel)} {ratio:.2f}x <span class="{cls}" style="width:{width}px"></span>')
     return "<br>".join(parts) or "-"

@@ -18,17 +18,7 @@ def extra_flag_names() -> dict[str, str]:
     """Contrib/deprecated extension names users write in EXTRAS -> their APEX_* flag."""
     from verify import module_map  # the module map is the one source of flags
 
-    names: dict[str, str] = {}
-    core = set(compat_mod.load().apex_core_flags)
-    for flag in module_map.known_flags():
-        if flag in core:
-            continue
-        names[flag.removeprefix("APEX_").lower()] = flag
-    names["all"] = names.pop("all_contrib_ext", "APEX_ALL_CONTRIB_EXT")
-    for module in module_map.modules():
-        if module.flag not in core:
-            names.setdefault(module.name, module.flag)
-    return names
+    return module_map.extra_names(compat_mod.load().apex_core_flags)
 
 
 def resolve_flags(r: CellValues) -> tuple[list[str], list[str]]:

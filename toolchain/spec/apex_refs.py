@@ -14,9 +14,10 @@ import re
 from pathlib import Path
 
 from toolchain.spec import compat as compat_mod
+from toolchain.spec import compat_shape
 from toolchain.spec.compat import version_key
 from toolchain.spec.toml_loader import load_toml
-from verify import module_map
+from verify import input_files, module_map
 
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
 
@@ -86,7 +87,7 @@ def _rows(path: Path) -> tuple[BuildRow, ...]:
             cause=row.get("cause"),
             fix_ref=row.get("fix_ref"),
         )
-        for row in load_toml(path)["apex"].get("builds", [])
+        for row in compat_shape.check(load_toml(path, input_files.FACTS), path)["apex"].get("builds", [])
     )
 
 

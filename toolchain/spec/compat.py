@@ -9,6 +9,7 @@ import functools
 import re
 from pathlib import Path
 
+from toolchain.spec import compat_shape
 from toolchain.spec.toml_loader import load_toml
 from verify import input_files
 
@@ -223,7 +224,7 @@ def _leads(raw: dict) -> tuple[Lead, ...]:
 
 @functools.lru_cache(maxsize=4)
 def load(path: Path = DATA) -> Compat:
-    raw = load_toml(path, input_files.FACTS)
+    raw = compat_shape.check(load_toml(path, input_files.FACTS), Path(path))
     return Compat(
         apex_repo=raw["apex"]["repo"],
         apex_default_ref=raw["apex"]["default_ref"],

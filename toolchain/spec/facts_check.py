@@ -1,41 +1,70 @@
 """`build.py facts check`: compare the compatibility facts with what PyPI publishes.
 
-What PyPI shows, and what is compared:
-- torch (`/pypi/torch/json`): every final release. Per minor: a row exists, its pinned patch is the
-  newest, and the Python range equals the cpXY tags of the linux x86_64 wheels (free-threaded `t`
-  builds aside). The CUDA of the PyPI wheels is in a release's Requires-Dist (`cuda-toolkit[...]==13.2.2`,
-  or `nvidia-cuda-runtime-cu12==12.8.90` with a `platform_machine == "x86_64"` marker when the aarch64
-  wheel is CPU-only); PyPI's JSON carries it for the newest release and, where served, per version
-  (`/pypi/torch/<version>/json`; a 404 means "not visible", never drift). The other CUDA builds live on
-  download.pytorch.org, which this check does not read.
+What is read, and what is compared:
+- torch (`/pypi/torch/json`, PyPI's JSON API): every final, unyanked release. Per minor: a row exists,
+  its pinned patch is the newest, its `patches` are exactly PyPI's patch releases, and the Python range
+  equals the cpXY tags of the linux x86_64 wheels (free-threaded `t` builds aside).
+- the CUDA of each minor's newest release, per machine (x86_64, aarch64): from that wheel's own METADATA,
+  the PEP 658 `<wheel url>.metadata` file (kilobytes, never the wheel), its Requires-Dist parsed with
+  `packaging` and its markers evaluated for linux on that machine (`cuda-toolkit[...]==13.2.2`, or
+  `nvidia-cuda-runtime-cu12==12.8.90` on x86_64 only, when the aarch64 wheel is CPU-only). An index that
+  serves neither `.metadata` nor ranges leaves that wheel "not visible" (said, never drift). The other CUDA
+  builds live on download.pytorch.org, which this check does not read.
 - the CUDA toolkit: NVIDIA's nvcc wheels (`nvidia-cuda-nvcc` for 13.x, `nvidia-cuda-nvcc-cu12` for 12.x):
   every released major.minor must have a [[toolkit]] row (nvcc's GCC and arch limits).
 
-Network access goes through a `Fetcher` (url -> body), so the parsing is tested on stored responses.
+Every answer goes through verify's bounded reader (`input_files.read_stream` / `read_bytes`: a FIFO, an
+endless or a huge answer costs the limit, not its size) and a declared shape (`verify.field_types`)
+before it is read: an answer that is not what PyPI serves is BadAnswer (exit 3, the index is unusable),
+never drift. An index without `.metadata` files (a caching mirror) is read by HTTP range requests of
+the wheel's zip directory and its METADATA member (a few hundred KB of a 500 MB wheel; a server that
+ignores Range is never read on). Network access goes through a `Fetcher`, whose file:// side reads a
+stored copy the same way, so the parsing is tested on stored answers (tests/fixtures/pypi-2026-12-01).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import email.parser
+import http.client
 import json
+import os
 import re
 import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable
+import zipfile
+import zlib
+from collections.abc import Iterable
+from typing import Protocol
 
-from toolchain.errors import EnvironmentUnavailable
+from toolchain.errors import EnvironmentUnavailable, UsageError
 from toolchain.spec import compat
 from toolchain.spec.compat import Compat, minor_of, version_key
+from verify import field_types as ft
+from verify import input_files
+from verify.messages import shown
+
+try:
+    from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+except ModuleNotFoundError:  # declared in the build and dev extras; run() says so
+    Requirement = None  # type: ignore[assignment,misc]
 
 DEFAULT_INDEX = "https://pypi.org"
+INDEX_SCHEMES = ("https", "http", "file")
 # nvcc wheel name -> the CUDA majors it carries (the -cu13 names are deprecated stubs)
 NVCC_PACKAGES = ("nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvcc")
+MACHINES = ("x86_64", "aarch64")  # the linux wheels whose METADATA is read
+METADATA_MAX = 1 << 20  # torch's METADATA is ~40 KB
+RANGE_CHUNK = 256 << 10  # one range request; a torch wheel's zip directory is ~1.5 MB
+RANGE_BUDGET = 32 << 20  # bytes one wheel's range reads may cost in all
 _FINAL = re.compile(r"^\d+\.\d+\.\d+$")  # no rc/dev/post, no +local
-_WHEEL = re.compile(r"^torch-(?P<version>[^-]+)-(?P<py>cp\d+)-(?P<abi>cp\d+t?)-(?P<platform>[^-]+)\.whl$")
-# the dependency that names the CUDA of a torch wheel, and its version
-_CUDA_DEP = re.compile(r"^(?P<name>cuda-toolkit|nvidia-cuda-runtime(?:-cu\d+)?)\b[^=;]*?\(?==\s*(?P<version>\d+\.\d+)")
+_WHEEL = re.compile(r"^torch-(?P<version>[^-]+)(?:-(?P<build>\d+)[^-]*)?-(?P<py>cp\d+)-(?P<abi>cp\d+t?)-"
+                    r"(?P<platform>[^-]+)\.whl$")
+_CUDA_RUNTIME = re.compile(r"^(cuda-toolkit|nvidia-cuda-runtime(-cu\d+)?)$")  # canonical names
 
-Fetcher = Callable[[str], bytes]
 
 
 class NotPublished(Exception):
@@ -46,27 +75,164 @@ class IndexUnreachable(Exception):
     """No usable answer: no network, a refused connection, a timeout, a server error."""
 
 
-def urllib_fetcher(timeout_s: float = 30.0) -> Fetcher:
-    """The real fetcher: https:// (PyPI or a mirror of its JSON API) and file:// (a stored copy)."""
+class BadAnswer(IndexUnreachable):
+    """The index answered, but not with what PyPI serves there (a proxy's page, a malformed document)."""
 
-    def fetch(url: str) -> bytes:
+
+# --- the index: its URL and its answers, bounded ----------------------------------------------
+
+
+def index_base(text: str) -> str:
+    """--index checked before anything is fetched: https:// or http:// with a host, or file:// of an
+    existing folder; else UsageError (exit 2) naming the value and the fix."""
+    fix = "pass https://pypi.org, a mirror of PyPI's JSON API (https://HOST/PATH) or file:///FOLDER (a stored copy)"
+    label = f"--index {shown(text)}" if text else "--index ''"
+    if not text.strip():
+        raise UsageError(f"{label}: empty; {fix}")
+    if not text.isascii() or any(ord(c) <= 0x20 or ord(c) == 0x7F for c in text):
+        raise UsageError(f"{label}: has spaces, control or non-ASCII characters; percent-encode them or {fix}")
+    try:
+        parts = urllib.parse.urlsplit(text)
+        parts.port  # noqa: B018 (raises on a bad port)
+    except ValueError as err:
+        raise UsageError(f"{label}: not a URL ({err}); {fix}") from None
+    if parts.scheme not in INDEX_SCHEMES:
+        what = "has no scheme" if not parts.scheme else f"has the scheme {parts.scheme}:, which facts check cannot read"
+        raise UsageError(f"{label}: {what}; {fix}")
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise UsageError(f"{label}: a file:// URL on another host ({parts.netloc}); {fix}")
+        folder = urllib.request.url2pathname(parts.path)
+        if not os.path.isdir(folder):
+            raise UsageError(f"{label}: {folder or '(no path)'} is not a folder; {fix}")
+    elif not parts.hostname:
+        raise UsageError(f"{label}: names no host; {fix}")
+    return text.rstrip("/")
+
+
+class Fetcher(Protocol):
+    """Where answers come from: the network (UrllibFetcher) or, in tests, the same over file://."""
+
+    def get(self, url: str) -> bytes: ...
+
+    def get_range(self, url: str, start: int | None, length: int) -> tuple[bytes, int]:
+        """`length` bytes from `start` (None: the last `length`) and the document's size; NotPublished
+        when there is no such document or the server does not answer range requests."""
+        ...
+
+
+class UrllibFetcher:
+    """https:// and http:// (PyPI or a mirror of its JSON API) and file:// (a stored copy), every answer
+    through verify's bounded reader."""
+
+    def __init__(self, timeout_s: float = 30.0) -> None:
+        self.timeout_s = timeout_s
+
+    def get(self, url: str) -> bytes:
+        if urllib.parse.urlsplit(url).scheme == "file":
+            return _file_call(url, lambda path: input_files.read_bytes(path, input_files.INDEX_ANSWER))
+        with self._open(url, {}) as response:
+            return self._bounded(lambda: input_files.read_stream(response, url, input_files.INDEX_ANSWER))
+
+    def get_range(self, url: str, start: int | None, length: int) -> tuple[bytes, int]:
+        if urllib.parse.urlsplit(url).scheme == "file":
+            return _file_call(url, lambda path: input_files.read_part(path, input_files.INDEX_ANSWER, start, length))
+        wanted = f"bytes=-{length}" if start is None else f"bytes={start}-{start + length - 1}"
+        with self._open(url, {"Range": wanted}) as response:
+            if response.status != 206:  # the whole wheel would follow: never read it
+                raise NotPublished(f"{url}: the server does not answer range requests")
+            match = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", response.headers.get("Content-Range", "").strip())
+            if match is None:
+                raise BadAnswer(f"{url}: a range answer without a usable Content-Range")
+            body = self._bounded(lambda: response.read(length + 1))
+        if len(body) > length:
+            raise BadAnswer(f"{url}: a range answer longer than the {length} bytes asked for")
+        return body, int(match[3])
+
+    def _open(self, url: str, headers: dict[str, str]):  # noqa: ANN202 (an http.client response)
         request = urllib.request.Request(url, headers={"User-Agent": "apex-toolchain facts check",
-                                                       "Accept": "application/json"})
+                                                       "Accept": "application/json", **headers})
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 (our own URLs)
-                return response.read()
+            return urllib.request.urlopen(request, timeout=self.timeout_s)  # noqa: S310 (checked schemes)
         except urllib.error.HTTPError as err:
             if err.code == 404:
                 raise NotPublished(url) from None
             raise IndexUnreachable(f"{url} answered HTTP {err.code}") from None
         except urllib.error.URLError as err:
-            if isinstance(err.reason, FileNotFoundError):
-                raise NotPublished(url) from None
             raise IndexUnreachable(f"{url}: {err.reason}") from None
-        except (TimeoutError, ConnectionError) as err:
-            raise IndexUnreachable(f"{url}: {err}") from None
+        except (OSError, http.client.HTTPException, ValueError) as err:  # timeouts, resets, a bad host name
+            raise IndexUnreachable(f"{url}: {type(err).__name__}: {err}") from None
 
-    return fetch
+    @staticmethod
+    def _bounded(read):  # noqa: ANN001, ANN205
+        try:
+            return read()
+        except input_files.InputFileError as err:
+            raise BadAnswer(str(err)) from None
+        except (OSError, http.client.HTTPException) as err:  # a reset or a timeout in the middle
+            raise IndexUnreachable(f"{type(err).__name__}: {err}") from None
+
+
+def urllib_fetcher(timeout_s: float = 30.0) -> UrllibFetcher:
+    return UrllibFetcher(timeout_s)
+
+
+def _file_call(url: str, read):  # noqa: ANN001, ANN202
+    path = urllib.request.url2pathname(urllib.parse.urlsplit(url).path)
+    try:
+        return read(path)
+    except input_files.InputFileError as err:
+        if err.reason == "missing":
+            raise NotPublished(url) from None
+        raise BadAnswer(str(err)) from None
+
+
+class _RemoteZip:
+    """A wheel as a seekable file whose bytes come by range requests, for zipfile: its directory at the
+    end, then the one member asked for; at most RANGE_BUDGET bytes in all."""
+
+    def __init__(self, fetcher: Fetcher, url: str) -> None:
+        self.fetcher, self.url = fetcher, url
+        tail, self.size = fetcher.get_range(url, None, RANGE_CHUNK)
+        self.buffer_start, self.buffer, self.spent, self.pos = self.size - len(tail), tail, len(tail), 0
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.pos = max(0, (0, self.pos, self.size)[whence] + offset)
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.size - self.pos if n is None or n < 0 else min(n, self.size - self.pos)
+        end = self.pos + n
+        if not (self.buffer_start <= self.pos and end <= self.buffer_start + len(self.buffer)):
+            length = min(max(n, RANGE_CHUNK), self.size - self.pos)
+            self.spent += length
+            if self.spent > RANGE_BUDGET:
+                raise BadAnswer(f"{self.url}: its zip directory and METADATA need more than {RANGE_BUDGET >> 20} MiB "
+                                "of range reads")
+            self.buffer, _ = self.fetcher.get_range(self.url, self.pos, length)
+            self.buffer_start = self.pos
+        data = self.buffer[self.pos - self.buffer_start:end - self.buffer_start]
+        self.pos += len(data)
+        return data
+
+
+def _zip_metadata(fetcher: Fetcher, url: str, filename: str) -> bytes:
+    """A wheel's METADATA by HTTP range reads of its zip directory and that one member (never the wheel)."""
+    try:
+        with zipfile.ZipFile(_RemoteZip(fetcher, url)) as wheel:  # type: ignore[arg-type]
+            names = [n for n in wheel.namelist() if re.fullmatch(r"torch-[^/]+\.dist-info/METADATA", n)]
+            if len(names) != 1:
+                raise BadAnswer(f"{filename}: {len(names)} torch-*.dist-info/METADATA members, not one")
+            with wheel.open(names[0]) as member:
+                return member.read(METADATA_MAX + 1)
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError, KeyError) as err:
+        raise BadAnswer(f"{filename}: not a readable wheel (zip) by range reads ({type(err).__name__}: {err})") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +244,17 @@ class Finding:
 
 
 @dataclasses.dataclass(frozen=True)
+class Wheel:
+    """One linux wheel of a release, as the index lists it."""
+
+    filename: str
+    url: str  # as the index wrote it: absolute, or relative to the document that listed it
+    machine: str  # "x86_64" | "aarch64"
+    python: str  # "3.12"
+    build: int  # the wheel's build tag (torch-2.10.0-3-cp312-...: 3); 0 without one
+
+
+@dataclasses.dataclass(frozen=True)
 class Published:
     """One torch release as PyPI lists it."""
 
@@ -85,78 +262,119 @@ class Published:
     uploaded: str  # date of its first file, YYYY-MM-DD
     pythons: tuple[str, ...]  # from the linux x86_64 wheels' cpXY tags, e.g. ("3.10", ..., "3.14")
     aarch64: bool  # linux aarch64 wheels exist
+    wheels: tuple[Wheel, ...] = ()  # its linux wheels, newest Python (and build tag) first
 
-
-@dataclasses.dataclass(frozen=True)
-class PypiCuda:
-    """The CUDA a torch wheel on PyPI is built for, from its Requires-Dist."""
-
-    cuda: str  # "13.2"
-    x86_64_only: bool  # the pin carries platform_machine == "x86_64": the aarch64 wheel is CPU-only
+    def wheels_for(self, machine: str) -> tuple[Wheel, ...]:
+        return tuple(w for w in self.wheels if w.machine == machine)
 
 
 @dataclasses.dataclass(frozen=True)
 class Report:
     findings: tuple[Finding, ...]
     checked: tuple[str, ...]  # what was compared, for the summary
-    not_visible: tuple[str, ...]  # torch versions whose Requires-Dist the index does not show (not drift)
+    not_visible: tuple[str, ...]  # "2.4.1 aarch64": no wheel's METADATA served there (not drift)
 
 
-# --- parsing (pure: tested on stored responses) ----------------------------------------------
+# --- parsing (pure: tested on stored answers) ---------------------------------------------------
+
+_FILE = ft.Record({"filename": ft.Str(max_len=512), "upload_time": ft.Nullable(ft.Str(max_len=64)),
+                   "yanked": ft.BOOL, "url": ft.Str(max_len=4096), "requires_python": ft.Nullable(ft.Str(max_len=512))},
+                  required=("filename",))
+_PROJECT = ft.Record({"info": ft.Record({"version": ft.Str(max_len=128),
+                                         "requires_dist": ft.Nullable(ft.ListOf(ft.Str(max_len=4096)))}),
+                      "releases": ft.MapOf(ft.ListOf(_FILE), max_items=100_000)}, required=("releases",))
 
 
 def torch_releases(project_json: bytes) -> dict[str, Published]:
     """PyPI's /pypi/torch/json -> final, unyanked releases by version."""
     data = _json(project_json, "torch")
     releases: dict[str, Published] = {}
-    for version, files in data.get("releases", {}).items():
+    for version, files in data["releases"].items():
         if not _FINAL.match(version) or not files or all(f.get("yanked") for f in files):
             continue
         pythons: set[str] = set()
-        aarch64 = False
+        wheels: list[Wheel] = []
         for entry in files:
-            wheel = _WHEEL.match(entry.get("filename", ""))
-            if wheel is None or not wheel["platform"].startswith("manylinux"):
+            wheel = _WHEEL.match(entry["filename"])
+            if wheel is None or not wheel["platform"].startswith("manylinux") or entry.get("yanked"):
                 continue
-            if wheel["platform"].endswith("aarch64"):
-                aarch64 = True
-            elif wheel["platform"].endswith("x86_64") and not wheel["abi"].endswith("t"):
-                pythons.add(f"{wheel['py'][2]}.{wheel['py'][3:]}")
+            machine = next((m for m in MACHINES if wheel["platform"].endswith(m)), None)
+            python = f"{wheel['py'][2]}.{wheel['py'][3:]}"
+            if machine is None or wheel["abi"].endswith("t"):
+                continue
+            if machine == "x86_64":
+                pythons.add(python)
+            wheels.append(Wheel(entry["filename"], entry.get("url") or "", machine, python, int(wheel["build"] or 0)))
+        wheels.sort(key=lambda w: (version_key(w.python), w.build), reverse=True)
         uploaded = min((f.get("upload_time") or "")[:10] for f in files)
-        releases[version] = Published(version, uploaded, tuple(sorted(pythons, key=version_key)), aarch64)
+        releases[version] = Published(version, uploaded, tuple(sorted(pythons, key=version_key)),
+                                      any(w.machine == "aarch64" for w in wheels), tuple(wheels))
     return releases
 
 
-def latest_requires(project_json: bytes) -> tuple[str, list[str]]:
-    """(the newest version, its Requires-Dist) from a project or per-version JSON document."""
-    info = _json(project_json, "torch").get("info") or {}
-    return str(info.get("version", "")), list(info.get("requires_dist") or [])
+def metadata_requires(body: bytes, what: str) -> list[Requirement]:
+    """A wheel's METADATA (core metadata, RFC 822 headers) -> its Requires-Dist, parsed; BadAnswer when
+    the answer is not a torch METADATA or a requirement does not parse."""
+    if len(body) > METADATA_MAX:
+        raise BadAnswer(f"{what}: {len(body)} bytes, not a METADATA file (at most {METADATA_MAX})")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise BadAnswer(f"{what}: not UTF-8 text (byte offset {err.start}): not a METADATA file") from None
+    headers = email.parser.HeaderParser().parsestr(text)
+    if "Metadata-Version" not in headers or str(headers.get("Name", "")).lower() != "torch":
+        raise BadAnswer(f"{what}: not torch's METADATA (no Metadata-Version, or Name is not torch)")
+    found = []
+    for line in headers.get_all("Requires-Dist") or ():
+        try:
+            found.append(Requirement(str(line)))
+        except InvalidRequirement as err:
+            why = str(err).splitlines()[0] if str(err) else type(err).__name__  # packaging draws a caret below
+            raise BadAnswer(f"{what}: Requires-Dist {shown(str(line))} does not parse ({why})") from None
+    return found
 
 
-def pypi_cuda(requires_dist: Iterable[str]) -> PypiCuda | None:
-    """The CUDA pinned by a torch wheel's Requires-Dist; None for a CPU-only wheel."""
-    for requirement in requires_dist:
-        spec, _, marker = requirement.partition(";")
-        match = _CUDA_DEP.match(spec.strip())
-        if match:
-            return PypiCuda(match["version"], "platform_machine" in marker and "x86_64" in marker)
+def wheel_cuda(requirements: Iterable[Requirement], machine: str, python: str = "3.12") -> str | None:
+    """The CUDA major.minor a torch wheel pins for linux on `machine`; None for a CPU-only wheel."""
+    env = {"platform_machine": machine, "platform_system": "Linux", "sys_platform": "linux", "os_name": "posix",
+           "python_version": python, "python_full_version": f"{python}.0", "implementation_name": "cpython",
+           "platform_python_implementation": "CPython", "extra": ""}
+    for requirement in requirements:
+        try:
+            if requirement.marker is not None and not requirement.marker.evaluate(env):
+                continue
+        except (UndefinedComparison, UndefinedEnvironmentName, ValueError) as err:
+            raise BadAnswer(f"Requires-Dist {shown(str(requirement))}: its marker cannot be evaluated ({err})") from None
+        if not _CUDA_RUNTIME.match(canonicalize_name(requirement.name)):
+            continue
+        pins = [s.version for s in requirement.specifier if s.operator in ("==", "===")]
+        if len(pins) != 1 or not re.match(r"^\d+\.\d+", pins[0]):
+            raise BadAnswer(f"Requires-Dist {shown(str(requirement))} does not pin one CUDA version")
+        return minor_of(pins[0])
     return None
+
+
+_TOOLKIT_PROJECT = ft.Record({"releases": ft.MapOf(ft.ListOf(ft.Record({"yanked": ft.BOOL})), max_items=100_000)},
+                             required=("releases",))
 
 
 def toolkit_minors(project_json: bytes, package: str) -> set[str]:
     """The CUDA major.minor versions an nvcc wheel project has released (final, unyanked)."""
-    data = _json(project_json, package)
-    return {minor_of(version) for version, files in data.get("releases", {}).items()
-            if re.match(r"^\d+\.\d+\.\d+$", version) and files and not all(f.get("yanked") for f in files)}
+    data = _json(project_json, package, _TOOLKIT_PROJECT)
+    return {minor_of(version) for version, files in data["releases"].items()
+            if _FINAL.match(version) and files and not all(f.get("yanked") for f in files)}
 
 
-def _json(body: bytes, what: str) -> dict:
+def _json(body: bytes, what: str, shape: ft.Shape = _PROJECT) -> dict:
     try:
         data = json.loads(body)
-    except ValueError:
-        raise IndexUnreachable(f"the index's answer for {what} is not JSON (a proxy or login page?)") from None
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise BadAnswer(f"the index's answer for {what} is not JSON (a proxy or login page?)") from None
     if not isinstance(data, dict):
-        raise IndexUnreachable(f"the index's answer for {what} is not a PyPI JSON document")
+        raise BadAnswer(f"the index's answer for {what} is not a PyPI JSON document")
+    problems = ft.check(data, shape, what)
+    if problems:
+        raise BadAnswer(f"the index's answer for {what} is not PyPI's JSON ({ft.summary(problems, 3)})")
     return data
 
 
@@ -166,11 +384,15 @@ def _json(body: bytes, what: str) -> dict:
 def check(facts: Compat, fetch: Fetcher, index: str = DEFAULT_INDEX) -> Report:
     """Compare the facts with the index; IndexUnreachable propagates (the caller's exit 3)."""
     base = index.rstrip("/")
+    project_url = f"{base}/pypi/torch/json"
+    try:
+        project = fetch.get(project_url)
+    except NotPublished:
+        raise IndexUnreachable(f"{base} has no torch project ({project_url}): is it PyPI or a mirror of its "
+                               "JSON API?") from None
+    releases = torch_releases(project)
     findings: list[Finding] = []
     not_visible: list[str] = []
-    project = fetch(f"{base}/pypi/torch/json")
-    releases = torch_releases(project)
-    latest, latest_deps = latest_requires(project)
     oldest = min(facts.torch, key=version_key)
     by_minor: dict[str, list[Published]] = {}
     for release in releases.values():
@@ -188,27 +410,56 @@ def check(facts: Compat, fetch: Fetcher, index: str = DEFAULT_INDEX) -> Report:
                                     f'python = ["{low}", "{high}"], its CUDA builds, with the source'))
             continue
         findings += _compare_torch(row, newest, releases)
-        deps = latest_deps if newest.version == latest else _version_requires(fetch, base, newest.version)
-        if deps is None:
-            not_visible.append(newest.version)
-            continue
-        findings += _compare_pypi_cuda(row, newest, pypi_cuda(deps))
+        findings += _compare_patches(row, by_minor[minor])
+        for machine in MACHINES:
+            wheels = newest.wheels_for(machine)
+            read = _first_metadata(fetch, project_url, wheels)
+            if read is None:
+                not_visible += [f"{newest.version} {machine}"] if wheels else []
+                continue
+            wheel, requires = read
+            findings += _compare_wheel_cuda(row, newest, machine, wheel_cuda(requires, machine, wheel.python))
     for minor, row in sorted(facts.torch.items(), key=lambda kv: version_key(kv[0])):
         if minor not in by_minor:
             findings.append(Finding("wrong", f"torch {minor}", f"the facts have a row for torch {minor}, PyPI has no "
                                     f"{minor}.x release", f'remove [torch."{minor}"] or fix its version ({row.version})'))
 
     findings += _compare_toolkits(facts, fetch, base)
-    checked = (f"torch {oldest}-{max(by_minor, key=version_key) if by_minor else oldest} ({len(releases)} releases)",
-               f"nvcc wheels {', '.join(NVCC_PACKAGES)}")
+    checked = (f"torch {oldest}-{max(by_minor, key=version_key) if by_minor else oldest} ({len(releases)} releases, "
+               "the newest patch's x86_64 and aarch64 METADATA)", f"nvcc wheels {', '.join(NVCC_PACKAGES)}")
     return Report(tuple(findings), checked, tuple(not_visible))
 
 
-def _version_requires(fetch: Fetcher, base: str, version: str) -> list[str] | None:
-    try:
-        return latest_requires(fetch(f"{base}/pypi/torch/{version}/json"))[1]
-    except NotPublished:
-        return None
+def _first_metadata(fetch: Fetcher, project_url: str,
+                    wheels: Iterable[Wheel]) -> tuple[Wheel, list[Requirement]] | None:
+    """The first of these wheels (one release, one machine: the same Requires-Dist) whose METADATA the
+    index serves; None when it serves none (a caching mirror serves only what it has fetched)."""
+    wheels = tuple(wheels)
+    for wheel in wheels:
+        try:
+            return wheel, metadata_requires(fetch.get(_wheel_url(project_url, wheel) + ".metadata"),
+                                            f"{wheel.filename}.metadata")
+        except NotPublished:
+            continue
+    for wheel in wheels[:1]:  # no PEP 658 file: read it from the wheel's zip directory, by ranges
+        try:
+            return wheel, metadata_requires(_zip_metadata(fetch, _wheel_url(project_url, wheel), wheel.filename),
+                                            f"{wheel.filename}'s METADATA")
+        except NotPublished:
+            continue
+    return None
+
+
+def _wheel_url(project_url: str, wheel: Wheel) -> str:
+    """The wheel's URL, resolved against the document that listed it (PyPI's mirrors write relative
+    URLs); a URL of another kind than the index's own is refused."""
+    url = urllib.parse.urljoin(project_url, wheel.url) if wheel.url else ""
+    index_is_file = urllib.parse.urlsplit(project_url).scheme == "file"
+    scheme = urllib.parse.urlsplit(url).scheme
+    if not url or (scheme == "file") != index_is_file or scheme not in INDEX_SCHEMES:
+        raise BadAnswer(f"the index lists {wheel.filename} at {shown(wheel.url) if wheel.url else 'no URL'}, "
+                        f"not a {'file' if index_is_file else 'http(s)'} URL like the index's own")
+    return url
 
 
 def _compare_torch(row: compat.TorchRelease, newest: Published, releases: dict[str, Published]) -> list[Finding]:
@@ -228,24 +479,41 @@ def _compare_torch(row: compat.TorchRelease, newest: Published, releases: dict[s
     return found
 
 
-def _compare_pypi_cuda(row: compat.TorchRelease, newest: Published, seen: PypiCuda | None) -> list[Finding]:
-    subject = f"torch {row.minor}"
-    where = f'in [torch."{row.minor}"]'
+def _compare_patches(row: compat.TorchRelease, published: list[Published]) -> list[Finding]:
+    """The facts' `patches` against PyPI's final releases of that minor (a listed patch a cell may name)."""
+    subject, where = f"torch {row.minor}", f'in [torch."{row.minor}"]'
+    on_pypi = {r.version: r for r in published}
+    found = [Finding("missing", subject, f"PyPI publishes torch {version} ({on_pypi[version].uploaded}); the facts' "
+                     f"patches ({', '.join(row.patches)}) lack it, so a cell naming it is refused",
+                     f'add "{version}" to patches {where}')
+             for version in sorted(set(on_pypi) - set(row.patches), key=version_key)]
+    found += [Finding("wrong", subject, f"the facts' patches list {version}, which PyPI does not publish (or yanked)",
+                      f'remove "{version}" from patches {where}')
+              for version in sorted(set(row.patches) - set(on_pypi), key=version_key) if version != row.version]
+    return found
+
+
+def _compare_wheel_cuda(row: compat.TorchRelease, newest: Published, machine: str, seen: str | None) -> list[Finding]:
+    subject, where = f"torch {row.minor}", f'in [torch."{row.minor}"]'
+    if machine == "aarch64":  # a CPU-only aarch64 wheel says nothing: the aarch64 CUDA builds are on download.pytorch.org
+        if seen is not None and seen not in row.aarch64_cuda:
+            return [Finding("missing", subject, f"PyPI's {newest.version} linux aarch64 wheels are CUDA {seen} builds, "
+                            f"not in the facts' aarch64 builds ({', '.join(row.aarch64_cuda) or 'none'})",
+                            f'add "{seen}" to aarch64_cuda {where}')]
+        return []
     if seen is None:
         if row.pypi_cuda is not None:
             return [Finding("wrong", subject, f"the facts say PyPI's wheels are CUDA {row.pypi_cuda}; PyPI's "
-                            f"{newest.version} pins no CUDA runtime (CPU-only)", f"remove pypi_cuda {where}")]
+                            f"{newest.version} linux x86_64 wheel pins no CUDA runtime (CPU-only)",
+                            f"remove pypi_cuda {where}")]
         return []
     found: list[Finding] = []
-    if row.pypi_cuda != seen.cuda:
+    if row.pypi_cuda != seen:
         found.append(Finding("wrong", subject, f"the facts say PyPI's wheels are CUDA {row.pypi_cuda}; PyPI's "
-                             f"{newest.version} pins CUDA {seen.cuda}", f'set pypi_cuda = "{seen.cuda}" {where}'))
-    if seen.cuda not in row.cuda:
-        found.append(Finding("missing", subject, f"PyPI's {newest.version} is a CUDA {seen.cuda} build, not in the "
-                             f"facts' builds ({', '.join(row.cuda)})", f'add "{seen.cuda}" to cuda {where}'))
-    if newest.aarch64 and not seen.x86_64_only and seen.cuda not in row.aarch64_cuda:
-        found.append(Finding("missing", subject, f"PyPI's {newest.version} linux aarch64 wheels are CUDA {seen.cuda} "
-                             "builds, not in the facts' aarch64 builds", f'add "{seen.cuda}" to aarch64_cuda {where}'))
+                             f"{newest.version} pins CUDA {seen}", f'set pypi_cuda = "{seen}" {where}'))
+    if seen not in row.cuda:
+        found.append(Finding("missing", subject, f"PyPI's {newest.version} is a CUDA {seen} build, not in the "
+                             f"facts' builds ({', '.join(row.cuda)})", f'add "{seen}" to cuda {where}'))
     return found
 
 
@@ -254,7 +522,7 @@ def _compare_toolkits(facts: Compat, fetch: Fetcher, base: str) -> list[Finding]
     found: list[Finding] = []
     for package in NVCC_PACKAGES:
         try:
-            minors = toolkit_minors(fetch(f"{base}/pypi/{package}/json"), package)
+            minors = toolkit_minors(fetch.get(f"{base}/pypi/{package}/json"), package)
         except NotPublished:
             raise IndexUnreachable(f"{base} has no {package} project: is it a PyPI mirror?") from None
         for minor in sorted(minors - known, key=version_key):
@@ -266,7 +534,10 @@ def _compare_toolkits(facts: Compat, fetch: Fetcher, base: str) -> list[Finding]
 
 
 def run(facts: Compat, fetch: Fetcher, index: str = DEFAULT_INDEX) -> Report:
-    """check(), with an unreachable index as the environment error (exit 3)."""
+    """check(), with an unreachable or unusable index as the environment error (exit 3)."""
+    if Requirement is None:
+        raise EnvironmentUnavailable("facts check reads requirements with the `packaging` library, which is not "
+                                     "installed; pip install packaging (it is in the build and dev extras)")
     try:
         return check(facts, fetch, index)
     except IndexUnreachable as err:

@@ -21,7 +21,7 @@ def load_toml(path: str | Path, kind: input_files.InputKind = input_files.MATRIX
         text = input_files.read_text(path, kind)
     except input_files.InputFileError as exc:
         if exc.reason == "missing":
-            raise UsageError(f"{path}: file not found; pass an existing file with --matrix PATH") from None
+            raise UsageError(f"{path}: file not found; {kind.fix}") from None
         if exc.reason == "not_regular" and path.is_dir():
             raise UsageError(f"{path}: is a directory, not a TOML file; pass the file itself, e.g. "
                              f"{path / 'matrix.toml'}") from None

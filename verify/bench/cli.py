@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import re
 import sys
 import time
@@ -47,6 +48,9 @@ def _positive_int(flag: str, example: str):
     return parse
 
 
+MAX_BIG_PARAMS = 1e11  # 400 GB of fp32 weights: more than an H200 (141 GB) holds, with its optimizer state
+
+
 def parse_param_count(text: str) -> int:
     """'250M', '1.5e8', '300000000', '2.5G' -> a parameter count."""
     raw = text.strip().replace("_", "")
@@ -55,8 +59,11 @@ def parse_param_count(text: str) -> int:
         value = float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()] if match else float(raw)
     except ValueError:
         value = 0.0
-    if value < 1:
+    if not math.isfinite(value) or value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a parameter count; pass e.g. --big-params 250M")
+    if value > MAX_BIG_PARAMS:
+        raise argparse.ArgumentTypeError(f"{text!r} is more than {MAX_BIG_PARAMS:.0e} parameters ({MAX_BIG_PARAMS * 4 / 1e9:.0f}"
+                                         " GB of fp32 weights, beyond any GPU's memory); pass e.g. --big-params 250M")
     return int(value)
 
 

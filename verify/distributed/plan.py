@@ -19,6 +19,7 @@ from verify.checks import Check, Status
 from verify.distributed.cases import CASES, LAYER, DistCase
 
 CPU_HOOK_ENV = "VERIFY_DISTRIBUTED_CPU"
+MAX_CPU_RANKS = 16  # the GPU path's own ceiling is one rank per GPU (8 on a node); the hook needs no more
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,9 +43,9 @@ def cpu_hook_ranks(environ: dict[str, str] | None = None) -> int | None:
     raw = (os.environ if environ is None else environ).get(CPU_HOOK_ENV, "").strip()
     if not raw:
         return None
-    if not raw.isdigit() or int(raw) < 2:
-        raise ValueError(f"{CPU_HOOK_ENV}={raw!r}: must be a whole number of CPU ranks, 2 or more (a test hook);"
-                         " unset it to check the real GPUs")
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 6 or not 2 <= int(raw) <= MAX_CPU_RANKS:
+        raise ValueError(f"{CPU_HOOK_ENV}={raw[:40]!r}: must be a whole number of CPU ranks from 2 to "
+                         f"{MAX_CPU_RANKS} (a test hook); unset it to check the real GPUs")
     return int(raw)
 
 

@@ -107,6 +107,7 @@ GROUP_MODULES = {
 # Group order is run order; parity groups may run side by side, timing runs alone afterwards.
 GPU_GROUPS = ("parity_adam", "parity_norm", "amp_step", "smoke", "timing")
 EXCLUSIVE_GROUPS = frozenset({"timing"})  # timings must not share the GPU with other work
+WATCHED_GROUPS = frozenset({"timing"})  # other work on the GPU is looked for around them (verify.gpu.device_load)
 SELFTEST_GROUPS = ("selftest", "selftest_peer")
 ALL_CASES: tuple[Case, ...] = tuple(_parity_adam() + _parity_norm() + _amp_step() + _smoke() + _timing() + _selftest())
 

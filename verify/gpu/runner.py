@@ -19,6 +19,7 @@ from typing import Any
 from verify import child_processes
 from verify.checks import Check, Status
 from verify.gpu import cases as case_table
+from verify.gpu import device_load
 from verify.json_lines_child import TIMEOUT, JsonLinesChild, describe_exit, last_line, verify_env
 
 MAX_WORKERS_PER_GROUP = 3  # the first worker plus two restarts after a crash, a hang or a poisoned context
@@ -153,6 +154,14 @@ def run_group(group: str, seed: int, check_timeout_s: float, names: list[str] | 
     return result
 
 
+def _judge_load(result: GroupResult, load: device_load.DeviceLoad) -> None:
+    """The timing group's verdicts stand only on a GPU verify had to itself (verify.gpu.device_load)."""
+    device_load.withhold(result.checks, result.timings, load)
+    shared = load.shared_reason() is not None
+    result.checks.append(Check("timing", "device_load", Status.WARN if shared else Status.INFO,
+                               f"GPU load during timing: {load.summary()}", load.to_json()))
+
+
 def run_groups(groups: list[str], seed: int, check_timeout_s: float,
                names: dict[str, list[str]] | None = None, parallel: bool = True) -> list[GroupResult]:
     """Groups not in EXCLUSIVE_GROUPS run side by side; exclusive ones (timing) alone, afterwards."""
@@ -176,7 +185,14 @@ def run_groups(groups: list[str], seed: int, check_timeout_s: float,
         else:
             results.update({g: run_group(g, seed, check_timeout_s, names.get(g), stop) for g in shared})
         for g in alone:
-            results[g] = run_group(g, seed, check_timeout_s, names.get(g), stop, first_worker=held.pop(g, None))
+            started = {w["pid"] for r in results.values() for w in r.workers}  # exited parity workers are verify's too
+            watch = device_load.DeviceWatch.start(known=started) if g in case_table.WATCHED_GROUPS else None
+            try:
+                results[g] = run_group(g, seed, check_timeout_s, names.get(g), stop, first_worker=held.pop(g, None))
+            finally:
+                load = watch.stop() if watch is not None else None
+            if load is not None:
+                _judge_load(results[g], load)
     except BaseException:  # before the pool waits for its threads: they must not start fresh workers
         stop.set()
         kill_all_workers()

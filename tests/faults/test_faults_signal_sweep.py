@@ -1,0 +1,138 @@
+"""Signals at any moment of a real `python -m verify --static` run (issue 24): from the interpreter's
+first instant, through torch's import and the import probe, to the report's write. The moments are
+fractions of a baseline run timed in the test itself (so a slow host moves them with it), from a fixed
+seed; the signals rotate SIGTERM, SIGINT to the process group (Ctrl-C), SIGHUP, and every third one is
+followed 0.2 s later by a second Ctrl-C.
+
+Each run must end in one of three ways, nothing else: it finished before the signal (the baseline's
+exit code and verdict, its report written); it was stopped (exit 1, exactly verify's one interrupted
+line, no report, the earlier file untouched); or the signal came while the interpreter itself was
+starting (its `site` import), before verify's first statement (interrupts.early()) could hold it:
+then it ends as CPython ends any program at that point (by the signal, the shell's 128+N; SIGINT:
+CPython's own "Fatal Python error: init_import_site ... KeyboardInterrupt", exit 1), with no frame of
+this project and nothing written. Otherwise never a traceback, a 130 after an "(exit 1)" line, 134;
+never a temp file or a child process left. SIGNAL_SWEEP_OUT=PATH writes the sweep's table as JSON (the evidence under
+reports/cpu-2026-12-01-signal-sweep/)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from faultlib import REPO
+
+from verify import exit_codes
+
+EARLIER = '{"an earlier report": "must survive"}\n'
+STOPPED = "verify: interrupted by {}; child processes stopped; no report written or left half-written (exit 1)"
+SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
+MOMENTS = 18
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("APEX_BUILD_MANIFEST", "GITHUB_ACTIONS")}
+    return {**env, "PYTHONPATH": str(REPO)}
+
+
+def _descendants(pid: int) -> set[int]:
+    found, frontier = set(), [pid]
+    while frontier:
+        parent = frontier.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*/children"):
+            try:
+                kids = [int(x) for x in task.read_text().split()]
+            except OSError:
+                continue
+            found.update(kids)
+            frontier += kids
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _run(tmp: Path, signal_name: str | None, at_s: float, second: bool) -> dict:
+    report = tmp / "r.json"
+    report.write_text(EARLIER)
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "verify", "--static", "--json", str(report)], cwd=tmp, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    seen: set[int] = set()
+    while signal_name and time.monotonic() - started < at_s and proc.poll() is None:
+        seen |= _descendants(proc.pid)
+        time.sleep(0.01)
+    if signal_name and proc.poll() is None:
+        seen |= _descendants(proc.pid)
+        if signal_name == "SIGINT":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, getattr(signal, signal_name))
+        if second:
+            time.sleep(0.2)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=300)
+    time.sleep(0.3)
+    left = sorted(p for p in seen if _alive(p))
+    for pid in left:  # only what this run started, by pid, so a failure leaves nothing behind either
+        os.kill(pid, signal.SIGKILL)
+    text = report.read_text()
+    return {"signal": signal_name, "at_s": round(at_s, 3), "second_ctrl_c": second, "exit": proc.returncode,
+            "stderr": stderr.strip().splitlines(), "report": "earlier" if text == EARLIER else json.loads(text),
+            "left": left, "temp_files": sorted(p.name for p in tmp.iterdir() if p.name != "r.json"),
+            "wall_s": round(time.monotonic() - started, 3), "stdout_tail": stdout[-300:]}
+
+
+def _in_interpreter_start(row: dict, name: str) -> bool:
+    """The signal came while CPython itself was starting (its site import), before verify's first
+    statement: it ended as CPython ends any program then (by the signal; SIGINT: CPython's own
+    KeyboardInterrupt in `site`, exit 1), with no frame of this project in what it printed."""
+    if row["exit"] == -getattr(signal, name) and row["stderr"] == []:
+        return True
+    text = "\n".join(row["stderr"])
+    return (name == "SIGINT" and row["exit"] == 1 and text.startswith("Fatal Python error: init_import_site")
+            and "/verify/" not in text and "/toolchain/" not in text)
+
+
+def test_a_signal_at_any_moment_of_a_real_run_is_handled(tmp_path: Path) -> None:
+    runs = [_run(tmp_path, None, 0.0, False) for _ in range(2)]
+    baseline = min(runs, key=lambda r: r["wall_s"])  # the moments fall inside even the faster runs
+    assert all(r["exit"] == runs[0]["exit"] and isinstance(r["report"], dict) for r in runs), runs
+    verdict, duration = baseline["report"]["verdict"], baseline["wall_s"]
+    chooser = random.Random(24)
+    fractions = [0.0, 0.002, 0.01] + sorted(chooser.uniform(0.02, 1.0) for _ in range(MOMENTS - 3))
+    rows = []
+    for index, fraction in enumerate(fractions):
+        name = SIGNALS[index % len(SIGNALS)]
+        row = _run(tmp_path, name, fraction * duration, second=index % 3 == 2)
+        row["fraction"] = round(fraction, 3)
+        stopped = row["report"] == "earlier"
+        before_start = stopped and _in_interpreter_start(row, name)
+        row["outcome"] = "before verify's first statement" if before_start else (
+            "stopped" if stopped else "finished first")
+        rows.append(row)
+        assert before_start or not any("Traceback" in line for line in row["stderr"]), row
+        assert row["left"] == [] and row["temp_files"] == [], row
+        if before_start:  # the interpreter's own start (~30 ms): the signal's own end, nothing printed or written
+            assert fraction < 0.05, row
+        elif stopped:
+            assert row["exit"] == exit_codes.FAILED, row  # never 130, 134, 143: one path, exit 1
+            assert row["stderr"] == [STOPPED.format(name)], row
+        else:  # the run was over before the signal: its true result, never a report of false FAILs
+            assert row["exit"] == baseline["exit"] and row["report"]["verdict"] == verdict, row
+    if os.environ.get("SIGNAL_SWEEP_OUT"):
+        Path(os.environ["SIGNAL_SWEEP_OUT"]).write_text(json.dumps(
+            {"baseline": {k: baseline[k] for k in ("exit", "wall_s")} | {"verdict": verdict}, "runs": [
+                {k: r[k] for k in ("signal", "fraction", "at_s", "second_ctrl_c", "exit", "outcome", "wall_s")}
+                for r in rows]}, indent=1) + "\n")
+    assert sum(r["outcome"] == "stopped" for r in rows) >= MOMENTS // 3, "many moments fall inside the run"

@@ -1,0 +1,120 @@
+"""verify.gpu.device_load: other work on the timed GPU, from nvidia-smi's CSV (stored answers in its
+documented format, an injected runner and clock), and what it does to the timing checks and rows."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from verify.checks import Check, Status
+from verify.gpu import device_load
+from verify.gpu.device_load import DeviceLoad, DeviceWatch, GpuProcess, LoadSample
+
+BUS = "00000000:18:00.0"
+GPUS_IDLE = f"0, {BUS}, GPU-5f1c2a3b-0000-1111-2222-333344445555, 0, 1980\n"
+GPUS_BUSY = f"0, {BUS}, GPU-5f1c2a3b-0000-1111-2222-333344445555, 100, 1755\n"
+
+
+class Driver:
+    """nvidia-smi's answers in turn: the GPU row and the compute apps, per sample."""
+
+    def __init__(self, *samples: tuple[str, str]) -> None:
+        self.samples, self.calls = list(samples), 0
+
+    def __call__(self, argv: tuple[str, ...]) -> str | None:
+        self.calls += 1
+        if argv == device_load.GPU_QUERY:
+            return self.samples[0][0]
+        gpus, apps = self.samples.pop(0) if len(self.samples) > 1 else self.samples[0]
+        return apps
+
+
+def _load(*samples: LoadSample, own: tuple[int, ...] = (100, 101)) -> DeviceLoad:
+    return DeviceLoad(True, f"nvidia-smi, GPU {BUS}", samples, own)
+
+
+def test_parsers_read_nvidia_smis_csv() -> None:
+    assert device_load.parse_gpus(GPUS_IDLE + "1, 00000000:3B:00.0, GPU-x, [N/A], [N/A]\n") == [
+        ("0", BUS, "GPU-5f1c2a3b-0000-1111-2222-333344445555", 0, 1980), ("1", "00000000:3B:00.0", "GPU-x", None, None)]
+    apps = device_load.parse_apps(f"{BUS}, 4242, 81234, /usr/bin/python3.12\n{BUS}, 77, [N/A], a, b\n")
+    assert apps == [(BUS, GpuProcess(4242, 81234, "/usr/bin/python3.12")), (BUS, GpuProcess(77, None, "a, b"))]
+    assert device_load.parse_apps("No running processes found\n") == []
+
+
+def test_which_gpu_is_cuda0() -> None:
+    two = device_load.parse_gpus(GPUS_IDLE + "1, 00000000:3B:00.0, GPU-abc, 0, 1980\n")
+    assert device_load.pick_gpu(two, "1")[1] == "00000000:3B:00.0"
+    assert device_load.pick_gpu(two, "GPU-abc,0")[0] == "1"
+    assert device_load.pick_gpu(two, None) is None  # several GPUs and no CUDA_VISIBLE_DEVICES: not guessed
+    assert device_load.pick_gpu(two[:1], None)[0] == "0"
+
+
+def test_an_idle_gpu_is_not_shared() -> None:
+    own = GpuProcess(101, 900, "python")
+    load = _load(LoadSample("before", (own,), 0, 1980), LoadSample("during", (own,), 99, 1980),
+                 LoadSample("after", (), 0, 1980))
+    assert load.reasons() == [] and load.shared_reason() is None
+    assert load.summary().startswith("no other work on the GPU: no other compute process in 3 samples (1 during")
+
+
+def test_another_process_or_utilization_while_verify_idles_is_shared() -> None:
+    other = GpuProcess(1, 3000, "/usr/bin/python3")  # pid 1: a process here that is not verify's
+    load = _load(LoadSample("before", (other,), 100, 1755), LoadSample("during", (other, GpuProcess(101, 9, "p")), 100,
+                                                                      1755))
+    reasons = load.reasons()
+    assert reasons[0] == "another compute process on the GPU (pid 1 python3, 3000 MiB; seen before/during timing)"
+    assert reasons[1].startswith("GPU utilization 100% before timing")
+    assert len(reasons) == 2  # utilization during timing is verify's own: not a reason
+
+
+def test_pids_of_another_namespace_leave_one_process_to_verify() -> None:
+    worker = GpuProcess(4_000_000, 900, "python")  # the driver's PID for verify's worker: none here
+    assert _load(LoadSample("during", (worker,), 99, 1980)).reasons() == []
+    shared = _load(LoadSample("during", (worker, GpuProcess(4_000_001, 4000, "train.py")), 99, 1980))
+    assert len(shared.reasons()) == 1
+
+
+def test_withhold_keeps_figures_and_drops_verdicts() -> None:
+    checks = [Check("timing", "fused_layer_norm.bf16", Status.INFO, "FusedLayerNorm (bf16, input 8x8): native 1.2x"),
+              Check("parity", "fused_adam.fp32", Status.PASS, "agree")]
+    rows = [{"kernel": "FusedLayerNorm", "kernel_time": {"fused_ms": 1.0}, "verdict": "native",
+             "winner": {"kernel_time": "native", "host_inclusive": "tie"}}]
+    load = _load(LoadSample("before", (GpuProcess(1, 1, "x"),), 0, 1980))
+    device_load.withhold(checks, rows, load)
+    assert checks[0].status == Status.WARN and "timing verdict withheld" in checks[0].summary
+    assert checks[0].summary.startswith("FusedLayerNorm (bf16, input 8x8): ") and "pid 1 x" in checks[0].summary
+    assert checks[1].status == Status.PASS and checks[1].summary == "agree"  # parity is judged as before
+    assert rows[0]["winner"] == {"kernel_time": None, "host_inclusive": None}
+    assert rows[0]["kernel_time"] == {"fused_ms": 1.0} and rows[0]["verdict"].startswith("withheld:")
+    idle_rows = [{"verdict": "native", "winner": {"kernel_time": "native"}}]
+    device_load.withhold([], idle_rows, _load(LoadSample("before", (), 0, 1980)))
+    assert idle_rows[0]["verdict"] == "native" and idle_rows[0]["device_load"] == {"observed": True, "shared": None}
+
+
+def test_the_watch_samples_before_during_and_after_with_an_injected_clock() -> None:
+    sleeps: list[float] = []
+    driver = Driver((GPUS_BUSY, f"{BUS}, 1, 3000, python3\n"))
+    watch = DeviceWatch.start(runner=driver, sleep=sleeps.append, visible="", every_s=0.01, known=[4_000_002])
+    while not any(s.when == "during" for s in watch.samples):
+        pass
+    load = watch.stop()
+    assert [s.when for s in load.samples][0] == "before" and load.samples[-1].when == "after"
+    assert sleeps == [device_load.SETTLE_S, device_load.SETTLE_S]
+    assert 4_000_002 in load.own_pids  # a worker that already exited is still verify's
+    assert "pid 1 python3" in load.shared_reason() and load.source == f"nvidia-smi, GPU {BUS}"
+
+
+def test_without_nvidia_smi_nothing_waits_and_nothing_is_withheld() -> None:
+    sleeps: list[float] = []
+    load = DeviceWatch.start(runner=lambda argv: None, sleep=sleeps.append).stop()
+    assert sleeps == [] and not load.observed and load.shared_reason() is None
+    assert load.summary().startswith("not observed (nvidia-smi not found")
+
+
+def test_own_pids_include_a_real_child() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert child.pid in device_load.own_pids()
+    finally:
+        child.kill()
+        child.wait()
