@@ -1,6 +1,7 @@
 # Thin wrapper around build.py: variables with ?= defaults, each target one command.
 #   make image CUDA=12.4 [TORCH=2.6] [PYTHON=3.12] [ARCHS='8.0;9.0'] [APEX_REF=<sha>] [EXTRAS=xentropy] [GCC=11]
-#   make image CELL=cu130 [TARGET=runtime-devel]
+#   make image CELL=cu130 [TARGET=runtime-devel] [BASE=auto|nvidia|local] [VERIFY=auto|none|require]
+#   offline inputs: APEX_SRC=<apex checkout> (no GitHub), EXTRA_CA=<pem> (a TLS proxy), WHEELHOUSE=<dir>
 # PYTHON is the image's Python version (a cell key); PY is the interpreter that runs build.py.
 # Exit status: make's own is 2 whenever build.py fails; build.py's code (1/2/3) is the N in
 # "make: *** [...] Error N" (run `python3 build.py ...` directly, `make -n` prints it, to get it as $?).
@@ -17,16 +18,35 @@ PLATFORM ?=
 CELL ?=
 TARGET ?= runtime
 IMAGE ?=
+# which bases (auto: NVIDIA's when pullable, else the local Debian base), verify mode, offline inputs
+BASE ?=
+VERIFY ?=
+APEX_SRC ?=
+EXTRA_CA ?=
+WHEELHOUSE ?=
 # base images: from the command line or the environment (make imports both), passed as --base-devel/--base-runtime
 BASE_DEVEL_IMAGE ?=
+# which bases (auto: NVIDIA's when pullable, else the local Debian base), verify mode, offline inputs
+BASE ?=
+VERIFY ?=
+APEX_SRC ?=
+EXTRA_CA ?=
+WHEELHOUSE ?=
 BASE_RUNTIME_IMAGE ?=
+# which bases (auto: NVIDIA's when pullable, else the local Debian base), verify mode, offline inputs
+BASE ?=
+VERIFY ?=
+APEX_SRC ?=
+EXTRA_CA ?=
+WHEELHOUSE ?=
 
 # The one quoting rule: a variable reaches its program as ONE literal argument, never as shell or make
 # text. $(value V) is V exactly as given (a '$' in it is not expanded by make), and q single-quotes it
 # for sh with each ' written as '\'' , so a ', $, backtick or ; in CUDA=... is just a character. A line
 # break would split the recipe into two shell commands: make stops instead. The variables are not
 # exported, since make expands a command-line variable it exports ($(shell ...) would run).
-VARIABLES := PY CUDA TORCH PYTHON ARCHS APEX_REF EXTRAS GCC PLATFORM CELL TARGET IMAGE BASE_DEVEL_IMAGE BASE_RUNTIME_IMAGE
+VARIABLES := PY CUDA TORCH PYTHON ARCHS APEX_REF EXTRAS GCC PLATFORM CELL TARGET IMAGE BASE_DEVEL_IMAGE BASE_RUNTIME_IMAGE \
+             BASE VERIFY APEX_SRC EXTRA_CA WHEELHOUSE
 unexport $(VARIABLES)
 define newline
 
@@ -42,14 +62,16 @@ CELL_OPTS = $(call opt,--cell,CELL) $(call opt,--cuda,CUDA) $(call opt,--torch,T
             $(call opt,--extras,EXTRAS) $(call opt,--gcc,GCC) $(call opt,--platform,PLATFORM) \
             $(call opt,--base-devel,BASE_DEVEL_IMAGE) $(call opt,--base-runtime,BASE_RUNTIME_IMAGE)
 FILTER_OPTS = $(call opt,--cell,CELL) $(call opt,--cuda,CUDA) $(call opt,--torch,TORCH)
+BUILD_OPTS = $(call opt,--base,BASE) $(call opt,--apex-src,APEX_SRC) $(call opt,--extra-ca,EXTRA_CA) \
+             $(call opt,--wheelhouse,WHEELHOUSE)
 
 .PHONY: image matrix verify report plan validate facts-check lint test zipapp mutation coverage
 
 image:
-	$(BUILD) image $(CELL_OPTS) --target $(call q,TARGET)
+	$(BUILD) image $(CELL_OPTS) --target $(call q,TARGET) $(BUILD_OPTS) $(call opt,--verify,VERIFY)
 
 matrix:
-	$(BUILD) matrix $(FILTER_OPTS)
+	$(BUILD) matrix $(FILTER_OPTS) $(BUILD_OPTS) $(call opt,--verify,VERIFY)
 
 # make verify IMAGE=<tag>  (or CUDA=12.4 ...: the tag that cell resolves to)
 verify:
@@ -63,7 +85,7 @@ zipapp:
 	$(BUILD) zipapp --out out/verify.pyz
 
 plan:
-	$(BUILD) plan $(CELL_OPTS) --target $(call q,TARGET)
+	$(BUILD) plan $(CELL_OPTS) --target $(call q,TARGET) $(BUILD_OPTS)
 
 validate:
 	$(BUILD) validate

@@ -7,7 +7,7 @@
 #   3. create BASE_IMAGE (default apex-toolchain/base:bookworm) with debootstrap + docker import,
 #      unless it exists. It has no Python: the Dockerfile's devel stage installs it from apt.
 # Idempotent: a second run changes nothing. Environment: BASE_IMAGE, BASE_SUITE, DEBIAN_MIRROR,
-# DOCKERD_LOG. Their values are data, never shell text: each reaches its program as one argument
+# DOCKERD_LOG, ENSURE_BASE_ONLY=1 (skip 2b: what `build.py image` sets when it makes a local base). Their values are data, never shell text: each reaches its program as one argument
 # (never inside an `sh -c` string), and a value that a program could read as an option is refused.
 set -euo pipefail
 
@@ -39,8 +39,9 @@ fi
 # The cluster tests (issue 11): a local registry for the publish/pull-by-digest round trip, podman as
 # the daemonless engine, shellcheck for the Slurm prolog; skopeo signs an image index there the way cosign
 # does (issue 21: the pull-side signature check). Debian packages all four.
-if ! command -v docker-registry >/dev/null 2>&1 || ! command -v podman >/dev/null 2>&1 \
-   || ! command -v shellcheck >/dev/null 2>&1 || ! command -v skopeo >/dev/null 2>&1; then
+if [ "${ENSURE_BASE_ONLY:-}" != 1 ] && { ! command -v docker-registry >/dev/null 2>&1 \
+   || ! command -v podman >/dev/null 2>&1 || ! command -v shellcheck >/dev/null 2>&1 \
+   || ! command -v skopeo >/dev/null 2>&1; }; then
   say "installing docker-registry, podman, shellcheck and skopeo from apt"
   $SUDO apt-get update -qq
   # with recommends: podman's rootless helpers (uidmap, slirp4netns, fuse-overlayfs) come with them

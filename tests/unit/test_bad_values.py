@@ -142,8 +142,10 @@ def test_flags_written_as_1_still_build() -> None:
 
 
 def test_known_patches_are_accepted() -> None:
-    for torch, cuda in (("2.7.0", "12.6"), ("2.7.1", "12.6"), ("2.4.0", "12.4")):
-        proc = build("plan", "--cuda", cuda, "--torch", torch, "--json")
+    # 2.4.0 with an Apex ref that takes it (the pinned commit declares torch>=2.6.0); 2.14.0 added by issue 22
+    for torch, cuda, *more in (("2.7.0", "12.6"), ("2.7.1", "12.6"), ("2.4.0", "12.4", "--apex-ref", "25.04"),
+                               ("2.14.0", "13.0")):
+        proc = build("plan", "--cuda", cuda, "--torch", torch, *more, "--json")
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["build_args"]["TORCH_VERSION"] == torch
 

@@ -21,7 +21,8 @@ _REF = re.compile(r"\$\{?([A-Z][A-Z0-9_]*)")
 # (MAX_JOBS etc. come from the builder's own sizing; APP_UID is the image's user; the CCACHE_* pair only
 # when the compiler cache is carried, --ccache-dir / --ccache-mount).
 _DOCKERFILE_OWN = {"PIP_INDEX_URL", "BUILD_REQUIREMENTS", "MAX_JOBS", "APEX_PARALLEL_BUILD", "CUDA_FROM_PYPI",
-                   "APP_UID", "TORCH_WHEELHOUSE", "APEX_SRC_DIR", "CCACHE_MOUNT", "CCACHE_CARRY_ID"}  # fmt: skip
+                   "APP_UID", "TORCH_WHEELHOUSE", "APEX_SRC_DIR", "CCACHE_MOUNT", "CCACHE_CARRY_ID",
+                   "RUNTIME_REQUIREMENTS"}  # fmt: skip
 # what build_image adds to the cell's args on every build (toolchain/image/engine.py: provenance)
 _PROVENANCE = {"BUILD_DATE", "SOURCE_REVISION", "BASE_DEVEL_DIGEST", "BASE_RUNTIME_DIGEST"}
 
@@ -46,7 +47,7 @@ def test_every_stage_declares_the_args_its_steps_read() -> None:
 
 def test_build_py_sets_every_pin_and_only_the_dockerfiles_own_knobs_keep_their_default() -> None:
     cell = cli_cell({"cuda": "13.0", "python": "3.12", "archs": "9.0"}, facts=frozen_facts())
-    passed = set(engine.build_args_for(cell)) | (_PROVENANCE - labels.LABEL_ONLY_ARGS)
+    passed = (set(engine.build_args_for(cell)) | _PROVENANCE) - labels.LABEL_ONLY_ARGS
     declared = {name for name, _ in dockerfile().global_args}
     assert passed <= declared, f"build.py passes {sorted(passed - declared)}, which no ARG declares"
     assert declared - passed == _DOCKERFILE_OWN
@@ -74,12 +75,13 @@ def test_for_image_renders_each_targets_labels_from_the_build_args(target: str) 
             "APEX_REPO": "https://example.org/apex.git", "APEX_REF": "v25.09", "APEX_FLAGS": "APEX_CPP_EXT=1",
             "TORCH_CUDA_ARCH_LIST": "9.0", "BASE_DEVEL_IMAGE": "devel:1", "BASE_RUNTIME_IMAGE": "rt:1",
             "BASE_SLIM_IMAGE": "ubuntu:24.04", "BASE_DEVEL_DIGEST": "sha256:devel", "BASE_RUNTIME_DIGEST": "sha256:rt",
-            "BUILD_DATE": "2026-12-01T00:00:00+00:00", "SOURCE_REVISION": "abc123", "IMAGE_SOURCE": "https://x/y"}  # fmt: skip
+            "BUILD_DATE": "2026-12-01T00:00:00+00:00", "SOURCE_REVISION": "abc123", "IMAGE_SOURCE": "https://x/y",
+            "BASE_ROUTE": "local"}  # fmt: skip
     title, description, base, digest = _EXPECTED[target]
     oci = {"title": "apex-toolchain c1" + title, "description": description, "version": "c1",
            "created": "2026-12-01T00:00:00+00:00", "revision": "abc123", "source": "https://x/y", "base.name": base,
            **({"base.digest": digest} if digest else {})}  # fmt: skip
-    own = {"cell": "c1", "target": target, "torch": "2.11.0", "cuda": "13.0", "python": "3.12"}
+    own = {"cell": "c1", "target": target, "torch": "2.11.0", "cuda": "13.0", "python": "3.12", "base.route": "local"}
     if target != "verify-runtime":
         own |= {"apex.repo": "https://example.org/apex.git", "apex.ref": "v25.09", "apex.flags": "APEX_CPP_EXT=1",
                 "archs": "9.0", "manifest": "/opt/apex/build-manifest.json"}  # fmt: skip
@@ -125,4 +127,4 @@ def test_build_py_and_the_bake_file_pass_the_os_each_target_stands_on(target: st
     bake = ci_matrix.bake([cell], target=target)["target"]
     (entry,) = bake.values()
     assert entry["args"]["RUNTIME_OS"] == runtime_os and entry["args"]["BASE_SLIM_IMAGE"] == "ubuntu:24.04"
-    assert entry["labels"] == labels.for_image(target, entry["args"])
+    assert entry["labels"] == labels.for_image(target, {**entry["args"], "BASE_ROUTE": cell.base_route})

@@ -63,7 +63,8 @@ def test_command_carries_the_targets_labels_and_no_label_only_build_arg() -> Non
     for target in ("runtime", "runtime-slim", "verify-runtime"):
         command = engine.build_command(cell(), target=target, extra_args=provenance, client=client)
         build_args = _pairs(command, "--build-arg")
-        assert _pairs(command, "--label") == labels.for_image(target, {**build_args, **provenance})
+        assert _pairs(command, "--label") == labels.for_image(target, {**build_args, **provenance,
+                                                                        "BASE_ROUTE": cell().base_route})
         assert set(_pairs(command, "--label")) == labels.BY_TARGET[target]
         assert not labels.LABEL_ONLY_ARGS & set(build_args) and build_args["BASE_DEVEL_DIGEST"] == "sha256:d"
     runtime = _pairs(engine.build_command(cell(), extra_args=provenance, client=client), "--label")

@@ -48,9 +48,10 @@ def test_slim_base_names_the_os_of_an_nvidia_tag(monkeypatch):
     assert targets.slim_base("nvidia/cuda:13.0.0-devel-ubuntu24.04", "") == "my/os:1"
 
 
-def test_the_pull_error_gives_the_no_registry_command():
+def test_the_pull_error_names_the_local_base_and_the_offline_inputs():
     message, _ = build_log.environment_fault("ERROR: pull access denied for nvidia/cuda, repository does not exist")
-    assert build_log.NO_REGISTRY_COMMAND in message and "--target runtime-slim" in message
+    # the fix is the same command on the local base, with the inputs a machine without GitHub needs
+    assert "--base local (make: BASE=local)" in message and "--apex-src DIR (make: APEX_SRC=DIR)" in message
     assert build_log.NO_REGISTRY_COMMAND.split("&& ", 1)[1].replace("python3 build.py", "").strip().startswith("image")
 
 

@@ -22,6 +22,7 @@ Standard library only (plus torch, which the build needs anyway): it runs inside
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import errno
@@ -32,11 +33,13 @@ import socket
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from toolchain.builder import (
     apex_setup,
     build_inputs,
     build_outputs,
+    build_progress,
     build_timing,
     build_tools,
     ccache,
@@ -295,6 +298,15 @@ def _passed(inputs: BuildInputs) -> str:
     return f"{' '.join(f'{f}=1' for f in inputs.flags) or 'no APEX_* variable'} in pip's environment"
 
 
+def _progress(schedule: unit_schedule.Schedule | None, env: dict[str, str], times: Path) -> Any:
+    """A progress line every 30 s while the scheduled nvcc units compile (build_progress.py)."""
+    if schedule is None:
+        return contextlib.nullcontext()
+    n_archs = max(1, len([a for a in env.get("TORCH_CUDA_ARCH_LIST", "").replace(" ", ";").split(";") if a]))
+    costs = {k: c.cpu_s(n_archs) for k, c in unit_schedule.load_costs().items() if k in schedule.units}
+    return build_progress.Reporter(costs, times, _say)
+
+
 def _compile(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, env: dict[str, str],
              log_path: Path) -> Compiled:
     """Steps 3-4: size, then `pip wheel` through ccache into OUT."""
@@ -319,7 +331,8 @@ def _compile(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, env:
         _say(f"building {src} flags={' '.join(inputs.flags) or 'none (Python-only)'} "
              f"TORCH_CUDA_ARCH_LIST={env.get('TORCH_CUDA_ARCH_LIST', '(unset)')}")
         _say(f"flag style: {setup.style} ({setup.evidence}); passing {passed}")
-        wheel, stats = build_wheel(src, request.out_dir, env, log_path, options, setup)
+        with _progress(schedule, env, request.out_dir / build_timing.TIMES_NAME):
+            wheel, stats = build_wheel(src, request.out_dir, env, log_path, options, setup)
         if cache["used"]:
             after = ccache.ccache_stats(env)
             cache["stats"] = {k: after[k] - before.get(k, 0) for k in after}

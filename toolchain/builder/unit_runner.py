@@ -10,7 +10,8 @@ so each nvcc unit of every extension passes through here. SCHEDULE_JSON (toolcha
 
 threads null leaves NVCC_APPEND_FLAGS (read by nvcc itself) as it is. TIMES_JSONL gets one line per unit,
 appended with one write: {"key", "output", "start_s", "end_s", "cpu_s", "maxrss_mib", "nice", "threads",
-"exit"}; cpu_s is the user + system seconds of the unit's whole process tree (wait4), maxrss_mib its
+"exit"}, and TIMES_JSONL.starts one {"key", "start_s"} line when the unit starts (the builder's progress
+lines, build_progress.py, read both); cpu_s is the user + system seconds of the unit's whole process tree (wait4), maxrss_mib its
 largest process. A schedule or times file this script cannot use never fails the compile: the unit then
 runs unchanged and says so on stderr. Standard library only and no project imports: ninja runs it as a
 plain script, in the build image's Python (3.10).
@@ -52,6 +53,15 @@ def choice(schedule_path: str, key: str) -> tuple[int, int | None]:
     return int(entry["nice"]), entry.get("threads")
 
 
+def _append(path: str, record: dict) -> None:
+    """One line in one write (parallel units append to the same file)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 4 or argv[2] != "--":
         sys.stderr.write("unit_runner: usage: unit_runner.py SCHEDULE_JSON TIMES_JSONL -- COMMAND...\n")
@@ -70,6 +80,10 @@ def main(argv: list[str]) -> int:
     if threads:
         env["NVCC_APPEND_FLAGS"] = with_threads(env.get("NVCC_APPEND_FLAGS", ""), int(threads))
     start = time.time()
+    try:
+        _append(times_path + ".starts", {"key": key, "start_s": round(start, 3)})
+    except OSError:
+        pass  # only the progress line misses it
     pid = os.fork()
     if pid == 0:  # the child: lower its priority (inherited by nvcc's own children), then become the compiler
         try:
@@ -94,11 +108,7 @@ def main(argv: list[str]) -> int:
         "exit": code,
     }
     try:
-        fd = os.open(times_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, (json.dumps(record) + "\n").encode())
-        finally:
-            os.close(fd)
+        _append(times_path, record)
     except OSError as error:
         sys.stderr.write(f"unit_runner: cannot append to {times_path} ({error}); {key} is not timed\n")
     return code if code >= 0 else 128 - code

@@ -11,7 +11,7 @@ from typing import Any
 
 from toolchain.commands.parts import load_part, preflight
 from toolchain.console import Console
-from toolchain.errors import UsageError
+from toolchain.errors import EnvironmentUnavailable, UsageError
 from toolchain.runs.run_request import RunRequest
 from toolchain.spec import cell_fields
 from toolchain.spec import matrix as matrix_mod
@@ -55,12 +55,62 @@ def for_target(cells: list[matrix_mod.Cell], request: RunRequest) -> list[matrix
     return built
 
 
+def _reresolver(args: argparse.Namespace) -> Any:
+    """Resolve a cell again with some fields changed (the local base's OS): its own layers, then the change."""
+    path = args.matrix or default_matrix_path()
+
+    def again(cell: matrix_mod.Cell, changes: dict[str, str]) -> matrix_mod.Cell:
+        given = overrides_from(args) if args.command in ("image", "plan") else {}
+        base = None if cell.name == "cli" else cell.name
+        return matrix_mod.cli_cell({**given, **changes}, matrix_path=path, base_cell=base)
+
+    return again
+
+
+def route(cells: list[matrix_mod.Cell], request: RunRequest, args: argparse.Namespace,
+          console: Console, *, ask_engine: bool = True,
+          unavailable: dict[str, str] | None = None) -> list[matrix_mod.Cell]:
+    """Each cell on the bases --base picks (toolchain/image/base_route.py); the one line when a cell moves.
+    With `unavailable` (matrix), a cell that has no base is recorded there ({name: why}) instead of
+    stopping the run; without it (image) that is exit 3."""
+    base_route = load_part("image.base_route")
+    if request.base == "auto" and not ask_engine:  # plan builds nothing: it shows NVIDIA's route
+        return cells
+    needs_engine = request.base == "auto" and any(c.base_route == "nvidia" for c in cells)
+    if needs_engine:
+        preflight("none")
+    available = base_route.engine_availability() if needs_engine else (lambda ref: None)
+    routed = []
+    for cell in cells:
+        try:
+            moved, note = base_route.choose(cell, request.base, _reresolver(args), available)
+        except EnvironmentUnavailable as error:
+            if unavailable is None:
+                raise
+            console.error(str(error), title=f"base {cell.name}")
+            unavailable[cell.name] = str(error)
+            moved, note = cell, None
+        if note:
+            console.status("BASE", "warn", note)
+        routed.append(moved)
+    return routed
+
+
+def make_local_bases(cells: list[matrix_mod.Cell], console: Console) -> None:
+    base_route = load_part("image.base_route")
+    for cell in cells:
+        done = base_route.ensure_local_base(cell)
+        if done:
+            console.status("BASE", "ok", done)
+
+
 def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     from toolchain.runs.run_loop import check_inputs
 
     cells = resolve_cells(args, all_when_empty=True)
     request = RunRequest.from_args(args)
     check_inputs(request)
+    cells = route(cells, request, args, console, ask_engine=False)
     cells = for_target(cells, request)
     plans = [plan_for(cell, request) for cell in cells]
     if args.json:
@@ -134,8 +184,10 @@ def cmd_image(args: argparse.Namespace, console: Console) -> int:
     cell = resolve_cells(args, all_when_empty=False)[0]
     request = RunRequest.from_args(args)
     run_loop.check_inputs(request)
+    cell = route([cell], request, args, console)[0]
     cell = for_target([cell], request)[0]
-    preflight(request.verify)
+    preflight(run_loop.verify_mode_for(request))
+    make_local_bases([cell], console)
     return run_loop.build_one(cell, request, console)
 
 
@@ -146,9 +198,12 @@ def cmd_matrix(args: argparse.Namespace, console: Console) -> int:
     cells = selected(args)  # every cell of the matrix is validated before any build
     request = RunRequest.from_args(args)
     run_loop.check_inputs(request)
+    unavailable: dict[str, str] = {}
+    cells = route(cells, request, args, console, unavailable=unavailable)
     cells = for_target(cells, request)
-    preflight(request.verify)
-    return run_loop.run_matrix(cells, request, console, matrix_path=path)
+    preflight(run_loop.verify_mode_for(request))
+    make_local_bases([c for c in cells if c.name not in unavailable], console)
+    return run_loop.run_matrix(cells, request, console, matrix_path=path, unavailable=unavailable)
 
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:

@@ -59,7 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "torch's CUDA wheels), verify-runtime")
     bgroup.add_argument("--apex-src", type=path_value, help="local Apex source instead of git (offline builds)")
     bgroup.add_argument("--wheelhouse", type=path_value, help="directory of wheels to install torch from (offline)")
-    bgroup.add_argument("--extra-ca", type=path_value, help="CA bundle for a TLS-intercepting proxy (BuildKit secret)")
+    bgroup.add_argument("--extra-ca", type=path_value, default=_host_ca(),
+                        help="CA bundle for a TLS-intercepting proxy (BuildKit secret); default $APEX_EXTRA_CA, else the "
+                        "bundle this host's pip trusts ($PIP_CERT), so the build reaches the index the host reaches")
+    bgroup.add_argument("--base", choices=("auto", "nvidia", "local"), default="auto",
+                        help="auto (default): NVIDIA's CUDA images when the engine has them or a registry serves them, "
+                        "else the local Debian base with CUDA from NVIDIA's wheels; nvidia or local: only that one")
     bgroup.add_argument("--progress", default="auto", choices=("auto", "plain", "tty"), help="BuildKit progress")
     bgroup.add_argument("--ccache-dir", type=path_value, help="carry the compiler cache: import DIR before the build, "
                         "export it back after (for CI caches; created when missing)")
@@ -74,8 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cells.cmd_validate)
 
     p = sub.add_parser("image", parents=[common, cell, build], help="build one image")
-    p.add_argument("--verify", choices=("none", "auto", "require"), default="none",
-                   help="run verify in the built image (auto: GPU if the daemon has one)")
+    p.add_argument("--verify", choices=("none", "auto", "require"), default="auto",
+                   help="verify the built image, as matrix does (default auto: GPU if the daemon has one, else "
+                   "static); none: only the build's own gate, whose result the report still shows")
     p.set_defaults(func=cells.cmd_image)
 
     p = sub.add_parser("matrix", parents=[common, build], help="build every selected cell")
@@ -198,6 +204,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.commands = sub.choices  # for "did you mean" on a mistyped command or option
     return parser
 
+
+
+def _host_ca() -> Path | None:
+    """--extra-ca's default: $APEX_EXTRA_CA, else $PIP_CERT when it names a file (what the host's pip trusts)."""
+    for name in ("APEX_EXTRA_CA", "PIP_CERT"):
+        value = os.environ.get(name)
+        if value and (name == "APEX_EXTRA_CA" or Path(value).is_file()):
+            return Path(value)
+    return None
 
 
 def _facts_without_action(args: argparse.Namespace, console: object) -> int:

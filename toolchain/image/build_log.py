@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import re
 
-# What works with a package index and no image registry (README "No registry?").
+# The explicit form of a no-registry build (local Debian base, CUDA from NVIDIA's wheels, torch from PyPI):
+# what CI's apex-image tier builds and the README quotes. `build.py image` takes this route by itself when
+# a cell's NVIDIA base cannot be pulled (toolchain/image/base_route.py).
 NO_REGISTRY_COMMAND = ("bash scripts/ensure-docker.sh && python3 build.py image --cuda 13.0 --torch 2.11.0 --os debian12 "
                        "--python 3.11 --base-devel apex-toolchain/base:bookworm --base-runtime apex-toolchain/base:bookworm "
                        "--torch-index-url https://pypi.org/simple --archs 9.0 --target runtime-slim")
@@ -22,12 +24,13 @@ _ENVIRONMENT_FAULTS: tuple[tuple[str, str, bool], ...] = (
     (r"pull access denied|failed to resolve source metadata|failed to do request|"
      r"TLS handshake timeout|i/o timeout|manifest unknown|not found: manifest",
      "a base image could not be pulled (no registry reachable, or no such image); load it (docker load), or "
-     "build with no registry from a local Debian base and CUDA from the package index: " + NO_REGISTRY_COMMAND, True),
+     "build the same cell on the local Debian base with CUDA from the package index: the same command with "
+     "--base local (make: BASE=local); without GitHub add --apex-src DIR (make: APEX_SRC=DIR)", True),
     (r"CERTIFICATE_VERIFY_FAILED", "a TLS certificate did not verify inside the build (a TLS-intercepting proxy, "
      "or a host whose own CA bundle is needed for the package index); pass that CA bundle with --extra-ca PEM "
-     "(e.g. the host's /etc/ssl/certs/ca-certificates.crt)", False),
+     "(make: EXTRA_CA=PEM; $PIP_CERT is the default), e.g. the host's /etc/ssl/certs/ca-certificates.crt", False),
     (r"apex-src stage: cannot reach ", "the Apex git host cannot be reached from the build (no network to it); "
-     "pass a local Apex checkout with --apex-src DIR", False),
+     "pass a local Apex checkout with --apex-src DIR (make: APEX_SRC=DIR)", False),
     (r"buildx component is missing or broken", "this docker client needs the buildx plugin for BuildKit; "
      "install docker-buildx, or point DOCKER_CLI at a client older than 23 (e.g. Debian's /usr/bin/docker)", False),
 )

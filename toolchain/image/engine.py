@@ -37,6 +37,7 @@ CONTEXT_PATHS = ("pyproject.toml", "verify", "toolchain", "docker")  # what the 
 INPUTS = "docker/build-inputs"
 WHEELHOUSE_NAME, APEX_SRC_NAME = "wheelhouse", "apex-src"
 TAIL_LINES = 30
+PROGRESS = "[apex-builder] progress: "  # toolchain/builder/build_progress.py, every 30 s of a compile
 TARGETS = ("runtime", "runtime-devel", "runtime-slim", "verify-runtime", "apex-build", "torch", "devel", "apex-src")
 CARRY_TARGETS = (ccache_carry.IMPORT_TARGET, ccache_carry.EXPORT_TARGET)  # no image: files to --output
 
@@ -71,7 +72,7 @@ def _progress(progress: str) -> str:
 
 def build_args_for(cell: Cell, *, target: str = "runtime", apex_src: Path | None = None,
                    wheelhouse: Path | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
-    args = targets.build_args(cell.build_args(), target)
+    args = targets.build_args(cell.build_args(), target, cell.base_route)
     if wheelhouse is not None:
         args["TORCH_WHEELHOUSE"] = WHEELHOUSE_NAME
     if apex_src is not None:
@@ -195,8 +196,9 @@ def _run_build(command: list[str], env: dict[str, str], log_path: Path, show: st
             for line in proc.stdout:
                 log.write(line)
                 step = STEP.match(line)
-                if show == "plain" or "ERROR" in line or (step and step.group(1) not in shown):
-                    sys.stdout.write(workflow_commands.inert(line))  # tty: each step's header once, and errors
+                # tty: each step's header once, errors, and the builder's progress lines (a compile is long)
+                if show == "plain" or "ERROR" in line or PROGRESS in line or (step and step.group(1) not in shown):
+                    sys.stdout.write(workflow_commands.inert(line))
                     if step:
                         shown.add(step.group(1))
             return proc.wait()

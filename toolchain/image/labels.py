@@ -16,7 +16,7 @@ CELL = NAMESPACE + "cell"  # every image built here: it ships verify in its venv
 
 # Inputs only the labels read: the engine computes them on each build, and no Dockerfile ARG declares them
 # (BASE_DEVEL_DIGEST, the other provenance arg, is also the builder's, so it stays a build arg).
-LABEL_ONLY_ARGS = frozenset({"BUILD_DATE", "SOURCE_REVISION", "BASE_RUNTIME_DIGEST", "IMAGE_SOURCE"})
+LABEL_ONLY_ARGS = frozenset({"BUILD_DATE", "SOURCE_REVISION", "BASE_RUNTIME_DIGEST", "IMAGE_SOURCE", "BASE_ROUTE"})
 
 _APEX_DESCRIPTION = "NVIDIA Apex {APEX_REF} built for torch {TORCH_VERSION}, CUDA {CUDA_VERSION}, archs {TORCH_CUDA_ARCH_LIST}"
 
@@ -61,6 +61,8 @@ def for_image(target: str, build_args: dict[str, str]) -> dict[str, str]:
         NAMESPACE + "torch": args["TORCH_VERSION"],
         NAMESPACE + "cuda": args["CUDA_VERSION"],
         NAMESPACE + "python": args["PYTHON_VERSION"],
+        # nvidia (nvidia/cuda bases) | local (a debootstrap base, CUDA from NVIDIA's wheels) | given (the user's)
+        NAMESPACE + "base.route": args["BASE_ROUTE"],
     }
     if apex:
         found |= {
@@ -73,7 +75,7 @@ def for_image(target: str, build_args: dict[str, str]) -> dict[str, str]:
     return found
 
 
-_STACK = ("cell", "target", "torch", "cuda", "python")
+_STACK = ("cell", "target", "torch", "cuda", "python", "base.route")
 _APEX = ("apex.repo", "apex.ref", "apex.flags", "archs", "manifest")
 _OCI = ("title", "description", "version", "created", "revision", "source", "base.name", "base.digest")
 

@@ -90,8 +90,8 @@ def run_cell(cell: Cell, request: RunRequest, console: Console, *, verify_mode: 
         build = _build(cell, request, console, log_path)
         if not build["ok"]:
             result = result.replace(build=build, status=CellStatus(build.get("status", "build_failed")))
-        elif verify_mode == "none":
-            result = result.replace(build=build, status=CellStatus.BUILT)
+        elif verify_mode == "none":  # the build's own gate still reaches the report
+            result = result.replace(build=build, status=CellStatus.BUILT, verify=_gate(build["tag"], request, cell))
         else:
             verify = _verify(build["tag"], request, console, verify_mode, cell)
             result = result.replace(build=build, verify=verify, status=CellStatus(verify["status"]))
@@ -167,6 +167,27 @@ def _verify(tag: str, request: RunRequest, console: Console, mode: str, cell: Ce
     return verify
 
 
+def _gate(tag: str, request: RunRequest, cell: Cell) -> dict[str, Any] | None:
+    """The static gate's report that the build left in the image (/opt/apex/verify-static.json), copied next
+    to the cell's result, so `build.py report` shows it for an image built with --verify none."""
+    from toolchain.image import inspect_image
+    from toolchain.spec.targets import APEX_TARGETS
+
+    if request.target not in APEX_TARGETS or request.target == "apex-build":
+        return None
+    try:
+        report = inspect_image.inspect(tag).get("static_report")
+    except ToolchainError as err:
+        return {"mode_requested": "none", "error": f"the gate's report could not be read from {tag}: {err}"}
+    if not isinstance(report, dict) or "verdict" not in report:
+        return {"mode_requested": "none", "error": f"{tag} holds no readable {inspect_image.EMBEDDED['static_report']}"}
+    path = request.out / "cells" / cell.id / "verify" / "gate-report.json"
+    atomic.write_json(path, report)
+    gate = {"mode_requested": "none", "source": f"the build's gate ({inspect_image.EMBEDDED['static_report']})",
+            "report_path": str(path), "exit_code": exit_codes.OK if report.get("verdict") == "PASS" else exit_codes.FAILED}
+    return gate | report_summary(path)
+
+
 def report_summary(report_path: Any) -> dict[str, Any]:
     if not report_path:
         return {}
@@ -206,13 +227,22 @@ def check_inputs(request: RunRequest) -> None:
         ccache_carry.check_dir(Path(request.ccache_dir))
 
 
+def verify_mode_for(request: RunRequest) -> str:
+    """--verify auto verifies an image that holds Apex (runtime, runtime-devel, runtime-slim); a stage without
+    it (devel, torch, apex-src, verify-runtime) is only built, unless --verify require insists."""
+    from toolchain.spec.targets import APEX_TARGETS
+
+    shipped = request.target in APEX_TARGETS and request.target != "apex-build"
+    return request.verify if shipped or request.verify != "auto" else "none"
+
+
 def build_one(cell: Cell, request: RunRequest, console: Console) -> int:
     """`build.py image`: one cell, recorded in the matrix report like any other."""
     run_id = uuid.uuid4().hex[:12]
     report = MatrixReport(request.out, None, run_id)
     report.start([cell])
     try:
-        result = run_cell(cell, request, console, verify_mode=request.verify, run_id=run_id)
+        result = run_cell(cell, request, console, verify_mode=verify_mode_for(request), run_id=run_id)
     except KeyboardInterrupt:
         report.update(save_result(_interrupted(cell, request, run_id), request.out))
         report.finish("interrupted")
@@ -222,15 +252,28 @@ def build_one(cell: Cell, request: RunRequest, console: Console) -> int:
     return _exit_code([result])
 
 
-def run_matrix(cells: list[Cell], request: RunRequest, console: Console, *, matrix_path: Path) -> int:
+def run_matrix(cells: list[Cell], request: RunRequest, console: Console, *, matrix_path: Path,
+               unavailable: dict[str, str] | None = None) -> int:
+    """`unavailable`: {cell name: why} for cells whose environment is missing before any build (no base:
+    toolchain/image/base_route.py); they are recorded as such and the others still run."""
     run_id = uuid.uuid4().hex[:12]
     report = MatrixReport(request.out, matrix_path, run_id)
     report.start(cells)
     console.line(f"matrix: {len(cells)} cells; report {report.path}; logs under {request.logs}/<cell>/")
     results: list[CellResult] = []
     for index, cell in enumerate(cells):
+        if cell.name in (unavailable or {}):
+            why = (unavailable or {})[cell.name]
+            build = {"ok": False, "tag": cell.id, "status": "environment_unavailable", "error": why,
+                     "exit_code": exit_codes.ENVIRONMENT}
+            result = save_result(CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=cell.to_json(),
+                                            status=CellStatus.ENVIRONMENT_UNAVAILABLE, started_at=now(),
+                                            finished_at=now(), build=build), request.out)
+            results.append(result)
+            report.update(result)
+            continue
         try:
-            result = run_cell(cell, request, console, verify_mode=request.verify, run_id=run_id)
+            result = run_cell(cell, request, console, verify_mode=verify_mode_for(request), run_id=run_id)
         except KeyboardInterrupt:
             report.update(save_result(_interrupted(cell, request, run_id), request.out))
             report.finish("interrupted", leftover=cells[index + 1:])

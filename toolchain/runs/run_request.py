@@ -21,7 +21,8 @@ class RunRequest:
     wheelhouse: Path | None = None  # wheels to install torch from (offline)
     extra_ca: Path | None = None  # a CA bundle for a TLS-intercepting proxy
     progress: str = "auto"  # BuildKit progress on the terminal: auto | plain | tty
-    verify: str = "none"  # verify each built image: none | auto | require
+    verify: str = "none"  # verify each built image: none | auto | require (image and matrix default to auto)
+    base: str = "auto"  # which bases: auto (NVIDIA's, else the local base) | nvidia | local (toolchain/image/base_route.py)
     ccache_dir: Path | None = None  # the compiler cache carried in and out of the build (CI caches)
     ccache_mount: str | None = None  # the Dockerfile's ccache mount: shared | carried (default with ccache_dir)
 

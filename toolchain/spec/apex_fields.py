@@ -91,9 +91,13 @@ def check_apex_ref(r: CellValues, ref: str, torch: str, cuda: str, flags: list[s
     if row is not None:
         fine = [c for c in release.cuda if not row.holds(ref, torch, c, flags)]
         fixes = [f"use {r.how('cuda', max(fine, key=version_key))} (torch {release.minor} ships it)"] if fine else []
+        newer = [t for t in reversed(r.facts.torch_for_cuda(cuda)) if not row.holds(ref, t.version, cuda, flags)]
+        if row.torch_max and newer:  # a row about torch (Apex's own torch floor): a torch past it
+            fixes.append(f"use {r.how('torch', newer[0].minor)} (the oldest past it with CUDA {cuda})")
         if row.fix_ref:
             fixes.append(f"use {r.how('apex_ref', row.fix_ref[:12])}")
-        r.problem(f"Apex {ref} does not compile against CUDA {cuda} ({row.error}): {row.cause}",
+        against = f"torch {torch}" if row.torch_max and not (row.cuda_min or row.cuda_max) else f"CUDA {cuda}"
+        r.problem(f"Apex {ref} does not compile against {against} ({row.error}): {row.cause}",
                   " or ".join(fixes or ["use an Apex ref or CUDA outside this known failure"])
                   + f" [evidence: {row.evidence.split(' ', 1)[0].rstrip(':;,')}]")
     for flag, why in apex_refs.absent_modules(ref, flags, r.facts.apex_default_ref):

@@ -29,6 +29,12 @@ class Cell:
     torch_index_url: str
     variant: str = ""  # the id's suffix when archs/extras/flags/gcc differ from the defaults
     platform: str = compat_mod.DEFAULT_PLATFORM  # docker --platform: "linux/amd64" or "linux/arm64"
+    # which bases it stands on: "nvidia" (nvidia/cuda images), "local" (a debootstrap base of compat.toml's
+    # [local_base], CUDA from NVIDIA's wheels), "given" (base_devel/base_runtime written by the user)
+    base_route: str = "nvidia"
+    os_cuda_packages: tuple[str, ...] = ()  # a local base's CUDA from its OS's archive (compat.toml [os_cuda])
+    os_cuda_components: tuple[str, ...] = ()
+
     # the registry tag this cell's image goes under: the id without its platform suffix, shared by the cells of
     # one stack on other platforms (an OCI index, toolchain/image/oci_index.py); "" means the id itself
     image_tag: str = ""
@@ -58,11 +64,15 @@ class Cell:
             "APEX_FLAGS": " ".join(f"{k}={v}" for k, v in self.apex_flags.items()),
             "CELL_ID": self.id,
             "GCC_VERSION": self.gcc,
+            "OS_CUDA_PACKAGES": " ".join(self.os_cuda_packages),
+            "OS_CUDA_COMPONENTS": " ".join(self.os_cuda_components),
         }
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["archs"] = list(self.archs)
         data["extras"] = list(self.extras)
+        data["os_cuda_packages"] = list(self.os_cuda_packages)
+        data["os_cuda_components"] = list(self.os_cuda_components)
         return data
 

@@ -120,12 +120,12 @@ def bake(
     entries: dict[str, Any] = {}
     names = bake_target_names(cells)
     for cell in cells:
-        args = targets.build_args(cell.build_args(), target)
+        args = targets.build_args(cell.build_args(), target, cell.base_route)
         entry: dict[str, Any] = {
             "context": ".",
             "dockerfile": "docker/Dockerfile",
             "target": target,
-            "args": args,
+            "args": {k: v for k, v in args.items() if k not in labels.LABEL_ONLY_ARGS},  # as `build.py image` passes
             "labels": labels.for_image(target, args),  # the ones `build.py image` gives
             "tags": [image_ref(cell, registry)],
             "platforms": [cell.platform],

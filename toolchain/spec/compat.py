@@ -56,6 +56,7 @@ class Toolkit:
     gcc_max: int
     archs: tuple[str, ...]
     ptx_on_highest: bool = False  # default arch lists end in "<highest>+PTX" (as PyTorch's CUDA 13 wheels)
+    nvcc_wheel: bool = True  # NVIDIA publishes this nvcc (the compiler, not only ptxas) as a wheel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +88,40 @@ class OsRelease:
     gcc_default: str
     gcc: tuple[str, ...]
     python: tuple[str, ...]  # what `apt-get install python<ver>` finds
+    glibc: str | None = None  # its C library's version (None: not recorded, so no host_clash row applies)
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalBase:
+    """An OS base made here with debootstrap (no registry): CUDA then comes from NVIDIA's wheels."""
+
+    os: str  # "debian12"
+    image: str  # "apex-toolchain/base:bookworm"
+    suite: str  # "bookworm", what debootstrap takes
+
+
+@dataclasses.dataclass(frozen=True)
+class OsCuda:
+    """A CUDA toolkit in an OS's own package archive (for a local base whose CUDA has no nvcc wheel)."""
+
+    os: str
+    cuda: str
+    packages: tuple[str, ...]
+    components: tuple[str, ...]  # archive components to enable (Debian: contrib non-free)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostClash:
+    """A glibc whose C23 math declarations break nvcc's host pass up to some nvcc."""
+
+    glibc_min: str
+    nvcc_max: str
+    error: str
+    source: str
+
+    def applies(self, glibc: str | None, nvcc: str) -> bool:
+        return glibc is not None and version_key(glibc) >= version_key(self.glibc_min) \
+            and version_key(nvcc) <= version_key(self.nvcc_max)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +138,10 @@ class Compat:
     runtime_image_pattern: str
     platforms: dict[str, Platform] = dataclasses.field(default_factory=dict)  # first is the default
     leads: tuple[Lead, ...] = ()
+    local_bases: dict[str, LocalBase] = dataclasses.field(default_factory=dict)  # os -> its debootstrap base
+    host_clashes: tuple[HostClash, ...] = ()
+    os_cuda: dict[str, OsCuda] = dataclasses.field(default_factory=dict)
+    pypi_index_url: str = "https://pypi.org/simple"
     source: Path = DATA  # the file these facts were read from (its [[apex.builds]]: toolchain.spec.apex_refs)
 
     # --- lookups -----------------------------------------------------------------------------
@@ -135,6 +174,28 @@ class Compat:
 
     def index_url(self, cuda: str) -> str:
         return self.index_url_pattern.format(cuda_tag="cu" + cuda.replace(".", ""))
+
+    def pypi_carries(self, torch_version: str, cuda: str) -> bool:
+        """Whether PyPI's own torch wheel of this release is its CUDA `cuda` build (PyPI carries one CUDA)."""
+        release = self.torch_release(torch_version)
+        return release is not None and release.pypi_cuda == cuda
+
+    def local_base_for_python(self, python: str) -> LocalBase | None:
+        """The local base whose OS packages this Python (the newest OS first)."""
+        for base in reversed(list(self.local_bases.values())):
+            if python in self.os[base.os].python:
+                return base
+        return None
+
+    def cuda_from_os(self, os_name: str, cuda: str) -> OsCuda | None:
+        found = self.os_cuda.get(os_name)
+        return found if found is not None and found.cuda == cuda else None
+
+    def host_clash(self, os_name: str, nvcc: str) -> HostClash | None:
+        if self.cuda_from_os(os_name, nvcc):  # the OS's own toolkit, patched for its glibc
+            return None
+        glibc = self.os[os_name].glibc if os_name in self.os else None
+        return next((c for c in self.host_clashes if c.applies(glibc, nvcc)), None)
 
     def base_images(self, cuda: str, os_name: str) -> tuple[str, str]:
         fields = {"cuda": cuda, "cuda_full": self.cuda[cuda].full, "os": os_name}
@@ -169,6 +230,7 @@ def load(path: Path = DATA) -> Compat:
         apex_default_ref=raw["apex"]["default_ref"],
         apex_core_flags=tuple(raw["apex"]["core_flags"]),
         index_url_pattern=raw["pytorch"]["index_url"],
+        pypi_index_url=raw["pytorch"].get("pypi_index_url", "https://pypi.org/simple"),
         torch={
             minor: TorchRelease(
                 minor=minor,
@@ -184,7 +246,7 @@ def load(path: Path = DATA) -> Compat:
         },
         toolkits=tuple(
             Toolkit(nvcc=tuple(row["nvcc"]), gcc_max=int(row["gcc_max"]), archs=tuple(row["archs"]),
-                    ptx_on_highest=bool(row.get("ptx_on_highest", False)))
+                    ptx_on_highest=bool(row.get("ptx_on_highest", False)), nvcc_wheel=bool(row.get("nvcc_wheel", True)))
             for row in raw["toolkit"]
         ),
         cuda={
@@ -193,9 +255,15 @@ def load(path: Path = DATA) -> Compat:
         },
         os={
             name: OsRelease(name=name, gcc_default=str(row["gcc_default"]), gcc=tuple(str(g) for g in row["gcc"]),
-                            python=tuple(row["python"]))
+                            python=tuple(row["python"]), glibc=row.get("glibc"))
             for name, row in raw["os"].items()
         },
+        local_bases={name: LocalBase(os=name, image=row["image"], suite=row["suite"])
+                     for name, row in raw.get("local_base", {}).items()},
+        os_cuda={name: OsCuda(os=name, cuda=row["cuda"], packages=tuple(row["packages"]),
+                              components=tuple(row.get("components", ()))) for name, row in raw.get("os_cuda", {}).items()},
+        host_clashes=tuple(HostClash(glibc_min=row["glibc_min"], nvcc_max=row["nvcc_max"], error=row["error"],
+                                     source=row["source"]) for row in raw.get("host_clash", ())),
         devel_image_pattern=raw["images"]["devel"],
         runtime_image_pattern=raw["images"]["runtime"],
         platforms={

@@ -190,16 +190,33 @@ def resolve(
         naming.check_ref_fits_tag(r, apex_ref)
     if apex_ref and cuda and release:
         apex.check_apex_ref(r, apex_ref, r.text("torch") or release.version, cuda, flags, release)
+    if os_name and cuda:
+        stack.check_host_clash(r, os_name, cuda)
     if r.problems or cuda is None or release is None:
         return None, r.problems
 
     torch_text = r.text("torch")
     torch_version = torch_text if torch_text and torch_text.count(".") >= 2 else release.version
-    base_devel, base_runtime = ("", "")
-    if cuda in facts.cuda and os_name:
+    base_devel, base_runtime, route = ("", "", "nvidia")
+    if cuda in facts.cuda and os_name in facts.cuda[cuda].os:
         base_devel, base_runtime = facts.base_images(cuda, os_name)
+    elif os_name in facts.local_bases:  # no NVIDIA image for this OS: its debootstrap base, CUDA from the wheels
+        base_devel = base_runtime = facts.local_bases[os_name].image
+        route = "local"
+    if r.text("base_devel") or r.text("base_runtime"):
+        route = "given"
     base_devel = r.text("base_devel") or base_devel
     base_runtime = r.text("base_runtime") or base_runtime
+    if route == "local" and not index_url and facts.pypi_carries(torch_version, cuda):
+        index_url = facts.pypi_index_url  # PyPI's own wheel is this CUDA build and brings every CUDA library but nvcc
+    os_cuda = facts.cuda_from_os(os_name or "", cuda) if route == "local" else None
+    if route == "local" and toolkit is not None and not toolkit.nvcc_wheel and os_cuda is None:
+        carriers = [o.os for o in facts.os_cuda.values() if o.cuda == cuda]
+        r.problem(f"CUDA {cuda} on the local base {os_name}: NVIDIA's wheels hold no nvcc {cuda} (its -cu12 wheel "
+                  f"ships ptxas only) and {os_name}'s archive has no CUDA {cuda}",
+                  (f"use {r.how('os', carriers[0])} (its archive has CUDA {cuda})" if carriers else "use CUDA 13.0 or newer")
+                  + ", or base images with nvcc (base_devel/base_runtime)")
+        return None, r.problems
     if not base_devel or not base_runtime:
         r.problem(f"no base images known for CUDA {cuda} on {os_name}",
                   "set base_devel and base_runtime, or add the CUDA to [cuda] in toolchain/data/compat.toml")
@@ -237,6 +254,9 @@ def resolve(
         variant=variant,
         platform=platform or facts.default_platform,
         image_tag=image_tag if image_tag != cell_id else "",
+        base_route=route,
+        os_cuda_packages=os_cuda.packages if os_cuda else (),
+        os_cuda_components=os_cuda.components if os_cuda else (),
     )
     return cell, r.problems
 

@@ -156,14 +156,28 @@ def resolve_os(r: CellValues, cuda: str | None) -> str | None:
     published = r.facts.cuda[cuda].os if cuda in r.facts.cuda else ()
     if text is None:
         return published[0] if published else None
-    if custom_bases or text in published:
+    if custom_bases or text in published or text in r.facts.local_bases:
         return text
     if not r.explicit("os") and published:
         return published[0]  # [defaults] os that this CUDA lacks: use the CUDA's default OS
     r.problem(f"NVIDIA publishes no CUDA {cuda} images for {text}",
               f"use {r.how('os', published[0]) if published else 'another CUDA'}"
-              + (f" (one of {', '.join(published)}), or set base_devel/base_runtime" if published else ""))
+              + (f" (one of {', '.join(published)}), or set base_devel/base_runtime" if published else "")
+              + (f"; or a local base: {', '.join(r.facts.local_bases)}" if r.facts.local_bases else ""))
     return None
+
+
+def check_host_clash(r: CellValues, os_name: str, cuda: str) -> None:
+    """An OS whose glibc breaks nvcc's host pass (compat.toml [[host_clash]]): refused before any build."""
+    clash = r.facts.host_clash(os_name, cuda)
+    if clash is None:
+        return
+    newer = [t.nvcc[0] for t in r.facts.toolkits if version_key(t.nvcc[0]) > version_key(clash.nvcc_max)]
+    older = [o.name for o in r.facts.os.values() if o.glibc and version_key(o.glibc) < version_key(clash.glibc_min)]
+    r.problem(f"{os_name} has glibc {r.facts.os[os_name].glibc}, whose C23 math declarations break host compiles "
+              f"with nvcc up to {clash.nvcc_max}, this cell's {cuda} among them ({clash.error}; compat.toml [[host_clash]])",
+              (f"use {r.how('cuda', newer[0])} or newer" if newer else "use another CUDA")
+              + (f", or {r.how('os', older[-1])} (an older glibc)" if older else ""))
 
 
 def resolve_gcc(r: CellValues, cuda: str | None, toolkit: compat_mod.Toolkit | None, os_name: str | None) -> str | None:

@@ -93,10 +93,12 @@ def slim_base(devel: str, runtime: str) -> str:
     return f"{found.group(1)}:{found.group(2)}" if found else "ubuntu:24.04"
 
 
-def build_args(cell_args: Mapping[str, str], target: str) -> dict[str, str]:
+def build_args(cell_args: Mapping[str, str], target: str, base_route: str = "nvidia") -> dict[str, str]:
     """A cell's build args as `target` is built from them: with runtime-slim's base and the RUNTIME_OS the
-    target stands on (what `build.py image` passes and what the bake file holds)."""
+    target stands on (what `build.py image` passes and what the bake file holds), and the cell's base route
+    (a label only: toolchain/image/labels.py)."""
     args = dict(cell_args)
+    args["BASE_ROUTE"] = base_route
     args["BASE_SLIM_IMAGE"] = slim_base(args.get("BASE_DEVEL_IMAGE", ""), args.get("BASE_RUNTIME_IMAGE", ""))
     args["RUNTIME_OS"] = RUNTIME_OS.get(target, DEFAULT_RUNTIME_OS)
     return args
