@@ -6,6 +6,7 @@
 #      (tests/gpu/wrong_result/sitecustomize.py: results moved by 4x the parity rtol of their dtype)
 #                                                                  -> expected: FAIL, exit 1, all 12 of their parity checks FAIL
 #   3. the gpu test tier (tests/gpu, including test_wrong_result_gpu.py) -> expected: all pass
+# APEX_WHEEL=path.whl (+ APEX_MANIFEST=its manifest) installs that wheel instead of building one.
 # Everything lands in $OUT/wrong-result.tar.gz and $OUT/summary.txt; the console in $OUT/console.log.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
@@ -19,10 +20,16 @@ pack() { cp "$OUT/console.log" "$R/" 2>/dev/null; tar -C "$R" -czf "$OUT/wrong-r
 stamp start; date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
 
-stamp "build (build.py wheel --archs 9.0 --install)"
-timeout -s TERM 260 python3 build.py wheel --apex-src .apex-src/apex --archs 9.0 --out "$W" --install \
-  > "$R/build.log" 2>&1; echo "build exit $?"; tail -n 3 "$R/build.log"
-M=$W/build-manifest.json; cp "$M" "$R/" 2>/dev/null || echo "no build manifest"
+if [ -n "${APEX_WHEEL:-}" ]; then  # one wheel for several device scripts: install it instead of building again
+  stamp "install APEX_WHEEL=$APEX_WHEEL"
+  python3 -m pip install -q --no-deps --force-reinstall "$APEX_WHEEL" > "$R/build.log" 2>&1; echo "install exit $?"
+  M=${APEX_MANIFEST:-$W/build-manifest.json}; cp "$M" "$R/" 2>/dev/null || echo "no build manifest"
+else
+  stamp "build (build.py wheel --archs 9.0 --install)"
+  timeout -s TERM 260 python3 build.py wheel --apex-src .apex-src/apex --archs 9.0 --out "$W" --install \
+    > "$R/build.log" 2>&1; echo "build exit $?"; tail -n 3 "$R/build.log"
+  M=$W/build-manifest.json; cp "$M" "$R/" 2>/dev/null || echo "no build manifest"
+fi
 ls -la "$W"/*.whl 2>/dev/null; pack
 
 stamp "verify: the build as it is"
