@@ -17,13 +17,20 @@ COMMIT=6424da3b4faa6c8f062da4a48c424fff3f02d42d
 rm -rf "$W"; mkdir -p "$W" "$OUT"
 exec > >(tee "$OUT/console.log") 2>&1
 t0=$(date +%s); stamp() { echo "=== $1 t=$(( $(date +%s) - t0 )) s"; }
+# A venv that sees the host's torch: --system-site-packages, plus a .pth naming the host python's own
+# site folders (on the H200 host python3 is itself a venv, whose packages --system-site-packages does not see)
+host_venv() {
+  python3 -m venv --system-site-packages --without-pip "$1"
+  python3 -c 'import site, sys; print("\n".join(p for p in sys.path if p.endswith("-packages")))' \
+    > "$("$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/host-site.pth"
+}
 stamp start; date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c 'import torch; print("host torch", torch.__version__, torch.version.cuda)'
 python3 -c 'import importlib.metadata as m; print("host python already has apex", m.version("apex"))' 2>/dev/null \
   || echo "host python has no apex distribution"
 
 stamp "build (venv that sees the host's torch)"
-python3 -m venv --system-site-packages --without-pip "$W/build-venv"
+host_venv "$W/build-venv"
 timeout 330 "$W/build-venv/bin/python" build.py wheel --apex-src "$SRC" --out "$W/out" --archs 9.0 \
   --apex-commit $COMMIT --apex-ref 6424da3b --install > "$W/build.log" 2>&1
 echo "build exit $?"; grep -E "^\[apex-builder\] (wheel|error|WARNING)|verify static" "$W/build.log" | cut -c1-400
@@ -40,7 +47,7 @@ cp "$W/index/stacks.json" "$OUT/"
   cat "$W"/index/torch2.11-cu130/files/*/wheel-check.json; } > "$OUT/index-listing.txt"
 
 stamp "install from the index into a fresh venv"
-python3 -m venv --system-site-packages --without-pip "$W/venv"
+host_venv "$W/venv"
 (cd /tmp && "$W/venv/bin/python" -m pip install --upgrade apex --index-url "${URL}torch2.11-cu130/simple") \
   > "$OUT/install.log" 2>&1; code=$?; echo "install exit $code"; tail -3 "$OUT/install.log"
 if [ "$code" != 0 ]; then  # e.g. no `packaging` (Apex's own requirement) on a host without network: say so, then --no-deps
