@@ -31,7 +31,7 @@ def compiled_apex() -> None:
                     "the gpu tier needs Apex built with APEX_CPP_EXT=1 APEX_CUDA_EXT=1")
 
 TIMING_KEYS = {"kernel", "case", "device", "fused", "natives", "kernel_time", "host_inclusive", "winner", "verdict",
-               "rounds", "bootstrap", "device_load"}
+               "rounds", "bootstrap", "device_load", "host"}  # host: the timing host's conditions
 
 
 def test_full_gpu_layers_all_pass(monkeypatch):
