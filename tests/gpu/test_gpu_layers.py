@@ -56,7 +56,7 @@ def test_full_gpu_layers_all_pass(monkeypatch):
         assert t["device"].startswith("cuda:0 (")
         assert all(t["winner"][f] in ("fused", "native", "tie") for f in ("kernel_time", "host_inclusive"))
         assert "marker kernel" in t["fused"]["kernel_time"]["method"]
-    assert all(c.details["seed"] == seed for c in results.checks)
+    assert all(c.details["seed"] == seed for c in results.checks if c.name != "device_load")  # it draws no inputs
     # the 30 s target is shown by verify's own printed timing (reports/), not asserted here
 
 
