@@ -201,7 +201,7 @@ def cmd_matrix(args: argparse.Namespace, console: Console) -> int:
     unavailable: dict[str, str] = {}
     cells = route(cells, request, args, console, unavailable=unavailable)
     cells = for_target(cells, request)
-    preflight(run_loop.verify_mode_for(request))
+    preflight(run_loop.verify_mode_for(request, every_target=True))
     make_local_bases([c for c in cells if c.name not in unavailable], console)
     return run_loop.run_matrix(cells, request, console, matrix_path=path, unavailable=unavailable)
 

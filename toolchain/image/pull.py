@@ -120,7 +120,7 @@ def pull_and_verify(ref: str, *, out_dir: Path, gpu: str, pull_first: bool = Tru
         image_id = info.id
         if "@" in ref:
             repository, _, digest = ref.partition("@")
-            if info.digest_for(repository) != digest:
+            if f"{repository}@{digest}" not in info.repo_digests:  # pulled by platform and index digest: both
                 raise publish.DigestRefused(f"refusing {ref}: the pulled image does not carry this digest "
                                             f"(repo digests: {', '.join(info.repo_digests) or 'none'})")
             if expected_image_id and info.id != expected_image_id:

@@ -230,14 +230,14 @@ def check_inputs(request: RunRequest) -> None:
         ccache_carry.check_dir(Path(request.ccache_dir))
 
 
-def verify_mode_for(request: RunRequest) -> str:
-    """--verify auto verifies an image that holds Apex (runtime, runtime-devel, runtime-slim) or verify-runtime; a
-    build stage (devel, torch, apex-src) is only built, unless --verify require insists."""
+def verify_mode_for(request: RunRequest, *, every_target: bool = False) -> str:
+    """`build.py image`'s --verify auto verifies an image that holds Apex (runtime, runtime-devel, runtime-slim); a
+    stage without it (devel, torch, apex-src, verify-runtime) is only built, unless --verify require insists.
+    `build.py matrix` (every_target) verifies what it builds, as before: verify-runtime's FAIL is CPU CI's check."""
     from toolchain.spec.targets import APEX_TARGETS
 
-    # verify-runtime holds verify and torch but no Apex: it exists to be verified (CPU CI shows its FAIL)
-    shipped = (request.target in APEX_TARGETS and request.target != "apex-build") or request.target == "verify-runtime"
-    return request.verify if shipped or request.verify != "auto" else "none"
+    shipped = request.target in APEX_TARGETS and request.target != "apex-build"
+    return request.verify if shipped or every_target or request.verify != "auto" else "none"
 
 
 def build_one(cell: Cell, request: RunRequest, console: Console) -> int:
@@ -277,7 +277,7 @@ def run_matrix(cells: list[Cell], request: RunRequest, console: Console, *, matr
             report.update(result)
             continue
         try:
-            result = run_cell(cell, request, console, verify_mode=verify_mode_for(request), run_id=run_id)
+            result = run_cell(cell, request, console, verify_mode=verify_mode_for(request, every_target=True), run_id=run_id)
         except KeyboardInterrupt:
             report.update(save_result(_interrupted(cell, request, run_id), request.out))
             report.finish("interrupted", leftover=cells[index + 1:])
