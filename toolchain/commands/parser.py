@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import NoReturn
 
 from toolchain.commands import cells, ci, images, wheel_index
 from toolchain.errors import UsageError
@@ -17,9 +18,9 @@ from verify.messages import bounded
 class Parser(argparse.ArgumentParser):
     """argparse that raises a UsageError (one line, exit 2) instead of printing usage and exiting."""
 
-    commands: dict[str, argparse.ArgumentParser] = {}
+    commands: dict[str, Parser] = {}
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {bounded(message)}; see `{self.prog} --help`")
 
 
@@ -32,7 +33,7 @@ def path_value(text: str) -> Path:
     return Path(text)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     parser = Parser(
         prog="build.py",
         description="Build NVIDIA Apex into training images, one per validated matrix cell, and verify them.",
@@ -42,18 +43,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument("--matrix", type=path_value, default=None, help="matrix file (default: ./matrix.toml)")
     common.add_argument("--out", type=path_value, default=Path("out"), help="reports directory (default: out)")
     common.add_argument("--logs", type=path_value, default=Path("logs"), help="per-cell logs (default: logs)")
 
-    cell = argparse.ArgumentParser(add_help=False)
+    cell = Parser(add_help=False)
     group = cell.add_argument_group("cell (layered over [defaults] and --cell)")
     group.add_argument("--cell", help="start from this [cells.NAME] of the matrix")
     for field in cell_fields.FIELDS:  # one option per matrix key (dest == key)
         group.add_argument(field.option, help=field.help, default=os.environ.get(field.env) if field.env else None)
 
-    build = argparse.ArgumentParser(add_help=False)
+    build = Parser(add_help=False)
     bgroup = build.add_argument_group("build")
     bgroup.add_argument("--target", default="runtime", help="Dockerfile stage: runtime (default), runtime-devel (with nvcc), runtime-slim (no CUDA base: "
                         "torch's CUDA wheels), verify-runtime")
@@ -92,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="verify each built image (default auto: GPU if the daemon has one, else static)")
     p.set_defaults(func=cells.cmd_matrix)
 
-    engine_opt = argparse.ArgumentParser(add_help=False)
+    engine_opt = Parser(add_help=False)
     engine_opt.add_argument("--engine", choices=("docker", "podman"), default=None,
                             help="container engine (default: $APEX_CONTAINER_ENGINE, else docker)")
 
@@ -110,12 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", parents=[common], help="matrix results -> Markdown + HTML table")
     p.set_defaults(func=cells.cmd_report)
 
-    select = argparse.ArgumentParser(add_help=False)
+    select = Parser(add_help=False)
     sgroup = select.add_argument_group("select cells (default: all)")
     sgroup.add_argument("--cell", action="append", default=[], help="cell name or id; repeatable")
     sgroup.add_argument("--cuda", action="append", default=[], help="CUDA version; repeatable")
     sgroup.add_argument("--torch", action="append", default=[], help="torch version; repeatable")
-    registry = argparse.ArgumentParser(add_help=False)
+    registry = Parser(add_help=False)
     registry.add_argument("--registry", default=os.environ.get("APEX_IMAGE_REGISTRY"),
                           help="image repository, e.g. ghcr.io/OWNER/apex (default: $APEX_IMAGE_REGISTRY)")
 
