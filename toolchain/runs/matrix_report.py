@@ -159,7 +159,7 @@ def overview_entries(data: Any, source: str) -> tuple[list[dict[str, Any]] | Non
     if head:
         return None, [ft.summary(head)]
     entries, problems = [], []
-    for index, entry in enumerate(cells):
+    for index, entry in enumerate(cells or []):  # a list here: the checks above returned otherwise
         found = entry_problems(entry, f"{source}.cells[{index}]")
         if found:
             problems.append(ft.summary(found))

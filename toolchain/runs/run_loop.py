@@ -290,7 +290,7 @@ def run_matrix(cells: list[Cell], request: RunRequest, console: Console, *, matr
     return _exit_code(results)
 
 
-def _interrupted(cell: Cell, request: RunRequest, run_id: str) -> dict[str, Any]:
+def _interrupted(cell: Cell, request: RunRequest, run_id: str) -> CellResult:
     """The cell in progress at Ctrl-C, with what its log had so far (the build was stopped)."""
     log_path = request.logs / cell.id / "build.log"
     try:
