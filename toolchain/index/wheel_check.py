@@ -17,11 +17,10 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from toolchain.builder import build_outputs, wheel_identity
 from toolchain.builder.provenance import sha256_of
-from verify import fatbin
+from toolchain.spec.toml_loader import load_toml
+from verify import fatbin, input_files
 from verify import field_types as ft
 from verify import manifest as manifest_mod
 
@@ -65,7 +64,7 @@ class Refusal:
 
 
 def allowed_libraries(path: Path = LIBRARIES) -> tuple[str, ...]:
-    data = tomllib.loads(path.read_text())
+    data = load_toml(path, input_files.FACTS)  # tomllib, or tomli on Python 3.10
     return tuple(name for part in ("system", "driver", "torch") for name in data[part]["names"])
 
 
