@@ -216,6 +216,7 @@ def _carry_gate_report(wheel: Path, manifest: BuildManifest, out: Path, env: dic
     if not reports:
         return
     inside = wheel_identity.read_dist_info(wheel, (wheel_identity.MANIFEST_FILE,))
+    assert manifest.wheel_identity is not None  # _with_identity named the wheel before the gate ran
     wheel_identity.stamp(wheel, wheel, str(manifest.wheel_identity["version"]),
                          str(manifest.wheel_identity["torch_requirement"]), {**inside, **reports})
     write_json(out / MANIFEST_NAME, dataclasses.replace(

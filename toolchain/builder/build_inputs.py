@@ -140,7 +140,8 @@ def check_apex_source(src: Path) -> None:
 def expected_modules(setup: apex_setup.SetupPy, flags: dict[str, str]) -> tuple[list[str], list[str]]:
     """(modules the flags build at this ref, modules of those flags that this setup.py does not have):
     older tags lack some core modules (fused_rotary_positional_embedding is there from 24.02)."""
-    expected, absent = [], []
+    expected: list[str] = []
+    absent: list[str] = []
     for name in module_map.modules_for_flags(flags):
         (expected if name in setup.modules(module_map.module(name).switch) else absent).append(name)
     return expected, absent

@@ -59,7 +59,7 @@ def skip_warnings(log_lines: list[str]) -> list[SkipWarning]:
 
 def skipped_extensions(log_lines: list[str]) -> list[dict[str, str]]:
     """Manifest entries {"module", "warning"}: every module of a flag that setup.py skipped."""
-    entries = []
+    entries: list[dict[str, str]] = []
     for warning in skip_warnings(log_lines):
         names = [m.name for m in module_map.modules() if m.flag == warning.flag] or [warning.flag]
         entries.extend({"module": name, "warning": warning.text} for name in names)

@@ -224,9 +224,10 @@ def pypi_cuda(
             release = nvcc_version(nvcc)[0] if nvcc else None
         except EnvironmentUnavailable:
             release = None
-        reason = cuda_from_pypi.reason_needed(release, str(nvcc) if nvcc else f"CUDA_HOME={home}", torch_cuda)
-        if reason is None:
+        needed = cuda_from_pypi.reason_needed(release, str(nvcc) if nvcc else f"CUDA_HOME={home}", torch_cuda)
+        if needed is None:
             return None
+        reason = needed
     say(reason)
     made = cuda_from_pypi.assemble(torch_cuda, prefix or cuda_from_pypi.default_prefix(), reason, say)
     env["CUDA_HOME"] = str(made.home)

@@ -108,6 +108,8 @@ def _read(path: str) -> str | None:
 def cgroup_cpu_quota() -> float | None:
     """CPU quota in cores from cgroup v2 (cpu.max) or v1 (cfs_quota/period); None if unlimited."""
     v2 = _read("/sys/fs/cgroup/cpu.max")
+    quota: str | None
+    period: str | None
     if v2:
         quota, _, period = v2.partition(" ")
         if quota != "max" and period:
