@@ -225,7 +225,7 @@ class _RemoteZip:
 def _zip_metadata(fetcher: Fetcher, url: str, filename: str) -> bytes:
     """A wheel's METADATA by HTTP range reads of its zip directory and that one member (never the wheel)."""
     try:
-        with zipfile.ZipFile(_RemoteZip(fetcher, url)) as wheel:  # type: ignore[arg-type]
+        with zipfile.ZipFile(_RemoteZip(fetcher, url)) as wheel:
             names = [n for n in wheel.namelist() if re.fullmatch(r"torch-[^/]+\.dist-info/METADATA", n)]
             if len(names) != 1:
                 raise BadAnswer(f"{filename}: {len(names)} torch-*.dist-info/METADATA members, not one")

@@ -184,6 +184,7 @@ def resolve_gcc(r: CellValues, cuda: str | None, toolkit: compat_mod.Toolkit | N
     text = r.text("gcc")
     os_facts = r.facts.os.get(os_name or "")
     limit = toolkit.gcc_max if toolkit else 99
+    fit: str | None  # the GCC a fix suggests, or the cell gets
     if text is not None and r.explicit("gcc"):
         if not re.fullmatch(r"[0-9]+", text):
             fit = _gcc_fit(os_facts, limit) or (str(toolkit.gcc_max) if toolkit else "13")
