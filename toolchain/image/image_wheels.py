@@ -32,7 +32,9 @@ def copy_out(tag: str, dest: Path) -> Path:
                       and (m.name.endswith(".whl") or m.name.endswith("/build-manifest.json"))]
             dest.mkdir(parents=True, exist_ok=True)
             for member in wanted:
-                (dest / Path(member.name).name).write_bytes(archive.extractfile(member).read())
+                file = archive.extractfile(member)
+                assert file is not None  # a regular file's member always has one
+                (dest / Path(member.name).name).write_bytes(file.read())
     finally:
         container.remove(force=True)
     if not any(dest.glob("*.whl")):

@@ -27,7 +27,8 @@ def _read_file(container, path: str) -> str | None:
         return None
     with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
         member = next((m for m in archive.getmembers() if m.isfile()), None)
-        return archive.extractfile(member).read().decode("utf-8", errors="replace") if member else None
+        file = archive.extractfile(member) if member else None
+        return file.read().decode("utf-8", errors="replace") if file else None
 
 
 def _consistency(labels: dict[str, str], manifest: dict | None) -> list[str]:

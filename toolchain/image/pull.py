@@ -9,10 +9,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from toolchain.errors import EnvironmentUnavailable, UsageError
 
 PULL_ATTEMPTS = 3
+T = TypeVar("T")
 # A missing image or a refused login does not get better by retrying; a dropped connection might.
 _PERMANENT = ("not found", "manifest unknown", "unauthorized", "denied", "invalid reference")
 
@@ -28,8 +30,8 @@ def split_ref(ref: str) -> tuple[str, str]:
     return name, tag
 
 
-def with_retries(ref: str, attempt: Callable[[], object], *, errors: tuple[type[BaseException], ...],
-                 attempts: int = PULL_ATTEMPTS, backoff_s: float = 5.0) -> object:
+def with_retries(ref: str, attempt: Callable[[], T], *, errors: tuple[type[BaseException], ...],
+                 attempts: int = PULL_ATTEMPTS, backoff_s: float = 5.0) -> T:
     """attempt() until it returns; a permanent error (missing image, refused login) is not retried.
     Raises EnvironmentUnavailable (exit 3) naming the ref and the last error."""
     last = ""
@@ -67,7 +69,7 @@ def pull(ref: str, *, attempts: int = PULL_ATTEMPTS, backoff_s: float = 5.0) -> 
         for event in client.api.pull(repository, tag=tag, stream=True, decode=True):
             if "error" in event:
                 raise _StreamError(str(event["error"]))
-        return client.images.get(ref).id
+        return str(client.images.get(ref).id)
 
     return with_retries(ref, attempt, errors=(APIError, DockerException, OSError, _StreamError), attempts=attempts,
                         backoff_s=backoff_s)
