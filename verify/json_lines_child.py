@@ -10,6 +10,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import queue
@@ -20,12 +21,20 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
 
 from verify import child_processes
 
 STDERR_TAIL_CHARS = 2000
-TIMEOUT = "timeout"  # next_event's answer when no event came in time (None: the stream ended)
+
+
+class Timeout(enum.Enum):
+    """next_event's answer when no event came in time (None: the stream ended); an enum, so `is` narrows."""
+
+    TIMEOUT = "timeout"
+
+
+TIMEOUT: Final = Timeout.TIMEOUT
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])  # the directory holding verify/
 
 
@@ -117,7 +126,7 @@ class JsonLinesChild:
     def pid(self) -> int:
         return self.proc.pid
 
-    def next_event(self, timeout_s: float) -> dict[str, Any] | None | str:
+    def next_event(self, timeout_s: float) -> dict[str, Any] | None | Literal[Timeout.TIMEOUT]:
         """An event dict, None at end of stream, or TIMEOUT (only for a child with its own queue)."""
         try:
             _tag, event = self.events.get(timeout=max(timeout_s, 0.0))
