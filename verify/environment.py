@@ -186,6 +186,7 @@ def _driver_check(env: dict[str, Any]) -> Check:
     if driver.get("supports_torch_cuda") is None:
         return Check("environment", "driver", Status.INFO, f"NVIDIA driver {driver['version']} ({where})")
     verdict = drivers.judge(driver["version"], torch_info["cuda"])
+    assert verdict.floor is not None  # supports_torch_cuda is this judge's ok: not None, so it found a floor
     details = {"driver": driver["version"], "driver_branch": drivers.branch_of(driver["version"]),
                "torch_cuda": torch_info["cuda"], "needs_branch": verdict.floor.branch, "facts": drivers.source()}
     if verdict.ok:
