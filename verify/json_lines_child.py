@@ -77,12 +77,12 @@ class JsonLinesChild:
     """
 
     def __init__(self, argv: list[str], *, label: str, env: dict[str, str] | None = None,
-                 events: queue.Queue[tuple[Hashable, dict[str, Any] | None]] | None = None, tag: Hashable = None,
+                 events: queue.Queue[tuple[Any, dict[str, Any] | None]] | None = None, tag: Hashable = None,
                  events_on_fd: bool = False, stdin_pipe: bool = False,
                  is_event: Callable[[dict[str, Any]], bool] = _is_event,
                  tail_chars: int | None = STDERR_TAIL_CHARS) -> None:
         self.tag, self.tail_chars, self._is_event = tag, tail_chars, is_event
-        self.events: queue.Queue[tuple[Hashable, dict[str, Any] | None]] = events or queue.Queue()
+        self.events: queue.Queue[tuple[Any, dict[str, Any] | None]] = events or queue.Queue()
         self.returncode: int | None = None
         self.stderr_tail = ""
         self.log = tempfile.NamedTemporaryFile(prefix=f"verify-{label}-", suffix=".log", delete=False)
