@@ -122,7 +122,7 @@ def _gpu(torch: Any, index: int) -> dict[str, Any]:
 def device_capabilities(env: dict[str, Any]) -> list[tuple[int, int]]:
     """Every visible GPU's compute capability, device 0 first; [] without a GPU."""
     gpus = (env.get("torch") or {}).get("gpus") or []
-    return [tuple(int(n) for n in g["capability"].split(".")) for g in gpus]  # type: ignore[misc]
+    return [tuple(int(n) for n in g["capability"].split(".")) for g in gpus]  # type: ignore[misc]  # "M.m": a pair
 
 
 def capability(env: dict[str, Any]) -> tuple[int, int] | None:

@@ -50,7 +50,7 @@ try:
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 except ModuleNotFoundError:  # declared in the build and dev extras; run() says so
-    Requirement = None  # type: ignore[assignment,misc]
+    Requirement = None  # type: ignore[assignment,misc]  # the marker run() reads to say so
 
 DEFAULT_INDEX = "https://pypi.org"
 INDEX_SCHEMES = ("https", "http", "file")

@@ -14,6 +14,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from verify import atomic, exit_codes, timing_host
 from verify.bench import config as bench_config
@@ -31,7 +32,7 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would print usage and exit 2 itself
+    def error(self, message: str) -> NoReturn:  # argparse would print usage and exit 2 itself
         raise UsageError(f"{bounded(message)}; see `{PROG} --help`")
 
 
@@ -141,7 +142,7 @@ def parse_config(argv: list[str]) -> bench_config.BenchConfig:
     return bench_config.BenchConfig(
         preset=preset, device=args.device, seed=args.seed, out=out, plots=args.plots,
         stages=args.stages if args.stages is not None else tuple(s.key for s in STAGES),
-        micro=args.micro, **values,  # type: ignore[arg-type]
+        micro=args.micro, **values,
     )
 
 
