@@ -1,4 +1,4 @@
-"""verify.kernel_compare on real torch (CPU): interleaved rounds, both figures, failures, and that verify's
+"""verify.timing.kernel_compare on real torch (CPU): interleaved rounds, both figures, failures, and that verify's
 timing layer and `verify bench` use this one module and one set of implementation names (issue 9)."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from tests.support import REPO
-from verify import kernel_compare, kernel_profile, kernel_variants, report, timing_host
-from verify import timing_rules as rules
-from verify.kernel_compare import Variant
+from verify.report import assemble as report
+from verify.timing import host as timing_host
+from verify.timing import kernel_compare, kernel_profile, kernel_variants, rules
+from verify.timing.kernel_compare import Variant
 
 VERIFY = REPO / "verify"
 PLAN = rules.CPU_ROUNDS
