@@ -35,7 +35,7 @@ else:  # Python 3.10: the tomli backport (the dev extra's)
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from verify import atomic  # noqa: E402  (the project's one write path, from this checkout)
+from verify.runtime import atomic  # noqa: E402  (the project's one write path, from this checkout)
 
 MUTATIONS = REPO / "tests" / "mutation" / "mutations.toml"
 TEST_TIMEOUT_S = 900

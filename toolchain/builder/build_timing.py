@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.builder import ninja_log, parallelism, unit_schedule
-from verify import input_files
+from verify.runtime import input_files
 
 TIMES_NAME = "unit-times.jsonl"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.errors import UsageError
-from verify import input_files
+from verify.runtime import input_files
 
 if sys.version_info >= (3, 11):
     import tomllib
