@@ -12,18 +12,22 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import json
+import sys
 import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the build extra's backport (toolchain/index/ may not import spec's toml_loader)
+    import tomli as tomllib
+
 from toolchain.builder import build_outputs, wheel_identity
 from toolchain.builder.provenance import sha256_of
-from toolchain.spec.toml_loader import load_toml
 from verify.layers import fatbin
 from verify.layers import manifest as manifest_mod
 from verify.runtime import field_types as ft
-from verify.runtime import input_files
 
 LIBRARIES = Path(__file__).resolve().parents[1] / "data" / "wheel_libraries.toml"
 REBUILD = "rebuild it with `build.py wheel --install` (or `build.py image`), which stamps and gates it"
@@ -65,7 +69,7 @@ class Refusal:
 
 
 def allowed_libraries(path: Path = LIBRARIES) -> tuple[str, ...]:
-    data = load_toml(path, input_files.FACTS)  # tomllib, or tomli on Python 3.10
+    data = tomllib.loads(path.read_text())
     return tuple(name for part in ("system", "driver", "torch") for name in data[part]["names"])
 
 
