@@ -7,17 +7,18 @@ import json
 import pytest
 
 from toolchain.runs import run_loop
-from toolchain.runs.cell_result import RESULT_VERSION, CellResult, CellStatus
+from toolchain.runs.cell_result import RESULT_VERSION, BuildRecord, CellFields, CellResult, CellStatus
 
 
 def _result(status: CellStatus, **extra) -> CellResult:
-    return CellResult(id="apex-x", name="x", run_id="r1", cell={"cuda": "12.4"}, status=status, **extra)
+    return CellResult(id="apex-x", name="x", run_id="r1", cell=CellFields.from_json({"cuda": "12.4"}), status=status,
+                      **extra)
 
 
 @pytest.mark.parametrize("status", list(CellStatus))
 def test_round_trip_through_json_text(status: CellStatus) -> None:
     record = _result(status, started_at="2026-01-01T00:00:00+00:00", finished_at="2026-01-01T00:10:00+00:00",
-                     build={"ok": status is not CellStatus.BUILD_FAILED, "tag": "apex-x"}, verify=None)
+                     build=BuildRecord(ok=status is not CellStatus.BUILD_FAILED, tag="apex-x"), verify=None)
     data = json.loads(json.dumps(record.to_json()))
     assert data["result_version"] == RESULT_VERSION and data["status"] == status.value
     assert CellResult.from_json(data) == record

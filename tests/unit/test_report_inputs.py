@@ -54,7 +54,8 @@ def test_corrupt_results_are_named_and_the_readable_cells_rendered(tmp_path: Pat
     overview.finish("complete")
     text = result_path(out, cut.id).read_text()
     result_path(out, cut.id).write_text(text[: len(text) // 2])  # cut mid-write by something else
-    broken = cell_result(typed, "built", "ok").to_json()  # build must be an object
+    broken = cell_result(typed, "built", None).to_json()
+    broken["build"] = "ok"  # build must be an object
     broken["cell"]["archs"] = "9.0"
     broken["verify"] = {"exit_code": "1"}
     atomic.write_json(result_path(out, typed.id), broken)  # the record refuses none of it: write it raw
