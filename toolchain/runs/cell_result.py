@@ -102,6 +102,9 @@ class CellFields:
 
     _TYPED = ("cuda", "torch", "python", "os", "archs", "extras")
 
+    def __post_init__(self) -> None:  # made from its fields, it holds them in `data` too: one equality
+        object.__setattr__(self, "data", self.to_json())
+
     def to_json(self) -> dict[str, Any]:
         typed = {name: _json_value(getattr(self, name)) for name in self._TYPED
                  if name in self.data or getattr(self, name)}
