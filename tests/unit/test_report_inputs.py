@@ -177,3 +177,20 @@ def test_a_huge_speedup_and_a_non_ascii_digit_render(tmp_path: Path, verify_repo
     proc = _report(out)
     assert proc.returncode in (0, 2), proc.stderr
     assert (out / "matrix-report.html").is_file() and "FusedAdam" in (out / "matrix-report.html").read_text()
+
+
+def test_a_stored_report_path_whose_file_is_gone_is_named_not_searched_for(tmp_path: Path, verify_report: Path) -> None:
+    """The report is read where the result says it was written (a relative path: from where `build.py` runs);
+    a file of that name under out/, where the old lookup also tried, is not used in its place."""
+    out = tmp_path / "out"
+    cell = _cells()[0]
+    stored = f"{tmp_path.name}-gone/report.json"  # relative to the repository, where _report runs build.py
+    (out / stored).parent.mkdir(parents=True)
+    (out / stored).write_text(verify_report.read_text())
+    save_result(cell_result(cell, "verify_failed", {"ok": True, "tag": cell.id},
+                            {"exit_code": 1, "report_path": stored, "status": "verify_failed"}), out)
+    proc = _report(out)
+    assert proc.returncode == 2
+    assert f"error: verify report {stored}: does not exist; check the path; run verify again" in proc.stderr
+    row = _row((out / "matrix-report.md").read_text(), cell.id)
+    assert "exit 1" in row and "FAIL (static)" not in row  # the result's own verify record, no other report
