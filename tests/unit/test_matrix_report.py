@@ -53,6 +53,9 @@ def test_report_from_real_result_files(tmp_path: Path, verify_report: Path) -> N
 
     md_path, html_path, rows = report_tables.write(out)
     md = md_path.read_text()
+    line = report_tables.table_row(rows[1])  # the columns by name, as the table shows them
+    assert (line.cell, line.cuda, line.build) == (failed.id, "12.6", "FAILED in apex-build")
+    assert "| " + " | ".join(report_tables.COLUMNS) + " |" in md
     assert [r.id for r in rows] == [verified.id, failed.id, never.id]  # ordered by CUDA
     row_line = next(line for line in md.splitlines() if line.startswith(f"| {verified.id} "))
     assert "ok (312 s)" in row_line and "FAIL (static)" in row_line

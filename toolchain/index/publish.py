@@ -29,7 +29,8 @@ from pathlib import Path
 
 from toolchain.index import pages
 from toolchain.index.wheel_check import CheckedWheel
-from verify import atomic
+from verify import atomic, input_files
+from verify import report as verify_report
 
 CHECK_FILE = "wheel-check.json"
 
@@ -51,11 +52,12 @@ def _entry(stack: str, folder: Path) -> pages.Entry | None:
     wheel = wheels[0]
     try:
         manifest = json.loads(manifest_path.read_text())
-        report = json.loads((folder / "verify-static.json").read_text())
+        report = verify_report.read(folder / "verify-static.json")
         check = json.loads((folder / CHECK_FILE).read_text())
         metadata = (folder / f"{wheel.name}.metadata").read_bytes()
         check["sha256"], check["version"]  # noqa: B018 (both must be there)
-    except (OSError, ValueError, KeyError, TypeError) as error:  # damaged by hand: not linked, said once
+    except (OSError, ValueError, KeyError, TypeError, input_files.InputFileError) as error:
+        # damaged by hand: not linked, said once
         print(f"build.py index: {folder} is not a whole published wheel ({error}); it is left out of the pages",
               file=sys.stderr)
         return None
@@ -65,7 +67,7 @@ def _entry(stack: str, folder: Path) -> pages.Entry | None:
                        metadata_sha256=hashlib.sha256(metadata).hexdigest(), requires_python=check.get("requires_python"),
                        built_at=str((manifest.get("build") or {}).get("started_at") or ""),
                        commit=apex.get("commit") or apex.get("ref"), archs=manifest.get("arch_list"),
-                       verdict=str(report.get("verdict")))
+                       verdict=str(report.verdict))
 
 
 def published(index: Path) -> list[pages.Entry]:
