@@ -15,7 +15,7 @@ from toolchain.runs import matrix_report, report_tables
 from toolchain.runs.cell_result import BuildRecord, CellFields, CellStatus
 from toolchain.runs.run_loop import result_path, save_result
 from toolchain.runs.run_overview import MatrixReport
-from verify import report as report_reader
+from verify.report import reader as report_reader
 
 
 @pytest.fixture(scope="module")

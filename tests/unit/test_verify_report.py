@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO
-from verify import expectations, input_files, module_map, render, report
 from verify.checks import Check, Status
+from verify.layers import expectations, module_map
+from verify.report import assemble as report
+from verify.report import reader, render
+from verify.runtime import input_files
 
 
 def test_require_default_and_names() -> None:
@@ -69,7 +72,7 @@ def test_timings_render_and_validate_against_schema() -> None:
     import jsonschema
     import torch
 
-    from verify import kernel_compare, kernel_variants
+    from verify.timing import kernel_compare, kernel_variants
 
     torch.set_num_threads(1)  # 2 shared CI cores: see tests/unit/test_kernel_compare.py
     x = torch.randn(64, 256, requires_grad=True)
@@ -104,7 +107,7 @@ def test_a_v1_timing_row_does_not_validate_as_v2() -> None:
 
 
 def test_the_gpu_line_names_a_node_of_many_gpus_and_what_differs() -> None:
-    from verify import environment
+    from verify.layers import environment
 
     def gpu(i: int, name: str = "NVIDIA H200", cap: str = "9.0") -> dict:
         return {"index": i, "name": name, "capability": cap, "sm": f"sm_{cap.replace('.', '')}", "memory_gib": 139.8,
@@ -131,12 +134,12 @@ def static_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_a_report_verify_wrote_reads_into_the_record_and_writes_back_unchanged(static_report: Path) -> None:
     data = json.loads(static_report.read_text())
-    record = report.read(static_report)
+    record = reader.read(static_report)
     assert record.to_json() == data
     assert (record.verdict, record.mode, record.exit_code) == ("FAIL", "static", 1)
     assert record.summary[Status.FAIL] == data["summary"]["FAIL"] and record.torch_version == data["environment"]["torch"]["version"]
     assert {c.id for c in record.failing(Status.FAIL)} >= {"identity.apex"}
-    assert report.read_bytes(static_report.read_bytes(), static_report).to_json() == data
+    assert reader.read_bytes(static_report.read_bytes(), static_report).to_json() == data
     audited = record.with_block("audit", {"image": "x"}).to_json()
     assert audited == {**data, "audit": {"image": "x"}}
 
@@ -155,12 +158,12 @@ EVIDENCE = sorted(p for p in (REPO / "reports").glob("**/*.json") if _is_report(
 @pytest.mark.parametrize("path", EVIDENCE, ids=[str(p.relative_to(REPO / "reports")) for p in EVIDENCE])
 def test_reports_of_every_schema_version_under_reports_are_read(path: Path) -> None:
     """Reports verify wrote on the H200 host and in containers, schema v1 and v2: all read, unchanged."""
-    assert report.read(path).to_json() == json.loads(path.read_text())
+    assert reader.read(path).to_json() == json.loads(path.read_text())
 
 
 def test_the_accepted_shape_is_the_schemas(static_report: Path) -> None:
-    shape = report.read_shape()
-    schema = report.schema()
+    shape = reader.read_shape()
+    schema = reader.schema()
     assert set(shape.fields) == set(schema["properties"])  # every top-level field the schema declares, no other
     data = json.loads(static_report.read_text())
     data["checks"][0]["status"] = "BOGUS"  # the schema's status enum is verify's Status
@@ -168,13 +171,13 @@ def test_the_accepted_shape_is_the_schemas(static_report: Path) -> None:
     data["a_newer_key"] = {"any": "thing"}  # a newer verify's block: read, kept
     data["schema_version"] = "1"  # an older verify's report: read
     with pytest.raises(input_files.InputFileError) as refused:
-        report.parse(data, "out/report.json")
+        reader.parse(data, "out/report.json")
     text = str(refused.value)
     assert text.startswith("out/report.json: report.json.extensions[0].status: expected a string, got a list; "
                            "report.json.checks[0].status: expected one of PASS, FAIL, WARN, SKIP, INFO as the value")
     assert "a_newer_key" not in text and "schema_version" not in text
     assert [s.value for s in Status] == schema["$defs"]["status"]["enum"]  # one status enum, written twice: kept equal
     with pytest.raises(input_files.InputFileError, match="expected an object, got a list"):
-        report.parse([], "r.json")
+        reader.parse([], "r.json")
     with pytest.raises(input_files.InputFileError, match="is not UTF-8 text"):
-        report.read_bytes(b'{"verdict": "\xff"}', "r.json")
+        reader.read_bytes(b'{"verdict": "\xff"}', "r.json")

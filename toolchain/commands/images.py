@@ -13,9 +13,9 @@ from toolchain.console import Console
 from toolchain.errors import UsageError
 from toolchain.image import signature
 from toolchain.spec import ci_matrix
-from verify import atomic, exit_codes, input_files
-from verify import report as verify_report
 from verify.checks import Status
+from verify.report import reader as verify_report
+from verify.runtime import atomic, exit_codes, input_files
 
 
 def failing_checks(report_path: Path | str | None, limit: int = 20) -> list[str]:

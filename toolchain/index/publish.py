@@ -9,7 +9,7 @@
 
 The index folder is its own state: each run reads what is published, adds what passed the checks, and
 rewrites a page only when its bytes change (the same wheels twice change nothing). Each wheel's folder is
-written under a temporary name and renamed into place, pages go through verify.atomic after it, and a
+written under a temporary name and renamed into place, pages go through verify.runtime.atomic after it, and a
 replaced folder is removed only after no page links it: a reader never sees a link to a missing file.
 A wheel with the same name (stack, commit, Python, platform) replaces the published one only when its
 build is newer (the manifest's build.started_at); it has passed its own gate, or it would not get here.
@@ -29,8 +29,7 @@ from pathlib import Path
 
 from toolchain.index import pages
 from toolchain.index.wheel_check import CheckedWheel
-from verify import atomic, input_files
-from verify import report as verify_report
+from verify.runtime import atomic
 
 CHECK_FILE = "wheel-check.json"
 
@@ -52,12 +51,11 @@ def _entry(stack: str, folder: Path) -> pages.Entry | None:
     wheel = wheels[0]
     try:
         manifest = json.loads(manifest_path.read_text())
-        report = verify_report.read(folder / "verify-static.json")
+        report = json.loads((folder / "verify-static.json").read_text())
         check = json.loads((folder / CHECK_FILE).read_text())
         metadata = (folder / f"{wheel.name}.metadata").read_bytes()
         check["sha256"], check["version"]  # noqa: B018 (both must be there)
-    except (OSError, ValueError, KeyError, TypeError, input_files.InputFileError) as error:
-        # damaged by hand: not linked, said once
+    except (OSError, ValueError, KeyError, TypeError) as error:  # damaged by hand: not linked, said once
         print(f"build.py index: {folder} is not a whole published wheel ({error}); it is left out of the pages",
               file=sys.stderr)
         return None
@@ -67,7 +65,7 @@ def _entry(stack: str, folder: Path) -> pages.Entry | None:
                        metadata_sha256=hashlib.sha256(metadata).hexdigest(), requires_python=check.get("requires_python"),
                        built_at=str((manifest.get("build") or {}).get("started_at") or ""),
                        commit=apex.get("commit") or apex.get("ref"), archs=manifest.get("arch_list"),
-                       verdict=str(report.verdict))
+                       verdict=str(report.get("verdict")))
 
 
 def published(index: Path) -> list[pages.Entry]:

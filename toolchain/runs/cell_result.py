@@ -16,8 +16,8 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from verify import field_types as ft
-from verify.messages import shown
+from verify.runtime import field_types as ft
+from verify.runtime.messages import shown
 
 RESULT_VERSION = "1"
 

@@ -20,10 +20,10 @@ from typing import Any
 
 from toolchain.runs import cell_result
 from toolchain.runs.cell_result import BuildRecord, CellFields, CellResult, CellStatus, VerifyRecord
-from verify import field_types as ft
-from verify import input_files
-from verify import report as verify_report
-from verify.report import VerifyReport
+from verify.report import reader as verify_report
+from verify.report.reader import VerifyReport
+from verify.runtime import field_types as ft
+from verify.runtime import input_files
 
 # matrix-report.json apart from its "cells" (each entry is checked on its own: see overview_entries)
 OVERVIEW_SHAPE = ft.Record({"report_version": ft.STR, "runs": ft.MapOf(ft.ANY), "status": ft.STR})

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from toolchain.runs.cell_result import CellStatus
 from toolchain.runs.matrix_report import Row, collect
-from verify import atomic
 from verify.checks import Status
+from verify.runtime import atomic
 
 MD_NAME = "matrix-report.md"
 HTML_NAME = "matrix-report.html"

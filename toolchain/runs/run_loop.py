@@ -23,8 +23,8 @@ from toolchain.runs.cell_result import BuildRecord, CellFields, CellResult, Cell
 from toolchain.runs.run_overview import MatrixReport
 from toolchain.runs.run_request import RunRequest
 from toolchain.spec.cell import Cell
-from verify import atomic, exit_codes, input_files
-from verify import report as verify_report
+from verify.report import reader as verify_report
+from verify.runtime import atomic, exit_codes, input_files
 
 LOG_TAIL_LINES = 40
 

@@ -1,93 +1,34 @@
-"""The report (schema v2, verify/schema/report.schema.json): assembled here (counts, verdict and exit
-code: `build`, the one writer of its dict), and read back here (`read`, `parse`: the one reader, for
-`build.py verify/pull/matrix/report` on the host and anything in an image).
+"""The one reader of a verify report (schema v2, verify/schema/report.schema.json; v1 still read), for
+`build.py verify/pull/matrix/report` and the wheel index on the host and anything in an image:
+`read(path)`, `read_bytes(data, path)` (copied out of a container), `parse(decoded, path)`, each
+giving a VerifyReport or raising InputFileError (one line: the path, each wrong field, the fix).
 
-The reader accepts what the schema declares, field by field: the type of every property the schema
-names (nested, through `$ref`), and for text enums the values themselves (a check's status is one of
-Status). It does not insist on required keys, bounds or patterns, and lets unknown keys through: the
-host reads reports of older verify releases (schema v1: one top-level `speedup` per timing row) and of
-newer ones (additive keys keep the schema version). `READ_SHAPE` is derived from the schema file at
-first use; there is no second declaration of the report's shape.
+It accepts what the schema declares, field by field: the type of every property the schema names
+(nested, through `$ref`), and for text enums the values themselves (a check's status is one of Status).
+It does not insist on required keys, bounds or patterns, and lets unknown keys through: the host reads
+reports of older verify releases (schema v1: one top-level `speedup` per timing row) and of newer ones
+(additive keys keep the schema version). `read_shape()` derives the shape from the schema file at first
+use; there is no second declaration of the report's shape. The writer is assemble.py's `build`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import functools
 import json
 import math
 import os
-import platform
 import re
-import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from verify import SCHEMA_VERSION, __version__, exit_codes, input_files, resources
-from verify import field_types as ft
-from verify.checks import Check, Status
+from verify.checks import Status
+from verify.runtime import field_types as ft
+from verify.runtime import input_files, resources
 
-SCHEMA_FILE = "schema/report.schema.json"  # inside the verify package (verify/resources.py reads it, zipapp too)
-SCHEMA_PATH = Path(__file__).with_name("schema") / "report.schema.json"
+SCHEMA_FILE = "schema/report.schema.json"  # inside the verify package (runtime/resources.py reads it, zipapp too)
 
-
-def host_info() -> dict[str, Any]:
-    return {
-        "hostname": socket.gethostname(),
-        "in_container": Path("/.dockerenv").exists() or Path("/run/.containerenv").exists(),
-        "cpu_count": os.cpu_count(),
-        "os": platform.platform(),
-    }
-
-
-def summarize(checks: list[Check]) -> dict[str, int]:
-    counts = {s.value: 0 for s in Status}
-    for check in checks:
-        counts[check.status.value] += 1
-    return counts
-
-
-def exit_code(checks: list[Check], *, environment_unavailable: bool) -> int:
-    """3 when something the run needs is missing (e.g. --require-gpu without a GPU), else 1 on any FAIL."""
-    if environment_unavailable:
-        return exit_codes.ENVIRONMENT
-    if any(c.status is Status.FAIL for c in checks):
-        return exit_codes.FAILED
-    return exit_codes.OK
-
-
-def build(*, mode: str, started_at: datetime.datetime, duration_s: float, environment: dict[str, Any],
-          apex: dict[str, Any], manifest: dict[str, Any] | None, extensions: list[dict[str, Any]],
-          checks: list[Check], timings: list[dict[str, Any]], options: dict[str, Any],
-          environment_unavailable: bool = False, distributed: dict[str, Any] | None = None) -> dict[str, Any]:
-    summary = summarize(checks)
-    code = exit_code(checks, environment_unavailable=environment_unavailable)
-    report = {
-        "schema_version": SCHEMA_VERSION,
-        "tool_version": __version__,
-        "created_at": started_at.isoformat(timespec="seconds"),
-        "mode": mode,
-        "options": options,
-        "host": host_info(),
-        "environment": environment,
-        "apex": apex,
-        "manifest": manifest,
-        "extensions": extensions,
-        "checks": [c.to_json() for c in checks],
-        "timings": timings,
-        "summary": summary,
-        "verdict": "FAIL" if summary["FAIL"] or code != exit_codes.OK else "PASS",
-        "exit_code": code,
-        "duration_s": round(duration_s, 3),
-    }
-    if distributed is not None:  # the cross-GPU layer ran or was SKIP (full mode); absent otherwise
-        report["distributed"] = distributed
-    return report
-
-
-# --- reading ------------------------------------------------------------------------------------
 
 
 @functools.cache
