@@ -182,14 +182,18 @@ def _gate(tag: str, request: RunRequest, cell: Cell) -> VerifyRecord | None:
         report = inspect_image.inspect(tag).get("static_report")
     except ToolchainError as err:
         return VerifyRecord(mode_requested="none", error=f"the gate's report could not be read from {tag}: {err}")
-    if not isinstance(report, dict) or "verdict" not in report:
-        return VerifyRecord(mode_requested="none",
-                            error=f"{tag} holds no readable {inspect_image.EMBEDDED['static_report']}")
+    embedded = inspect_image.EMBEDDED["static_report"]
+    try:
+        parsed = verify_report.parse(report, embedded) if isinstance(report, dict) and "verdict" in report else None
+    except input_files.InputFileError as err:
+        return VerifyRecord(mode_requested="none", error=f"{tag} holds no readable {embedded}: {err.problem}")
+    if parsed is None:
+        return VerifyRecord(mode_requested="none", error=f"{tag} holds no readable {embedded}")
     path = request.out / "cells" / cell.id / "verify" / "gate-report.json"
-    atomic.write_json(path, report)
-    gate = VerifyRecord(mode_requested="none", source=f"the build's gate ({inspect_image.EMBEDDED['static_report']})",
-                        exit_code=exit_codes.OK if report.get("verdict") == "PASS" else exit_codes.FAILED)
-    return with_report(gate, path)
+    atomic.write_json(path, parsed.to_json())
+    gate = VerifyRecord(mode_requested="none", source=f"the build's gate ({embedded})", report_path=str(path),
+                        exit_code=exit_codes.OK if parsed.verdict == "PASS" else exit_codes.FAILED)
+    return _summarized(gate, parsed)
 
 
 def with_report(verify: VerifyRecord, report_path: Path | str | None) -> VerifyRecord:
@@ -202,6 +206,10 @@ def with_report(verify: VerifyRecord, report_path: Path | str | None) -> VerifyR
         report = verify_report.read(report_path)
     except input_files.InputFileError as exc:
         return verify.replace(error=f"verify report unreadable: {exc}")
+    return _summarized(verify, report)
+
+
+def _summarized(verify: VerifyRecord, report: verify_report.VerifyReport) -> VerifyRecord:
     return verify.replace(verdict=report.verdict, mode=report.mode,
                           summary={s.value: n for s, n in report.summary.items()})
 
