@@ -30,7 +30,6 @@ from verify.runtime import input_files, resources
 SCHEMA_FILE = "schema/report.schema.json"  # inside the verify package (runtime/resources.py reads it, zipapp too)
 
 
-
 @functools.cache
 def schema() -> dict[str, Any]:
     """The published JSON Schema of the report (verify/schema/report.schema.json)."""
@@ -38,14 +37,17 @@ def schema() -> dict[str, Any]:
 
 
 # a number may be NaN/Infinity: Python's own writer emitted them bare before verify's atomic writer made them null
-_JSON_TYPES: dict[str, ft.Shape] = {"string": ft.STR, "integer": ft.INT, "number": ft.Float(finite=False), "boolean": ft.BOOL,
-                                    "array": ft.ListOf(ft.ANY), "object": ft.MapOf(ft.ANY)}
+_JSON_TYPES: dict[str, ft.Shape] = {"string": ft.STR, "integer": ft.INT, "number": ft.Float(finite=False),
+                                    "boolean": ft.BOOL, "array": ft.ListOf(ft.ANY), "object": ft.MapOf(ft.ANY)}
+_TYPE_OF = {str: "string", int: "integer", float: "number", bool: "boolean"}
+_NULL = ft.Nullable(ft.Anything())  # marker for {"type": "null"} inside a union; alone it accepts anything
 
 
 def shape_from_schema(node: Any, defs: Mapping[str, Any]) -> ft.Shape:
     """The field_types shape a JSON Schema node declares, as the reader applies it (see the module text):
-    types, nested properties and array items, `$ref` into `defs`, `oneOf`, `enum`/`const` by the type of
-    their values (text enums by their values too, a const by its type only); no required keys, bounds or patterns; other keys allowed."""
+    types, nested properties and array items, `$ref` into `defs`, `oneOf`, `enum` by the type of its values
+    (a text enum by its values too), `const` by its type only; no required keys, bounds or patterns; other
+    keys allowed."""
     if not isinstance(node, dict):
         return ft.ANY
     if "$ref" in node:
@@ -55,8 +57,7 @@ def shape_from_schema(node: Any, defs: Mapping[str, Any]) -> ft.Shape:
     if "enum" in node:
         return _enum_shape(node["enum"])
     if "const" in node:  # by its type only: a report of another schema_version is still read
-        return _nullable_union([_enum_shape([node["const"]]) if node["const"] is None else
-                                shape_from_schema({"type": _TYPE_OF.get(type(node["const"]), "")}, defs)])
+        return _JSON_TYPES.get(_TYPE_OF.get(type(node["const"]), ""), ft.ANY)
     types = node.get("type")
     if isinstance(types, list):
         return _nullable_union([shape_from_schema({**node, "type": t}, defs) for t in types])
@@ -72,9 +73,6 @@ def shape_from_schema(node: Any, defs: Mapping[str, Any]) -> ft.Shape:
         return ft.ListOf(shape_from_schema(node["items"], defs))
     return _JSON_TYPES.get(types, ft.ANY)
 
-
-_TYPE_OF = {str: "string", int: "integer", float: "number", bool: "boolean"}
-_NULL = ft.Nullable(ft.Anything())  # marker for {"type": "null"} inside a union; alone it accepts anything
 
 
 def _nullable_union(shapes: list[ft.Shape]) -> ft.Shape:
