@@ -112,7 +112,8 @@ class CellFields:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CellFields:
-        given = {k: (tuple(data[k]) if k in ("archs", "extras") else data[k]) for k in cls._TYPED if k in data}
+        given: dict[str, Any] = {k: (tuple(data[k]) if k in ("archs", "extras") else data[k])
+                                 for k in cls._TYPED if k in data}
         return cls(**given, data=dict(data))
 
 

@@ -67,7 +67,7 @@ def overview_entries(data: Any, source: str) -> tuple[list[dict[str, Any]] | Non
     if head:
         return None, [ft.summary(head)]
     entries, problems = [], []
-    for index, entry in enumerate(cells):
+    for index, entry in enumerate(cells or []):  # a list here: head has no problem
         found = cell_result.problems(entry, f"{source}.cells[{index}]")
         if found:
             problems.append(ft.summary(found))

@@ -109,8 +109,10 @@ def details_text(row: Row) -> str:
     build = row.build
     if build is not None and build.error:
         return build.error
-    if build is not None and not build.ok and (build.summary or build.log_tail):
-        return build.summary or build.log_tail[-1]
+    if build is not None and not build.ok and build.summary:
+        return build.summary
+    if build is not None and not build.ok and build.log_tail:
+        return build.log_tail[-1]
     if row.report is not None:
         fails = row.report.failing(Status.FAIL)
         if fails:

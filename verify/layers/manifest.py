@@ -77,7 +77,8 @@ class _Part:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Any:
-        return cls(**{k: data[k] for k in cls._TYPED if k in data}, data=dict(data))
+        make: Any = cls  # a subclass's dataclass constructor
+        return make(**{k: data[k] for k in cls._TYPED if k in data}, data=dict(data))
 
     def updated(self, **changes: Any) -> Any:
         return self.from_json({**self.to_json(), **changes})

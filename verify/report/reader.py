@@ -71,7 +71,7 @@ def shape_from_schema(node: Any, defs: Mapping[str, Any]) -> ft.Shape:
         return ft.MapOf(shape_from_schema(node["additionalProperties"], defs))
     if types == "array" and "items" in node:
         return ft.ListOf(shape_from_schema(node["items"], defs))
-    return _JSON_TYPES.get(types, ft.ANY)
+    return _JSON_TYPES.get(str(types), ft.ANY)
 
 
 
