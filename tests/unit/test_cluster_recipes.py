@@ -1,4 +1,4 @@
-"""The cluster recipes (issue 11): the Slurm prolog run for real on this host (the `host` runtime: verify
+"""The cluster recipes: the Slurm prolog run for real on this host (the `host` runtime: verify
 on the node itself), linted with shellcheck; the Kubernetes initContainer manifest validated against the
 Kubernetes schemas kubernetes-validate ships; the README's srun and Apptainer lines parsed by verify's own
 argument parser. Enroot, Pyxis, Apptainer and Kubernetes cannot run here: those parts are linted only."""
@@ -115,7 +115,7 @@ def _script(tmp_path: Path, name: str, body: str) -> Path:
 @pytest.mark.parametrize("case", ["pyz is a directory", "pyz is not verify", "args carry --json", "python not found",
                                   "python is not verify's", "python exits 127", "sqsh missing"])
 def test_every_misconfiguration_is_exit_2_naming_the_setting(tmp_path: Path, pyz: Path, case: str) -> None:
-    """Issue 24: the prolog must not blame the image (exit 1) or the node (3) for its own settings."""
+    """The prolog must not blame the image (exit 1) or the node (3) for its own settings."""
     other = tmp_path / "not-verify.pyz"
     other.write_bytes(b"#!/usr/bin/env python3\nprint('hello')\n")
     env, setting = {

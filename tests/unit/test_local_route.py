@@ -1,4 +1,4 @@
-"""Issue 22: the local-base route (a debootstrap base, CUDA from NVIDIA's wheels, torch from PyPI) when NVIDIA's
+"""The local-base route (a debootstrap base, CUDA from NVIDIA's wheels, torch from PyPI) when NVIDIA's
 images cannot be pulled; the glibc x nvcc host clash; the builder's progress lines (an injected clock).
 
 Rules resolve against the frozen facts of 2026-12-01 with this issue's rows added here as data, so a later
