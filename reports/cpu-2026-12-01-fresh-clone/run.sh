@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 23's evidence: `make test` from a fresh clone in a folder whose path has a space, as a new user runs it.
+# Evidence: `make test` from a fresh clone in a folder whose path has a space, as a new user runs it.
 #   [TIER=unit] run.sh N [busy]   clone this branch to "/tmp/i23-tests fresh clone N/apex-toolchain", time
 #                       `make test` there (venv made from scratch), with `stress-ng --cpu 4` running throughout
 #                       when `busy`; TIER=unit: the unit tier alone (`TIER=unit make test`)
@@ -9,6 +9,7 @@
 set -euo pipefail
 here=${HERE:-$(cd "$(dirname "$0")" && pwd)}  # HERE: where the results go (a copy of this script may run elsewhere)
 n=${1:?run number}; busy=${2:-}
+fixtures=${APEX_TEST_FIXTURES:?set APEX_TEST_FIXTURES to the folder of the Apex archives (scripts/apex-fixtures.sh)}
 src=$(cd "$here/../.." && pwd)
 dir="/tmp/i23-tests fresh clone $n"
 rm -rf "$dir"; mkdir -p "$dir"
@@ -24,7 +25,7 @@ tier=${TIER:-all}
 lock=(flock /tmp/apex-heavy.lock)
 [ "$tier" = unit ] && lock=()
 # shellcheck disable=SC2016  # the inner script's $(date) runs once the lock is held
-(cd "$dir/apex-toolchain" && TIER=$tier APEX_TEST_FIXTURES=/work/shared/fixtures \
+(cd "$dir/apex-toolchain" && TIER=$tier APEX_TEST_FIXTURES=$fixtures \
   "${lock[@]}" bash -c 'echo "make test started $(date +%s) $(date -u +%FT%TZ)"; exec make test') \
   > "$here/run-$n.full.log" 2>&1 || rc=$?
 began=$(sed -n 's/^make test started \([0-9]*\) .*/\1/p' "$here/run-$n.full.log")

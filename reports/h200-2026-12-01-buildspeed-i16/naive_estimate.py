@@ -1,6 +1,6 @@
 """The naive recipe's totals, ESTIMATED offline from its bounded run (call 2) and the builder's measured units.
 
-    python naive_estimate.py NAIVE_JSON ONE_ARCH_MANIFEST FIVE_ARCH_MANIFEST OUT_JSON    (repository root)
+    [APEX_SRC=DIR] python naive_estimate.py NAIVE_JSON ONE_ARCH_MANIFEST FIVE_ARCH_MANIFEST OUT_JSON    (repository root)
 
 Call 2's naive run (`build.py wheel --naive`) compiled 9.0+PTX, not the five archs: --naive dropped
 --archs (fixed since), so torch picked the visible GPU's arch. It was stopped at 105 s with 9 units done.
@@ -17,6 +17,7 @@ Both ESTIMATED, not measured; the floor under 2. uses each extension's costliest
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -24,11 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path.cwd()))
 from toolchain.builder import apex_setup, ninja_log  # noqa: E402
 
-SRC = (
-    Path(".carry-i16/apex")
-    if Path(".carry-i16/apex").exists()
-    else Path("/work/main/.apex-src/6424da3b/apex")
-)
+# Apex 6424da3b's source tree (its setup.py gives the extensions' order): $APEX_SRC, else the device's carry
+SRC = Path(os.environ.get("APEX_SRC") or ".carry-i16/apex")
 JOBS = 4
 
 
