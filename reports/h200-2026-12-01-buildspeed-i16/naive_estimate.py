@@ -1,6 +1,6 @@
 """The naive recipe's totals, ESTIMATED offline from its bounded run (call 2) and the builder's measured units.
 
-    [APEX_SRC=DIR] python naive_estimate.py NAIVE_JSON ONE_ARCH_MANIFEST FIVE_ARCH_MANIFEST OUT_JSON    (repository root)
+    python naive_estimate.py NAIVE_JSON ONE_ARCH_MANIFEST FIVE_ARCH_MANIFEST OUT_JSON    (repository root)
 
 Call 2's naive run (`build.py wheel --naive`) compiled 9.0+PTX, not the five archs: --naive dropped
 --archs (fixed since), so torch picked the visible GPU's arch. It was stopped at 105 s with 9 units done.
