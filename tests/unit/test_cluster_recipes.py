@@ -122,7 +122,7 @@ def test_every_misconfiguration_is_exit_2_naming_the_setting(tmp_path: Path, pyz
         "pyz is a directory": ({"APEX_VERIFY_PYZ": str(tmp_path)}, "APEX_VERIFY_PYZ="),
         "pyz is not verify": ({"APEX_VERIFY_PYZ": str(other)}, "APEX_VERIFY_PYZ="),
         "args carry --json": ({"APEX_VERIFY_ARGS": "--static --json /tmp/x.json"}, "APEX_VERIFY_ARGS has --json"),
-        "python not found": ({"APEX_VERIFY_PYTHON": "python3-i24-nonexistent"}, "APEX_VERIFY_PYTHON="),
+        "python not found": ({"APEX_VERIFY_PYTHON": "python3-nonexistent"}, "APEX_VERIFY_PYTHON="),
         "python is not verify's": ({"APEX_VERIFY_PYTHON": str(_script(tmp_path, "py1", "exit 1"))},
                                    "APEX_VERIFY_PYZ and APEX_VERIFY_PYTHON"),
         "python exits 127": ({"APEX_VERIFY_PYTHON": str(_script(tmp_path, "py127", "exit 127"))},

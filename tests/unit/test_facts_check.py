@@ -233,7 +233,7 @@ def test_an_unreachable_index_is_the_environment() -> None:
     ("", "empty"), ("   ", "empty"), ("pypi.org", "has no scheme"), ("javascript:alert(1)", "scheme javascript:"),
     ("ftp://pypi.org", "scheme ftp:"), ("http://[::1", "not a URL"), ("http://[fe80::zz]/", "not a URL"),
     ("http://pypi.org:99999", "not a URL"), ("https:///simple", "names no host"), ("https://py pi.org", "spaces"),
-    ("https://pypi.org/é", "non-ASCII"), ("file:///nonexistent-i24", "is not a folder"),
+    ("https://pypi.org/é", "non-ASCII"), ("file:///nonexistent-index", "is not a folder"),
     ("file://otherhost/x", "another host"),
 ])
 def test_a_bad_index_value_is_a_usage_error(index: str, says: str) -> None:
