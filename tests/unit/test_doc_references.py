@@ -1,6 +1,6 @@
 """Every code name README.md and docs/ write in backticks that points into this repository exists: a path
 (`toolchain/spec/cell.py`, `spec/cell.py` inside its package, `tests/unit/`) names a file or folder of
-the tree, and a dotted name (`verify.fatbin.needed_libraries`) a module and, after it, a name defined at
+the tree, and a dotted name (`verify.layers.fatbin.needed_libraries`) a module and, after it, a name defined at
 that module's top level (read with `ast`, nothing imported). Paths into Apex's or an image's own tree
 (`csrc/...`, `/opt/apex/...`) and JSON keys (`build.timing`) are outside its reach by their form."""
 
@@ -87,8 +87,8 @@ def test_every_code_name_in_the_docs_exists(page: Path) -> None:
 def test_the_checks_see_references_and_catch_stale_ones(tmp_path: Path) -> None:
     assert sum(1 for page in PAGES for s in _spans(page) if _PATH.match(s) and "/" in s) > 50
     page = tmp_path / "p.md"
-    page.write_text("`toolchain/spec/cell.py` `spec/cell.py` `verify.fatbin.needed_libraries` `csrc/x.cu`\n"
-                    "`toolchain/spec/gone.py` `verify.fatbin.no_such_name` `verify.no_such_module` `build.timing`\n")
+    page.write_text("`toolchain/spec/cell.py` `spec/cell.py` `verify.layers.fatbin.needed_libraries` `csrc/x.cu`\n"
+                    "`toolchain/spec/gone.py` `verify.layers.fatbin.no_such_name` `verify.no_such_module` `build.timing`\n")
     found = [(s, _path_problem(s, page) or _dotted_problem(s)) for s in _spans(page)]
     assert [s for s, problem in found if problem] == [
-        "toolchain/spec/gone.py", "verify.fatbin.no_such_name", "verify.no_such_module"]
+        "toolchain/spec/gone.py", "verify.layers.fatbin.no_such_name", "verify.no_such_module"]
