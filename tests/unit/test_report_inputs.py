@@ -157,7 +157,7 @@ def test_a_result_with_a_status_no_cell_has_is_named_and_its_overview_entry_show
 
 
 def test_a_huge_speedup_and_a_non_ascii_digit_render(tmp_path: Path, verify_report: Path) -> None:
-    """Issue 24: a kernel-time speedup of 1e308 (int(60 * ratio) was int(inf)) and a result's cuda of
+    """A kernel-time speedup of 1e308 (int(60 * ratio) was int(inf)) and a result's cuda of
     "1².4" ("²".isdigit() but int("²") fails) crashed `build.py report`."""
     out = tmp_path / "out"
     cell = _cells()[0]

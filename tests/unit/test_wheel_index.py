@@ -57,7 +57,7 @@ def test_the_installed_wheels_manifest_allows_another_patch_but_not_another_mino
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """out/ folders of the builder's runs: a good one, a newer build of it, a gate that fails, one linking zlib."""
-    root = tmp_path_factory.mktemp("i21-index-builds")
+    root = tmp_path_factory.mktemp("wheel-index-builds")
     python = wb.torch_venv(root / "venv")
     runs = {"good": {}, "newer": {"started": "2026-12-02T08:00:00+00:00"}, "broken": {"module": wb.BROKEN_MODULE},
             "zlib": {"module": wb.ZLIB_MODULE, "libraries": ("z",)}}
@@ -238,7 +238,7 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(builds, tmp_path_factory):
-    index = tmp_path_factory.mktemp("i21-index-served") / "index"
+    index = tmp_path_factory.mktemp("wheel-index-served") / "index"
     assert run_build("index", str(builds["good"]), "--index", str(index)).returncode == 0
     server = Served(index)
     yield server

@@ -125,7 +125,7 @@ def build(request: BuildRequest) -> int:
 def _lock_out(out: Path) -> int:
     """An exclusive lock on the OUT folder itself (flock on its descriptor: no file is added, so a failed
     build's empty folders still go): two builders on one --out would write one log, one wheel name and
-    one manifest at once (issue 24); the second is refused at once, exit 2."""
+    one manifest at once; the second is refused at once, exit 2."""
     fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
