@@ -74,6 +74,7 @@ def build_parser() -> Parser:
 
     p = sub.add_parser("plan", parents=[common, cell, build], help="resolved build args and command; nothing built")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--markdown", action="store_true", help="the README's matrix table: one row per cell")
     p.set_defaults(func=cells.cmd_plan)
 
     p = sub.add_parser("validate", parents=[common, cell], help="check every cell against the compatibility facts")

@@ -20,6 +20,7 @@ from toolchain.errors import EnvironmentUnavailable, UsageError
 from toolchain.image import container_engine, verify_zipapp
 from toolchain.image.container_engine import DockerEngine, NoGpuRuntime, PodmanEngine
 from toolchain.image.labels import CELL as OWN_IMAGE_LABEL  # images built here ship verify in their venv
+from verify.report import reader as verify_report
 from verify.runtime import exit_codes, input_files
 from verify.runtime.atomic import write_bytes, write_json, write_text
 
@@ -148,17 +149,15 @@ def verify_image(tag: str, *, out_dir: Path | str, gpu: str = "auto", timeout_s:
         return (status if status in (exit_codes.FAILED, exit_codes.USAGE, exit_codes.ENVIRONMENT)
                 else exit_codes.FAILED), out_dir / "verify.log"
     report_path = out_dir / "report.json"
-    write_bytes(report_path, result.files["report.json"])  # as verify wrote it, then read back with bounds
+    raw = result.files["report.json"]
     try:
-        report = input_files.read_json(report_path, input_files.VERIFY_REPORT)
-        if not isinstance(report, dict):
-            raise input_files.InputFileError(report_path, "not an object", "is not a JSON object",
-                                             "rerun verify in the image; its report is an object")
+        report = verify_report.read_bytes(raw, report_path)
     except input_files.InputFileError as error:
+        write_bytes(report_path, raw)  # kept as verify wrote it, for whoever reads it next
         _note(f"verify's report {error}")
         return exit_codes.FAILED, report_path
-    report["audit"] = audit  # which image this report is about: only the host knows its digest
-    write_json(report_path, report)
+    # which image this report is about: only the host knows its digest; written once, with it
+    write_json(report_path, report.with_block("audit", audit).to_json())
     if "report.md" in result.files:
         write_text(out_dir / "report.md", _audit_markdown(audit) + result.files["report.md"].decode("utf-8", "replace"))
     # the tool's own codes are 0-3; anything else (a crash, OOM kill: 137) is a failure, never passed through
