@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
-from verify.messages import did_you_mean, shown
+from verify.messages import closest, did_you_mean, shown
 
 
 class ValueProblem(ValueError):
@@ -183,9 +183,12 @@ def extra_flag(name: str, names: Mapping[str, str]) -> str:
     flag = upper if upper.startswith("APEX_") else "APEX_" + upper
     if flag in flags:
         return flag
+    near = closest(key.removeprefix("apex_"), names)
+    if near:
+        raise ValueProblem(f"unknown contrib extension {shown(text)}",
+                           f"{did_you_mean(key.removeprefix('apex_'), names)} (the flag {names[near[0]]})")
     short = [n for n in names if not n.endswith(("_cuda", "_lib"))]
-    raise ValueProblem(f"unknown contrib extension {shown(text)}",
-                       did_you_mean(key, names) or f"use some of {', '.join(short)}")
+    raise ValueProblem(f"unknown contrib extension {shown(text)}", f"use some of {', '.join(short)}")
 
 
 def extra_name(flag: str, names: Mapping[str, str]) -> str:

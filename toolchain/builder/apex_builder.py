@@ -56,7 +56,7 @@ from toolchain.builder.provenance import apex_identity, sha256_of, wheel_hashes
 from toolchain.builder.request import BuildRequest
 from toolchain.builder.static_gate import gate_required, install_and_verify, install_wheel
 from toolchain.errors import ToolchainError, UsageError
-from verify import entry_point, exit_codes, module_map
+from verify import entry_point, exit_codes, module_map, values
 from verify.atomic import write_json
 from verify.manifest import BuildManifest
 from verify.messages import bounded
@@ -237,7 +237,7 @@ def _pass_flags(inputs: BuildInputs, env: dict[str, str]) -> None:
     if inputs.setup.style == apex_setup.ENV:
         env.update(inputs.flags)
     if inputs.archs:
-        env["TORCH_CUDA_ARCH_LIST"] = ";".join(inputs.archs)
+        env["TORCH_CUDA_ARCH_LIST"] = values.arch_list_text(inputs.archs)
     else:
         env.pop("TORCH_CUDA_ARCH_LIST", None)
 
@@ -302,7 +302,7 @@ def _progress(schedule: unit_schedule.Schedule | None, env: dict[str, str], time
     """A progress line every 30 s while the scheduled nvcc units compile (build_progress.py)."""
     if schedule is None:
         return contextlib.nullcontext()
-    n_archs = max(1, len([a for a in env.get("TORCH_CUDA_ARCH_LIST", "").replace(" ", ";").split(";") if a]))
+    n_archs = max(1, len(values.split_arch_list(env.get("TORCH_CUDA_ARCH_LIST", ""))))
     costs = {k: c.cpu_s(n_archs) for k, c in unit_schedule.load_costs().items() if k in schedule.units}
     return build_progress.Reporter(costs, times, _say)
 

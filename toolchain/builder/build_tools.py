@@ -21,6 +21,7 @@ from toolchain.builder import apex_setup, cuda_from_pypi
 from toolchain.builder.build_inputs import BuildInputs
 from toolchain.builder.request import BuildRequest
 from toolchain.errors import EnvironmentUnavailable, UsageError
+from verify.values import Arch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +115,7 @@ def nvcc_archs(nvcc: Path) -> set[str]:
         out = _run([str(nvcc), "--list-gpu-arch"])
     except (subprocess.CalledProcessError, OSError):
         return set()  # nvcc older than 11.0 has no --list-gpu-arch: let nvcc itself judge
-    return {f"{m[:-1]}.{m[-1]}" for m in re.findall(r"compute_(\d+)", out)}
+    return {arch.number for arch in filter(None, map(Arch.from_nvcc_name, re.findall(r"compute_[0-9]+", out)))}
 
 
 def torch_info() -> dict:
@@ -176,9 +177,9 @@ def check_build_tools(env: dict[str, str], archs: Sequence[str] | None, cuda_hom
     if archs:
         nvcc_compiles(nvcc, env)
         supported = nvcc_archs(nvcc)
-        bad = [a for a in archs if supported and a.split("+")[0].rstrip("af") not in supported]
+        bad = [a for a in archs if supported and Arch.parse(a).number not in supported]
         if bad:
-            ordered = sorted(supported, key=lambda a: tuple(map(int, a.split("."))))
+            ordered = sorted(supported, key=lambda a: Arch.parse(a).capability)
             raise UsageError(
                 f"--archs: nvcc {release} cannot compile for {', '.join(bad)}; it supports {', '.join(ordered)}",
             )
