@@ -26,6 +26,8 @@ import os
 import struct
 from pathlib import Path
 
+from verify.values import Arch
+
 FATBIN_MAGIC = 0xBA55ED50
 FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
 KIND_PTX = 1
@@ -103,12 +105,12 @@ def _arch_sort_key(name: str) -> tuple[int, str]:
 
 
 def capability_name(capability: tuple[int, int]) -> str:
-    return f"sm_{capability[0]}{capability[1]}"
+    return Arch.from_capability(capability).sm
 
 
 def arch_list_value(capability: tuple[int, int]) -> str:
     """The TORCH_CUDA_ARCH_LIST entry that builds native code for this device."""
-    return f"{capability[0]}.{capability[1]}"
+    return str(Arch.from_capability(capability))
 
 
 def _elf_sections(handle, path: Path) -> dict[str, tuple[int, int, int]]:

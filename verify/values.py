@@ -157,14 +157,15 @@ def short_ref(ref: str) -> str:
 # ---------------------------------------------------------------- the Apex source tree
 
 
-def apex_tree_problem(src: Path) -> str | None:
-    """Why `src` is not the root of an NVIDIA/apex checkout (no setup.py, no apex/__init__.py); None when
-    it is. The one check of `build.py image/matrix --apex-src`, the build context and the builder."""
+def check_apex_tree(src: Path) -> None:
+    """ValueProblem unless `src` is the root of an NVIDIA/apex checkout (a directory with setup.py and
+    apex/__init__.py): the one check of `build.py image/matrix/wheel --apex-src` and the builder;
+    docker/fetch-apex.sh's is_apex_tree says the same for the build context."""
     if not src.is_dir():
-        return "no such directory"
+        raise ValueProblem("no such directory", "clone https://github.com/NVIDIA/apex and pass its path")
     if not (src / "setup.py").is_file() or not (src / "apex" / "__init__.py").is_file():
-        return "not an Apex source tree (needs setup.py and apex/__init__.py)"
-    return None
+        raise ValueProblem("not an Apex source tree (needs setup.py and apex/__init__.py)",
+                           "pass the root of an NVIDIA/apex checkout")
 
 
 # ---------------------------------------------------------------- contrib extras

@@ -122,14 +122,11 @@ def parse_archs(text: str) -> list[str]:
 
 
 def check_apex_source(src: Path) -> None:
-    if not src.is_dir():
-        raise UsageError(
-            f"--apex-src {src}: no such directory; clone https://github.com/NVIDIA/apex and pass its path",
-        )
-    if not (src / "setup.py").is_file() or not (src / "apex" / "__init__.py").is_file():
-        raise UsageError(
-            f"--apex-src {src}: not an Apex source tree (needs setup.py and apex/__init__.py); pass the root of an NVIDIA/apex checkout",
-        )
+    """--apex-src by the one source-tree rule (verify.values.check_apex_tree); exit 2 naming the option."""
+    try:
+        values.check_apex_tree(src)
+    except values.ValueProblem as bad:
+        raise UsageError(f"--apex-src {src}: {bad}") from None
 
 
 
