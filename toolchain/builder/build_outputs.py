@@ -8,10 +8,10 @@ import re
 import zipfile
 from pathlib import Path
 
-from verify import module_map
+from verify import module_map, values
 
-MANIFEST_NAME = "build-manifest.json"
-LOG_NAME = "apex-build.log"
+MANIFEST_NAME = values.MANIFEST_NAME
+LOG_NAME = values.LOG_NAME
 
 # setup.py: warnings.warn(f"Skip `{global_option}` as it requires cuDNN 8400 or later, but ...")
 _SKIP = re.compile(r"Skip `(--[a-z0-9_]+)`(.*)")
