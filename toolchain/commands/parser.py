@@ -8,6 +8,7 @@ import argparse
 import os
 from pathlib import Path
 
+from toolchain.builder.request import path_value  # the in-image side's, so build.py wheel and build.py agree
 from toolchain.commands import cells, ci, images, wheel_index
 from toolchain.errors import UsageError
 from toolchain.spec import cell_fields, ci_matrix
@@ -21,15 +22,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {bounded(message)}; see `{self.prog} --help`")
-
-
-def path_value(text: str) -> Path:
-    """Every path option's one check: '' would be Path('.') (the current folder), NUL no path at all."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path (it would mean the current folder); name a file or folder")
-    if "\x00" in text:
-        raise argparse.ArgumentTypeError("a path with a NUL character; name a file or folder")
-    return Path(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
