@@ -1,4 +1,4 @@
-"""verify/values.py and toolchain/spec/cell_id.py: each domain value has one parser, its renderings round-trip,
+"""verify/runtime/values.py and toolchain/spec/cell_id.py: each domain value has one parser, its renderings round-trip,
 and the shell and Dockerfile copies of a rule agree with the Python one case by case."""
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from toolchain.builder import build_inputs
 from toolchain.errors import UsageError
 from toolchain.spec import targets
 from toolchain.spec.cell_id import CPU, CellId
-from verify import module_map, values
-from verify.messages import shown
-from verify.values import Arch, ValueProblem
+from verify.layers import module_map
+from verify.runtime import values
+from verify.runtime.messages import shown
+from verify.runtime.values import Arch, ValueProblem
 
 FETCH_APEX = REPO / "docker" / "fetch-apex.sh"
 
@@ -306,7 +307,7 @@ def test_every_opt_apex_path_in_docker_is_one_the_layout_names() -> None:
     for path in [docker / "Dockerfile", *sorted(docker.glob("*.sh"))]:
         for found in _paths_in(path.read_text()):
             used.setdefault(found, set()).add(path.name)
-    assert set(used) - named == set(), f"paths docker/ uses that verify/values.py's IMAGE does not name: {used}"
+    assert set(used) - named == set(), f"paths docker/ uses that verify/runtime/values.py's IMAGE does not name: {used}"
     # and every path the layout names is one the image really has (the Dockerfile writes or copies it)
     assert named - set(used) == set(), f"IMAGE names paths docker/ never writes: {named - set(used)}"
 
@@ -314,7 +315,7 @@ def test_every_opt_apex_path_in_docker_is_one_the_layout_names() -> None:
 def test_the_layout_is_what_its_readers_use() -> None:
     from toolchain.builder import build_outputs, wheel_identity
     from toolchain.image import image_wheels, inspect_image
-    from verify import manifest
+    from verify.layers import manifest
 
     assert manifest.DEFAULT_PATH == Path(str(values.IMAGE.manifest))
     assert inspect_image.EMBEDDED["static_report"] == str(values.IMAGE.static_report)

@@ -14,8 +14,9 @@ from pathlib import Path
 from toolchain.builder import apex_setup
 from toolchain.builder.request import BuildRequest
 from toolchain.errors import UsageError
-from verify import module_map, values
-from verify.messages import did_you_mean, shown
+from verify.layers import module_map
+from verify.runtime import values
+from verify.runtime.messages import did_you_mean, shown
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +111,7 @@ def _known_flag(key: str, known: tuple[str, ...], option: str) -> str:
 
 
 def parse_archs(text: str) -> list[str]:
-    """`9.0`, `8.0;9.0`, `8.0 9.0+PTX`, `8.0,9.0` -> ["8.0", "9.0+PTX"] (verify.values.Arch); bad entries exit 2."""
+    """`9.0`, `8.0;9.0`, `8.0 9.0+PTX`, `8.0,9.0` -> ["8.0", "9.0+PTX"] (verify.runtime.values.Arch); bad entries exit 2."""
     if not values.split_arch_list(text):
         raise UsageError(
             "--archs is empty; give compute capabilities such as --archs 9.0 or --archs '8.0;9.0'",
@@ -122,7 +123,7 @@ def parse_archs(text: str) -> list[str]:
 
 
 def check_apex_source(src: Path) -> None:
-    """--apex-src by the one source-tree rule (verify.values.check_apex_tree); exit 2 naming the option."""
+    """--apex-src by the one source-tree rule (verify.runtime.values.check_apex_tree); exit 2 naming the option."""
     try:
         values.check_apex_tree(src)
     except values.ValueProblem as bad:

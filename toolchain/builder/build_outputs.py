@@ -8,7 +8,8 @@ import re
 import zipfile
 from pathlib import Path
 
-from verify import module_map, values
+from verify.layers import module_map
+from verify.runtime import values
 
 MANIFEST_NAME = values.MANIFEST_NAME
 LOG_NAME = values.LOG_NAME

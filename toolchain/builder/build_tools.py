@@ -21,7 +21,7 @@ from toolchain.builder.build_env import EnvStep, path_first
 from toolchain.builder.build_inputs import BuildInputs
 from toolchain.builder.request import BuildRequest
 from toolchain.errors import EnvironmentUnavailable, UsageError
-from verify.values import Arch
+from verify.runtime.values import Arch
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,11 +8,11 @@ import argparse
 import os
 from pathlib import Path
 
-from toolchain.builder.request import path_value  # the in-image side's, so build.py wheel and build.py agree
 from toolchain.commands import cells, ci, images, wheel_index
 from toolchain.errors import UsageError
 from toolchain.spec import cell_fields, ci_matrix
-from verify.messages import bounded
+from verify.runtime.messages import bounded
+from verify.runtime.values import path_value  # the builder's too: build.py wheel and build.py agree
 
 
 class Parser(argparse.ArgumentParser):

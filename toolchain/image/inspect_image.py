@@ -9,7 +9,7 @@ import tarfile
 
 from toolchain.image import docker_host
 from toolchain.image.labels import CELL, NAMESPACE, OCI
-from verify.values import IMAGE
+from verify.runtime.values import IMAGE
 
 EMBEDDED = {
     "manifest": str(IMAGE.manifest),

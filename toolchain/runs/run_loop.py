@@ -24,8 +24,8 @@ from toolchain.runs.cell_result import CellResult, CellStatus, now
 from toolchain.runs.run_overview import MatrixReport
 from toolchain.runs.run_request import RunRequest
 from toolchain.spec.cell import Cell
-from verify import atomic, exit_codes, input_files
-from verify import field_types as ft
+from verify.runtime import atomic, exit_codes, input_files
+from verify.runtime import field_types as ft
 
 LOG_TAIL_LINES = 40
 
@@ -216,9 +216,12 @@ def check_inputs(request: RunRequest) -> None:
             raise UsageError(f"{option} {path}: no such directory; pass an existing directory")
         # what the build would find out only after the devel stage: caught here, before any build
         if option == "--apex-src":
-            from toolchain.builder.build_inputs import check_apex_source
+            from verify.runtime import values
 
-            check_apex_source(Path(path))
+            try:
+                values.check_apex_tree(Path(path))
+            except values.ValueProblem as bad:
+                raise UsageError(f"--apex-src {path}: {bad}") from None
         # what --wheelhouse must hold is checked per cell (toolchain/image/wheelhouse.py: names the cell's values);
         # one with no wheel at all is wrong for every cell, so it is refused here, before the bases are asked for
         if option == "--wheelhouse" and not any(Path(path).glob("*.whl")):

@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from verify import drivers, interrupts
 from verify.checks import Check, Status
-from verify.values import Arch
+from verify.layers import drivers
+from verify.runtime import interrupts
+from verify.runtime.values import Arch
 
 TOOL_TIMEOUT_S = 5.0
 _DRIVER_PROC = Path("/proc/driver/nvidia/version")

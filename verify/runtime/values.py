@@ -9,12 +9,13 @@ problem list, an exit-2 UsageError naming the option).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
-from verify.messages import closest, did_you_mean, shown
+from verify.runtime.messages import closest, did_you_mean, shown
 
 
 class ValueProblem(ValueError):
@@ -166,6 +167,25 @@ def check_apex_tree(src: Path) -> None:
     if not (src / "setup.py").is_file() or not (src / "apex" / "__init__.py").is_file():
         raise ValueProblem("not an Apex source tree (needs setup.py and apex/__init__.py)",
                            "pass the root of an NVIDIA/apex checkout")
+
+
+# ---------------------------------------------------------------- paths on a command line
+
+
+def path_value(text: str) -> Path:
+    """Every path option's one check (argparse `type=`, build.py's and the builder's): '' would be the
+    current folder, NUL is no path at all, a `~user` with no such user raises deep inside pathlib when the
+    path is used (a RuntimeError traceback)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (it would mean the current folder); name a file or folder")
+    if "\x00" in text:
+        raise argparse.ArgumentTypeError("a path with a NUL character; name a file or folder")
+    try:
+        Path(text).expanduser()  # checked here; the request keeps the path as written (its manifest says so)
+    except RuntimeError:  # "Could not determine home directory."
+        raise argparse.ArgumentTypeError(f"{text}: {text.split('/')[0]} names no user's home on this machine; "
+                                         "write the path without ~") from None
+    return Path(text)
 
 
 # ---------------------------------------------------------------- contrib extras
