@@ -99,9 +99,9 @@ class Compatibility:
     message: str
 
 
-def _arch_sort_key(name: str) -> tuple[int, str]:
-    digits = "".join(ch for ch in name.split("_", 1)[1] if ch.isdigit())
-    return int(digits or 0), name
+def _arch_sort_key(name: str) -> tuple[tuple[int, int], str]:
+    arch = Arch.from_nvcc_name(name)  # sm_90a, compute_100
+    return (arch.capability if arch else (0, 0)), name
 
 
 def capability_name(capability: tuple[int, int]) -> str:
