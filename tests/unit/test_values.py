@@ -147,6 +147,18 @@ def test_fetch_apex_short_sha_rule_is_the_python_rule(locale: str) -> None:
         assert (done.returncode == 0) is expected, (text, locale)
 
 
+def test_dockerfile_full_commit_rule_is_the_python_rule() -> None:
+    """The apex-build stage passes --apex-commit for a ref that is a full sha: the same rule, 40 digits."""
+    dockerfile = (REPO / "docker" / "Dockerfile").read_text()
+    found = re.search(r"commit=\$\(printf '%s' \"\$APEX_REF\" \| grep -xE '([^']+)'", dockerfile)
+    assert found, "docker/Dockerfile's apex-build stage no longer picks the full commit with grep -xE"
+    for text, short in SHA_CASES:
+        done = subprocess.run(["grep", "-xE", found.group(1)], input=text, text=True, capture_output=True,
+                              env={"LC_ALL": "C.UTF-8", "PATH": "/usr/bin:/bin"}, timeout=30, check=False)
+        full = short and len(text) == values.FULL_SHA_LEN
+        assert (done.returncode == 0) is full, text
+
+
 def test_short_ref() -> None:
     assert values.short_ref("6424da3b4faa6c8f062da4a48c424fff3f02d42d") == "6424da3"
     assert values.short_ref("25.09") == "25.09" and values.short_ref("master") == "master"

@@ -143,6 +143,7 @@ def tag_suffix(archs: Iterable[Arch]) -> str:
 # docker/fetch-apex.sh's is_commit_sha says the same (tests/unit/test_values.py feeds both one case list).
 _COMMIT_SHA = re.compile(r"[0-9a-f]{7,40}")
 SHORT_SHA_LEN = 7
+FULL_SHA_LEN = 40  # a full commit: what --apex-commit records (docker/Dockerfile's apex-build stage)
 
 
 def is_commit_sha(text: str | None) -> bool:
