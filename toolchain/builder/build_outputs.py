@@ -9,9 +9,10 @@ import zipfile
 from pathlib import Path
 
 from verify.layers import module_map
+from verify.runtime import values
 
-MANIFEST_NAME = "build-manifest.json"
-LOG_NAME = "apex-build.log"
+MANIFEST_NAME = values.MANIFEST_NAME
+LOG_NAME = values.LOG_NAME
 
 # setup.py: warnings.warn(f"Skip `{global_option}` as it requires cuDNN 8400 or later, but ...")
 _SKIP = re.compile(r"Skip `(--[a-z0-9_]+)`(.*)")

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from toolchain.builder.build_inputs import check_apex_source
 from toolchain.errors import EnvironmentUnavailable, UsageError
 from toolchain.image import ccache_carry, labels
 from toolchain.image.build_log import STEP, environment_fault, failed_step
@@ -151,9 +152,7 @@ def stage_context(dest: Path, *, apex_src: Path | None = None, wheelhouse: Path 
             _link_or_copy(wheel, inputs / WHEELHOUSE_NAME / wheel.name)
     if apex_src is not None:
         src = Path(apex_src)
-        if not (src / "setup.py").is_file() or not (src / "apex").is_dir():
-            raise UsageError(f"--apex-src {src}: not an Apex source tree (needs setup.py and apex/); "
-                             "pass the root of an NVIDIA/apex checkout")
+        check_apex_source(src)
         _copy_tree(src, inputs / APEX_SRC_NAME, ignore=("build", "*.egg-info", "dist"))
     return dest
 

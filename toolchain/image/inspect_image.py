@@ -9,12 +9,12 @@ import tarfile
 
 from toolchain.image import docker_host
 from toolchain.image.labels import CELL, NAMESPACE, OCI
-from verify.layers.manifest import DEFAULT_PATH as MANIFEST_PATH
+from verify.runtime.values import IMAGE
 
 EMBEDDED = {
-    "manifest": str(MANIFEST_PATH),
-    "static_report": "/opt/apex/verify-static.json",
-    "static_report_markdown": "/opt/apex/verify-static.md",
+    "manifest": str(IMAGE.manifest),
+    "static_report": str(IMAGE.static_report),
+    "static_report_markdown": str(IMAGE.static_markdown),
 }
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from verify.checks import Check, Status
 from verify.layers import drivers
 from verify.runtime import interrupts
+from verify.runtime.values import Arch
 
 TOOL_TIMEOUT_S = 5.0
 _DRIVER_PROC = Path("/proc/driver/nvidia/version")
@@ -268,9 +269,8 @@ def _other_gpus(torch_info: dict[str, Any]) -> str:
 def _ptx_covers(arch_list: list[str], cap: tuple[int, int] | None) -> bool:
     if cap is None:
         return False
-    device = cap[0] * 10 + cap[1]
-    for arch in arch_list:
-        match = re.fullmatch(r"compute_(\d+)", arch)
-        if match and int(match.group(1)) <= device:
+    for name in arch_list:  # torch's list: sm_90 (SASS), compute_90 (PTX, which newer GPUs JIT-compile)
+        arch = Arch.from_nvcc_name(name) if name.startswith("compute_") else None
+        if arch is not None and not arch.suffix and arch.capability <= tuple(cap):
             return True
     return False
