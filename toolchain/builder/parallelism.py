@@ -13,6 +13,7 @@ import dataclasses
 import math
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 # Facts behind the sizing rule, in one place.
@@ -168,7 +169,7 @@ def _env_int(env: dict[str, str], name: str) -> int | None:
     return int(value)
 
 
-def env_nvcc_threads(env: dict[str, str]) -> int | None:
+def env_nvcc_threads(env: Mapping[str, str]) -> int | None:
     match = _THREADS_FLAG.search(env.get("NVCC_APPEND_FLAGS", ""))
     return int(match.group(1)) if match else None
 
@@ -215,7 +216,7 @@ def plan(
     n_extensions: int,
     jobs: int | None = None,
     nvcc_threads: int | None = None,
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
     gib_per_thread: float | None = None,
     gib_from: str = "",
     scheduled_extra_threads: int | None = None,

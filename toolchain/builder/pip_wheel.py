@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from toolchain.builder import apex_setup
@@ -24,7 +25,7 @@ from verify.runtime.values import Arch
 
 
 def run_logged(
-    cmd: list[str], env: dict[str, str], log_path: Path, cwd: Path | None = None
+    cmd: list[str], env: Mapping[str, str], log_path: Path, cwd: Path | None = None
 ) -> tuple[int, float, float, float]:
     """Run `cmd`, streaming its output to stdout and `log_path`. Returns (exit code, wall seconds,
     peak summed RSS of the process tree in MiB, largest single child's RSS in MiB)."""

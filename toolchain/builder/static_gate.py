@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from toolchain.builder import build_outputs
@@ -31,7 +31,7 @@ def gate_required(expected_modules: list[str]) -> str:
     )
 
 
-def install_wheel(wheel: Path, env: dict[str, str], log: Path) -> None:
+def install_wheel(wheel: Path, env: Mapping[str, str], log: Path) -> None:
     """`pip install --no-deps --force-reinstall WHEEL` into this Python (the build's torch is already there)."""
     code, *_ = run_logged(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--force-reinstall", str(wheel)], env, log
