@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests import wheel_builds as wb
@@ -165,10 +165,13 @@ OUT_KINDS = [k for k in PATH_KINDS if k != "dot"]  # --out . is the sandbox itse
 @given(src_kind=st.sampled_from(["tree", "tree", "tree", *PATH_KINDS]),
        out_kind=st.sampled_from(["given", "given", *OUT_KINDS]), options=st.lists(wheel_option, max_size=4),
        cpp_only=st.booleans())
+@example(src_kind="tree", out_kind="fifo", options=[], cpp_only=True)  # found by this test: errno's text, not --out
+@example(src_kind="tree", out_kind="under a file", options=[], cpp_only=True)
 def _wheel_examples(tree: Path, src_kind: str, out_kind: str, options: list[tuple[str, Any]], cpp_only: bool) -> None:
     with _sandbox() as root, _own_tempdir(root) as tmp:
         src = str(tree) if src_kind == "tree" else hostile_path(root / "src", src_kind)
         out = hostile_path(root / "given", out_kind if out_kind != "given" else "missing", "out")
+        out = os.path.relpath(out) if out.startswith(str(root)) else out  # as typed: relative to the working folder
         argv = ["wheel", "--apex-src", src, "--out", out]
         if cpp_only:  # the one flag this tree can build: the run goes on to its environment checks
             argv += ["--flags", "APEX_CPP_EXT=1"]
@@ -180,6 +183,8 @@ def _wheel_examples(tree: Path, src_kind: str, out_kind: str, options: list[tupl
         code, stderr = _call(toolchain_cli.main, argv)
         _assert_contract(code, stderr, usage_prefix="")
         assert code != exit_codes.OK, (argv, stderr)  # this torch has no CUDA: no wheel can be built here
+        if src_kind == "tree" and cpp_only and not options and out_kind in ("empty file", "fifo", "under a file"):
+            assert code == exit_codes.USAGE and f"--out {out}: " in stderr and "directory" in stderr, stderr
         SEEN["wheel"].add(code)
         _outside_unchanged(before, _tree(root), inside=("given", "src", "cuda"))
         assert not list(tmp.iterdir()), list(tmp.iterdir())
