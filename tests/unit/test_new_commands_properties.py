@@ -38,7 +38,7 @@ from tests.unit.test_cli_properties import (
 from toolchain import cli as toolchain_cli
 from toolchain.runs.run_loop import save_result
 from toolchain.runs.run_overview import MatrixReport
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 pytestmark = pytest.mark.property
 SEEN: dict[str, set[int]] = {"wheel": set(), "report": set(), "index": set(), "ccache": set()}

@@ -26,7 +26,7 @@ from toolchain.image.build_log import STEP, environment_fault, failed_step
 from toolchain.image.docker_host import DockerClient, client_or_default, docker_client, ping
 from toolchain.spec import targets
 from toolchain.spec.compat import DEFAULT_PLATFORM
-from verify import workflow_commands
+from verify.runtime import workflow_commands
 
 if TYPE_CHECKING:
     from toolchain.spec.cell import Cell
