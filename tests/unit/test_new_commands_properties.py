@@ -41,7 +41,8 @@ from toolchain.runs.run_overview import MatrixReport
 from verify.runtime import exit_codes
 
 pytestmark = pytest.mark.property
-SEEN: dict[str, set[int]] = {"wheel": set(), "report": set(), "index": set(), "ccache": set()}
+SEEN: dict[str, set[int]] = {"wheel": set(), "report": set(), "index": set(), "ccache": set(), "facts": set(),
+                             "zipapp": set()}
 
 # --- hostile paths and file contents, shared by every command here -------------------------------------
 
@@ -419,4 +420,64 @@ def _ccache_examples(direction: str, dir_kind: str, options: list[tuple[str, Any
         assert code in (2, 3), (argv, code, stderr)  # no daemon answers: nothing can be imported or exported
         SEEN["ccache"].add(code)
         _outside_unchanged(before, _tree(root), inside=())  # not even --dir is made before the daemon answers
+        assert not list(tmp.iterdir())
+
+
+# --- build.py facts check --facts, build.py zipapp --out: hostile paths (their values: their own files) ---------
+
+def test_every_facts_path_is_read_or_refused() -> None:
+    _keeps_checkout(_facts_path_examples)
+    assert SEEN["facts"] >= {2} and SEEN["facts"] & {0, 1}, SEEN["facts"]
+
+
+@settings(PROPERTY, max_examples=25)
+@given(st.sampled_from(["copy", "copy", "symlink to the copy", *PATH_KINDS]))
+def _facts_path_examples(kind: str) -> None:
+    from tests.support import FROZEN_FACTS
+
+    stored = REPO / "tests" / "fixtures" / "pypi-2026-12-01"  # a stored index answer: never the network
+    with _sandbox() as root, _own_tempdir(root) as tmp:
+        (root / "given").mkdir()
+        if kind in ("copy", "symlink to the copy"):
+            shutil.copyfile(FROZEN_FACTS, root / "given" / "compat.toml")
+            if kind == "symlink to the copy":
+                (root / "given" / "link.toml").symlink_to("compat.toml")
+            facts = str(root / "given" / ("compat.toml" if kind == "copy" else "link.toml"))
+        else:
+            facts = hostile_path(root / "given", kind, "compat.toml")
+        before = _tree(root)
+        code, stderr = _call(toolchain_cli.main, ["facts", "check", "--index", stored.as_uri(), "--facts", facts])
+        _assert_contract(code, stderr, usage_prefix="error: ")
+        if kind in ("copy", "symlink to the copy"):
+            assert code in (0, 1), (kind, code, stderr)  # the frozen facts against a stored answer: read, compared
+        else:
+            assert code == exit_codes.USAGE, (kind, code, stderr)  # refused before anything is compared
+        SEEN["facts"].add(code)
+        assert _tree(root) == before and not list(tmp.iterdir())
+
+
+def test_every_zipapp_path_is_written_or_refused() -> None:
+    _keeps_checkout(_zipapp_path_examples)
+    assert SEEN["zipapp"] == {0, 2}, SEEN["zipapp"]
+
+
+@settings(PROPERTY, max_examples=20)
+@given(st.sampled_from(["missing", "directory", "symlink to dir", *[k for k in PATH_KINDS if k != "fifo"]]))
+def _zipapp_path_examples(kind: str) -> None:  # a FIFO --out waits 5 s for its reader: test_safe_write's case
+    import zipfile
+
+    with _sandbox() as root, _own_tempdir(root) as tmp:
+        out = hostile_path(root / "given", kind, "verify.pyz")
+        before = _tree(root)
+        code, stderr = _call(toolchain_cli.main, ["zipapp", "--out", out])
+        _assert_contract(code, stderr, usage_prefix="error: ")
+        SEEN["zipapp"].add(code)
+        if code == exit_codes.OK:  # a runnable zip where the path (or the folder it names) points
+            written = Path(out) / "verify.pyz" if Path(out).is_dir() else Path(os.path.realpath(out))
+            assert zipfile.is_zipfile(written), written
+        else:
+            assert kind in ("empty string", "tilde user", "dev-zero", "under a file", "odd bytes", "dangling symlink"), (
+                kind, code, stderr)
+        inside = ("given",) if kind != "dot" else ("", "verify.pyz")
+        _outside_unchanged(before, _tree(root), inside=inside)
         assert not list(tmp.iterdir())

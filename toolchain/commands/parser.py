@@ -8,6 +8,7 @@ import argparse
 import os
 from pathlib import Path
 
+from toolchain.builder import request as builder_request
 from toolchain.commands import cells, ci, images, wheel_index
 from toolchain.errors import UsageError
 from toolchain.spec import cell_fields, ci_matrix
@@ -24,12 +25,10 @@ class Parser(argparse.ArgumentParser):
 
 
 def path_value(text: str) -> Path:
-    """Every path option's one check: '' would be Path('.') (the current folder), NUL no path at all."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path (it would mean the current folder); name a file or folder")
-    if "\x00" in text:
-        raise argparse.ArgumentTypeError("a path with a NUL character; name a file or folder")
-    return Path(text)
+    """Every path option's one check: the builder's (toolchain/builder/request.py), so build.py and the
+    builder inside an image refuse the same paths ('', NUL, an unknown ~user) with the same words. A `~`
+    that reached here quoted is expanded as the shell would have (it made a folder named `~`)."""
+    return builder_request.path_value(text).expanduser()
 
 
 def build_parser() -> argparse.ArgumentParser:
