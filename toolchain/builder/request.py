@@ -91,13 +91,10 @@ def parse(argv: list[str] | None = None, default_flags: str | None = None) -> Bu
 
 
 def path_value(text: str) -> Path:
-    """Every path option's one check (build.py's parser uses it too): '' would be the current folder, NUL
-    is no path at all, a `~user` with no such user raises deep inside pathlib when the path is used (issue
-    24: a RuntimeError traceback; `zipapp --out '~nosuchuser/x'` made a folder named so)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path (it would mean the current folder); name a file or folder")
-    if "\x00" in text:
-        raise argparse.ArgumentTypeError("a path with a NUL character; name a file or folder")
+    """Every path option's one check: '' would be the current folder, a `~user` with no such user raises
+    deep inside pathlib when the path is used (issue 24: a RuntimeError traceback)."""
+    if not text.strip() or "\x00" in text:
+        raise argparse.ArgumentTypeError(f"{text!r}: not a path (empty, or a NUL character); name a folder")
     try:
         Path(text).expanduser()  # checked here; the request keeps the path as written (its manifest says so)
     except RuntimeError:  # "Could not determine home directory."

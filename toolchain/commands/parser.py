@@ -8,7 +8,6 @@ import argparse
 import os
 from pathlib import Path
 
-from toolchain.builder import request as builder_request
 from toolchain.commands import cells, ci, images, wheel_index
 from toolchain.errors import UsageError
 from toolchain.spec import cell_fields, ci_matrix
@@ -25,10 +24,19 @@ class Parser(argparse.ArgumentParser):
 
 
 def path_value(text: str) -> Path:
-    """Every path option's one check: the builder's (toolchain/builder/request.py), so build.py and the
-    builder inside an image refuse the same paths ('', NUL, an unknown ~user) with the same words. A `~`
-    that reached here quoted is expanded as the shell would have (it made a folder named `~`)."""
-    return builder_request.path_value(text).expanduser()
+    """Every path option's one check: '' would be Path('.') (the current folder), NUL no path at all, an
+    unknown `~user` no home (the builder's twin in toolchain/builder/request.py, which commands/ may not
+    import: issue 25 makes them one). A `~` that reached here quoted is expanded as the shell would have
+    (issue 24: `zipapp --out '~/x'` made a folder named `~`, `'~nosuchuser/x'` one named so)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (it would mean the current folder); name a file or folder")
+    if "\x00" in text:
+        raise argparse.ArgumentTypeError("a path with a NUL character; name a file or folder")
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:  # "Could not determine home directory."
+        raise argparse.ArgumentTypeError(f"{text}: {text.split('/')[0]} names no user's home on this machine; "
+                                         "write the path without ~") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
