@@ -152,7 +152,8 @@ def test_an_idle_context_in_another_process_is_named_and_withholds_nothing() -> 
     assert load.reasons() == [] and load.shared_reason() is None
     assert load.idle_others() == ["pid 1 python3, 512 MiB: present, idle (its own SM utilization 0% at most in 4 "
                                   "samples; seen before/during/after timing)"]
-    assert "another compute process pid 1 python3, 512 MiB: present, idle" in load.summary()
+    assert load.summary().startswith("no other work on the GPU: no other compute process at work in 4 samples (2 "
+                                     "during timing); pid 1 python3, 512 MiB: present, idle (its own SM")
     rows = [{"verdict": "native", "winner": {"kernel_time": "native", "host_inclusive": "tie"}}]
     checks = [Check("timing", "fused_layer_norm.bf16", Status.INFO, "FusedLayerNorm (bf16): native 1.2x")]
     device_load.withhold(checks, rows, load)

@@ -165,10 +165,11 @@ class DeviceLoad:
         during = sum(s.when == "during" for s in self.samples)
         utilization = [f"{s.utilization_pct}% {s.when}" for s in self.samples
                        if s.when != "during" and s.utilization_pct is not None]
-        idle = self.idle_others()
-        present = (f"another compute process {'; '.join(idle)}" if idle else "no other compute process")
-        return (f"no other work on the GPU: {present} in {len(self.samples)} samples ({during} during "
-                f"timing), utilization {', '.join(utilization) or 'n/a'}{clock} ({self.source})")
+        idle = "".join(f"; {entry}" for entry in self.idle_others())  # a context held, no work: said, not judged
+        at_work, then = (" at work", "; ") if idle else ("", ", ")
+        return (f"no other work on the GPU: no other compute process{at_work} in {len(self.samples)} samples "
+                f"({during} during timing){idle}{then}utilization {', '.join(utilization) or 'n/a'}{clock} "
+                f"({self.source})")
 
     def to_json(self) -> dict[str, object]:
         return {"observed": self.observed, "source": self.source, "shared": self.shared_reason(),
