@@ -1,5 +1,6 @@
-"""Signals at any moment of a real `python -m verify --static` run: from the interpreter's
-first instant, through torch's import and the import probe, to the report's write. The moments are
+"""Signals at any moment of a real `python -m verify --static` run, and of the whole run as a CPU node runs
+it: from the interpreter's first instant, through torch's import and the import probe, to the
+report's write. The moments are
 fractions of a baseline run timed in the test itself (so a slow host moves them with it), from a fixed
 seed; the signals rotate SIGTERM, SIGINT to the process group (Ctrl-C), SIGHUP, and every third one is
 followed 0.2 s later by a second Ctrl-C.
@@ -25,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from faultlib import REPO
 
 from verify.runtime import exit_codes
@@ -61,11 +63,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _run(tmp: Path, signal_name: str | None, at_s: float, second: bool) -> dict:
+def _run(tmp: Path, signal_name: str | None, at_s: float, second: bool, mode: tuple[str, ...] = ("--static",)) -> dict:
     report = tmp / "r.json"
     report.write_text(EARLIER)
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "verify", "--static", "--json", str(report)], cwd=tmp, env=_env(),
+    proc = subprocess.Popen([sys.executable, "-m", "verify", *mode, "--json", str(report)], cwd=tmp, env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     seen: set[int] = set()
     while signal_name and time.monotonic() - started < at_s and proc.poll() is None:
@@ -104,17 +106,20 @@ def _in_interpreter_start(row: dict, name: str) -> bool:
             and "/verify/" not in text and "/toolchain/" not in text)
 
 
-def test_a_signal_at_any_moment_of_a_real_run_is_handled(tmp_path: Path) -> None:
-    runs = [_run(tmp_path, None, 0.0, False) for _ in range(2)]
+@pytest.mark.parametrize("mode, moments", [(("--static",), MOMENTS), ((), 12)], ids=["static", "full-cpu"])
+def test_a_signal_at_any_moment_of_a_real_run_is_handled(tmp_path: Path, mode: tuple[str, ...], moments: int) -> None:
+    """`--static` (the image gate) and the whole run as a CPU node runs it (no --static: the GPU layers
+    find no device and SKIP, as a CPU node's real run is)."""
+    runs = [_run(tmp_path, None, 0.0, False, mode) for _ in range(2)]
     baseline = min(runs, key=lambda r: r["wall_s"])  # the moments fall inside even the faster runs
     assert all(r["exit"] == runs[0]["exit"] and isinstance(r["report"], dict) for r in runs), runs
     verdict, duration = baseline["report"]["verdict"], baseline["wall_s"]
     chooser = random.Random(24)
-    fractions = [0.0, 0.002, 0.01] + sorted(chooser.uniform(0.02, 1.0) for _ in range(MOMENTS - 3))
+    fractions = [0.0, 0.002, 0.01] + sorted(chooser.uniform(0.02, 1.0) for _ in range(moments - 3))
     rows = []
     for index, fraction in enumerate(fractions):
         name = SIGNALS[index % len(SIGNALS)]
-        row = _run(tmp_path, name, fraction * duration, second=index % 3 == 2)
+        row = _run(tmp_path, name, fraction * duration, second=index % 3 == 2, mode=mode)
         row["fraction"] = round(fraction, 3)
         stopped = row["report"] == "earlier"
         before_start = stopped and _in_interpreter_start(row, name)
@@ -130,9 +135,9 @@ def test_a_signal_at_any_moment_of_a_real_run_is_handled(tmp_path: Path) -> None
             assert row["stderr"] == [STOPPED.format(name)], row
         else:  # the run was over before the signal: its true result, never a report of false FAILs
             assert row["exit"] == baseline["exit"] and row["report"]["verdict"] == verdict, row
-    if os.environ.get("SIGNAL_SWEEP_OUT"):
+    if os.environ.get("SIGNAL_SWEEP_OUT") and mode == ("--static",):  # the evidence file is the static sweep's
         Path(os.environ["SIGNAL_SWEEP_OUT"]).write_text(json.dumps(
             {"baseline": {k: baseline[k] for k in ("exit", "wall_s")} | {"verdict": verdict}, "runs": [
                 {k: r[k] for k in ("signal", "fraction", "at_s", "second_ctrl_c", "exit", "outcome", "wall_s")}
                 for r in rows]}, indent=1) + "\n")
-    assert sum(r["outcome"] == "stopped" for r in rows) >= MOMENTS // 3, "many moments fall inside the run"
+    assert sum(r["outcome"] == "stopped" for r in rows) >= moments // 3, "many moments fall inside the run"

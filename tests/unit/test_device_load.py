@@ -16,17 +16,19 @@ GPUS_BUSY = f"0, {BUS}, GPU-5f1c2a3b-0000-1111-2222-333344445555, 100, 1755\n"
 
 
 class Driver:
-    """nvidia-smi's answers in turn: the GPU row and the compute apps, per sample."""
+    """nvidia-smi's answers in turn: the GPU row, the compute apps and (optionally) pmon's table, per sample."""
 
-    def __init__(self, *samples: tuple[str, str]) -> None:
+    def __init__(self, *samples: tuple[str, ...]) -> None:
         self.samples, self.calls = list(samples), 0
 
     def __call__(self, argv: tuple[str, ...]) -> str | None:
         self.calls += 1
         if argv == device_load.GPU_QUERY:
             return self.samples[0][0]
-        gpus, apps = self.samples.pop(0) if len(self.samples) > 1 else self.samples[0]
-        return apps
+        if argv[1] == "pmon":
+            answer = self.samples.pop(0) if len(self.samples) > 1 else self.samples[0]
+            return answer[2] if len(answer) > 2 else None
+        return self.samples[0][1]
 
 
 def _load(*samples: LoadSample, own: tuple[int, ...] = (100, 101)) -> DeviceLoad:
@@ -62,7 +64,9 @@ def test_another_process_or_utilization_while_verify_idles_is_shared() -> None:
     load = _load(LoadSample("before", (other,), 100, 1755), LoadSample("during", (other, GpuProcess(101, 9, "p")), 100,
                                                                       1755))
     reasons = load.reasons()
-    assert reasons[0] == "another compute process on the GPU (pid 1 python3, 3000 MiB; seen before/during timing)"
+    assert reasons[0] == ("another compute process on the GPU (pid 1 python3, 3000 MiB; seen before/during timing; its "
+                          "own utilization was not read, and it was not there throughout with the GPU idle before "
+                          "and after timing)")
     assert reasons[1].startswith("GPU utilization 100% before timing")
     assert len(reasons) == 2  # utilization during timing is verify's own: not a reason
 
@@ -109,6 +113,95 @@ def test_without_nvidia_smi_nothing_waits_and_nothing_is_withheld() -> None:
     load = DeviceWatch.start(runner=lambda argv: None, sleep=sleeps.append).stop()
     assert sleeps == [] and not load.observed and load.shared_reason() is None
     assert load.summary().startswith("not observed (nvidia-smi not found")
+
+
+# nvidia-smi pmon -c 1 -s u, in its two documented layouts (drivers 5xx added jpg and ofa columns)
+PMON_OLD = """# gpu        pid  type    sm   mem   enc   dec   command
+# Idx          #   C/G     %     %     %     %   name
+    0       4242     C      -     -     -     -   python3
+    0        101     C     97    41     -     -   python
+"""
+PMON_NEW = """# gpu         pid   type     sm    mem    enc    dec    jpg    ofa    command
+# Idx           #    C/G      %      %      %      %      %      %    name
+    0       4242     C     98     40      -      -      -      -    python3
+    0        101     C      -      -      -      -      -      -
+"""
+
+
+def test_pmon_is_read_by_its_header() -> None:
+    assert device_load.parse_pmon(PMON_OLD) == {4242: 0, 101: 97}  # '-': no sample of it working
+    assert device_load.parse_pmon(PMON_NEW) == {4242: 98, 101: 0}  # a row without its command still counts
+    assert device_load.parse_pmon("") == {} and device_load.parse_pmon("NVML: Insufficient Permissions\n") == {}
+    assert device_load.pmon_query("3")[-2:] == ("-i", "3")
+
+
+def _other(sm_pct: int | None, used_mib: int = 512) -> GpuProcess:
+    return GpuProcess(1, used_mib, "/usr/bin/python3", sm_pct)  # pid 1: a process here that is not verify's
+
+
+def _samples(other: GpuProcess | None, *, before: int = 0, after: int = 0, during=None) -> tuple[LoadSample, ...]:
+    during = other if during is None else during
+    seen = (lambda p: (p,) if p is not None else ())  # noqa: E731
+    return (LoadSample("before", seen(other), before, 1980), LoadSample("during", seen(during), 99, 1980),
+            LoadSample("during", seen(during), 99, 1980), LoadSample("after", seen(other), after, 1980))
+
+
+def test_an_idle_context_in_another_process_is_named_and_withholds_nothing() -> None:
+    """A process that holds a CUDA context and does no work (the gpu tier's own idle process)."""
+    load = _load(*_samples(_other(0)))
+    assert load.reasons() == [] and load.shared_reason() is None
+    assert load.idle_others() == ["pid 1 python3, 512 MiB: present, idle (its own SM utilization 0% at most in 4 "
+                                  "samples; seen before/during/after timing)"]
+    assert load.summary().startswith("no other work on the GPU: no other compute process at work in 4 samples (2 "
+                                     "during timing); pid 1 python3, 512 MiB: present, idle (its own SM")
+    rows = [{"verdict": "native", "winner": {"kernel_time": "native", "host_inclusive": "tie"}}]
+    checks = [Check("timing", "fused_layer_norm.bf16", Status.INFO, "FusedLayerNorm (bf16): native 1.2x")]
+    device_load.withhold(checks, rows, load)
+    assert rows[0]["winner"] == {"kernel_time": "native", "host_inclusive": "tie"} and "withheld" not in rows[0]
+    assert checks[0].status == Status.INFO
+    assert load.to_json()["idle_others"] == load.idle_others()
+
+
+def test_another_process_at_work_withholds_the_verdicts() -> None:
+    load = _load(*_samples(_other(0), during=_other(98)))  # idle around timing, working during it
+    (reason,) = load.reasons()
+    assert reason.endswith("seen before/during/after timing; working: its own SM utilization 98% during timing)")
+    assert load.idle_others() == []
+    rows = [{"verdict": "native", "winner": {"kernel_time": "native", "host_inclusive": "tie"}}]
+    device_load.withhold([], rows, load)
+    assert rows[0]["winner"] == {"kernel_time": None, "host_inclusive": None} and "pid 1" in rows[0]["withheld"]
+    grown = _load(*_samples(_other(0), during=_other(0, used_mib=4096)))  # no utilization read, memory grew
+    assert "its memory changed (512-4096 MiB)" in grown.shared_reason()
+
+
+def test_without_per_process_figures_only_a_process_there_throughout_on_an_idle_gpu_is_idle() -> None:
+    assert _load(*_samples(_other(None))).reasons() == []  # before and after, the GPU at 0%: idle
+    assert "the GPU idle before and after timing" in _load(*_samples(_other(None))).idle_others()[0]
+    came = _load(*_samples(None, during=_other(None)))  # appeared only while verify timed
+    assert "not there throughout" in came.shared_reason()
+    busy_gpu = _load(*_samples(_other(None), before=100))
+    assert "not there throughout with the GPU idle" in busy_gpu.reasons()[0] and len(busy_gpu.reasons()) == 2
+
+
+def test_the_runner_reports_an_idle_other_process_as_info_and_a_working_one_as_warn() -> None:
+    from verify.gpu import runner
+    from verify.gpu.runner import GroupResult
+
+    header = PMON_NEW.splitlines()[:2]
+    pmon_idle = "\n".join([*header, "    0          1     C      -      -      -      -      -      -    python3"])
+    pmon_busy = "\n".join([*header, "    0          1     C     98     40      -      -      -      -    python3"])
+    for pmon, status, words in ((pmon_idle, Status.INFO, "present, idle"),
+                                (pmon_busy, Status.WARN, "working: its own SM utilization 98%")):
+        driver = Driver((GPUS_IDLE, f"{BUS}, 1, 512, /usr/bin/python3\n", pmon))
+        watch = DeviceWatch.start(runner=driver, sleep=lambda s: None, visible="", every_s=0.01)
+        while not any(s.when == "during" for s in watch.samples):
+            pass
+        result = GroupResult("timing")
+        result.timings.append({"verdict": "native", "winner": {"kernel_time": "native", "host_inclusive": "tie"}})
+        runner._judge_load(result, watch.stop())
+        (check,) = [c for c in result.checks if c.name == "device_load"]
+        assert check.status == status and words in check.summary, check.summary
+        assert ("withheld" in result.timings[0]) == (status == Status.WARN)
 
 
 def test_own_pids_include_a_real_child() -> None:

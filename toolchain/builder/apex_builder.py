@@ -101,9 +101,12 @@ def _os_error_message(err: OSError, out: Path) -> str:
     path = err.filename or out
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         return f"no space left on device writing {path}; free space, or pass --out on another filesystem"
-    name = str(err.filename or "")
-    if name and not (name.startswith(str(out)) or str(out).startswith(name)):  # not OUT, inside or above it
+    name, given = os.path.abspath(str(err.filename or "")), os.path.abspath(out)  # a relative --out is OUT too
+    if err.filename and not (name.startswith(given) or given.startswith(name)):  # not OUT, inside or above it
         return f"{path}: {err.strerror or err}; check that it exists and this user can read and write it"
+    if err.errno in (errno.EEXIST, errno.ENOTDIR):  # OUT, or a folder above it, is a file, a FIFO, a device
+        which = f"{path} exists and is not" if err.errno == errno.EEXIST else f"a part of {path} is not"
+        return f"--out {out}: {which} a directory; pass a directory (it is created when missing), e.g. --out ./dist"
     return (f"--out {out}: cannot write {path} ({err.strerror or err}); pass a directory you can create "
             "and write, e.g. --out ./dist")
 

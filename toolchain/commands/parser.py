@@ -13,7 +13,7 @@ from toolchain.commands import cells, ci, images, wheel_index
 from toolchain.errors import UsageError
 from toolchain.spec import cell_fields, ci_matrix
 from verify.runtime.messages import bounded
-from verify.runtime.values import path_value  # the builder's too: build.py wheel and build.py agree
+from verify.runtime.values import expanded_path_value as path_value  # the builder's check, ~ expanded
 
 
 class Parser(argparse.ArgumentParser):

@@ -28,6 +28,7 @@ from toolchain.builder.provenance import sha256_of
 from verify.layers import fatbin
 from verify.layers import manifest as manifest_mod
 from verify.runtime import field_types as ft
+from verify.runtime import input_files
 
 LIBRARIES = Path(__file__).resolve().parents[1] / "data" / "wheel_libraries.toml"
 REBUILD = "rebuild it with `build.py wheel --install` (or `build.py image`), which stamps and gates it"
@@ -191,12 +192,16 @@ def _module_problems(wheel: Path, manifest: dict) -> list[str]:
 def _beside_problems(wheel: Path, sha: str, inside: dict) -> list[str]:
     """A build-manifest.json in the wheel's folder that names this wheel must agree with it and the copy inside."""
     beside = wheel.parent / build_outputs.MANIFEST_NAME
-    try:
-        data = json.loads(beside.read_text()) if beside.is_file() else None
-    except (OSError, ValueError) as error:
-        return [f"the manifest beside it ({beside}) is unreadable ({error})"]
-    if not isinstance(data, dict) or (data.get("build") or {}).get("wheel") != wheel.name:
-        return []  # no manifest of this wheel beside it: the one inside is the manifest
+    if not beside.is_symlink() and not beside.exists():
+        return []  # none beside it: the one inside is the manifest
+    try:  # the bounded reader: a FIFO, a device, a huge or cut file beside the wheel is named, never skipped
+        data = input_files.read_json(beside, input_files.MANIFEST)
+    except input_files.InputFileError as error:
+        return [f"the manifest beside it is unusable: {error}"]
+    if not isinstance(data, dict) or not isinstance(data.get("build"), dict):
+        return [f"the manifest beside it ({beside}) is not a build manifest (no \"build\" object); {REBUILD}"]
+    if data["build"].get("wheel") != wheel.name:
+        return []  # another build's manifest in the same folder: the one inside is this wheel's
     problems = []
     if data["build"].get("wheel_sha256") != sha:
         problems.append(f"the manifest beside it ({beside}) records sha256 {data['build'].get('wheel_sha256')}, the "

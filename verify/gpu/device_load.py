@@ -10,13 +10,18 @@ Why (H200 of 2026-12-01, reports/h200-2026-12-01-busy-gpu/): a verify run beside
 timing line as confident as on an idle GPU, and one verdict changed (FusedLayerNorm bf16: "native"
 idle, "tie" under load). What is read: the driver's own view through `nvidia-smi` (it ships with the
 driver, so verify stays standard library + torch; torch's own `torch.cuda.utilization()` needs pynvml,
-which images do not carry): the compute processes on the device, its utilization and SM clock.
+which images do not carry): the compute processes on the device, each one's own SM utilization
+(`nvidia-smi pmon`, the driver's per-process samples), the device's utilization and SM clock.
 
 What counts as other work (judgements, each with its reason):
-- a compute process on the device that is not verify or one of its children, at any sample. In a
-  container whose PIDs differ from the driver's, verify's own worker cannot be told by PID: then one
-  PID that is not in verify's /proc is left to verify (the held timing worker may be it), and any
-  further one, or a PID that is a process here but not verify's, counts;
+- another compute process (not verify or one of its children) that works: its own SM utilization at
+  least BUSY_UTILIZATION_PCT in any sample, or its memory changing between samples. One that only holds
+  a context (a notebook, a server between requests, the test runner that imported torch) is named
+  "present, idle" and withholds nothing (the gpu tier's own idle process had withheld the
+  verdicts). Where the driver gives no per-process figure, a process counts as idle only when it was
+  there before and after timing and the device read idle then; else it counts. In a container whose
+  PIDs differ from the driver's, verify's own worker cannot be told by PID: then one PID that is not in
+  verify's /proc is left to verify (the held timing worker may be it);
 - utilization of at least BUSY_UTILIZATION_PCT before or after timing, when verify runs no kernel
   (the driver averages over its last sample period, up to 1 s: SETTLE_S lets verify's own work age out).
 The SM clock is recorded, not judged: it also moves with verify's own load and the GPU's power state.
@@ -41,6 +46,12 @@ GPU_QUERY = ("nvidia-smi", "--query-gpu=index,pci.bus_id,uuid,utilization.gpu,cl
 APPS_QUERY = ("nvidia-smi", "--query-compute-apps=gpu_bus_id,pid,used_memory,process_name",
               "--format=csv,noheader,nounits")
 
+
+def pmon_query(index: str) -> tuple[str, ...]:
+    """One sample of each process's own utilization on GPU `index` (the driver's per-process samples)."""
+    return ("nvidia-smi", "pmon", "-c", "1", "-s", "u", "-i", index)
+
+
 Runner = Callable[[tuple[str, ...]], str | None]  # argv -> stdout, None when it cannot run
 
 
@@ -49,6 +60,7 @@ class GpuProcess:
     pid: int
     used_mib: int | None
     name: str
+    sm_pct: int | None = None  # its own SM utilization in this sample (nvidia-smi pmon); None: not read
 
     def describe(self) -> str:
         memory = f", {self.used_mib} MiB" if self.used_mib is not None else ""
@@ -74,24 +86,63 @@ class DeviceLoad:
     samples: tuple[LoadSample, ...] = ()
     own_pids: tuple[int, ...] = ()
 
-    def reasons(self) -> list[str]:
-        """Why this GPU was shared with other work (empty: it was not, as far as the driver shows)."""
-        if not self.observed:
-            return []
+    def _others(self) -> dict[int, list[tuple[str, GpuProcess]]]:
+        """Every compute process that is not verify's, with the samples it was seen in."""
         own = set(self.own_pids)
         seen_own = any(p.pid in own for s in self.samples for p in s.processes)
-        found: list[str] = []
-        others: dict[int, tuple[GpuProcess, set[str]]] = {}
+        others: dict[int, list[tuple[str, GpuProcess]]] = {}
         for sample in self.samples:
             foreign = [p for p in sample.processes if p.pid not in own]
             unsure = [p for p in foreign if not os.path.exists(f"/proc/{p.pid}")]
             if not seen_own and unsure:  # PIDs of another namespace: one of them may be verify's own worker
                 foreign.remove(unsure[0])
             for process in foreign:
-                others.setdefault(process.pid, (process, set()))[1].add(sample.when)
-        for process, when in others.values():
-            moments = "/".join(w for w in ("before", "during", "after") if w in when)
-            found.append(f"another compute process on the GPU ({process.describe()}; seen {moments} timing)")
+                others.setdefault(process.pid, []).append((sample.when, process))
+        return others
+
+    def _work(self, seen: list[tuple[str, GpuProcess]]) -> str | None:
+        """What shows this other process working (None: it only holds a context)."""
+        busy = [(w, p.sm_pct) for w, p in seen if p.sm_pct is not None and p.sm_pct >= BUSY_UTILIZATION_PCT]
+        if busy:
+            return f"working: its own SM utilization {busy[0][1]}% {busy[0][0]} timing"
+        memory = sorted({p.used_mib for _, p in seen if p.used_mib is not None})
+        if len(memory) > 1:
+            return f"working: its memory changed ({memory[0]}-{memory[-1]} MiB)"
+        if all(p.sm_pct is not None for _, p in seen):
+            return None
+        when = {w for w, _ in seen}
+        quiet = all(s.utilization_pct is not None and s.utilization_pct < BUSY_UTILIZATION_PCT
+                    for s in self.samples if s.when != "during")
+        if {"before", "after"} <= when and quiet:
+            return None
+        return ("its own utilization was not read, and it was not there throughout with the GPU idle before and "
+                "after timing")
+
+    def idle_others(self) -> list[str]:
+        """Other processes that only held a CUDA context ("present, idle": they withhold nothing)."""
+        if not self.observed:
+            return []
+        found = []
+        for seen in self._others().values():
+            if self._work(seen) is None:
+                moments = "/".join(w for w in ("before", "during", "after") if w in {w for w, _ in seen})
+                read = [p.sm_pct for _, p in seen if p.sm_pct is not None]
+                how = (f"its own SM utilization {max(read)}% at most in {len(read)} samples" if len(read) == len(seen)
+                       else "the GPU idle before and after timing, its memory unchanged")
+                found.append(f"{seen[-1][1].describe()}: present, idle ({how}; seen {moments} timing)")
+        return found
+
+    def reasons(self) -> list[str]:
+        """Why this GPU was shared with other work (empty: it was not, as far as the driver shows)."""
+        if not self.observed:
+            return []
+        found: list[str] = []
+        for seen in self._others().values():
+            work = self._work(seen)
+            if work is not None:
+                moments = "/".join(w for w in ("before", "during", "after") if w in {w for w, _ in seen})
+                found.append(f"another compute process on the GPU ({seen[-1][1].describe()}; seen {moments} timing; "
+                             f"{work})")
         for sample in self.samples:
             busy = sample.utilization_pct is not None and sample.utilization_pct >= BUSY_UTILIZATION_PCT
             if sample.when != "during" and busy:
@@ -114,12 +165,16 @@ class DeviceLoad:
         during = sum(s.when == "during" for s in self.samples)
         utilization = [f"{s.utilization_pct}% {s.when}" for s in self.samples
                        if s.when != "during" and s.utilization_pct is not None]
-        return (f"no other work on the GPU: no other compute process in {len(self.samples)} samples ({during} during "
-                f"timing), utilization {', '.join(utilization) or 'n/a'}{clock} ({self.source})")
+        idle = "".join(f"; {entry}" for entry in self.idle_others())  # a context held, no work: said, not judged
+        at_work, then = (" at work", "; ") if idle else ("", ", ")
+        return (f"no other work on the GPU: no other compute process{at_work} in {len(self.samples)} samples "
+                f"({during} during timing){idle}{then}utilization {', '.join(utilization) or 'n/a'}{clock} "
+                f"({self.source})")
 
     def to_json(self) -> dict[str, object]:
         return {"observed": self.observed, "source": self.source, "shared": self.shared_reason(),
-                "samples": [s.to_json() for s in self.samples], "own_pids": list(self.own_pids)}
+                "idle_others": self.idle_others(), "samples": [s.to_json() for s in self.samples],
+                "own_pids": list(self.own_pids)}
 
 
 # --- reading the driver (pure parsers; the runner is injectable) --------------------------------
@@ -147,6 +202,26 @@ def parse_apps(text: str) -> list[tuple[str, GpuProcess]]:
         cells = [c.strip() for c in line.split(",", 3)]
         if len(cells) == 4 and _int(cells[1]) is not None:
             found.append((cells[0].upper(), GpuProcess(int(cells[1]), _int(cells[2]), cells[3])))
+    return found
+
+
+def parse_pmon(text: str) -> dict[int, int]:
+    """nvidia-smi pmon's table -> each process's SM utilization % ('-': no sample of it working, 0). The
+    columns are read from its header (drivers add columns: jpg, ofa)."""
+    columns: list[str] = []
+    found: dict[int, int] = {}
+    for line in text.splitlines():
+        cells = line.split()
+        if line.startswith("#"):
+            if "pid" in cells and "sm" in cells and not columns:
+                columns = [c for c in cells if c != "#"]
+            continue
+        if not columns or len(cells) < len(columns) - 1:
+            continue
+        row = dict(zip(columns, cells, strict=False))  # a row may lack the command
+        pid, sm = _int(row.get("pid", "")), row.get("sm", "")
+        if pid is not None and (sm == "-" or _int(sm) is not None):
+            found[pid] = max(found.get(pid, 0), 0 if sm == "-" else _int(sm) or 0)
     return found
 
 
@@ -254,6 +329,9 @@ class DeviceWatch:
         apps_text = self.runner(APPS_QUERY) or ""
         self.bus = gpu[1]
         processes = tuple(p for bus, p in parse_apps(apps_text) if bus == gpu[1])
+        if processes:
+            own_use = parse_pmon(self.runner(pmon_query(gpu[0])) or "")
+            processes = tuple(dataclasses.replace(p, sm_pct=own_use.get(p.pid)) for p in processes)
         self.pids.update(own_pids())
         self.samples.append(LoadSample(when, processes, gpu[3], gpu[4]))
         return True

@@ -189,6 +189,12 @@ def path_value(text: str) -> Path:
     return Path(text)
 
 
+def expanded_path_value(text: str) -> Path:
+    """build.py's path options: the same check, and a `~` that reached it quoted expanded as the shell would
+    have (`zipapp --out '~/x'` had made a folder named `~`). The builder keeps its paths as written."""
+    return path_value(text).expanduser()
+
+
 # ---------------------------------------------------------------- contrib extras
 
 
