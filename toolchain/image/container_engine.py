@@ -21,6 +21,8 @@ import uuid
 from pathlib import Path
 
 from toolchain.errors import EnvironmentUnavailable, UsageError
+from toolchain.image import docker_host
+from toolchain.image.registry_pull import PULL_ATTEMPTS, split_ref, with_retries
 
 ENGINES = ("docker", "podman")
 ENGINE_ENV = "APEX_CONTAINER_ENGINE"
@@ -86,24 +88,18 @@ class DockerEngine:
     name = "docker"
 
     def __init__(self) -> None:
-        from toolchain.image import docker_host
-
         docker_host.ping()
         import docker
 
         self._client = docker.from_env(timeout=600)
 
     def image(self, ref: str) -> ImageInfo:
-        from toolchain.image import docker_host
-
         image = docker_host.local_image(self._client, ref)
         return ImageInfo(ref, image.id, tuple(image.attrs.get("RepoDigests") or ()),
                          dict((image.attrs.get("Config") or {}).get("Labels") or {}))
 
     def pull(self, ref: str) -> ImageInfo:
-        from toolchain.image import pull
-
-        pull.pull(ref)  # retries, permanent-error wording
+        docker_pull(ref)  # retries, permanent-error wording
         return self.image(ref)
 
     def run(self, ref: str, command: list[str], *, gpu: bool, files_in: dict[str, bytes], collect: str,
@@ -144,6 +140,30 @@ class DockerEngine:
             container.remove(force=True)
 
 
+def docker_pull(ref: str, *, attempts: int = PULL_ATTEMPTS, backoff_s: float = 5.0) -> str:
+    """Pull `ref` with the Docker SDK; returns the image id. Raises EnvironmentUnavailable (exit 3)."""
+    import docker
+    from docker.errors import APIError, DockerException
+
+    repository, tag = split_ref(ref)
+    client = docker.from_env(timeout=600)
+
+    def attempt() -> str:
+        # the low-level stream: images.pull() drops the daemon's error event (e.g. "manifest verification
+        # failed") and only then fails its own lookup with a 404 that hides why
+        for event in client.api.pull(repository, tag=tag, stream=True, decode=True):
+            if "error" in event:
+                raise _StreamError(str(event["error"]))
+        return client.images.get(ref).id
+
+    return with_retries(ref, attempt, errors=(APIError, DockerException, OSError, _StreamError), attempts=attempts,
+                        backoff_s=backoff_s)
+
+
+class _StreamError(Exception):
+    """An error event in the daemon's pull stream."""
+
+
 # ---------------------------------------------------------------- podman (CLI, no daemon)
 
 
@@ -180,12 +200,10 @@ class PodmanEngine:
                          dict((data.get("Config") or {}).get("Labels") or data.get("Labels") or {}))
 
     def pull(self, ref: str) -> ImageInfo:
-        from toolchain.image import pull
-
         def attempt() -> None:
             self._podman("pull", "--quiet", f"--tls-verify={self.tls_verify}", ref, timeout=1800)
 
-        pull.with_retries(ref, attempt, errors=(_PodmanError,))
+        with_retries(ref, attempt, errors=(_PodmanError,))
         return self.image(ref)
 
     def run(self, ref: str, command: list[str], *, gpu: bool, files_in: dict[str, bytes], collect: str,

@@ -11,7 +11,6 @@ report gets an `audit` block naming the image (ref, image id, repo digest), the 
 
 from __future__ import annotations
 
-import datetime
 import sys
 import tempfile
 from pathlib import Path
@@ -19,7 +18,8 @@ from pathlib import Path
 from toolchain.errors import EnvironmentUnavailable, UsageError
 from toolchain.image import container_engine, verify_zipapp
 from toolchain.image.container_engine import DockerEngine, NoGpuRuntime, PodmanEngine
-from toolchain.image.labels import CELL as OWN_IMAGE_LABEL  # images built here ship verify in their venv
+from toolchain.spec.image_labels import CELL as OWN_IMAGE_LABEL  # images built here ship verify in their venv
+from toolchain.timestamps import now
 from verify import exit_codes, input_files
 from verify.atomic import write_bytes, write_json, write_text
 
@@ -81,7 +81,7 @@ def _audit_block(info: container_engine.ImageInfo, runtime, verify_from: str, ap
         "engine": runtime.name,
         "verify_from": verify_from,
         "zipapp_sha256": app.sha256 if app else None,
-        "audited_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "audited_at": now(),
     }
 
 

@@ -8,16 +8,10 @@ fields are checked where they are read (toolchain/runs/matrix_report.py's shapes
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import enum
 from typing import Any
 
 RESULT_VERSION = "1"
-
-
-def now() -> str:
-    """The timestamps results carry (UTC, seconds)."""
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 class CellStatus(str, enum.Enum):

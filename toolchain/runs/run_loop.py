@@ -20,10 +20,11 @@ from typing import Any
 from toolchain.console import Console
 from toolchain.errors import EnvironmentUnavailable, ToolchainError
 from toolchain.runs import matrix_report
-from toolchain.runs.cell_result import CellResult, CellStatus, now
+from toolchain.runs.cell_result import CellResult, CellStatus
 from toolchain.runs.run_overview import MatrixReport
 from toolchain.runs.run_request import RunRequest
 from toolchain.spec.cell import Cell
+from toolchain.timestamps import now
 from verify import atomic, exit_codes, input_files
 from verify import field_types as ft
 
@@ -104,13 +105,13 @@ def save_result(result: CellResult, out: Path) -> CellResult:
 
 
 def _build(cell: Cell, request: RunRequest, console: Console, log_path: Path) -> dict[str, Any]:
-    from toolchain.image import engine
+    from toolchain.image import buildkit_build
 
     start = time.monotonic()
     build: dict[str, Any] = {"ok": False, "tag": cell.id, "target": request.target, "log_path": str(log_path)}
     with console.group(f"build {cell.name}: {cell.id}"):
         try:
-            outcome = engine.build_image(cell, target=request.target, log_path=log_path, apex_src=request.apex_src,
+            outcome = buildkit_build.build_image(cell, target=request.target, log_path=log_path, apex_src=request.apex_src,
                                          wheelhouse=request.wheelhouse, extra_ca=request.extra_ca, progress=request.progress,
                                          ccache_dir=request.ccache_dir, ccache_mount=request.ccache_mount)
             if getattr(outcome, "ccache_carried", None):
