@@ -222,31 +222,40 @@ class PodmanEngine:
         try:
             if files_in:  # `podman cp -` takes a tar on stdin, like Docker's put_archive
                 self._podman("cp", "-", f"{name}:/", stdin=_tar_of(files_in), timeout=120)
-            timed_out = False
-            try:
-                started = self._podman("start", "--attach", name, timeout=timeout_s, check=False)
-                status = started.returncode
-            except EnvironmentUnavailable:  # the run hung
-                self._podman("kill", name, timeout=60, check=False)
-                status, timed_out = -1, True
-            if status == 125 and not timed_out:  # podman's own failure to start it (CDI devices resolve here)
-                text = started.stderr.decode("utf-8", errors="replace").strip()
-                line = text.splitlines()[-1] if text else "podman start failed (exit 125)"
-                if gpu and any(word in text for word in _PODMAN_NO_GPU):
-                    raise NoGpuRuntime(line)
-                raise EnvironmentUnavailable(f"podman could not start a container of {ref}: {line}")
+            status, timed_out = self._start_and_wait(ref, name, gpu=gpu, timeout_s=timeout_s)
             logs = self._podman("logs", name, timeout=60, check=False)
             log = (logs.stdout + logs.stderr).decode("utf-8", errors="replace")
-            with tempfile.TemporaryDirectory(prefix="apex-podman-cp.") as where:
-                copied = self._podman("cp", f"{name}:{collect}", where, timeout=120, check=False)
-                collected = {}
-                if copied.returncode == 0:
-                    for path in Path(where).rglob("*"):
-                        if path.is_file():
-                            collected[path.name] = path.read_bytes()
-            return RunResult(status, log, collected, timed_out)
+            return RunResult(status, log, self._copied_out(name, collect), timed_out)
         finally:
             self._podman("rm", "--force", name, timeout=120, check=False)
+
+    def _start_and_wait(self, ref: str, name: str, *, gpu: bool, timeout_s: float) -> tuple[int, bool]:
+        """(exit status, timed out) of the created container `name`; -1 when it hung and was killed."""
+        timed_out = False
+        try:
+            started = self._podman("start", "--attach", name, timeout=timeout_s, check=False)
+            status = started.returncode
+        except EnvironmentUnavailable:  # the run hung
+            self._podman("kill", name, timeout=60, check=False)
+            status, timed_out = -1, True
+        if status == 125 and not timed_out:  # podman's own failure to start it (CDI devices resolve here)
+            text = started.stderr.decode("utf-8", errors="replace").strip()
+            line = text.splitlines()[-1] if text else "podman start failed (exit 125)"
+            if gpu and any(word in text for word in _PODMAN_NO_GPU):
+                raise NoGpuRuntime(line)
+            raise EnvironmentUnavailable(f"podman could not start a container of {ref}: {line}")
+        return status, timed_out
+
+    def _copied_out(self, name: str, collect: str) -> dict[str, bytes]:
+        """The files of directory `collect` in the stopped container (none when it is missing)."""
+        with tempfile.TemporaryDirectory(prefix="apex-podman-cp.") as where:
+            copied = self._podman("cp", f"{name}:{collect}", where, timeout=120, check=False)
+            collected = {}
+            if copied.returncode == 0:
+                for path in Path(where).rglob("*"):
+                    if path.is_file():
+                        collected[path.name] = path.read_bytes()
+        return collected
 
 
 # Root podman asks runc for nofile and nproc 1048576 by default; raising a limit above the hard one
