@@ -22,6 +22,18 @@ def extra_flag_names() -> dict[str, str]:
 
 
 def resolve_flags(r: CellValues) -> tuple[list[str], list[str]]:
+    flags = _written_flags(r)
+    by_name = extra_flag_names()
+    extras = _written_extras(r, by_name)
+    for extra in extras:
+        flag = by_name[extra]
+        if flag not in flags:
+            flags.append(flag)
+    return list(dict.fromkeys(flags)), extras
+
+
+def _written_flags(r: CellValues) -> list[str]:
+    """apex_flags as written (the core flags when not written), each one a known flag to turn on."""
     from verify import module_map
 
     known = module_map.known_flags()
@@ -45,10 +57,13 @@ def resolve_flags(r: CellValues) -> tuple[list[str], list[str]]:
                       did_you_mean(flag, known) or f"use one of {', '.join(known)}")
             continue
         flags.append(flag)
-    extras_text = r.as_list("extras") or []
-    by_name = extra_flag_names()
+    return flags
+
+
+def _written_extras(r: CellValues, by_name: dict[str, str]) -> list[str]:
+    """extras by their canonical names (an extension's name or its flag), once each, in written order."""
     extras: list[str] = []
-    for extra in extras_text:
+    for extra in r.as_list("extras") or []:
         key = extra.lower()
         if key in by_name:
             canonical = next(n for n, f in by_name.items() if f == by_name[key])
@@ -59,12 +74,7 @@ def resolve_flags(r: CellValues) -> tuple[list[str], list[str]]:
             short = [n for n in by_name if not n.endswith(("_cuda", "_lib"))]
             r.problem(f"extras: unknown contrib extension {shown(extra)}",
                       did_you_mean(key, by_name) or f"use some of {', '.join(short)}")
-    extras = list(dict.fromkeys(extras))
-    for extra in extras:
-        flag = by_name[extra]
-        if flag not in flags:
-            flags.append(flag)
-    return list(dict.fromkeys(flags)), extras
+    return list(dict.fromkeys(extras))
 
 
 def resolve_ref(r: CellValues) -> str | None:
