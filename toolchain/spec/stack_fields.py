@@ -232,17 +232,24 @@ def _gcc_fit(os_facts: compat_mod.OsRelease | None, limit: int) -> str | None:
     return max(fitting, key=int) if fitting else None
 
 
-def resolve_archs(r: CellValues, cuda: str | None, toolkit: compat_mod.Toolkit | None) -> tuple[list[str], list[str]]:
-    """(archs to build, the defaults' archs for this toolkit) — the second decides the tag variant."""
-    entry = r.get("archs")
-    from_defaults = entry is not None and entry.origin == "defaults"
+def _requested_archs(r: CellValues) -> list[str] | None:
+    """archs as written; the problem is recorded when none are (and needed) or the list is empty."""
     requested = r.as_list("archs")
     if requested is None:
         if r.missing("archs"):
             r.problem("no GPU archs", 'set archs = ["8.0", "9.0"] in [defaults] or the cell')
-        return [], []
+        return None
     if not requested:  # archs = [] or --archs ';': the build would fail after the devel stage
         r.problem("archs is empty", f"list at least one compute capability: {r.how('archs', '9.0')} (H100/H200)")
+    return requested
+
+
+def resolve_archs(r: CellValues, cuda: str | None, toolkit: compat_mod.Toolkit | None) -> tuple[list[str], list[str]]:
+    """(archs to build, the defaults' archs for this toolkit) — the second decides the tag variant."""
+    entry = r.get("archs")
+    from_defaults = entry is not None and entry.origin == "defaults"
+    requested = _requested_archs(r)
+    if not requested:  # none written, or an empty list: the problem is recorded
         return [], []
     parsed: list[tuple[str, tuple[str, str, bool]]] = []
     for arch in requested:
