@@ -32,7 +32,7 @@ import tomllib
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from verify import atomic  # noqa: E402  (the project's one write path, from this checkout)
+from verify.runtime import atomic  # noqa: E402  (the project's one write path, from this checkout)
 
 MUTATIONS = REPO / "tests" / "mutation" / "mutations.toml"
 TEST_TIMEOUT_S = 900

@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from verify import atomic  # noqa: E402  (the project's one write path)
+from verify.runtime import atomic  # noqa: E402  (the project's one write path)
 
 SUITE_TAG_PREFIX = "apex-"  # the last path part of every tag the suite builds (apex-ci-..., apex-<ref>-torch...)
 DOCKERD_STOP_S = 30

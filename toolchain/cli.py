@@ -30,9 +30,9 @@ from pathlib import Path
 from toolchain.commands.parser import Parser, build_parser
 from toolchain.console import Console
 from toolchain.errors import EnvironmentUnavailable, ToolchainError, UsageError, report
-from verify import atomic, entry_point, exit_codes
-from verify.messages import did_you_mean, shown
-from verify.out_dirs import OutputDirs
+from verify.runtime import atomic, entry_point, exit_codes
+from verify.runtime.messages import did_you_mean, shown
+from verify.runtime.out_dirs import OutputDirs
 
 # atomic writes go through a temp file `.NAME.XXXXXXXX.tmp` beside the target: name the target instead
 _ATOMIC_TEMP = re.compile(r"^\.(?P<name>.+)\.[^.]+\.tmp$")
@@ -87,7 +87,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """build.py: signals, stdout and child processes as every CLI of the project (verify.entry_point)."""
+    """build.py: signals, stdout and child processes as every CLI of the project (verify.runtime.entry_point)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     return entry_point.run("build.py", lambda: _main(argv))
 

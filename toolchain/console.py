@@ -2,9 +2,9 @@
 
 On GitHub Actions (GITHUB_ACTIONS=true) a cell's build is folded with ::group:: and a failure becomes
 an ::error:: annotation; on a terminal, status words are coloured; elsewhere, plain lines. Commands are
-built and text kept inert by verify.workflow_commands (shared with verify's report): a status line is
+built and text kept inert by verify.runtime.workflow_commands (shared with verify's report): a status line is
 one line, whatever a cell name or an error holds. The stream is sys.stdout, which build.py's entry point
-(verify.entry_point) makes tolerant: a closed pipe, a closed stdout or a full disk never raise here.
+(verify.runtime.entry_point) makes tolerant: a closed pipe, a closed stdout or a full disk never raise here.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from typing import TextIO
 
-from verify import workflow_commands
+from verify.runtime import workflow_commands
 
 _COLOURS = {"ok": "32", "fail": "31", "warn": "33", "info": "36"}
 

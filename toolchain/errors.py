@@ -1,7 +1,7 @@
 """Errors a user can cause or meet, each carrying its exit code, and the one place that reports them.
 
 Every message names the input, the problem and the fix; `report()` turns any of them into one line on
-stderr plus the documented exit code (verify/exit_codes.py), never a traceback.
+stderr plus the documented exit code (verify/runtime/exit_codes.py), never a traceback.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import dataclasses
 import sys
 from typing import TextIO
 
-from verify import exit_codes, workflow_commands
-from verify.messages import bounded
-from verify.workflow_commands import one_line
+from verify.runtime import exit_codes, workflow_commands
+from verify.runtime.messages import bounded
+from verify.runtime.workflow_commands import one_line
 
 
 class ToolchainError(Exception):

@@ -11,21 +11,12 @@ import os
 import sys
 from pathlib import Path
 
-from verify import (
-    atomic,
-    distributed,
-    entry_point,
-    exit_codes,
-    expectations,
-    interrupts,
-    manifest,
-    module_map,
-    pipeline,
-    render,
-    workflow_commands,
-)
-from verify.messages import bounded, did_you_mean, shown
-from verify.out_dirs import OutputDirs
+from verify import distributed, pipeline
+from verify.layers import expectations, manifest, module_map
+from verify.report import render
+from verify.runtime import atomic, entry_point, exit_codes, interrupts, workflow_commands
+from verify.runtime.messages import bounded, did_you_mean, shown
+from verify.runtime.out_dirs import OutputDirs
 
 DEFAULT_CHECK_TIMEOUT_S = 120.0
 
@@ -89,11 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     bench = argv[:1] == ["bench"]
     return entry_point.run("verify bench" if bench else "verify", lambda: _main(argv),
-                           on_interrupt=BENCH_ON_INTERRUPT if bench else ON_INTERRUPT)
+                           on_interrupt=entry_point.BENCH_ON_INTERRUPT if bench else ON_INTERRUPT)
 
 
 ON_INTERRUPT = "child processes stopped; no report written or left half-written"
-BENCH_ON_INTERRUPT = "no results written or left half-written"
 
 
 def _main(argv: list[str]) -> int:

@@ -19,21 +19,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from verify import (
-    distributed,
-    environment,
-    expectations,
-    extensions,
-    fatbin,
-    identity,
-    interrupts,
-    manifest,
-    module_map,
-)
-from verify import report as report_mod
-from verify.arch import arch_layer, usable_on_devices
+from verify import distributed
 from verify.checks import Check, Status
-from verify.extensions import ExtensionResult
+from verify.layers import environment, expectations, extensions, fatbin, identity, manifest, module_map
+from verify.layers.arch import arch_layer, usable_on_devices
+from verify.layers.extensions import ExtensionResult
+from verify.report import assemble as report_mod
+from verify.runtime import interrupts
 
 
 class ManifestMismatch(Exception):

@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from toolchain.builder import apex_setup  # noqa: E402
 from toolchain.spec import compat  # noqa: E402
-from verify import module_map  # noqa: E402
+from verify.layers import module_map  # noqa: E402
 
 
 def git(repo: str, *args: str) -> str:

@@ -3,7 +3,8 @@
 #   [TIER=unit] run.sh N [busy]   clone this branch to "/tmp/i23-tests fresh clone N/apex-toolchain", time
 #                       `make test` there (venv made from scratch), with `stress-ng --cpu 4` running throughout
 #                       when `busy`; TIER=unit: the unit tier alone (`TIER=unit make test`)
-# The whole suite runs under /tmp/apex-heavy.lock (it builds images that install torch; the machine is shared).
+# The whole suite runs under /tmp/apex-heavy.lock (it builds images that install torch; the machine is shared);
+# NOLOCK=1 runs it beside whatever holds the lock (the busy run: load is the point).
 # Writes run-N.log (pytest's summary and the cleanup lines) and run-N.txt (wall time, exit code, what the
 # engine held before and after).
 set -euo pipefail
@@ -22,9 +23,9 @@ start=$(date +%s)
 rc=0
 tier=${TIER:-all}
 lock=(flock /tmp/apex-heavy.lock)
-[ "$tier" = unit ] && lock=()
+[ "$tier" = unit ] || [ "${NOLOCK:-0}" = 1 ] && lock=()
 # shellcheck disable=SC2016  # the inner script's $(date) runs once the lock is held
-(cd "$dir/apex-toolchain" && TIER=$tier APEX_TEST_FIXTURES=/work/shared/fixtures \
+(cd "$dir/apex-toolchain" && TIER=$tier APEX_TEST_FIXTURES=${APEX_TEST_FIXTURES:-$(cd "$src/.." && pwd)/shared/fixtures} \
   "${lock[@]}" bash -c 'echo "make test started $(date +%s) $(date -u +%FT%TZ)"; exec make test') \
   > "$here/run-$n.full.log" 2>&1 || rc=$?
 began=$(sed -n 's/^make test started \([0-9]*\) .*/\1/p' "$here/run-$n.full.log")

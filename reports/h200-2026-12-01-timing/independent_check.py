@@ -15,7 +15,7 @@ Two comparisons:
   A. against the five verify reports (separate processes): kernel times within 5%. Host-inclusive times of
      host-bound implementations move with the host's speed from process to process (the first device call
      saw 2x between runs for Apex's norms), so across processes they are shown, not judged.
-  B. in this one process, paired: verify.kernel_compare.compare on the very same callables, alternated
+  B. in this one process, paired: verify.timing.kernel_compare.compare on the very same callables, alternated
      REPS times with this script's own timers, so both see the same host: kernel within 5%, host-inclusive
      within 10%.
 
@@ -143,7 +143,7 @@ KERNELS = {"fused_adam.fp32": "FusedAdam", "fused_layer_norm.bf16": "FusedLayerN
 
 def measure() -> tuple[dict, dict]:
     """(ours: case -> name -> figures, paired: case -> name -> {ours, verify} lists from REPS alternations)."""
-    from verify import kernel_compare  # only for comparison B: verify's timer on these very callables
+    from verify.timing import kernel_compare  # only for comparison B: verify's timer on these very callables
 
     ours: dict = {}
     paired: dict = {}

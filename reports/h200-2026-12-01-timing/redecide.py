@@ -1,16 +1,15 @@
-"""Re-decide call 1's recorded intervals with the final tie bands (verify/timing_rules.py): evidence, not product.
+"""Re-decide call 1's recorded intervals with the final tie bands (verify/timing/rules.py): evidence, not product.
 
     PYTHONPATH=. python reports/h200-2026-12-01-timing/redecide.py reports/h200-2026-12-01-timing/call1/verify-[1-5].json
 
 The bootstrap intervals are stored in each report and are a deterministic function of the rounds, so only
-the band changes; the per-figure winner rule is verify.timing_stats.winner.
+the band changes; the per-figure winner rule is verify.timing.stats.winner.
 """
 
 import json
 import sys
 
-from verify import timing_rules as rules
-from verify import timing_stats as stats
+from verify.timing import rules, stats
 
 for path in sys.argv[1:]:
     report = json.load(open(path))

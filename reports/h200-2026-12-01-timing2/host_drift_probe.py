@@ -13,7 +13,7 @@ A round under a condition: set it, 3 untimed calls (threads settle where they ar
 timed block: torch.cuda.synchronize(); perf_counter; N calls (about 10 ms); synchronize; / N.
 The GC heap is not frozen in any of them (verify's SteadyHost also freezes it). Per condition: median over the rounds, p10-p90 spread in % of the median, and the drift (the median
 of the second half of the rounds against the first, in %). The core is chosen as verify chooses it
-(verify.timing_host.choose_cpu); the thread names and the CPU clock are recorded.
+(verify.timing.host.choose_cpu); the thread names and the CPU clock are recorded.
 
     python host_drift_probe.py OUT.json
 """
@@ -83,7 +83,7 @@ class Conditions:
 
     def apply(self, name: str) -> bool:
         """Set the condition; returns whether GC is on inside the timed block."""
-        from verify.timing_host import set_affinity, thread_ids
+        from verify.timing.host import set_affinity, thread_ids
 
         tids = thread_ids()
         if name in ("free", "gc-off"):
@@ -122,7 +122,7 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> int:
-    from verify import timing_host
+    from verify.timing import host as timing_host
 
     out_path = argv[0]
     torch.ones(1, device=DEV).add_(1)

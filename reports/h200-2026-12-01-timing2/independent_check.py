@@ -10,18 +10,18 @@ directly, not through verify, and times each implementation its own way:
   host-inclusive  a plain loop: torch.cuda.synchronize(); t0 = time.perf_counter(); N calls;
                   torch.cuda.synchronize(); (perf_counter() - t0) / N, with the garbage collector as Python
                   has it (on). N: its own calibration (10 ms blocks, 5-200 calls). verify: CUDA events around
-                  N calls, collector off inside the block (verify.kernel_compare.host_block).
+                  N calls, collector off inside the block (verify.timing.kernel_compare.host_block).
   graph replay    (information only) the call captured into a CUDA graph and replayed.
 
-The whole process runs under verify.timing_host.SteadyHost, the host conditions verify's timing worker
+The whole process runs under verify.timing.host.SteadyHost, the host conditions verify's timing worker
 uses (every thread on one core, one torch thread, GC heap frozen), so both timers see the same host.
 
 Comparisons (the limits are issue 9's):
   B  host-inclusive, the target (10%): in each of 24 alternating rounds, for each implementation (the
      order of the implementations alternates too), the plain loop and verify's own timer
-     (verify.kernel_compare.host_block, the function verify's rounds call) time N calls back to back,
+     (verify.timing.kernel_compare.host_block, the function verify's rounds call) time N calls back to back,
      which first alternating by round; the medians of the 24 are compared.
-  C  verify's whole comparison (verify.kernel_compare.compare on the very same callables, as the timing
+  C  verify's whole comparison (verify.timing.kernel_compare.compare on the very same callables, as the timing
      layer runs it, twice) against this script's figures: kernel time within 5% (a target); loop time
      shown (information: other rounds, seconds apart).
   A  the five verify reports (other processes): kernel time within 5% (a target); loop time shown
@@ -208,7 +208,8 @@ def pct(v: float | None) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from verify import kernel_compare, timing_host  # verify's timer (B, C) and its host conditions
+    from verify.timing import host as timing_host
+    from verify.timing import kernel_compare  # verify's timer (B, C) and its host conditions
 
     out_path, report_paths = argv[0], argv[1:]
     torch.ones(1, device=DEV).add_(1)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from tests.support import REPO, run_build
 from toolchain.image import inspect_image
-from verify import exit_codes, fatbin
+from verify.layers import fatbin
+from verify.runtime import exit_codes
 
 CUDA_FLAG = "APEX_CUDA_EXT"  # the core CUDA modules: amp_C, fused_layer_norm_cuda, syncbn, mlp_cuda, ...
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.support import REPO
 from toolchain.image import container_verify
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 SCHEMA = json.loads((REPO / "verify" / "schema" / "report.schema.json").read_text())
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support import REPO, run_build
 from toolchain.image import buildkit_build, docker_host, inspect_image
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 LOCAL = ("--python", "3.11", "--os", "debian12", "--base-devel", "apex-toolchain/base:bookworm",
          "--base-runtime", "apex-toolchain/base:bookworm")  # fmt: skip

@@ -14,7 +14,7 @@ import pytest
 from tests.support import REPO
 from toolchain.errors import EnvironmentUnavailable, UsageError
 from toolchain.image import buildkit_build, container_verify, docker_host, inspect_image
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 SCHEMA = REPO / "verify" / "schema" / "report.schema.json"
 

@@ -13,7 +13,7 @@ import pytest
 from tests.support import run_build
 from toolchain.image import base_route
 from toolchain.spec.matrix import cli_cell
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 pytestmark = pytest.mark.docker
 

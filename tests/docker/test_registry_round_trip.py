@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 CELL = "cu12.4"
 

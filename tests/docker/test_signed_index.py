@@ -24,7 +24,7 @@ import pytest
 
 from tests.docker import cosign_format
 from tests.support import REPO
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 AMD64, ARM64 = "stack", "stack-arm64"
 INDEX = "application/vnd.oci.image.index.v1+json"

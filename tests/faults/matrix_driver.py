@@ -57,6 +57,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":  # under the rules build.py runs under: a SIGTERM arrives as Interrupted
-    from verify import entry_point
+    from verify.runtime import entry_point
 
     sys.exit(entry_point.run("build.py", main))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from faultlib import REPO, run_cli
 
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 GOOD_CELL = '[cells.ok]\ncuda = "12.4"\ntorch = "2.6"\n'
 DIGEST = "sha256:" + "ab" * 32

@@ -1,10 +1,10 @@
 """Console output that goes wrong, and text that could become a command, through the real CLIs (issue 12).
 
-The rule (verify/console_streams.py): console output is a view of the run, so losing it never changes
+The rule (verify/runtime/console_streams.py): console output is a view of the run, so losing it never changes
 the exit code and never prints a traceback. A closed pipe and a closed stdout are silent; any other
 write error (stdout on /dev/full) is one line on stderr; an encoding that cannot hold a character gets
 a backslash escape. On GitHub Actions no text of a check, an error or a cell name starts a line that
-the runner would act on (verify/workflow_commands.py).
+the runner would act on (verify/runtime/workflow_commands.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from faultlib import REPO
 
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 VERIFY = [sys.executable, "-m", "verify", "--static"]
 BUILD_PY = [sys.executable, str(REPO / "build.py")]

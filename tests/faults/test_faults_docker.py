@@ -13,7 +13,7 @@ import pytest
 from faultlib import REPO, log_has, run_cli, wait_for
 
 from toolchain.image import build_log, buildkit_build, docker_host
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 # a cell of matrix.toml's shape that the local base can start (the devel stage's apt step)
 LOCAL_CELL = ("--cuda", "12.4", "--python", "3.11", "--os", "debian12", "--archs", "8.0",

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from faultlib import REPO
 
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 EARLIER = '{"an earlier report": "must survive"}\n'
 STOPPED = "verify: interrupted by {}; child processes stopped; no report written or left half-written (exit 1)"

@@ -1,6 +1,6 @@
 """Signals to verify and verify bench, with real processes and real signals (issue 12).
 
-What a signal must do (verify/entry_point.py): act at once (not after --check-timeout), kill every child
+What a signal must do (verify/runtime/entry_point.py): act at once (not after --check-timeout), kill every child
 the run started (the import probe, GPU workers, and whatever they started), print one line and exit 1,
 and leave no report half-written (no `.tmp`; an earlier report at the path stays as it was).
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from faultlib import REPO, wait_for
 
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 EARLIER = '{"an earlier report": "must survive"}\n'
 
@@ -136,7 +136,7 @@ def test_sigterm_during_the_report_write_leaves_no_temp_file(tmp_path: Path) -> 
 
 _HANGING_GROUPS = """
 import sys
-from verify import entry_point
+from verify.runtime import entry_point
 from verify.gpu import runner
 sys.exit(entry_point.run("verify", lambda: (runner.run_groups(["selftest", "selftest_peer"], 1, 120), 0)[1]))
 """
@@ -190,5 +190,5 @@ def test_sigterm_during_verify_bench_writes_nothing(tmp_path: Path) -> None:
     assert proc.returncode == exit_codes.FAILED and elapsed < 20, (proc.returncode, elapsed, stderr)
     assert stderr.splitlines() == ["verify bench: interrupted by SIGTERM; no results written or left half-written"
                                    " (exit 1)"], stderr
-    # no bench.json, no temp file; the --out folder the run made is removed again (verify/out_dirs.py)
+    # no bench.json, no temp file; the --out folder the run made is removed again (verify/runtime/out_dirs.py)
     assert not out.exists() or list(out.iterdir()) == []

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tests.support import DOCKERFILE as DOCKERFILE_PATH
 from tests.support import REPO, dockerfile
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 DOCKERFILE = DOCKERFILE_PATH.read_text()
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO, importable
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")

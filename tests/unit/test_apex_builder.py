@@ -35,7 +35,8 @@ from toolchain.builder.build_inputs import BuildInputs
 from toolchain.builder.build_tools import BuildTools
 from toolchain.errors import ToolchainError
 from toolchain.spec import compat
-from verify import exit_codes, module_map
+from verify.layers import module_map
+from verify.runtime import exit_codes
 
 # the core set as --flags text, from the live facts as build.py wheel reads them (the builder has no copy)
 CORE_FLAGS = ",".join(compat.load().apex_core_flags)
@@ -341,7 +342,7 @@ def test_static_gate_requires_only_the_features_this_build_promises() -> None:
     assert gate(CORE_FLAGS) == ",".join(module_map.default_required_features())  # the core CUDA build: all
     assert gate("none") == "" and gate("APEX_CPP_EXT") == ""  # nothing fused promised: only expected_modules
     assert static_gate.gate_required(["amp_C"]) == "FusedAdam"
-    from verify.expectations import parse_required
+    from verify.layers.expectations import parse_required
 
     assert parse_required([gate("none")]) == ()  # verify reads '' as "no features", not as its defaults
 

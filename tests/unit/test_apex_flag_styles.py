@@ -17,7 +17,8 @@ from test_apex_builder import build, make_project, run_builder
 from tests.support import REPO, frozen_facts, unpack_apex
 from toolchain.builder import apex_setup, build_inputs, build_outputs, pip_wheel
 from toolchain.errors import ToolchainError
-from verify import exit_codes, module_map
+from verify.layers import module_map
+from verify.runtime import exit_codes
 
 CORE = {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"}
 

@@ -16,7 +16,7 @@ from toolchain.builder import apex_setup
 from toolchain.errors import MatrixError
 from toolchain.spec import apex_refs, compat
 from toolchain.spec.matrix import Cell, cli_cell, load_matrix
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 FACTS = frozen_facts()
 HEAD = FACTS.apex_default_ref

@@ -16,8 +16,8 @@ import pytest
 
 from tests.support import REPO, frozen_matrix, unpack_apex
 from toolchain.errors import MatrixError
-from verify import exit_codes, messages
-from verify.out_dirs import OutputDirs
+from verify.runtime import exit_codes, messages
+from verify.runtime.out_dirs import OutputDirs
 
 HEADER = 'format_version = 1\n[defaults]\npython = "3.11"\narchs = ["8.0", "9.0"]\n'
 
@@ -317,8 +317,8 @@ def test_shown_and_bounded() -> None:
 
 
 def test_every_suggestion_comes_from_the_one_helper() -> None:
-    """verify/messages.py is the only place that finds a close spelling or words a "did you mean"."""
-    own = REPO / "verify" / "messages.py"
+    """verify/runtime/messages.py is the only place that finds a close spelling or words a "did you mean"."""
+    own = REPO / "verify" / "runtime" / "messages.py"
     for path in sorted([*(REPO / "toolchain").rglob("*.py"), *(REPO / "verify").rglob("*.py")]):
         if path == own:
             continue

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from tests.support import REPO
-from verify import exit_codes
 from verify.bench import cli
 from verify.bench.stages import LOSS_REL_TOL
+from verify.runtime import exit_codes
 
 TINY = ["--device", "cpu", "--seed", "1", "--steps", "3", "--warmup", "1"]
 APEX_STAGES = {"fusedadam-fp32", "fusedadam-fusedln-fp32", "apex-bf16"}

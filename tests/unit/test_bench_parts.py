@@ -10,13 +10,13 @@ import pytest
 import torch
 from torch import nn
 
-from verify import kernel_variants
 from verify.bench import cli, micro, results, stages
 from verify.bench import model as gpt
 from verify.bench.apex_parts import ApexPart
 from verify.bench.config import PRESETS
-from verify.cuda_timer import Timing
-from verify.kernel_compare import Variant
+from verify.timing import kernel_variants
+from verify.timing.cuda_timer import Timing
+from verify.timing.kernel_compare import Variant
 
 
 def _cfg(**over: object):

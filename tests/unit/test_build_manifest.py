@@ -1,4 +1,4 @@
-"""verify.manifest.BuildManifest: the one record the apex builder writes and verify reads."""
+"""verify.layers.manifest.BuildManifest: the one record the apex builder writes and verify reads."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from verify import field_types, manifest
-from verify.atomic import write_json
+from verify.layers import manifest
+from verify.runtime import field_types
+from verify.runtime.atomic import write_json
 
 
 def _record() -> manifest.BuildManifest:

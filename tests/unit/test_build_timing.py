@@ -18,7 +18,7 @@ from toolchain.builder import apex_builder, build_timing, parallelism
 from toolchain.builder import request as build_request
 from toolchain.builder.build_inputs import BuildInputs
 from toolchain.builder.build_tools import BuildTools
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 pytestmark = pytest.mark.skipif(
     shutil.which("ninja") is None or shutil.which("c++") is None, reason="ninja and a C++ compiler are needed"

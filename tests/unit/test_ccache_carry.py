@@ -11,7 +11,7 @@ import pytest
 from tests.support import REPO
 from toolchain.errors import UsageError
 from toolchain.image import ccache_carry
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 
 def test_a_directory_or_nothing_and_a_mount_id_of_safe_characters(tmp_path: Path) -> None:

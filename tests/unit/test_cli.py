@@ -11,7 +11,7 @@ import pytest
 
 from tests.support import REPO, run_build
 from toolchain.spec.matrix import load_matrix
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 CU124 = "apex-6424da3-torch2.6.0-cu12.4-py3.11-ubuntu22.04"
 

@@ -17,7 +17,7 @@ from toolchain.commands.parser import build_parser
 from toolchain.spec import image_labels, targets
 from toolchain.spec.ci_matrix import bake_target_name
 from toolchain.spec.matrix import load_matrix
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 WORKFLOWS = REPO / ".github" / "workflows"
 REGISTRY = "ghcr.io/acme/apex"

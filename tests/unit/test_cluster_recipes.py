@@ -20,7 +20,7 @@ import yaml
 
 from tests.support import REPO, unpack_apex
 from toolchain.image import verify_zipapp
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 PROLOG = REPO / "cluster" / "slurm" / "prolog-verify.sh"
 POD = REPO / "cluster" / "kubernetes" / "verify-init-pod.yaml"

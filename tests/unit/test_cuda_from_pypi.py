@@ -15,7 +15,7 @@ import pytest
 from tests.support import REPO
 from toolchain.builder import build_tools, cuda_from_pypi, request
 from toolchain.errors import EnvironmentUnavailable, UsageError
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 
 def _dist(site: Path, name: str, version: str, files: list[str] = (), requires: list[str] = ()) -> None:

@@ -19,13 +19,13 @@ import jsonschema
 import pytest
 
 from tests.support import REPO, leftover_processes, rank_token
-from verify import report as report_mod
 from verify.checks import Check, Status
 from verify.distributed import launcher, run_distributed_layer
 from verify.distributed.cases import CASES
 from verify.distributed.merge import merge
 from verify.distributed.plan import CPU_HOOK_ENV, cpu_hook_ranks, plan
 from verify.gpu.worker import FAULT_ENV
+from verify.report import assemble as report_mod
 
 SEED = 20261201
 ALL_MODULES = frozenset(m for c in CASES for m in c.needs)

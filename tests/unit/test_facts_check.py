@@ -21,7 +21,7 @@ from tests.support import REPO, run_build
 from toolchain.errors import UsageError
 from toolchain.spec import compat, facts_check
 from toolchain.spec.facts_check import BadAnswer, IndexUnreachable
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 INDEX = REPO / "tests" / "fixtures" / "pypi-2026-12-01"
 PACKAGES = INDEX / "packages"

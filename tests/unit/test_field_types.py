@@ -1,4 +1,4 @@
-"""verify.field_types: every problem at once, each under its dotted path; limits on depth and size that hold
+"""verify.runtime.field_types: every problem at once, each under its dotted path; limits on depth and size that hold
 for unknown keys too; messages that never echo a value. Inputs are real decoded JSON and TOML."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import tomllib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verify import field_types as ft
+from verify.runtime import field_types as ft
 
 CELL = ft.Record(
     {"cuda": ft.STR, "archs": ft.ListOf(ft.STR, max_items=4), "apex_flags": ft.MapOf(ft.STR),

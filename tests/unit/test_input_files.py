@@ -1,4 +1,4 @@
-"""verify.input_files, the one bounded reader, on real files: a FIFO with no writer, /dev/zero, a directory,
+"""verify.runtime.input_files, the one bounded reader, on real files: a FIFO with no writer, /dev/zero, a directory,
 a socket, a file over its kind's limit, bad UTF-8, bad and too-deep JSON; then the CLIs that read through
 it (`build.py validate --matrix`, `verify --manifest`) given the same, each a one-line exit 2."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO
-from verify import input_files
+from verify.runtime import input_files
 
 SMALL = dataclasses.replace(input_files.MATRIX, max_bytes=64)
 
@@ -152,7 +152,7 @@ def test_manifest_with_wrong_types_names_every_field(tmp_path: Path) -> None:
 
 
 def test_a_real_builder_manifest_still_passes(tmp_path: Path) -> None:
-    from verify import manifest
+    from verify.layers import manifest
 
     for path in sorted((REPO / "reports").glob("*/builds/*manifest*.json")):
         assert manifest.load(path, "--manifest")["manifest_version"] == "1"

@@ -1,5 +1,5 @@
-"""Signals as exceptions and child processes that die with their parent (verify/interrupts.py,
-verify/child_processes.py, verify/entry_point.py), with real signals sent to this test process and
+"""Signals as exceptions and child processes that die with their parent (verify/runtime/interrupts.py,
+verify/runtime/child_processes.py, verify/runtime/entry_point.py), with real signals sent to this test process and
 real child processes. The CLIs under signals are in tests/faults/test_faults_signals.py."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from verify import child_processes, entry_point, exit_codes, interrupts
+from verify.runtime import child_processes, entry_point, exit_codes, interrupts
 
 
 def _alive(pid: int) -> bool:

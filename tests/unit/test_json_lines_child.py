@@ -1,4 +1,4 @@
-"""verify.json_lines_child, the one runner behind the import probe, the GPU workers and the distributed
+"""verify.runtime.json_lines_child, the one runner behind the import probe, the GPU workers and the distributed
 ranks: real child processes, real pipes, real signals."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 import pytest
 
 from tests.support import REPO
-from verify import child_processes
-from verify.json_lines_child import TIMEOUT, JsonLinesChild, describe_exit, last_line, verify_env
+from verify.runtime import child_processes
+from verify.runtime.json_lines_child import TIMEOUT, JsonLinesChild, describe_exit, last_line, verify_env
 
 
 def _python(code: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""verify.kernel_compare on real torch (CPU): interleaved rounds, both figures, failures, and that verify's
+"""verify.timing.kernel_compare on real torch (CPU): interleaved rounds, both figures, failures, and that verify's
 timing layer and `verify bench` use this one module and one set of implementation names (issue 9)."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from tests.support import REPO
-from verify import kernel_compare, kernel_profile, kernel_variants, report, timing_host
-from verify import timing_rules as rules
-from verify.kernel_compare import Variant
+from verify.report import assemble as report
+from verify.timing import host as timing_host
+from verify.timing import kernel_compare, kernel_profile, kernel_variants, rules
+from verify.timing.kernel_compare import Variant
 
 VERIFY = REPO / "verify"
 PLAN = rules.CPU_ROUNDS
@@ -212,7 +213,7 @@ def test_timing_layer_and_bench_share_the_module_and_the_names() -> None:
              kernel_variants.RMS_NORM, "torch AdamW foreach", "torch AdamW fused"]
     pattern = re.compile("|".join(re.escape(f'"{n}"') for n in names))
     spelled = {str(p.relative_to(VERIFY)) for p in VERIFY.rglob("*.py") if pattern.search(p.read_text())}
-    assert spelled == {"kernel_variants.py"}
+    assert spelled == {"timing/kernel_variants.py"}
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -11,7 +11,7 @@ from toolchain.spec.toml_loader import load_toml
 
 
 def test_the_live_facts_load_validate_and_carry_the_matrix() -> None:
-    facts = compat.load()  # schema-checked (verify.input_files.FACTS): a bad edit is exit 2 here
+    facts = compat.load()  # schema-checked (verify.runtime.input_files.FACTS): a bad edit is exit 2 here
     assert facts.source == compat.DATA
     raw = load_toml(compat.DATA)
     rows = [(f"torch {k}", v) for k, v in raw["torch"].items()] + [(f"cuda {k}", v) for k, v in raw["cuda"].items()]

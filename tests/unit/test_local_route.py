@@ -18,7 +18,7 @@ from toolchain.errors import EnvironmentUnavailable, MatrixError, UsageError
 from toolchain.image import base_route
 from toolchain.spec import compat
 from toolchain.spec.matrix import cli_cell
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 MATRIX = REPO / "matrix.toml"
 _FROZEN = frozen_facts()

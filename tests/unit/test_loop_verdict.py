@@ -10,10 +10,8 @@ import random
 import pytest
 
 from tests.support import REPO
-from verify import kernel_compare
-from verify import timing_rules as rules
-from verify import timing_stats as stats
-from verify.kernel_compare import VariantResult
+from verify.timing import kernel_compare, rules, stats
+from verify.timing.kernel_compare import VariantResult
 
 KERNEL, LOOP = rules.KERNEL, rules.HOST_INCLUSIVE
 EVIDENCE = REPO / "reports" / "h200-2026-12-01-timing2" / "call"

@@ -13,7 +13,7 @@ from tests.support import REPO, frozen_cell, frozen_facts, frozen_matrix
 from toolchain.spec import compat
 from toolchain.spec.apex_fields import extra_flag_names
 from toolchain.spec.cell_fields import TAG_MAX, TAG_RE
-from verify import module_map
+from verify.layers import module_map
 
 PIN = frozen_facts().apex_default_ref
 CONTRACT_ARGS = {

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support import frozen_cell, frozen_matrix, run_build
 from toolchain.errors import MatrixError, UsageError
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 # The rule tests read a frozen copy of the facts (frozen_cell, frozen_matrix), so a new torch or toolkit
 # row does not change them.

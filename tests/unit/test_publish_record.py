@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 DIGEST = "sha256:" + "a" * 64
 CONFIG = "sha256:" + "b" * 64

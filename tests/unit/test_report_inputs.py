@@ -16,7 +16,7 @@ import pytest
 from tests.support import REPO, cell_result, matrix_cells, static_verify_report
 from toolchain.runs.run_loop import result_path, save_result
 from toolchain.runs.run_overview import MatrixReport
-from verify import atomic
+from verify.runtime import atomic
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""verify.atomic, the one write path, on real special files: regular files replaced atomically, symlinks
+"""verify.runtime.atomic, the one write path, on real special files: regular files replaced atomically, symlinks
 followed, character devices, FIFOs and this process's descriptors written in place, directories, block
 devices and sockets refused; and `python -m verify --json /dev/null` in a private mount namespace."""
 
@@ -23,8 +23,10 @@ import pytest
 import torch
 
 from tests.support import REPO, run_verify
-from verify import atomic, kernel_compare, timing_rules
-from verify.kernel_compare import Variant
+from verify.runtime import atomic
+from verify.timing import kernel_compare
+from verify.timing import rules as timing_rules
+from verify.timing.kernel_compare import Variant
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="making device nodes (mknod) needs root")
 
@@ -136,7 +138,7 @@ def test_directories_block_devices_and_sockets_are_refused(tmp_path: Path) -> No
 
 def test_dev_stdout_writes_this_process_descriptor_in_order(tmp_path: Path) -> None:
     code = """
-        from verify import atomic
+        from verify.runtime import atomic
         print("before", flush=False)
         atomic.write_text("/dev/stdout", "REPORT\\n")
         atomic.write_text("/dev/fd/1", "AGAIN\\n")
@@ -152,7 +154,7 @@ def test_dev_stdout_writes_this_process_descriptor_in_order(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     assert redirected.read_text() == "before\nREPORT\nAGAIN\nafter\n" and redirected.stat().st_ino == inode
     closed = _python("""
-        from verify import atomic
+        from verify.runtime import atomic
         try:
             atomic.write_text("/dev/fd/7", "x")
         except atomic.UnwritableTarget as exc:

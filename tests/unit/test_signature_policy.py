@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from toolchain.errors import UsageError
 from toolchain.image import signature
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 REPO = "ghcr.io/acme/apex"
 

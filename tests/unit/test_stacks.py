@@ -13,7 +13,7 @@ from toolchain.errors import MatrixError
 from toolchain.image import buildkit_build, docker_host
 from toolchain.spec import ci_matrix
 from toolchain.spec.matrix import cli_cell, load_matrix
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 FROZEN = frozen_facts()
 MATRIX = REPO / "matrix.toml"

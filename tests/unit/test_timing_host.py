@@ -1,4 +1,4 @@
-"""verify.timing_host on this (Linux) machine: the core choice, every thread pinned and put back, one torch
+"""verify.timing.host on this (Linux) machine: the core choice, every thread pinned and put back, one torch
 thread, the garbage collector off inside a timed block (issue 9: reproducible host-inclusive times)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from verify import timing_host
-from verify.timing_host import SteadyHost, choose_cpu, cpu_list, parse_cpuinfo_mhz, parse_proc_stat
+from verify.timing import host as timing_host
+from verify.timing.host import SteadyHost, choose_cpu, cpu_list, parse_cpuinfo_mhz, parse_proc_stat
 
 STAT = """cpu  100 0 50 1000 10 0 0 0 0 0
 cpu0 50 0 25 500 5 0 0 0 0 0

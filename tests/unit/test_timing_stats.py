@@ -7,8 +7,7 @@ import random
 
 import pytest
 
-from verify import timing_rules as rules
-from verify import timing_stats as stats
+from verify.timing import rules, stats
 
 KERNEL, LOOP = rules.KERNEL, rules.HOST_INCLUSIVE
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_verify_fatbin import elf_with_sections, fatbin_container
-from verify import expectations, extensions, identity
-from verify.arch import arch_layer
 from verify.checks import Status
-from verify.extensions import ExtensionResult
-from verify.manifest import BuildManifest
+from verify.layers import expectations, extensions, identity
+from verify.layers.arch import arch_layer
+from verify.layers.extensions import ExtensionResult
+from verify.layers.manifest import BuildManifest
 
 SASS, PTX = 2, 1  # fatbin entry kinds
 H200 = (9, 0)
@@ -232,7 +232,7 @@ def _h200_env(arch_list: list[str]) -> dict:
 
 
 def test_a_torch_not_built_for_this_gpu_is_a_warn_unless_its_ptx_covers_it() -> None:
-    from verify import environment
+    from verify.layers import environment
 
     def torch_arch(arch_list: list[str]) -> Status | None:
         return {c.id: c.status for c in environment._checks(_h200_env(arch_list))}.get("environment.torch_arch")
@@ -244,8 +244,9 @@ def test_a_torch_not_built_for_this_gpu_is_a_warn_unless_its_ptx_covers_it() -> 
 
 
 def test_any_fail_makes_the_run_fail_and_warn_skip_info_do_not() -> None:
-    from verify import exit_codes, report
     from verify.checks import Check
+    from verify.report import assemble as report
+    from verify.runtime import exit_codes
 
     def run(*statuses: Status) -> int:
         return report.exit_code([Check("arch", f"m{i}", s, "x") for i, s in enumerate(statuses)],
@@ -259,8 +260,8 @@ def test_any_fail_makes_the_run_fail_and_warn_skip_info_do_not() -> None:
 def test_the_report_verdict_follows_the_checks_and_the_exit_code() -> None:
     import datetime
 
-    from verify import report
     from verify.checks import Check
+    from verify.report import assemble as report
 
     def verdict(status: Status, unavailable: bool = False) -> tuple[str, int]:
         data = report.build(mode="static", started_at=datetime.datetime.now(datetime.timezone.utc), duration_s=0.1,

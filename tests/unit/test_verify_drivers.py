@@ -12,9 +12,10 @@ import jsonschema
 import pytest
 
 from tests.support import REPO
-from verify import drivers, environment, exit_codes
-from verify import report as report_mod
 from verify.checks import Status
+from verify.layers import drivers, environment
+from verify.report import assemble as report_mod
+from verify.runtime import exit_codes
 
 # What /proc/driver/nvidia/version holds (the R535 and R580 lines as NVIDIA's kernel module prints them)
 PROC_535 = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"

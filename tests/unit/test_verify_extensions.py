@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO, unpack_apex
-from verify import extensions, identity
+from verify.layers import extensions, identity
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build the test .so files")
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]

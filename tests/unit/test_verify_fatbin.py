@@ -1,7 +1,7 @@
-"""verify.fatbin on real ELF files: a minimal ELF64 built here byte by byte, and (when nvcc is installed)
+"""verify.layers.fatbin on real ELF files: a minimal ELF64 built here byte by byte, and (when nvcc is installed)
 real shared libraries compiled by nvcc.
 
-The builder below writes the documented layout (see verify/fatbin.py's docstring; sources:
+The builder below writes the documented layout (see verify/layers/fatbin.py's docstring; sources:
 n-eiling/cuda-fatbin-decompression `fatbin-decompress.h`, GrigoryEvko/nvopen-tools
 `fatbin/FORMAT_SPECIFICATION.md`): an ELF64 header, a `.shstrtab` and a `.nv_fatbin` section holding
 containers (u32 magic 0xBA55ED50, u16 version 1, u16 header size 16, u64 size) of entries (u16 kind
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from verify import fatbin
+from verify.layers import fatbin
 
 
 def fatbin_container(entries: list[tuple[int, int, int]]) -> bytes:
@@ -154,7 +154,7 @@ def test_real_nvcc_shared_library(tmp_path: Path) -> None:
 
 
 def _ext(tmp_path: Path, name: str, entries: list[tuple[int, int, int]]):
-    from verify.extensions import ExtensionResult
+    from verify.layers.extensions import ExtensionResult
 
     so = tmp_path / f"{name}.so"
     so.write_bytes(elf_with_sections({".nv_fatbin": fatbin_container(entries)}))
@@ -162,7 +162,7 @@ def _ext(tmp_path: Path, name: str, entries: list[tuple[int, int, int]]):
 
 
 def test_arch_is_checked_on_every_gpu_of_the_node(tmp_path: Path) -> None:
-    from verify.arch import arch_layer, usable_on_devices
+    from verify.layers.arch import arch_layer, usable_on_devices
 
     one = [_ext(tmp_path, "amp_C", [(2, 90, 0x11)])]
     single = arch_layer(one, (9, 0), [(9, 0)])

@@ -6,8 +6,10 @@ import datetime
 
 import pytest
 
-from verify import expectations, module_map, render, report
 from verify.checks import Check, Status
+from verify.layers import expectations, module_map
+from verify.report import assemble as report
+from verify.report import render
 
 
 def test_require_default_and_names() -> None:
@@ -66,7 +68,7 @@ def test_timings_render_and_validate_against_schema() -> None:
     import jsonschema
     import torch
 
-    from verify import kernel_compare, kernel_variants
+    from verify.timing import kernel_compare, kernel_variants
 
     torch.set_num_threads(1)  # 2 shared CI cores: see tests/unit/test_kernel_compare.py
     x = torch.randn(64, 256, requires_grad=True)
@@ -101,7 +103,7 @@ def test_a_v1_timing_row_does_not_validate_as_v2() -> None:
 
 
 def test_the_gpu_line_names_a_node_of_many_gpus_and_what_differs() -> None:
-    from verify import environment
+    from verify.layers import environment
 
     def gpu(i: int, name: str = "NVIDIA H200", cap: str = "9.0") -> dict:
         return {"index": i, "name": name, "capability": cap, "sm": f"sm_{cap.replace('.', '')}", "memory_gib": 139.8,

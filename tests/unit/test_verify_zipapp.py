@@ -111,7 +111,7 @@ def test_zipapp_holds_verify_only_and_every_module_imports_from_it(pyz: Path, tm
         "import verify\n"
         "mods = [m.name for m in pkgutil.walk_packages(verify.__path__, 'verify.') if not m.name.endswith('__main__')]\n"
         "bad = [m for m in mods if not importlib.import_module(m).__file__.startswith(sys.path[0])]\n"
-        "from verify import json_lines_child\n"
+        "from verify.runtime import json_lines_child\n"
         "print(len(mods), bad, json_lines_child.verify_env()['PYTHONPATH'].split(':')[0])\n"
     )
     out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=_environ(None, False),

@@ -16,7 +16,7 @@ import torch
 from tests import wheel_builds as wb
 from tests.support import REPO, run_build
 from toolchain.builder import wheel_identity
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 MINOR = ".".join(torch.__version__.split(".")[:2])
 CUDA = wheel_identity.cuda_tag(torch.version.cuda)
@@ -45,7 +45,7 @@ def test_metadata_gets_one_torch_pin_in_place_of_setup_pys() -> None:
 
 
 def test_the_installed_wheels_manifest_allows_another_patch_but_not_another_minor_or_cuda() -> None:
-    from verify import manifest as m
+    from verify.layers import manifest as m
 
     record = m.BuildManifest(versions={"torch": "2.11.0+cu130"})
     assert m.torch_mismatch(record, "2.11.1+cu130", m.INSTALLED_ORIGIN) is None
@@ -135,11 +135,11 @@ def test_index_writes_pep503_691_658_per_stack_and_a_second_run_changes_nothing(
 
 
 def test_needed_libraries_reads_what_readelf_reads() -> None:
-    """The index's ELF scan (verify.fatbin.needed_libraries) against binutils on torch's own library."""
+    """The index's ELF scan (verify.layers.fatbin.needed_libraries) against binutils on torch's own library."""
     readelf = shutil.which("readelf")
     if readelf is None:
         pytest.skip("binutils' readelf is not installed")
-    from verify import fatbin
+    from verify.layers import fatbin
 
     lib = Path(torch.__file__).parent / "lib" / "libtorch_python.so"
     listed = subprocess.run([readelf, "-d", str(lib)], capture_output=True, text=True, check=True).stdout

@@ -1,4 +1,4 @@
-"""Workflow commands (verify/workflow_commands.py) and the consoles that use them: what the GitHub Actions
+"""Workflow commands (verify/runtime/workflow_commands.py) and the consoles that use them: what the GitHub Actions
 runner would act on in their output, read the way the runner reads it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from toolchain.console import Console
 from toolchain.errors import BuildFailed, report
-from verify import workflow_commands as wc
+from verify.runtime import workflow_commands as wc
 
 HOSTILE = "50% done\n::add-mask::x\r\n  ::warning::y\rz"
 

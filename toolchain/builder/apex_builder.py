@@ -14,7 +14,7 @@ The options become one BuildRequest (request.py); then, step by step:
   4. `pip wheel --no-build-isolation` with the flags passed the way setup.py reads them (pip_wheel.py),
      through ccache (ccache.py);
   5. list the extensions really in the wheel (build_outputs.py) and write OUT/build-manifest.json
-     (verify.manifest.BuildManifest, with build_timing.py's timing and provenance.py's identity);
+     (verify.layers.manifest.BuildManifest, with build_timing.py's timing and provenance.py's identity);
   6. gate: an expected module missing fails (exit 1) instead of shipping Apex's silent Python-only
      fallback; with --install, `verify --static` is the gate (static_gate.py).
 Standard library only (plus torch, which the build needs anyway): it runs inside the build image.
@@ -56,11 +56,12 @@ from toolchain.builder.provenance import apex_identity, sha256_of, wheel_hashes
 from toolchain.builder.request import BuildRequest
 from toolchain.builder.static_gate import gate_required, install_and_verify, install_wheel
 from toolchain.errors import ToolchainError, UsageError
-from verify import entry_point, exit_codes, module_map
-from verify.atomic import write_json
-from verify.manifest import BuildManifest
-from verify.messages import bounded
-from verify.out_dirs import OutputDirs
+from verify.layers import module_map
+from verify.layers.manifest import BuildManifest
+from verify.runtime import entry_point, exit_codes
+from verify.runtime.atomic import write_json
+from verify.runtime.messages import bounded
+from verify.runtime.out_dirs import OutputDirs
 
 __all__ = ["build", "build_and_gate", "gate_required", "main"]  # gate_required: the Dockerfile's runtime stage
 
@@ -224,7 +225,7 @@ def _carry_gate_report(wheel: Path, manifest: BuildManifest, out: Path, env: dic
 
 
 def _json_bytes(manifest: BuildManifest) -> bytes:
-    from verify.atomic import json_dumps
+    from verify.runtime.atomic import json_dumps
 
     return (json_dumps(manifest.to_json(), indent=2) + "\n").encode("utf-8")
 
@@ -341,7 +342,7 @@ def _compile(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, env:
 
 def _manifest(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, env: dict[str, str],
               compiled: Compiled, built: list[str], log_lines: list[str], started: dt.datetime) -> BuildManifest:
-    """Step 5: the record verify and the bench read (verify/manifest.py)."""
+    """Step 5: the record verify and the bench read (verify/layers/manifest.py)."""
     setup, stats, given = inputs.setup, compiled.stats, request.provenance
     cores = len(os.sched_getaffinity(0))
     return BuildManifest(

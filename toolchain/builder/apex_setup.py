@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from toolchain.errors import UsageError
-from verify import module_map
+from verify.layers import module_map
 
 ENV, ARGV, UNKNOWN = "env", "argv", "unknown"
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from toolchain.builder import apex_setup
 from toolchain.builder.request import BuildRequest
 from toolchain.errors import UsageError
-from verify import module_map
-from verify.messages import did_you_mean, shown
+from verify.layers import module_map
+from verify.runtime.messages import did_you_mean, shown
 
 # TORCH_CUDA_ARCH_LIST entries: 9.0, 9.0+PTX, 9.0a, 10.0f (arch-specific / family suffixes)
 _ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$", re.ASCII)  # ASCII digits: nvcc reads no others

@@ -8,7 +8,7 @@ import re
 import zipfile
 from pathlib import Path
 
-from verify import module_map
+from verify.layers import module_map
 
 MANIFEST_NAME = "build-manifest.json"
 LOG_NAME = "apex-build.log"

@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 
 from toolchain.builder import ninja_log, parallelism, unit_schedule
-from verify import input_files
+from verify.runtime import input_files
 
 TIMES_NAME = "unit-times.jsonl"
 

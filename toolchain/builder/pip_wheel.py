@@ -19,7 +19,7 @@ from pathlib import Path
 from toolchain.builder import apex_setup
 from toolchain.builder.process_tree import PeakSampler
 from toolchain.errors import BuildFailed, EnvironmentUnavailable
-from verify import workflow_commands
+from verify.runtime import workflow_commands
 
 
 def run_logged(
@@ -50,7 +50,7 @@ def run_logged(
                     sys.stdout.write(workflow_commands.inert(workflow_commands.terminal_safe(line)))
                     log.write(line)
                 code = proc.wait()
-        except BaseException:  # Ctrl-C, SIGTERM (verify.interrupts): stop the whole tree
+        except BaseException:  # Ctrl-C, SIGTERM (verify.runtime.interrupts): stop the whole tree
             if proc.returncode is None:
                 os.killpg(proc.pid, signal.SIGTERM)
                 proc.wait()

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 from toolchain.errors import UsageError
-from verify import input_files
+from verify.runtime import input_files
 
 
 def sha256_of(path: Path) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from toolchain.builder import build_outputs
 from toolchain.builder.pip_wheel import run_logged
 from toolchain.errors import BuildFailed
-from verify import module_map
+from verify.layers import module_map
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]  # holds toolchain/ and verify/
 

@@ -20,9 +20,9 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from verify import manifest
+from verify.layers import manifest
 
-# what the dist-info carries besides pip's own files (verify/manifest.py reads the first there)
+# what the dist-info carries besides pip's own files (verify/layers/manifest.py reads the first there)
 MANIFEST_FILE = manifest.DIST_INFO_NAME
 VERIFY_FILES = ("verify-static.json", "verify-static.md")
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")

@@ -15,7 +15,7 @@ from toolchain.errors import EnvironmentUnavailable, UsageError
 from toolchain.runs.run_request import RunRequest
 from toolchain.spec import cell_fields
 from toolchain.spec import matrix as matrix_mod
-from verify import atomic, exit_codes
+from verify.runtime import atomic, exit_codes
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

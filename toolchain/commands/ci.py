@@ -11,7 +11,7 @@ from toolchain.commands.parts import check_registry
 from toolchain.console import Console
 from toolchain.errors import UsageError
 from toolchain.spec import ci_matrix
-from verify import atomic, exit_codes
+from verify.runtime import atomic, exit_codes
 
 
 def cmd_gh_matrix(args: argparse.Namespace, console: Console) -> int:

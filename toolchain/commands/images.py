@@ -13,12 +13,12 @@ from toolchain.console import Console
 from toolchain.errors import UsageError
 from toolchain.image import signature
 from toolchain.spec import ci_matrix
-from verify import atomic, exit_codes, input_files
+from verify.runtime import atomic, exit_codes, input_files
 
 
 def failing_checks(report_path: Path | str | None, limit: int = 20) -> list[str]:
     """`FAIL id  summary` for each FAIL/WARN check of a verify report (bounded read); [] when none is readable."""
-    from verify import input_files
+    from verify.runtime import input_files
 
     try:
         report = input_files.read_json(Path(report_path), input_files.VERIFY_REPORT) if report_path else None

@@ -12,7 +12,7 @@ from pathlib import Path
 from toolchain.commands import cells, ci, images, wheel_index
 from toolchain.errors import UsageError
 from toolchain.spec import cell_fields, ci_matrix
-from verify.messages import bounded
+from verify.runtime.messages import bounded
 
 
 class Parser(argparse.ArgumentParser):

@@ -15,7 +15,7 @@ from toolchain.console import Console
 from toolchain.errors import UsageError
 from toolchain.index import publish, wheel_check
 from toolchain.runs.cell_result import CellStatus
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 
 def cell_images(sources: list[Path]) -> tuple[list[str], list[str]]:

@@ -26,7 +26,7 @@ from toolchain.image.docker_host import DockerClient, client_or_default, docker_
 from toolchain.spec import image_labels, targets
 from toolchain.spec.compat import DEFAULT_PLATFORM
 from toolchain.timestamps import now
-from verify import workflow_commands
+from verify.runtime import workflow_commands
 
 if TYPE_CHECKING:
     from toolchain.spec.cell import Cell

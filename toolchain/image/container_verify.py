@@ -21,8 +21,8 @@ from toolchain.image import container_engine, verify_zipapp
 from toolchain.image.container_engine import DockerEngine, NoGpuRuntime, PodmanEngine
 from toolchain.spec.image_labels import CELL as OWN_IMAGE_LABEL  # images built here ship verify in their venv
 from toolchain.timestamps import now
-from verify import exit_codes, input_files
-from verify.atomic import write_bytes, write_json, write_text
+from verify.runtime import exit_codes, input_files
+from verify.runtime.atomic import write_bytes, write_json, write_text
 
 REPORT_DIR = "/tmp/verify-report"  # inside the container: writable by any user
 ZIPAPP_PATH = "/tmp/apex-verify/verify.pyz"

@@ -9,7 +9,7 @@ import tarfile
 
 from toolchain.image import docker_host
 from toolchain.spec.image_labels import CELL, NAMESPACE, OCI
-from verify.manifest import DEFAULT_PATH as MANIFEST_PATH
+from verify.layers.manifest import DEFAULT_PATH as MANIFEST_PATH
 
 EMBEDDED = {
     "manifest": str(MANIFEST_PATH),

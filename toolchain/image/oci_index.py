@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from toolchain.errors import ToolchainError
 from toolchain.image import registry_api
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 ATTESTATION = "vnd.docker.reference.type"  # buildx's annotation on an attestation manifest
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from toolchain.errors import EnvironmentUnavailable, ToolchainError, UsageError
 from toolchain.timestamps import now
-from verify import atomic, exit_codes, input_files
+from verify.runtime import atomic, exit_codes, input_files
 
 RECORD_NAME = "published.json"
 RECORD_VERSION = "1"

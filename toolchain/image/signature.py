@@ -27,7 +27,7 @@ from pathlib import Path
 
 from toolchain.errors import EnvironmentUnavailable, ToolchainError, UsageError
 from toolchain.image import registry_api
-from verify import exit_codes
+from verify.runtime import exit_codes
 
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"

@@ -4,7 +4,7 @@ verify needs only the standard library and torch, so a zipapp of the package run
 any node that has a Python >= 3.10 with torch, without installing anything: that is how `build.py
 verify IMAGE` audits images that do not contain verify (NGC PyTorch, a user's own image), and how a
 Slurm prolog or a Kubernetes init container runs it. verify reads its data through
-importlib.resources (verify/resources.py) and starts its GPU workers with the zip on PYTHONPATH, so
+importlib.resources (verify/runtime/resources.py) and starts its GPU workers with the zip on PYTHONPATH, so
 nothing in it needs a directory on disk.
 
 The archive is reproducible: files in sorted order with one fixed timestamp, so the same checkout
@@ -20,7 +20,7 @@ import zipfile
 from pathlib import Path
 
 from toolchain.builder.provenance import sha256_of
-from verify import atomic
+from verify.runtime import atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "verify"
@@ -53,7 +53,7 @@ def _sources(package_dir: Path) -> list[Path]:
 MAIN_SOURCE = """import sys
 
 if sys.version_info >= (3, 10):
-    from verify import interrupts
+    from verify.runtime import interrupts
 
     interrupts.early()  # a signal from here on is held until verify's handlers take it (exit 1, one line)
 if sys.version_info < (3, 10):
@@ -68,7 +68,7 @@ sys.exit(main())
 
 def build(out: Path | str, *, source_root: Path = REPO_ROOT) -> Zipapp:
     """Write the zipapp to `out` (a directory `out` gets verify.pyz inside), mode 0755, through the one
-    safe write path (verify.atomic): a symlink stays a link and its target gets the new verify (nodes
+    safe write path (verify.runtime.atomic): a symlink stays a link and its target gets the new verify (nodes
     that run the link's target run it), a FIFO or a device is handled, a directory refused."""
     out = Path(out)
     if out.is_dir():

@@ -9,7 +9,7 @@
 
 The index folder is its own state: each run reads what is published, adds what passed the checks, and
 rewrites a page only when its bytes change (the same wheels twice change nothing). Each wheel's folder is
-written under a temporary name and renamed into place, pages go through verify.atomic after it, and a
+written under a temporary name and renamed into place, pages go through verify.runtime.atomic after it, and a
 replaced folder is removed only after no page links it: a reader never sees a link to a missing file.
 A wheel with the same name (stack, commit, Python, platform) replaces the published one only when its
 build is newer (the manifest's build.started_at); it has passed its own gate, or it would not get here.
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from toolchain.index import pages
 from toolchain.index.wheel_check import CheckedWheel
-from verify import atomic
+from verify.runtime import atomic
 
 CHECK_FILE = "wheel-check.json"
 

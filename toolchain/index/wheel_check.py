@@ -21,9 +21,9 @@ import tomllib
 
 from toolchain.builder import build_outputs, wheel_identity
 from toolchain.builder.provenance import sha256_of
-from verify import fatbin
-from verify import field_types as ft
-from verify import manifest as manifest_mod
+from verify.layers import fatbin
+from verify.layers import manifest as manifest_mod
+from verify.runtime import field_types as ft
 
 LIBRARIES = Path(__file__).resolve().parents[1] / "data" / "wheel_libraries.toml"
 REBUILD = "rebuild it with `build.py wheel --install` (or `build.py image`), which stamps and gates it"

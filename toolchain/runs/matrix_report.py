@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.runs.cell_result import CellResult, CellStatus
-from verify import field_types as ft
-from verify import input_files
-from verify.messages import shown
+from verify.runtime import field_types as ft
+from verify.runtime import input_files
+from verify.runtime.messages import shown
 
 OK_STATUSES = ("built", "verified")
 

@@ -8,7 +8,7 @@ import html
 from pathlib import Path
 
 from toolchain.runs.matrix_report import Row, collect
-from verify import atomic
+from verify.runtime import atomic
 
 MD_NAME = "matrix-report.md"
 HTML_NAME = "matrix-report.html"

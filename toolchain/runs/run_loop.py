@@ -25,8 +25,8 @@ from toolchain.runs.run_overview import MatrixReport
 from toolchain.runs.run_request import RunRequest
 from toolchain.spec.cell import Cell
 from toolchain.timestamps import now
-from verify import atomic, exit_codes, input_files
-from verify import field_types as ft
+from verify.runtime import atomic, exit_codes, input_files
+from verify.runtime import field_types as ft
 
 LOG_TAIL_LINES = 40
 

@@ -1,6 +1,6 @@
 """out/matrix-report.json: one entry per cell of every run, merged by cell id under a file lock, so that
 two runs at once do not clobber each other and Ctrl-C still leaves a file that says which cells were
-interrupted or never ran. Written atomically (verify/atomic.py); `build.py report` renders it.
+interrupted or never ran. Written atomically (verify/runtime/atomic.py); `build.py report` renders it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from toolchain.runs import matrix_report
 from toolchain.runs.cell_result import RESULT_VERSION, CellResult, CellStatus
 from toolchain.spec.cell import Cell
 from toolchain.timestamps import now
-from verify import atomic, input_files
+from verify.runtime import atomic, input_files
 
 REPORT_NAME = "matrix-report.json"
 

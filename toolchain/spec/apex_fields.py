@@ -8,7 +8,7 @@ from __future__ import annotations
 from toolchain.spec import compat as compat_mod
 from toolchain.spec.cell_values import CellValues
 from toolchain.spec.compat import version_key
-from verify.messages import did_you_mean, shown
+from verify.runtime.messages import did_you_mean, shown
 
 # APEX_X=<one of these> in apex_flags means "off", which a list of flags to build cannot say.
 _FLAG_OFF = frozenset({"0", "false", "no", "off", ""})
@@ -16,13 +16,13 @@ _FLAG_OFF = frozenset({"0", "false", "no", "off", ""})
 
 def extra_flag_names() -> dict[str, str]:
     """Contrib/deprecated extension names users write in EXTRAS -> their APEX_* flag."""
-    from verify import module_map  # the module map is the one source of flags
+    from verify.layers import module_map  # the module map is the one source of flags
 
     return module_map.extra_names(compat_mod.load().apex_core_flags)
 
 
 def resolve_flags(r: CellValues) -> tuple[list[str], list[str]]:
-    from verify import module_map
+    from verify.layers import module_map
 
     known = module_map.known_flags()
     written = r.as_list("apex_flags")

@@ -17,7 +17,8 @@ from toolchain.spec import compat as compat_mod
 from toolchain.spec import compat_shape
 from toolchain.spec.compat import version_key
 from toolchain.spec.toml_loader import load_toml
-from verify import input_files, module_map
+from verify.layers import module_map
+from verify.runtime import input_files
 
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
 

@@ -12,7 +12,7 @@ from toolchain.spec.apex_fields import extra_flag_names
 from toolchain.spec.cell_fields import TAG_MAX, TAG_RE
 from toolchain.spec.cell_values import CellValues
 from toolchain.spec.compat import parse_arch
-from verify.messages import shown
+from verify.runtime.messages import shown
 
 _HEX_SHA = re.compile(r"^[0-9a-f]{7,40}$")
 

@@ -13,7 +13,7 @@ from toolchain.errors import CellProblem
 from toolchain.spec.cell_fields import BY_NAME, CELL_KEYS
 from toolchain.spec.compat import Compat, version_key
 from toolchain.spec.field_shapes import field_problems
-from verify.messages import closest, shown
+from verify.runtime.messages import closest, shown
 
 
 @dataclasses.dataclass

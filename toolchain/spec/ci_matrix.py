@@ -14,7 +14,7 @@ from toolchain.errors import UsageError
 from toolchain.spec import image_labels, targets
 from toolchain.spec.cell import Cell
 from toolchain.spec.cell_fields import REPOSITORY_RE
-from verify.messages import shown
+from verify.runtime.messages import shown
 
 CACHE_KINDS = ("gha", "registry", "none")
 _BAKE_NAME = re.compile(r"[^A-Za-z0-9_-]")

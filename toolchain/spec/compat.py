@@ -11,7 +11,7 @@ from pathlib import Path
 
 from toolchain.spec import compat_shape
 from toolchain.spec.toml_loader import load_toml
-from verify import input_files
+from verify.runtime import input_files
 
 DATA = Path(__file__).parents[1] / "data" / "compat.toml"
 

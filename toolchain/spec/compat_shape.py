@@ -2,7 +2,7 @@
 version's form (`python = "3.9-3.13"` is refused, not read as "Python 3-."), the [[apex.builds]] rows,
 and the few rules between fields (a range's low end first, the pinned patch among `patches` and of
 its row's minor). Every problem is reported at once; keys not named here are allowed (comments,
-`note`), within verify.field_types' limits."""
+`note`), within verify.runtime.field_types' limits."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.errors import UsageError
-from verify import field_types as ft
+from verify.runtime import field_types as ft
 
 MINOR = ft.Str(max_len=16, pattern=r"\d+\.\d+", means="a major.minor version like 2.6")
 PATCH = ft.Str(max_len=24, pattern=r"\d+\.\d+\.\d+", means="a release version like 2.6.0")

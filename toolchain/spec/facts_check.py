@@ -14,7 +14,7 @@ What is read, and what is compared:
   every released major.minor must have a [[toolkit]] row (nvcc's GCC and arch limits).
 
 Every answer goes through verify's bounded reader (`input_files.read_stream` / `read_bytes`: a FIFO, an
-endless or a huge answer costs the limit, not its size) and a declared shape (`verify.field_types`)
+endless or a huge answer costs the limit, not its size) and a declared shape (`verify.runtime.field_types`)
 before it is read: an answer that is not what PyPI serves is BadAnswer (exit 3, the index is unusable),
 never drift. An index without `.metadata` files (a caching mirror) is read by HTTP range requests of
 the wheel's zip directory and its METADATA member (a few hundred KB of a 500 MB wheel; a server that
@@ -41,9 +41,9 @@ from typing import Protocol
 from toolchain.errors import EnvironmentUnavailable, UsageError
 from toolchain.spec import compat
 from toolchain.spec.compat import Compat, minor_of, version_key
-from verify import field_types as ft
-from verify import input_files
-from verify.messages import shown
+from verify.runtime import field_types as ft
+from verify.runtime import input_files
+from verify.runtime.messages import shown
 
 try:
     from packaging.markers import UndefinedComparison, UndefinedEnvironmentName

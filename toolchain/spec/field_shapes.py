@@ -13,7 +13,7 @@ from typing import Any
 
 from toolchain.errors import CellProblem
 from toolchain.spec.cell_fields import CELL_KEYS
-from verify.messages import did_you_mean, shown
+from verify.runtime.messages import did_you_mean, shown
 
 # A cell field is a version, a name, a ref or a URL: anything longer is refused before it is parsed.
 FIELD_MAX = 1024

@@ -8,7 +8,7 @@ build args the build gets; `build.py inspect` and `build.py verify` read the nam
 
 from __future__ import annotations
 
-from verify.manifest import DEFAULT_PATH as MANIFEST_PATH
+from verify.layers.manifest import DEFAULT_PATH as MANIFEST_PATH
 
 NAMESPACE = "io.apex-toolchain."
 OCI = "org.opencontainers.image."

@@ -29,7 +29,7 @@ from toolchain.spec.cell_values import CellValues, nearest
 from toolchain.spec.compat import Compat
 from toolchain.spec.field_shapes import check_keys, check_layer
 from toolchain.spec.toml_loader import load_toml
-from verify.messages import did_you_mean, shown
+from verify.runtime.messages import did_you_mean, shown
 
 FORMAT_VERSION = 1
 TOP_KEYS = ("format_version", "defaults", "cells")

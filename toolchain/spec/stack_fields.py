@@ -11,7 +11,7 @@ import re
 from toolchain.spec import compat as compat_mod
 from toolchain.spec.cell_values import CellValues, nearest
 from toolchain.spec.compat import parse_arch, version_key
-from verify.messages import did_you_mean, shown
+from verify.runtime.messages import did_you_mean, shown
 
 # ASCII digits only: Python's \d also matches '１' and '٣', which no tool downstream reads as digits
 _MAJOR_MINOR = re.compile(r"^[0-9]+\.[0-9]+$")

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.errors import UsageError
-from verify import input_files
+from verify.runtime import input_files
 
 try:
     import tomllib

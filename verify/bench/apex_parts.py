@@ -12,7 +12,7 @@ import importlib
 
 import torch
 
-from verify import module_map
+from verify.layers import module_map
 
 # the Apex features the benchmark uses (names from verify/data/apex_modules.json)
 FEATURES = ("FusedAdam", "FusedLayerNorm", "FusedRMSNorm")

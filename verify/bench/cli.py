@@ -1,6 +1,6 @@
 """`python -m verify bench [flags]`: parse flags into a BenchConfig, run, write bench.json/.md/*.png.
 
-Exit codes (verify/exit_codes.py): 0 everything ran or was skipped with a reason; 1 a stage or kernel
+Exit codes (verify/runtime/exit_codes.py): 0 everything ran or was skipped with a reason; 1 a stage or kernel
 failed; 2 a bad flag (one line naming the flag, the problem and the fix); 3 no CUDA device (unless
 --device cpu, the smoke mode).
 """
@@ -15,10 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-from verify import atomic, exit_codes, timing_host
 from verify.bench import config as bench_config
-from verify.messages import bounded, did_you_mean, shown
-from verify.out_dirs import OutputDirs
+from verify.runtime import atomic, exit_codes
+from verify.runtime.messages import bounded, did_you_mean, shown
+from verify.runtime.out_dirs import OutputDirs
+from verify.timing import host as timing_host
 
 PROG = "verify bench"
 DEFAULT_OUT = "bench-results"

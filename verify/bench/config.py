@@ -30,7 +30,7 @@ PRESETS: dict[str, dict[str, object]] = {
         "copy_bytes": 2 * GiB,
         "micro_warmup": 5,  # the copy ceiling: warm-up copies and timed copies
         "micro_iters": 30,
-        "micro_rounds": 12,  # kernel comparisons: interleaved rounds (verify.timing_rules.RoundPlan)
+        "micro_rounds": 12,  # kernel comparisons: interleaved rounds (verify.timing.rules.RoundPlan)
     },
     "quick": {
         "batch": 4,

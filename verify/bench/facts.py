@@ -1,7 +1,7 @@
 """The facts a benchmark result needs to be read later: GPU, torch, CUDA, Python, Apex commit.
 
 The flat `headline` block is collected here (cheap, always present); the full environment block and the
-Apex identity come from verify's own layers (verify.environment, verify.identity, verify.manifest) so
+Apex identity come from verify's own layers (verify.layers.environment, verify.layers.identity, verify.layers.manifest) so
 the bench and the verify report describe a machine the same way.
 """
 
@@ -15,7 +15,7 @@ import torch
 
 def _apex_identity() -> dict[str, Any]:
     try:
-        from verify import identity, manifest
+        from verify.layers import identity, manifest
 
         info = identity.locate()
         path, origin = manifest.locate(None)
@@ -36,7 +36,7 @@ def _apex_identity() -> dict[str, Any]:
 
 def _environment_block() -> dict[str, Any]:
     try:
-        from verify import environment
+        from verify.layers import environment
 
         env, _checks = environment.collect()
         return env

@@ -1,13 +1,13 @@
 """Kernel microbenchmarks: optimizer step and norm forward+backward, fused (Apex) vs native PyTorch.
 
-Each case is one verify.kernel_compare comparison, the same method and the same implementations
-(verify/kernel_variants.py) as verify's timing layer: two figures per implementation, `kernel` (GPU
+Each case is one verify.timing.kernel_compare comparison, the same method and the same implementations
+(verify/timing/kernel_variants.py) as verify's timing layer: two figures per implementation, `kernel` (GPU
 kernel time from torch.profiler) and `host_inclusive` (time per call in a back-to-back loop), measured
 in interleaved rounds, with a verdict per figure. These kernels are memory-bound, so each figure is
 also reported as effective bandwidth: the minimum bytes the operation must move (the byte models
 below) divided by the median time, and as a percentage of the device's copy bandwidth measured in the
 same run (a large device-to-device copy, read + write), the practical ceiling for any of them.
-The caller (verify.bench.cli) holds verify.timing_host.SteadyHost around them, as verify's timing worker
+The caller (verify.bench.cli) holds verify.timing.host.SteadyHost around them, as verify's timing worker
 does, and passes its conditions as `host`.
 """
 
@@ -20,13 +20,13 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from verify import kernel_compare, kernel_variants
 from verify.bench.apex_parts import ApexPart
 from verify.bench.config import BenchConfig
 from verify.bench.results import implementations
-from verify.cuda_timer import Timing, measure
-from verify.kernel_compare import Variant, one_line_error
-from verify.timing_rules import CPU_ROUNDS, FIGURES, HOST_INCLUSIVE, KERNEL, ROUNDS, RoundPlan
+from verify.timing import kernel_compare, kernel_variants
+from verify.timing.cuda_timer import Timing, measure
+from verify.timing.kernel_compare import Variant, one_line_error
+from verify.timing.rules import CPU_ROUNDS, FIGURES, HOST_INCLUSIVE, KERNEL, ROUNDS, RoundPlan
 
 BIG_TENSOR_DIM = 4096  # the >=250M-parameter case is made of (4096, 4096) Linear weights
 STATS_BYTES = 4  # Apex and torch keep per-row norm statistics in fp32
@@ -91,7 +91,7 @@ def copy_bandwidth(cfg: BenchConfig, device: torch.device) -> dict[str, object]:
             "timing": timing.to_json(), "GBps": round(_gbps(moved, timing), 2)}
 
 
-# ---- one fused-vs-native comparison: verify.kernel_compare, the same as verify's timing layer ----
+# ---- one fused-vs-native comparison: verify.timing.kernel_compare, the same as verify's timing layer ----
 
 def _bandwidth(n_bytes: int, figure: dict[str, object] | None, copy_gbps: float | None) -> tuple[float | None, float | None]:
     if not figure or not figure.get("median_ms"):
@@ -104,7 +104,7 @@ def _compare(kernel: str, case: str, n_bytes: int, variants: list[Variant], cfg:
              device: torch.device, copy_gbps: float | None, host: dict | None = None) -> dict[str, object]:
     """Both figures for every implementation (the first is the fused one) and the verdicts.
 
-    The result is verify.kernel_compare's comparison (the shape of verify's report `timings` entries)
+    The result is verify.timing.kernel_compare's comparison (the shape of verify's report `timings` entries)
     plus the byte count and, per implementation and figure, effective bandwidth and % of the copy ceiling.
     """
     try:
@@ -186,7 +186,7 @@ def optimizer_micro(cfg: BenchConfig, device: torch.device, apex: dict[str, Apex
 
 # ---- norm forward + backward ----
 
-# (verify.kernel_variants kind, fp32 statistics per row)
+# (verify.timing.kernel_variants kind, fp32 statistics per row)
 NORM_KINDS = (("fused_layer_norm", 2), ("fused_rms_norm", 1))
 
 

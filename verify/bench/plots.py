@@ -11,8 +11,8 @@ import io
 from pathlib import Path
 from typing import Any
 
-from verify import atomic
 from verify.bench.results import implementations
+from verify.runtime import atomic
 
 APEX_COLOR = "#76b900"  # NVIDIA green
 NATIVE_COLOR = "#ee4c2c"  # PyTorch orange

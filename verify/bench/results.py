@@ -6,7 +6,8 @@ import datetime
 from pathlib import Path
 from typing import Any
 
-from verify import __version__, atomic
+from verify import __version__
+from verify.runtime import atomic
 
 SCHEMA_VERSION = "2"  # bumped only on an incompatible change to bench.json (2: two figures per kernel timing)
 JSON_NAME = "bench.json"
@@ -22,7 +23,7 @@ BYTE_MODELS = {
     "copy": "2 x bytes: a device-to-device copy reads and writes every byte",
 }
 
-# which figure each part of bench.json reports (verify.timing_rules)
+# which figure each part of bench.json reports (verify.timing.rules)
 FIGURES = {
     "stages": "host_inclusive: CUDA events around each training step, back to back after the warm-up steps; "
               "stage comparisons: bootstrap over the steps of each stage (independent samples, tie band "
@@ -30,7 +31,7 @@ FIGURES = {
     "micro": "both: kernel_time (torch.profiler, sum of the GPU kernels one call launches) and host_inclusive "
              "(CUDA events around N back-to-back calls, / N), interleaved rounds, one verdict per figure; every "
              "thread on one CPU core, one torch thread, no garbage collection in a timed block (each item's "
-             "`host`, verify.timing_host), as in verify's timing layer",
+             "`host`, verify.timing.host), as in verify's timing layer",
     "copy_bandwidth": "host_inclusive: CUDA events around each copy (a single kernel: the same as its kernel time)",
 }
 

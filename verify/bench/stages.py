@@ -16,13 +16,14 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
-from verify import kernel_variants, timing_stats
 from verify.bench import model as gpt
 from verify.bench.apex_parts import ApexPart
 from verify.bench.config import N_BATCHES, BenchConfig
-from verify.cuda_timer import Timing, measure
-from verify.kernel_compare import one_line_error
-from verify.timing_rules import HOST_INCLUSIVE
+from verify.timing import kernel_variants
+from verify.timing import stats as timing_stats
+from verify.timing.cuda_timer import Timing, measure
+from verify.timing.kernel_compare import one_line_error
+from verify.timing.rules import HOST_INCLUSIVE
 
 OPT_TORCH_ADAM = "torch.optim.Adam"
 OPT_APEX_ADAM = kernel_variants.FUSED_ADAM
@@ -30,7 +31,7 @@ OPT_TORCH_FUSED = kernel_variants.ADAMW_FUSED
 NORM_TORCH = "nn.LayerNorm"
 NORM_APEX = kernel_variants.FUSED_LAYER_NORM
 
-# which figure a stage's ms/iter is (verify.timing_rules): a whole training step, host work included
+# which figure a stage's ms/iter is (verify.timing.rules): a whole training step, host work included
 STAGE_FIGURE = HOST_INCLUSIVE
 STAGE_TIMER = ("CUDA events around each training step, back to back after the warm-up steps (host-inclusive: "
                "the GPU waits whenever the host is slower)")

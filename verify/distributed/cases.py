@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from verify import module_map
+from verify.layers import module_map
 
 LAYER = "distributed"  # verify.checks.LAYERS
 

@@ -12,11 +12,11 @@ import dataclasses
 import torch
 import torch.distributed as dist
 
-from verify import cuda_timer
 from verify.checks import Check, Status
 from verify.distributed.cases import DistCase
 from verify.distributed.context import RankContext, result
 from verify.gpu.cases import case_seed
+from verify.timing import cuda_timer
 
 # one element, an odd count below a NCCL chunk, and over a million (many chunks, a ragged last one)
 SIZES = (1, 1023, 2**20 + 7)

@@ -30,7 +30,7 @@ from verify.distributed.cases import LAYER
 from verify.distributed.merge import merge
 from verify.distributed.plan import Topology
 from verify.distributed.rank import MULTICAST_OFF
-from verify.json_lines_child import JsonLinesChild, describe_exit, last_line, verify_env
+from verify.runtime.json_lines_child import JsonLinesChild, describe_exit, last_line, verify_env
 
 MAX_LAUNCHES = 3  # the first group plus two fresh ones after a hang or a death
 REPORT_GRACE_S = 5.0

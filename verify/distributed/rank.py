@@ -29,12 +29,12 @@ import sys
 import time
 import traceback
 
-from verify import exit_codes
 from verify.checks import Check, Status
 from verify.distributed.cases import LAYER, case
 from verify.distributed.context import RankContext
 from verify.gpu.worker import FAULT_ENV, Protocol, inject, parse_faults
 from verify.gpu.worker import _finite as finite  # JSON has no NaN: one rule for both protocols
+from verify.runtime import exit_codes
 
 # NVLink multicast (NVLS) off in every rank, also when the caller's environment says otherwise: a
 # program that creates multicast objects can leave a shared host's GPUs out of service (issue 15).

@@ -3,7 +3,7 @@
     from verify.gpu import run_gpu_layers
     results = run_gpu_layers(seed=1234, check_timeout_s=120.0, usable_modules=frozenset({"amp_C", ...}))
     results.checks   # verify.checks.Check, layers "parity" and "timing"
-    results.timings  # dicts (verify.kernel_compare): kernel, case, device, fused, natives, kernel_time,
+    results.timings  # dicts (verify.timing.kernel_compare): kernel, case, device, fused, natives, kernel_time,
                      # host_inclusive, winner, verdict
 
 Decided here, without torch: what can run (a CUDA device, the extension modules each case needs) and

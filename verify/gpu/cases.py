@@ -11,7 +11,7 @@ import itertools
 import zlib
 from typing import Any
 
-from verify import module_map
+from verify.layers import module_map
 
 
 @dataclasses.dataclass(frozen=True)

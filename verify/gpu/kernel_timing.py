@@ -1,9 +1,9 @@
 """Time each fused kernel against the native PyTorch alternative on the same inputs (group timing).
 
-verify.kernel_compare does the measuring (two figures per implementation: GPU kernel time from
+verify.timing.kernel_compare does the measuring (two figures per implementation: GPU kernel time from
 torch.profiler and host-inclusive time per call in a back-to-back loop, in interleaved rounds) and
-the deciding (bootstrap interval per figure, tie bands in verify/timing_rules.py); the implementations
-are verify/kernel_variants.py's, the same as `verify bench` times. The check is INFO whichever side
+the deciding (bootstrap interval per figure, tie bands in verify/timing/rules.py); the implementations
+are verify/timing/kernel_variants.py's, the same as `verify bench` times. The check is INFO whichever side
 wins: a fused kernel slower than today's PyTorch is information for the user (maybe drop Apex for
 it), not a broken install; only a kernel that errors is a FAIL.
 """
@@ -13,10 +13,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from verify import kernel_compare, kernel_variants, timing_host
 from verify.checks import Check, Status
 from verify.gpu import device
 from verify.gpu.cases import Case, case_seed
+from verify.timing import host as timing_host
+from verify.timing import kernel_compare, kernel_variants
 
 ADAM_SHAPES = [(2048, 2048)] * 8 + [(1000,)] * 200 + [(4096,)] * 56  # 33.8M params: 8 large, 256 small
 NORM_SHAPE = (8192, 4096)  # tokens x hidden of a mid-size transformer layer

@@ -16,11 +16,11 @@ import threading
 import time
 from typing import Any
 
-from verify import child_processes
 from verify.checks import Check, Status
 from verify.gpu import cases as case_table
 from verify.gpu import device_load
-from verify.json_lines_child import TIMEOUT, JsonLinesChild, describe_exit, last_line, verify_env
+from verify.runtime import child_processes
+from verify.runtime.json_lines_child import TIMEOUT, JsonLinesChild, describe_exit, last_line, verify_env
 
 MAX_WORKERS_PER_GROUP = 3  # the first worker plus two restarts after a crash, a hang or a poisoned context
 
@@ -35,7 +35,7 @@ class GroupResult:
 
 
 def kill_all_workers() -> None:
-    """Ctrl-C or a failure here: end every child this process started (verify.child_processes)."""
+    """Ctrl-C or a failure here: end every child this process started (verify.runtime.child_processes)."""
     child_processes.kill_all()
 
 

@@ -33,10 +33,10 @@ import time
 import traceback
 from typing import Any, TextIO
 
-from verify import exit_codes
 from verify.checks import Check, Status
 from verify.gpu import cases as case_table
 from verify.gpu.errors import NoDevice
+from verify.runtime import exit_codes
 
 FAULT_ENV = "VERIFY_FAULT_INJECT"
 FAULT_MODES = ("crash", "hang", "raise", "exit", "oom", "poison")

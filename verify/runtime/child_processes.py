@@ -3,8 +3,8 @@
 Each child gets a session and process group of its own: a Ctrl-C typed at the terminal reaches verify
 alone (no child prints its own KeyboardInterrupt), and verify then ends them on purpose, the whole
 group at once, so whatever a child started dies with it. Every live child is in one registry: a
-signal (verify.interrupts runs `stop_all` inside its handler), a timeout, or the end of a CLI run
-(verify.entry_point) kills them with SIGKILL, and once stopping no new child is started.
+signal (verify.runtime.interrupts runs `stop_all` inside its handler), a timeout, or the end of a CLI run
+(verify.runtime.entry_point) kills them with SIGKILL, and once stopping no new child is started.
 A SIGKILL of verify itself cannot be caught: its children then end at their own timeouts only.
 """
 
@@ -17,7 +17,7 @@ import subprocess
 import threading
 from typing import Any
 
-from verify import interrupts
+from verify.runtime import interrupts
 
 _live: dict[int, subprocess.Popen] = {}
 _lock = threading.RLock()  # re-entrant: the signal handler runs in the main thread, perhaps inside start()

@@ -1,7 +1,7 @@
 """Layer 3 (extensions): import every known Apex module and say why one fails (layer 4, the archs each
-compiled `.so` carries, is verify.arch).
+compiled `.so` carries, is verify.layers.arch).
 
-Imports happen in a child process (verify/import_probe.py), never in verify's own process: a `.so` built
+Imports happen in a child process (verify/layers/import_probe.py), never in verify's own process: a `.so` built
 against another torch can abort or segfault while loading, and that must become one FAIL line, not the
 end of the report. One child imports everything (one torch import, so --static stays fast); when it
 dies or hangs on a module, that module is recorded as crashed / timed out and a fresh child carries on
@@ -21,11 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from verify import module_map, resources
 from verify.checks import Check, Status
-from verify.json_lines_child import TIMEOUT, JsonLinesChild
+from verify.layers import module_map
+from verify.runtime import resources
+from verify.runtime.json_lines_child import TIMEOUT, JsonLinesChild
 
-_PROBE_SOURCE = "import_probe.py"  # run as `python -c SOURCE`, so it needs no importable verify
+_PROBE_SOURCE = "layers/import_probe.py"  # run as `python -c SOURCE`, so it needs no importable verify
 
 # Shared libraries whose absence means "the CUDA runtime this build needs is not here".
 _CUDA_LIB = re.compile(

@@ -1,6 +1,6 @@
 """Child-process side of the import probe: import Apex's modules and report each result as a JSON line.
 
-Run by verify.extensions as `python -c <this file's text> FD` with the request on stdin; results go to
+Run by verify.layers.extensions as `python -c <this file's text> FD` with the request on stdin; results go to
 file descriptor FD (not stdout, which extension code may print to). Every task is announced before it
 runs, so when a broken `.so` kills this process (segfault in a static initialiser, abort), the parent
 knows exactly which module did it and restarts a child for the remaining tasks.

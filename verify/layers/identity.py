@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from verify import module_map
 from verify.checks import Check, Status
-from verify.extensions import ExtensionResult
-from verify.manifest import BuildManifest
+from verify.layers import module_map
+from verify.layers.extensions import ExtensionResult
+from verify.layers.manifest import BuildManifest
 
 # Files/directories that only NVIDIA Apex has, and ones that only the 2013 Pyramid toolkit on PyPI has.
 _NVIDIA_MARKERS = ("optimizers", "normalization", "multi_tensor_apply", "amp", "parallel")

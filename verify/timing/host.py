@@ -2,7 +2,7 @@
 CPU thread, no garbage collection inside a timed block (standard library; torch only if imported).
 
     with SteadyHost() as host:        # verify's timing worker holds one for its whole life
-        ...compare(...)               # verify.kernel_compare: quiet_gc() around its timed blocks
+        ...compare(...)               # verify.timing.kernel_compare: quiet_gc() around its timed blocks
     host.conditions.to_json()         # -> every timing row's "host" (which core, how it was chosen)
 
 Why (issue 9, H200 host of 2026-12-01): a host-bound call (an Apex norm's Python path, an optimizer

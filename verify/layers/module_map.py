@@ -6,7 +6,7 @@ import dataclasses
 import functools
 import json
 
-from verify import resources
+from verify.runtime import resources
 
 _DATA = "data/apex_modules.json"  # inside the package (a directory or a zipapp)
 

@@ -1,4 +1,4 @@
-"""What torch.profiler says one block of calls ran on the device: the kernel-time side of verify.kernel_compare.
+"""What torch.profiler says one block of calls ran on the device: the kernel-time side of verify.timing.kernel_compare.
 
 A block's kernel time is the sum of the durations of every kernel (and memset/memcpy) its calls launched;
 sync records are not work, and a user annotation's GPU span covers kernels already counted. Several

@@ -10,7 +10,7 @@
 Ratios are speedups of the fused implementation: native time / fused time, > 1 when Apex is faster.
 A loop winner stands only when the kernels name the same winner (across_host_speeds), else the loop
 verdict is a tie whose sentence says how large this run's host-made gap was. The rules (tie bands,
-bootstrap, loop rule, host-bound margin) are data in verify/timing_rules.py.
+bootstrap, loop rule, host-bound margin) are data in verify/timing/rules.py.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import math
 import random
 from collections.abc import Callable, Sequence
 
-from verify import timing_rules as rules
-from verify.timing_rules import Bootstrap, TieBand
+from verify.timing import rules
+from verify.timing.rules import Bootstrap, TieBand
 
 
 def median(values: Sequence[float]) -> float:

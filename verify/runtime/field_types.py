@@ -2,7 +2,7 @@
 sizes, with every problem reported at once under the field's dotted path. Standard library only (it
 runs in images), used for the build manifest, `build.py report`'s inputs and the matrix's cell fields.
 
-    from verify import field_types as ft
+    from verify.runtime import field_types as ft
 
     CELL = ft.Record(
         {"cuda": ft.STR, "archs": ft.ListOf(ft.STR, max_items=32), "apex_flags": ft.MapOf(ft.STR),

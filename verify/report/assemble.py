@@ -9,10 +9,11 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from verify import SCHEMA_VERSION, __version__, exit_codes
+from verify import SCHEMA_VERSION, __version__
 from verify.checks import Check, Status
+from verify.runtime import exit_codes
 
-SCHEMA_PATH = Path(__file__).with_name("schema") / "report.schema.json"
+SCHEMA_PATH = Path(__file__).parents[1] / "schema" / "report.schema.json"
 
 
 def host_info() -> dict[str, Any]:

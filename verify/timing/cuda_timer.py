@@ -3,7 +3,7 @@
 Each repetition is bracketed by CUDA events with no synchronisation in between, so a sample is the
 call's host-inclusive time in a back-to-back loop (the GPU waits for the host when the host is
 slower). `verify bench` times training steps and the copy ceiling this way; fused-vs-native kernel
-comparisons go through verify.kernel_compare (two figures, interleaved rounds). On the CPU (tests,
+comparisons go through verify.timing.kernel_compare (two figures, interleaved rounds). On the CPU (tests,
 smoke runs) perf_counter brackets each call. Callers pass fresh, non-zero inputs.
 """
 

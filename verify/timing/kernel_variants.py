@@ -1,7 +1,7 @@
 """The implementations verify compares, declared once: names, hyperparameters and how each one is built.
 
 verify's timing layer and `verify bench` time the same variants under the same names, so a report and a
-benchmark can be read side by side. Each function returns verify.kernel_compare.Variant records, the
+benchmark can be read side by side. Each function returns verify.timing.kernel_compare.Variant records, the
 fused (Apex) one first; the caller owns the inputs (fresh random values, never zeros).
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from verify.kernel_compare import Variant
+from verify.timing.kernel_compare import Variant
 
 FUSED_ADAM = "apex FusedAdam"
 ADAMW_FOREACH = "torch AdamW(foreach=True)"

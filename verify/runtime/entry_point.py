@@ -1,8 +1,8 @@
 """What every command line of the project does around its main (verify, verify bench, build.py).
 
-- stdout/stderr never raise (verify.console_streams: closed pipe, closed descriptor, full disk, ASCII locale);
-- SIGINT, SIGTERM and SIGHUP raise verify.interrupts.Interrupted in the main thread and kill every child
-  process at once (verify.child_processes), from the CLI's first statement (interrupts.early()) to its
+- stdout/stderr never raise (verify.runtime.console_streams: closed pipe, closed descriptor, full disk, ASCII locale);
+- SIGINT, SIGTERM and SIGHUP raise verify.runtime.interrupts.Interrupted in the main thread and kill every child
+  process at once (verify.runtime.child_processes), from the CLI's first statement (interrupts.early()) to its
   last (a later signal changes nothing); the run then ends with one line on stderr and exit 1
   (exit_codes.FAILED: a run that was stopped did not verify or build anything), never a traceback and
   never 124-127 or 128+N;
@@ -15,7 +15,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from verify import child_processes, console_streams, exit_codes, interrupts
+from verify.runtime import child_processes, console_streams, exit_codes, interrupts
+
+# what an interrupted `verify bench` left: said here because `python -m verify bench` and
+# `python -m verify.bench` both start it, and verify/cli.py must not import the optional bench part
+BENCH_ON_INTERRUPT = "no results written or left half-written"
 
 
 def run(prog: str, body: Callable[[], int], *, on_interrupt: str = "") -> int:

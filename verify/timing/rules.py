@@ -1,6 +1,6 @@
 """How a timing verdict is reached: every number a frozen record with where it comes from and why.
 
-Two figures per implementation (verify.kernel_compare): `kernel`, the GPU time of the kernels one call
+Two figures per implementation (verify.timing.kernel_compare): `kernel`, the GPU time of the kernels one call
 launches (torch.profiler), and `host_inclusive`, the time per call of a back-to-back loop (CUDA events
 around N calls, / N: what a training step sees, host work included). Fused and native run in
 alternating rounds; the ratio native / fused (> 1: Apex faster) is taken per round, and a seeded
@@ -12,7 +12,7 @@ Where the numbers come from: issue 9 (H200, Apex 6424da3b, torch 2.11+cu130): na
 alike within 2% across runs; Apex's norms spent 0.2-0.4 ms per call on the host, so one-call CUDA
 events swung between 0.32 and 0.71 ms from run to run, and FusedAdam vs AdamW(fused=True) moved
 between 0.96x and 1.05x. reports/h200-2026-12-01-timing/: five runs of one wheel with this method;
-reports/h200-2026-12-01-timing2/: the same under a steady host (verify/timing_host.py).
+reports/h200-2026-12-01-timing2/: the same under a steady host (verify/timing/host.py).
 """
 
 from __future__ import annotations

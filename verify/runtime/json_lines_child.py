@@ -1,7 +1,7 @@
 """One child process that speaks JSON lines: started in its own process group, read with timeouts, ended.
 
 The import probe, the GPU check workers and the distributed ranks are all this: `start` the child
-(registered in verify.child_processes, so a signal to verify kills it), read its events (one JSON object
+(registered in verify.runtime.child_processes, so a signal to verify kills it), read its events (one JSON object
 per line, from stdout or from a pipe whose fd number is appended to argv), `kill` it on a timeout, and
 `finish` it: reap, keep the tail of its stderr, and say how it ended (`describe_exit`). A thread pumps
 the event stream into a queue, so a reader never blocks past its timeout on a silent child.
@@ -22,11 +22,11 @@ from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
-from verify import child_processes
+from verify.runtime import child_processes
 
 STDERR_TAIL_CHARS = 2000
 TIMEOUT = "timeout"  # next_event's answer when no event came in time (None: the stream ended)
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])  # the directory holding verify/
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding verify/
 
 
 def verify_env() -> dict[str, str]:

@@ -1,11 +1,11 @@
 """Render a report for people: a terminal summary that reads well in a CI log, and Markdown.
 
-Terminal: the module table (verify.module_table: does each module import and run here), then only the
+Terminal: the module table (verify.report.module_table: does each module import and run here), then only the
 checks that are not PASS or INFO (`FAIL  extensions.amp_C  missing ...`), the timings table and one
 verdict line; --verbose prints every check grouped by layer instead of the table. Colour only on a TTY (and never with NO_COLOR); on GitHub Actions
 each FAIL also becomes an `::error::` annotation. A check's id and summary are printed on one line
 whatever they hold (an import error, a manifest's module name), so no text of theirs starts a line
-the Actions runner would read as a command (verify.workflow_commands).
+the Actions runner would read as a command (verify.runtime.workflow_commands).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 from typing import Any, TextIO
 
-from verify import exit_codes, module_table, workflow_commands
 from verify.checks import LAYERS
+from verify.report import module_table
+from verify.runtime import exit_codes, workflow_commands
 
 _COLORS = {"PASS": "32", "FAIL": "31;1", "WARN": "33", "SKIP": "2", "INFO": "36"}
 _NEEDS_A_LOOK = ("FAIL", "WARN", "SKIP")  # the default output's check lines; PASS and INFO with --verbose
@@ -203,7 +204,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def _modules_md(report: dict[str, Any]) -> list[str]:
-    """The module table (verify.module_table) plus each module's import error; [] without modules."""
+    """The module table (verify.report.module_table) plus each module's import error; [] without modules."""
     body = module_table.rows(report)
     if not body:
         return []

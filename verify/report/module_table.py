@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verify import module_map
+from verify.layers import module_map
 
 HEADER = ("module", "flag", "imports", "SASS/PTX for this GPU", "runs here", "needed by")
 _IMPORT_WORDS = {"ok": "yes", "missing": "no: not built", "undefined_symbol": "no: undefined symbol",

@@ -1,7 +1,7 @@
 """Fused vs native on the same inputs: two figures per implementation, interleaved rounds, a verdict.
 
 The one comparison used by verify's timing layer (verify/gpu/kernel_timing.py) and by `verify bench`
-(verify/bench/micro.py); the implementations compared are declared once in verify/kernel_variants.py.
+(verify/bench/micro.py); the implementations compared are declared once in verify/timing/kernel_variants.py.
 
 Per implementation:
   kernel          GPU time of the kernels one call launches: torch.profiler with CUDA activity, the
@@ -12,9 +12,9 @@ Method: warm up every implementation (RoundPlan.warmup_ms of calls), calibrate N
 about RoundPlan.block_ms, then RoundPlan.rounds alternating rounds (even rounds fused first, odd rounds
 native first) of one block each, host-inclusive rounds first (host_block: the garbage collector off
 inside each), then kernel rounds in one profiler session (a tiny marker kernel, torch.cuda._sleep,
-separates the blocks; without it, one session per block). The verdicts come from verify.timing_stats
-(bootstrap over the per-round ratios, tie bands from verify.timing_rules). Callers hold the host
-steady around it (verify.timing_host.SteadyHost: one core, one torch thread) and pass its record as
+separates the blocks; without it, one session per block). The verdicts come from verify.timing.stats
+(bootstrap over the per-round ratios, tie bands from verify.timing.rules). Callers hold the host
+steady around it (verify.timing.host.SteadyHost: one core, one torch thread) and pass its record as
 `host`, which lands in the comparison's JSON.
 On the CPU (tests, `verify bench --device cpu`) the same code runs with perf_counter and the
 profiler's CPU activity (time inside aten ops stands in for kernel time); the numbers mean nothing
@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from verify import timing_rules as rules
-from verify import timing_stats as stats
-from verify.kernel_profile import (
+from verify.timing import rules, stats
+from verify.timing.host import quiet_gc
+from verify.timing.kernel_profile import (
     NO_KERNELS,
     PROFILER_CPU,
     PROFILER_CUDA,
@@ -43,8 +43,7 @@ from verify.kernel_profile import (
     split_at_markers,
     work_us,
 )
-from verify.timing_host import quiet_gc
-from verify.timing_rules import RoundPlan
+from verify.timing.rules import RoundPlan
 
 LOOP_CUDA = "CUDA events around N back-to-back calls, / N"
 LOOP_CPU = "perf_counter around N back-to-back calls, / N (CPU run)"
@@ -122,7 +121,7 @@ class Comparison:
     host_verdict: stats.FigureVerdict | None
     sentence: str
     plan: RoundPlan
-    host: dict[str, object] | None = None  # verify.timing_host.HostConditions.to_json() it ran under
+    host: dict[str, object] | None = None  # verify.timing.host.HostConditions.to_json() it ran under
 
     @property
     def fused(self) -> VariantResult:
@@ -169,7 +168,7 @@ def device_label(device: torch.device) -> str:
 
 def host_block(fn: Callable[[], object], n: int, device: torch.device) -> tuple[float, float]:
     """verify's host-inclusive timer: (ms per call, host issue ms per call) of n back-to-back calls, from
-    an idle GPU, the garbage collector off (verify.timing_host.quiet_gc)."""
+    an idle GPU, the garbage collector off (verify.timing.host.quiet_gc)."""
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.synchronize(device)

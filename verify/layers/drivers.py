@@ -13,7 +13,7 @@ import functools
 import json
 import re
 
-from verify import resources
+from verify.runtime import resources
 
 _DATA = "data/cuda_drivers.json"
 

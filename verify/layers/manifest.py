@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from verify import field_types as ft
-from verify import input_files
+from verify.runtime import field_types as ft
+from verify.runtime import input_files
 
 MANIFEST_VERSION = "1"
 ENV_VAR = "APEX_BUILD_MANIFEST"

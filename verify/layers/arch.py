@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from verify import fatbin
 from verify.checks import Check, Status
-from verify.extensions import ExtensionResult
+from verify.layers import fatbin
+from verify.layers.extensions import ExtensionResult
 
 _UNREADABLE = {"sass": [], "ptx": [], "compatible": None}
 

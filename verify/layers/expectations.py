@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from verify import module_map
 from verify.checks import Check, Status
-from verify.extensions import ExtensionResult
-from verify.manifest import BuildManifest
-from verify.messages import did_you_mean, shown
+from verify.layers import module_map
+from verify.layers.extensions import ExtensionResult
+from verify.layers.manifest import BuildManifest
+from verify.runtime.messages import did_you_mean, shown
 
 
 class RequireError(ValueError):

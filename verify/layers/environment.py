@@ -16,8 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from verify import drivers, interrupts
 from verify.checks import Check, Status
+from verify.layers import drivers
+from verify.runtime import interrupts
 
 TOOL_TIMEOUT_S = 5.0
 _DRIVER_PROC = Path("/proc/driver/nvidia/version")

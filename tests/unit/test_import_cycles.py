@@ -1,0 +1,89 @@
+"""No import circle among the project's modules: an `ast` scan of every import of verify/ and toolchain/
+(also those inside functions, where a circle hides), so each module stands on the ones below it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.support import REPO
+
+TOPS = ("verify", "toolchain")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the project modules it imports (`from a import b` is a.b when a/b is a module, else a)."""
+    paths = {module_name(p): p for top in TOPS for p in (REPO / top).rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in paths}
+    for name, path in paths.items():
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in paths else node.module
+                           for a in node.names]
+            else:
+                continue
+            graph[name] |= {t for t in targets if t in paths and t != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return found
+
+
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_the_scan_sees_function_level_imports_and_finds_a_circle() -> None:
+    """The scan itself: the image/ circle this test guards against was made of imports inside functions
+    (cmd_pull imports the pull module only when it runs); one edge back closes that circle again."""
+    graph = import_graph()
+    assert "toolchain.image.pull" in graph["toolchain.commands.images"]
+    assert "toolchain.image.registry_pull" in graph["toolchain.image.container_engine"]
+    graph["toolchain.image.registry_pull"] = graph["toolchain.image.registry_pull"] | {"toolchain.image.pull"}
+    assert cycles(graph) == [["toolchain.image.container_engine", "toolchain.image.container_verify",
+                              "toolchain.image.pull", "toolchain.image.registry_pull"]]

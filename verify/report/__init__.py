@@ -1,0 +1,1 @@
+"""The report: its assembly into report.json, and its rendering."""
