@@ -34,43 +34,30 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
-    on_stack: set[str] = set()
     found: list[list[str]] = []
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is None:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    component = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.append(member)
-                        if member == node:
-                            break
-                    if len(component) > 1:
-                        found.append(sorted(component))
-            elif child not in index:
-                index[child] = low[child] = len(index)
-                stack.append(child)
-                on_stack.add(child)
-                work.append((child, iter(sorted(graph[child]))))
-            elif child in on_stack:
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for child in sorted(graph[node]):
+            if child not in index:
+                visit(child)
+                low[node] = min(low[node], low[child])
+            elif child in stack:
                 low[node] = min(low[node], index[child])
+        if low[node] == index[node]:
+            component = stack[stack.index(node):]
+            del stack[stack.index(node):]
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for root in sorted(graph):
+        if root not in index:
+            visit(root)
     return found
 
 
