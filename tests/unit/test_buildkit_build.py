@@ -1,4 +1,4 @@
-"""The engine's command, context and log reading, without a daemon (the docker tier builds for real)."""
+"""The BuildKit build's command, context and log reading, without a daemon (the docker tier builds for real)."""
 
 from __future__ import annotations
 
