@@ -36,9 +36,9 @@ if [ ! -x "$DOCKER" ] || ! command -v debootstrap >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends docker.io debootstrap >/dev/null
 fi
 
-# The cluster tests (issue 11): a local registry for the publish/pull-by-digest round trip, podman as
+# The cluster tests: a local registry for the publish/pull-by-digest round trip, podman as
 # the daemonless engine, shellcheck for the Slurm prolog; skopeo signs an image index there the way cosign
-# does (issue 21: the pull-side signature check). Debian packages all four.
+# does (the pull-side signature check). Debian packages all four.
 if [ "${ENSURE_BASE_ONLY:-}" != 1 ] && { ! command -v docker-registry >/dev/null 2>&1 \
    || ! command -v podman >/dev/null 2>&1 || ! command -v shellcheck >/dev/null 2>&1 \
    || ! command -v skopeo >/dev/null 2>&1; }; then

@@ -1,4 +1,4 @@
-"""Does the suite still catch broken rules? A short, targeted mutation run (`make mutation`, issue 23).
+"""Does the suite still catch broken rules? A short, targeted mutation run (`make mutation`).
 
 Each entry of tests/mutation/mutations.toml breaks one decision rule of verify or the builder (one exact text
 replacement). The tree is copied once to a temporary folder (tracked and untracked files git does not

@@ -216,8 +216,10 @@ def matrix_cells(*cuda: str):
 
 def cell_result(cell, status: str, build: dict | None, verify: dict | None = None, *, run_id: str = "run1"):
     """A CellResult for `cell` as a run writes it (fixed times, so reports compare)."""
-    from toolchain.runs.cell_result import CellResult, CellStatus
+    from toolchain.runs.cell_result import BuildRecord, CellFields, CellResult, CellStatus, VerifyRecord
 
-    return CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=cell.to_json(), status=CellStatus(status),
-                      started_at="2026-01-01T00:00:00+00:00", finished_at="2026-01-01T00:10:00+00:00",
-                      build=build, verify=verify)
+    return CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=CellFields.from_json(cell.to_json()),
+                      status=CellStatus(status), started_at="2026-01-01T00:00:00+00:00",
+                      finished_at="2026-01-01T00:10:00+00:00",
+                      build=BuildRecord.from_json(build) if build is not None else None,
+                      verify=VerifyRecord.from_json(verify) if verify is not None else None)

@@ -2,7 +2,9 @@
 flag style, how it takes parallelism, the hard-coded archs nvcc 13.0 rejects (per switch), and whether the
 module map (verify/data/apex_modules.json, since/until) agrees with the modules that setup.py names.
 
-    python reports/apex-tags-2026-12-01/survey.py /work/.mirror/NVIDIA+apex/repo > reports/apex-tags-2026-12-01/survey.txt
+    python reports/apex-tags-2026-12-01/survey.py MIRROR > reports/apex-tags-2026-12-01/survey.txt
+
+MIRROR: a clone of https://github.com/NVIDIA/apex with its tags.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 work=${MEASURE_WORK:-/tmp/i21-sign-ccache-measure}
 rm -rf "$work" && mkdir -p "$work/src"
-tar -xzf /work/shared/fixtures/apex-6424da3b.tar.gz -C "$work/src"
+tar -xzf "${APEX_TEST_FIXTURES:?set APEX_TEST_FIXTURES to the folder of the Apex archives}/apex-6424da3b.tar.gz" -C "$work/src"
 carry="$work/carried-ccache"   # what actions/cache would restore and save; empty before the cold build
 run_id=$(date +%s)
 ca=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}

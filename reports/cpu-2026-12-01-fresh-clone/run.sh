@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 23's evidence: `make test` from a fresh clone in a folder whose path has a space, as a new user runs it.
+# Evidence: `make test` from a fresh clone in a folder whose path has a space, as a new user runs it.
 #   [TIER=unit] run.sh N [busy]   clone this branch to "/tmp/i23-tests fresh clone N/apex-toolchain", time
 #                       `make test` there (venv made from scratch), with `stress-ng --cpu 4` running throughout
 #                       when `busy`; TIER=unit: the unit tier alone (`TIER=unit make test`)

@@ -17,6 +17,7 @@ Both ESTIMATED, not measured; the floor under 2. uses each extension's costliest
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -24,11 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path.cwd()))
 from toolchain.builder import apex_setup, ninja_log  # noqa: E402
 
-SRC = (
-    Path(".carry-i16/apex")
-    if Path(".carry-i16/apex").exists()
-    else Path("/work/main/.apex-src/6424da3b/apex")
-)
+# Apex 6424da3b's source tree (its setup.py gives the extensions' order): $APEX_SRC, else the device's carry
+SRC = Path(os.environ.get("APEX_SRC") or ".carry-i16/apex")
 JOBS = 4
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 16 on the H200 host (16 cores, 125 GiB), from the repository root of the device's tree:
+# Build speed at five archs against its lower bound, on the H200 host (16 cores, 125 GiB), from the repository root of the device's tree:
 #   bash .carry-i16/code/reports/h200-2026-12-01-buildspeed-i16/run.sh call1|call2
 # The carry folder holds this branch's code (code/: build.py, toolchain/, verify/), a clean Apex 6424da3b
 # (apex/) and the ccache wheel (ccache/) (make_carry.sh).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 16, one device call on the H200 host (16 cores, 125 GiB), run from the repository root:
+# Build speed with five archs, one device call on the H200 host (16 cores, 125 GiB), run from the repository root:
 #   bash reports/h200-2026-12-01-buildspeed/run.sh
 # 1. the project's builder, five default archs, cold (fresh ccache dir)            (priority: gets what it needs)
 # 2. the same rebuilt with that warm ccache (clean build dir)                       (if >= 40 s are left)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 24, a GPU shared with other work: one Apex wheel, `python -m verify --json` on the idle H200, then
+# A GPU shared with other work: one Apex wheel, `python -m verify --json` on the idle H200, then
 # again while a background torch process keeps the GPU busy with bf16 matmuls. Expected: the idle run gives
 # its timing verdicts and `timing.device_load` INFO "no other work on the GPU"; the busy run names the other
 # process (its pid) and withholds every timing verdict (WARN, winners null), parity still PASS, exit 0.

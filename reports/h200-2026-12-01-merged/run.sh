@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The merged main's checks on the H200 (issues 9, 11, 13, 15), after reports/h200-2026-12-01-buildspeed/run.sh in
+# The merged main's checks on the H200 (timing, clusters, bench, the cross-GPU checks), after reports/h200-2026-12-01-buildspeed/run.sh in
 # the same call: the five-arch wheel that call's cold build made (WHEEL/MANIFEST), else the Apex 6424da3b wheel of
 # the timing call (carried in .carry-apexwheel/ as parts); installed; then with the project's own commands: full
-# verify, the zipapp against python -m verify (issue 11), verify --distributed on one GPU (issue 15),
+# verify, the zipapp against python -m verify, verify --distributed on one GPU,
 # verify bench --quick, and the GPU test tier.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD NCCL_NVLS_ENABLE=0

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device step (issue 14): the Apex 6424da3b wheel built on the 2-core CPU machine with CUDA 13.0 from the
+# One device step: the Apex 6424da3b wheel built on the 2-core CPU machine with CUDA 13.0 from the
 # package index (build.py wheel --cuda-from-pypi, torch 2.11.0 from PyPI = +cu130, Python 3.12, --archs 9.0),
 # carried in .carry-pypiwheel/ as parts (sha256 checked against its manifest), installed into a private
 # folder (--target, so no other step's Apex is replaced), then the full `python -m verify` against that

@@ -1,4 +1,4 @@
-"""Independent check of verify's two timing figures (issue 9): evidence, not product. It builds the same
+"""Independent check of verify's two timing figures: evidence, not product. It builds the same
 five cases (shapes, dtypes, implementations) from apex and torch directly (not through verify) and times
 each implementation its own way:
 

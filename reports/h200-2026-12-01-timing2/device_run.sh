@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one device call behind this folder (H200 test host, bare machine), run from the carry folder (this
 # worktree's verify/ and this folder's scripts, the wheel in 15 MiB parts + its build manifest in .wheel/):
-# install the Apex 6424da3b wheel built on the CPU machine with CUDA from the package index (issue 14), five
+# install the Apex 6424da3b wheel built on the CPU machine with CUDA from the package index (../h200-2026-12-01-pypi-cuda), five
 # `python -m verify --manifest ... --json` runs of it (the first one plain: no other flag), the independent
 # check, the host-drift probe, `verify bench --quick`. Everything lands in $OUT.
 set -uo pipefail

@@ -1,4 +1,4 @@
-"""Which host conditions move a host-bound call's loop time (issue 9): evidence, not product.
+"""Which host conditions move a host-bound call's loop time: evidence, not product.
 
 In one process, five conditions alternate round by round (each round visits all five, in an order
 rotated by one every round, so slow drift of the machine hits each alike), for a few implementations:

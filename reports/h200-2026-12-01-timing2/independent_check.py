@@ -1,4 +1,4 @@
-"""Independent check of verify's two timing figures (issue 9), second version: evidence, not product.
+"""Independent check of verify's two timing figures, second version: evidence, not product.
 
 It builds the five cases of verify's timing layer (shapes, dtypes, implementations) from apex and torch
 directly, not through verify, and times each implementation its own way:
@@ -16,7 +16,7 @@ directly, not through verify, and times each implementation its own way:
 The whole process runs under verify.timing.host.SteadyHost, the host conditions verify's timing worker
 uses (every thread on one core, one torch thread, GC heap frozen), so both timers see the same host.
 
-Comparisons (the limits are issue 9's):
+Comparisons (the limits are the timing work's targets):
   B  host-inclusive, the target (10%): in each of 24 alternating rounds, for each implementation (the
      order of the implementations alternates too), the plain loop and verify's own timer
      (verify.timing.kernel_compare.host_block, the function verify's rounds call) time N calls back to back,

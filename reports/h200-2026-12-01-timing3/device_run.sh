@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one device call behind this folder (H200 test host, bare machine), run from the repository root (this
 # checkout's verify/ with the loop floor; the wheel in 15 MiB parts + its build manifest in the ignored .whl/):
-# install the Apex 6424da3b wheel built on the CPU machine (issue 14; the same wheel as ../h200-2026-12-01-timing2),
+# install the Apex 6424da3b wheel built on the CPU machine (../h200-2026-12-01-pypi-cuda; the same wheel as ../h200-2026-12-01-timing2),
 # five `python -m verify --manifest ... --json` runs (the first plain), the independent check of the second
 # round (../h200-2026-12-01-timing2/independent_check.py, unchanged), `verify bench --quick`, then three more
 # verify runs while time is left. Everything lands in $OUT/timing3.tar.gz (the device returns few files), its

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 21 item 6 on the H200 host, from the repository root (Apex 6424da3b unpacked at .apex-src/apex):
+# The wheel index on the H200 host, from the repository root (Apex 6424da3b unpacked at .apex-src/apex):
 #   bash reports/h200-2026-12-01-wheel-index/device_run.sh
 # 1. the project's builder (build.py wheel, --archs 9.0, --install) run by a venv that sees the host's
 #    torch 2.11+cu130 (its gate installs there, not into the host's Python): the stamped wheel

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 23 on the H200 host, from the repository root (bare machine, no network): build Apex 6424da3b from
+# A slightly wrong Apex must FAIL the full run, on the H200 host, from the repository root (bare machine, no network): build Apex 6424da3b from
 # .apex-src/apex with the project's builder (sm_90, installed and gated), then with the project's own commands:
 #   1. python -m verify on that build as it is                     -> expected: PASS, exit 0
 #   2. the same build, FusedAdam and FusedLayerNorm made slightly wrong

@@ -1,4 +1,4 @@
-"""Issue 22's newest stack, built for real: the matrix cell cu132-py313 (torch 2.15, CUDA 13.2 from NVIDIA's
+"""The newest stack, built for real: the matrix cell cu132-py313 (torch 2.15, CUDA 13.2 from NVIDIA's
 wheels, Python 3.13 on the local Debian 13 base) compiled for sm_90 only (the `-sm90` variant: five archs do
 not fit a CPU machine's CI), gated in the build, then verified in a container as `build.py image` does by
 default. Opt-in (APEX_IMAGE_NEWEST=1): .ci/run does not set it, since a second cold Apex compile would about

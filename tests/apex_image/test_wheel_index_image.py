@@ -32,7 +32,7 @@ python -c 'import json; r = json.load(open("/tmp/report.json")); print("REPORT",
 
 @pytest.fixture(scope="module")
 def index_served(apex_image, tmp_path_factory):
-    index = tmp_path_factory.mktemp("i21-index-image") / "index"
+    index = tmp_path_factory.mktemp("wheel-index-image") / "index"
     done = run_build("index", "--image", apex_image.tag, "--index", str(index))
     assert done.returncode == 0, done.stdout + done.stderr
     proc = subprocess.Popen([sys.executable, "-m", "toolchain.index.serve", str(index), "--port", "0"], cwd=REPO,

@@ -1,4 +1,4 @@
-"""Issue 11: `build.py verify IMAGE` audits an image that does not contain verify (the local base plus
+"""`build.py verify IMAGE` audits an image that does not contain verify (the local base plus
 torch, like NGC PyTorch or a user's own image): it copies the zipapp in, runs it with the image's own
 Python and torch, and gets the same verdict as verify run on this host. The report names the image."""
 

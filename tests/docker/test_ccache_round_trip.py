@@ -1,4 +1,4 @@
-"""Issue 21 (item 5): `build.py ccache import|export` through a real BuildKit: what goes in comes back out of
+"""`build.py ccache import|export` through a real BuildKit: what goes in comes back out of
 the cache mount, and a fresh mount exports empty. The cell is the README's no-registry cell: only its devel
 stage runs (the local base), the same stage the tier's other builds use."""
 

@@ -1,4 +1,4 @@
-"""Issue 14's first run against a real engine: what a newcomer sees from build.py itself. A git host the build
+"""A newcomer's first run against a real engine: what a newcomer sees from build.py itself. A git host the build
 cannot reach is exit 3 naming --apex-src; `build.py verify` prints the failing checks and says "not
 installed" when there is no Apex; `build.py report` shows that run; an image without Apex (here with a
 CPU-only torch) is tagged and labelled for what it holds."""

@@ -1,4 +1,4 @@
-"""Issue 22 against a real engine: a matrix cell whose NVIDIA base the daemon cannot pull is built on the local
+"""The local-base route against a real engine: a matrix cell whose NVIDIA base the daemon cannot pull is built on the local
 Debian base, said in one line; `--base nvidia` keeps it on NVIDIA's base (whose pull then fails, exit 3).
 Only the devel stage is built (apt, no torch, no compile); it needs the local trixie base, which build.py
 makes with debootstrap when it is missing."""

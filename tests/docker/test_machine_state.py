@@ -1,5 +1,5 @@
 """scripts/test_machine_state.py against the real engine: after a run, only what the run tagged and made is
-removed (issue 23: `make test` leaves the machine as it found it). The test uses a tag prefix of its own,
+removed (`make test` leaves the machine as it found it). The test uses a tag prefix of its own,
 so it never touches another run's images on a shared engine."""
 
 from __future__ import annotations

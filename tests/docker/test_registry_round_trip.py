@@ -1,4 +1,4 @@
-"""Issue 11: a real registry round trip by digest, with Docker and with podman.
+"""A real registry round trip by digest, with Docker and with podman.
 
 A built cell (the verify-runtime image, given a unique label so it has its own image id) is published
 to a real distribution registry on localhost through `build.py publish`; the digest lands next to the

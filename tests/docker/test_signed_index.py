@@ -1,4 +1,4 @@
-"""Issue 21 (item 4): a stack's platforms under one tag, and a signature checked before the pull.
+"""A stack's platforms under one tag, and a signature checked before the pull.
 
 Two real platform images go to a real distribution registry on localhost through `build.py publish`: the
 verify-runtime image for linux/amd64 (it can run here), and a linux/arm64 image that BuildKit makes without

@@ -1,6 +1,6 @@
 """Helpers of the fault-injection tier (tests/faults); conftest.py holds its fixtures.
 
-Fault-injection tier: each fault of issue 5 made for real (a daemon killed mid-build, a truncated
+Fault-injection tier: each fault made for real (a daemon killed mid-build, a truncated
 wheel, a full filesystem, Ctrl-C, two runs at once, bad input) and what the user then sees.
 
 The docker tier's session fixtures (engine, local base image, offline wheelhouse, the built

@@ -1,4 +1,4 @@
-"""Console output that goes wrong, and text that could become a command, through the real CLIs (issue 12).
+"""Console output that goes wrong, and text that could become a command, through the real CLIs.
 
 The rule (verify/runtime/console_streams.py): console output is a view of the run, so losing it never changes
 the exit code and never prints a traceback. A closed pipe and a closed stdout are silent; any other
@@ -93,7 +93,7 @@ def test_an_ascii_only_console_gets_escapes_not_unicode_errors(tmp_path: Path, l
     matrix.write_text(NON_ASCII_MATRIX, encoding="utf-8")
     done = subprocess.run([*BUILD_PY, "plan", "--matrix", str(matrix)], cwd=tmp_path, env=_env(**locale),
                           capture_output=True, timeout=180)
-    # a non-ASCII cell name is refused (issue 12); the refusal names it in escapes, never a UnicodeEncodeError
+    # a non-ASCII cell name is refused; the refusal names it in escapes, never a UnicodeEncodeError
     assert done.returncode == exit_codes.USAGE, done.stderr
     assert b"Traceback" not in done.stderr and done.stderr.isascii() and "cell 'caf\\xe9'" in done.stderr.decode()
 
@@ -136,5 +136,5 @@ def test_on_github_actions_user_input_in_errors_cannot_emit_workflow_commands(tm
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == exit_codes.USAGE, done.stderr
     assert _command_lines(done.stdout + done.stderr) == [f"::error::{matrix}: 6 problems, nothing built"]
-    # the hostile name is shown quoted, its line break as \n (the name itself is refused, issue 12)
+    # the hostile name is shown quoted, its line break as \n (the name itself is refused)
     assert "  - cell 'a\\n::add-mask::x': torch 2.8 has no wheel for CUDA 12.4" in done.stderr

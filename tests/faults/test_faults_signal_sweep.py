@@ -1,4 +1,4 @@
-"""Signals at any moment of a real `python -m verify --static` run (issue 24): from the interpreter's
+"""Signals at any moment of a real `python -m verify --static` run: from the interpreter's
 first instant, through torch's import and the import probe, to the report's write. The moments are
 fractions of a baseline run timed in the test itself (so a slow host moves them with it), from a fixed
 seed; the signals rotate SIGTERM, SIGINT to the process group (Ctrl-C), SIGHUP, and every third one is

@@ -1,4 +1,4 @@
-"""Signals to verify and verify bench, with real processes and real signals (issue 12).
+"""Signals to verify and verify bench, with real processes and real signals.
 
 What a signal must do (verify/runtime/entry_point.py): act at once (not after --check-timeout), kill every child
 the run started (the import probe, GPU workers, and whatever they started), print one line and exit 1,

@@ -1,4 +1,4 @@
-"""An Apex whose FusedAdam or FusedLayerNorm returns a slightly wrong result FAILs the full run (issue 23).
+"""An Apex whose FusedAdam or FusedLayerNorm returns a slightly wrong result FAILs the full run.
 
 tests/gpu/wrong_result/sitecustomize.py wraps the real, compiled classes so that their results move by
 4x the parity rtol of their dtype; `python -m verify` then runs as a user runs it. The same build without

@@ -400,7 +400,7 @@ def test_the_failure_names_the_compiler_error_not_setups_banner(tmp_path: Path) 
 
 
 def test_a_second_builder_on_the_same_out_is_refused_while_the_first_holds_it(tmp_path: Path) -> None:
-    """Issue 24: two `build.py wheel` runs on one --out wrote one log at once; the second now stops at
+    """Two `build.py wheel` runs on one --out used to write one log at once; the second now stops at
     once with exit 2 (a real second process, the folder's lock held by this one as a first builder would)."""
     import fcntl
 
@@ -426,7 +426,7 @@ def test_a_second_builder_on_the_same_out_is_refused_while_the_first_holds_it(tm
 
 @pytest.mark.parametrize("stub", ["real", "exit 0, no object", "exit 1"])
 def test_an_nvcc_that_cannot_compile_is_the_environment_before_the_build(tmp_path: Path, stub: str) -> None:
-    """Issue 24: a garbage nvcc answered --version, passed the up-front checks and failed the build as
+    """A garbage nvcc that answered --version used to pass the up-front checks and fail the build as
     exit 1; the checks now compile a one-line kernel with it (a real nvcc where this host has one)."""
     from toolchain.builder import build_tools
     from toolchain.errors import EnvironmentUnavailable

@@ -142,7 +142,7 @@ def test_flags_written_as_1_still_build() -> None:
 
 
 def test_known_patches_are_accepted() -> None:
-    # 2.4.0 with an Apex ref that takes it (the pinned commit declares torch>=2.6.0); 2.14.0 added by issue 22
+    # 2.4.0 with an Apex ref that takes it (the pinned commit declares torch>=2.6.0); 2.14.0 added once the facts check found it
     for torch, cuda, *more in (("2.7.0", "12.6"), ("2.7.1", "12.6"), ("2.4.0", "12.4", "--apex-ref", "25.04"),
                                ("2.14.0", "13.0")):
         proc = build("plan", "--cuda", cuda, "--torch", torch, *more, "--json")

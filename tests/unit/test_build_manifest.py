@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from verify.layers import manifest
 from verify.runtime import field_types
 from verify.runtime.atomic import write_json
@@ -18,10 +19,11 @@ def _record() -> manifest.BuildManifest:
         flags={"APEX_CUDA_EXT": "1"}, expected_modules=("amp_C", "fused_layer_norm_cuda"), built_modules=("amp_C",),
         absent_at_ref=("fmhalib",), flag_style={"style": "env", "evidence": "setup.py reads os.environ"},
         skipped_extensions=({"module": "fused_layer_norm_cuda", "warning": "nvcc not found"},), arch_list="9.0",
-        versions={"torch": "2.13.0", "torch_cuda": None, "nvcc": None, "gcc": "12.2", "python": "3.11",
-                  "cxx11_abi": True},
-        parallelism={"max_jobs": 2, "nvcc_threads": 1, "apex_parallel_build": 1, "reason": "2 cores"},
-        build={"wall_s": 1.5}, cell="apex-6424da3-torch2.13.0-cu13.0-py3.11-ubuntu22.04",
+        versions=manifest.Versions.from_json({"torch": "2.13.0", "torch_cuda": None, "nvcc": None, "gcc": "12.2",
+                                              "python": "3.11", "cxx11_abi": True}),
+        parallelism=manifest.Parallelism.from_json({"max_jobs": 2, "nvcc_threads": 1, "apex_parallel_build": 1,
+                                                    "reason": "2 cores"}),
+        build=manifest.BuildStats(wall_s=1.5), cell="apex-6424da3-torch2.13.0-cu13.0-py3.11-ubuntu22.04",
         inputs={"base_image": None, "base_image_digest": None, "torch_wheel_sha256": {}})
 
 
@@ -48,3 +50,34 @@ def test_a_newer_builders_keys_ride_along_and_a_sparse_manifest_reads() -> None:
 def test_the_record_is_frozen() -> None:
     with pytest.raises(AttributeError):
         _record().cell = "other"  # type: ignore[misc]
+
+
+def test_the_parts_are_typed_and_keep_every_key_in_its_place() -> None:
+    record = _record()
+    assert (record.versions.torch, record.versions.cxx11_abi, record.parallelism.max_jobs) == ("2.13.0", True, 2)
+    newer = manifest.Versions.from_json({"torch": "2.13.0", "nvcc_source": "pypi", "gcc": None})
+    assert newer.to_json() == {"torch": "2.13.0", "nvcc_source": "pypi", "gcc": None}
+    assert list(newer.updated(gcc="12").to_json()) == ["torch", "nvcc_source", "gcc"]
+    inside = record.build.updated(wheel="apex-0.1+x.whl", wheel_sha256=None)
+    assert inside.wheel_sha256 is None and inside.to_json() == {"wall_s": 1.5, "wheel": "apex-0.1+x.whl",
+                                                                 "wheel_sha256": None}
+
+
+MANIFESTS = sorted((REPO / "reports").glob("**/build-manifest.json"))
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=[str(p.relative_to(REPO / "reports")) for p in MANIFESTS])
+def test_manifests_the_builder_wrote_read_and_write_back_unchanged(path: Path) -> None:
+    """The evidence under reports/ holds manifests the apex builder wrote on real builds (H200, CPU CI); the
+    older ones lack fields added since (absent_at_ref, flag_style, wheel_identity), written back as defaults."""
+    data = manifest.load(path, "--manifest")
+    record = manifest.BuildManifest.from_json(data)
+    written = record.to_json()
+    assert {k: written[k] for k in data} == data
+    assert {k: written[k] for k in set(written) - set(data)} in ({}, *_defaults_of(set(written) - set(data)))
+    assert isinstance(record.versions, manifest.Versions) and isinstance(record.build, manifest.BuildStats)
+
+
+def _defaults_of(keys: set[str]) -> list[dict]:
+    empty = manifest.BuildManifest().to_json()
+    return [{k: empty[k] for k in keys}]

@@ -1,4 +1,4 @@
-"""Issue 21 (item 5): the ccache carried across builds as a plain directory. The pure parts here; the real
+"""The ccache carried across builds as a plain directory. The pure parts here; the real
 import/export round trip through BuildKit is tests/docker/test_ccache_round_trip.py, the cold/warm figures
 reports/cpu-2026-12-01-ccache/."""
 

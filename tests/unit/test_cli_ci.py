@@ -172,7 +172,7 @@ def test_images_workflow_builds_from_the_generated_matrix(cells) -> None:
     gpu_runs = " ".join(str(s.get("run", "")) for s in jobs["gpu-verify"]["steps"])
     assert "build.py pull" in gpu_runs and "--gpu require" in gpu_runs
     assert jobs["build"]["permissions"]["packages"] == "write"
-    # issue 11: bake is asked for matrix.target (gh-matrix's bake_target_name), never for the cell name
+    # bake is asked for matrix.target (gh-matrix's bake_target_name), never for the cell name
     bake = next(s for s in jobs["build"]["steps"] if str(s.get("uses", "")).startswith("docker/bake-action"))
     assert bake["with"]["targets"] == "${{ matrix.target }}"
     # the build step pushes by digest (the bake file's output), with SBOM and provenance attestations
@@ -181,7 +181,7 @@ def test_images_workflow_builds_from_the_generated_matrix(cells) -> None:
     build_runs = " ".join(str(s.get("run", "")) for s in jobs["build"]["steps"])
     assert "build.py publish" in build_runs and "--bake-metadata" in build_runs and "--push-by-digest" in build_runs
     assert "docker push" not in build_runs, "pushed once, by buildx, with its attestations"
-    # issue 21: the compile's ccache carried across runs (restore -> import -> bake -> export -> save), a timeout,
+    # the compile's ccache carried across runs (restore -> import -> bake -> export -> save), a timeout,
     # disk freed before the build
     names = [str(s.get("uses", "")) + " " + str(s.get("run", "")) for s in jobs["build"]["steps"]]
     order = [next(i for i, n in enumerate(names) if key in n) for key in

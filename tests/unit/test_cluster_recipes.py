@@ -1,4 +1,4 @@
-"""The cluster recipes (issue 11): the Slurm prolog run for real on this host (the `host` runtime: verify
+"""The cluster recipes: the Slurm prolog run for real on this host (the `host` runtime: verify
 on the node itself), linted with shellcheck; the Kubernetes initContainer manifest validated against the
 Kubernetes schemas kubernetes-validate ships; the README's srun and Apptainer lines parsed by verify's own
 argument parser. Enroot, Pyxis, Apptainer and Kubernetes cannot run here: those parts are linted only."""
@@ -115,14 +115,14 @@ def _script(tmp_path: Path, name: str, body: str) -> Path:
 @pytest.mark.parametrize("case", ["pyz is a directory", "pyz is not verify", "args carry --json", "python not found",
                                   "python is not verify's", "python exits 127", "sqsh missing"])
 def test_every_misconfiguration_is_exit_2_naming_the_setting(tmp_path: Path, pyz: Path, case: str) -> None:
-    """Issue 24: the prolog must not blame the image (exit 1) or the node (3) for its own settings."""
+    """The prolog must not blame the image (exit 1) or the node (3) for its own settings."""
     other = tmp_path / "not-verify.pyz"
     other.write_bytes(b"#!/usr/bin/env python3\nprint('hello')\n")
     env, setting = {
         "pyz is a directory": ({"APEX_VERIFY_PYZ": str(tmp_path)}, "APEX_VERIFY_PYZ="),
         "pyz is not verify": ({"APEX_VERIFY_PYZ": str(other)}, "APEX_VERIFY_PYZ="),
         "args carry --json": ({"APEX_VERIFY_ARGS": "--static --json /tmp/x.json"}, "APEX_VERIFY_ARGS has --json"),
-        "python not found": ({"APEX_VERIFY_PYTHON": "python3-i24-nonexistent"}, "APEX_VERIFY_PYTHON="),
+        "python not found": ({"APEX_VERIFY_PYTHON": "python3-nonexistent"}, "APEX_VERIFY_PYTHON="),
         "python is not verify's": ({"APEX_VERIFY_PYTHON": str(_script(tmp_path, "py1", "exit 1"))},
                                    "APEX_VERIFY_PYZ and APEX_VERIFY_PYTHON"),
         "python exits 127": ({"APEX_VERIFY_PYTHON": str(_script(tmp_path, "py127", "exit 127"))},

@@ -1,4 +1,4 @@
-"""verify --distributed (issue 15) on the CPU: real rank processes over gloo, real hangs, deaths and timeouts.
+"""verify --distributed on the CPU: real rank processes over gloo, real hangs, deaths and timeouts.
 
 The VERIFY_DISTRIBUTED_CPU test hook runs the layer's own launcher, rendezvous and rank processes with
 gloo on the CPU; VERIFY_FAULT_INJECT makes one rank hang before a collective (so its peer waits inside

@@ -129,7 +129,7 @@ def test_toolkit_minors_skip_pre_releases() -> None:
 def test_the_frozen_facts_against_the_index_of_the_same_day_lack_one_patch() -> None:
     report = check(compat.load(FROZEN))
     # every minor's CUDA is compared now (it was 1 of 12 when only the project JSON's info was read), and
-    # the one drift is issue 22's: torch 2.14.0 is on PyPI, the facts' patches lack it
+    # the one drift: torch 2.14.0 is on PyPI, the facts' patches lack it
     assert report.not_visible == ()
     assert [(f.kind, f.subject) for f in report.findings] == [("missing", "torch 2.14")]
     assert 'add "2.14.0" to patches in [torch."2.14"]' == report.findings[0].fix
@@ -233,7 +233,7 @@ def test_an_unreachable_index_is_the_environment() -> None:
     ("", "empty"), ("   ", "empty"), ("pypi.org", "has no scheme"), ("javascript:alert(1)", "scheme javascript:"),
     ("ftp://pypi.org", "scheme ftp:"), ("http://[::1", "not a URL"), ("http://[fe80::zz]/", "not a URL"),
     ("http://pypi.org:99999", "not a URL"), ("https:///simple", "names no host"), ("https://py pi.org", "spaces"),
-    ("https://pypi.org/é", "non-ASCII"), ("file:///nonexistent-i24", "is not a folder"),
+    ("https://pypi.org/é", "non-ASCII"), ("file:///nonexistent-index", "is not a folder"),
     ("file://otherhost/x", "another host"),
 ])
 def test_a_bad_index_value_is_a_usage_error(index: str, says: str) -> None:

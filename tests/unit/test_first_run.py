@@ -1,4 +1,4 @@
-"""A newcomer's first run (issue 14): base overrides from make and the environment, the no-registry
+"""A newcomer's first run: base overrides from make and the environment, the no-registry
 command, the failing checks under `build.py verify`. Real make, real build.py, real committed reports."""
 
 from __future__ import annotations

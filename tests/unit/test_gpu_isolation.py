@@ -1,4 +1,4 @@
-"""verify isolation (issue 5): a check that kills, hangs or breaks its worker costs that check, not the report.
+"""verify isolation: a check that kills, hangs or breaks its worker costs that check, not the report.
 
 Real subprocesses on the CPU: the torch-free selftest groups run through the same worker and runner as
 the GPU groups, and VERIFY_FAULT_INJECT makes a chosen case abort, hang, raise or exit.

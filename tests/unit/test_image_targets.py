@@ -1,4 +1,4 @@
-"""Issue 14: an image without Apex (verify-runtime, devel, ...) or with a CPU-only torch is not tagged and
+"""An image without Apex (verify-runtime, devel, ...) or with a CPU-only torch is not tagged and
 labelled as if it held Apex for CUDA archs; --wheelhouse says what it lacks, in the cell's own values."""
 
 from __future__ import annotations

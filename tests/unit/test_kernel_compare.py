@@ -1,5 +1,5 @@
 """verify.timing.kernel_compare on real torch (CPU): interleaved rounds, both figures, failures, and that verify's
-timing layer and `verify bench` use this one module and one set of implementation names (issue 9)."""
+timing layer and `verify bench` use this one module and one set of implementation names."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 22: the local-base route (a debootstrap base, CUDA from NVIDIA's wheels, torch from PyPI) when NVIDIA's
+"""The local-base route (a debootstrap base, CUDA from NVIDIA's wheels, torch from PyPI) when NVIDIA's
 images cannot be pulled; the glibc x nvcc host clash; the builder's progress lines (an injected clock).
 
 Rules resolve against the frozen facts of 2026-12-01 with this issue's rows added here as data, so a later
@@ -215,7 +215,7 @@ def test_the_unit_runner_records_each_start(tmp_path: Path) -> None:
 # --- the live rows ---------------------------------------------------------------------------------
 
 
-def test_the_live_facts_carry_this_issues_rows() -> None:
+def test_the_live_facts_carry_the_local_routes_rows() -> None:
     live = compat.load()
     assert set(live.local_bases) == {"debian12", "debian13"} and live.os["debian13"].python == ("3.13",)
     assert live.host_clash("debian13", "12.8") is not None and live.host_clash("debian13", "13.2") is None

@@ -1,5 +1,5 @@
 """The loop rule (timing_rules.LOOP_RULE): a loop winner stands only when the kernels of the same pair name
-the same winner, so a gap the host's speed of the moment makes is reported but called a tie (issue 9)."""
+the same winner, so a gap the host's speed of the moment makes is reported but called a tie."""
 
 from __future__ import annotations
 

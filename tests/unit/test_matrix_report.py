@@ -12,8 +12,10 @@ import pytest
 
 from tests.support import REPO, cell_result, matrix_cells, static_verify_report
 from toolchain.runs import matrix_report, report_tables
+from toolchain.runs.cell_result import BuildRecord, CellFields, CellStatus
 from toolchain.runs.run_loop import result_path, save_result
 from toolchain.runs.run_overview import MatrixReport
+from verify.report import reader as report_reader
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +53,9 @@ def test_report_from_real_result_files(tmp_path: Path, verify_report: Path) -> N
 
     md_path, html_path, rows = report_tables.write(out)
     md = md_path.read_text()
+    line = report_tables.table_row(rows[1])  # the columns by name, as the table shows them
+    assert (line.cell, line.cuda, line.build) == (failed.id, "12.6", "FAILED in apex-build")
+    assert "| " + " | ".join(report_tables.COLUMNS) + " |" in md
     assert [r.id for r in rows] == [verified.id, failed.id, never.id]  # ordered by CUDA
     row_line = next(line for line in md.splitlines() if line.startswith(f"| {verified.id} "))
     assert "ok (312 s)" in row_line and "FAIL (static)" in row_line
@@ -71,10 +76,11 @@ def test_speedups_and_bars_from_timings(tmp_path: Path, verify_report: Path) -> 
         {"kernel": "FusedAdam", "case": "b", "kernel_time": {"speedup": 8.0}, "host_inclusive": None},
         {"kernel": "FusedLayerNorm", "case": "a", "speedup": 0.5},
     ]
-    row = matrix_report.Row(id="x", name="x", status="verified", cell={}, build={"ok": True}, verify=None,
-                            report=report, report_path=None)
-    assert row.speedups() == pytest.approx({"FusedAdam": 4.0, "FusedLayerNorm": 0.5})
-    assert row.kernels_text() == "FusedAdam 4.00x; FusedLayerNorm 0.50x"
+    row = matrix_report.Row(id="x", name="x", status=CellStatus.VERIFIED, cell=CellFields(),
+                            build=BuildRecord(ok=True), verify=None,
+                            report=report_reader.parse(report, "report.json"), report_path=None)
+    assert report_tables.speedups(row) == pytest.approx({"FusedAdam": 4.0, "FusedLayerNorm": 0.5})
+    assert report_tables.kernels_text(row) == "FusedAdam 4.00x; FusedLayerNorm 0.50x"
     assert "bar slow" in report_tables._bars(row)
 
 

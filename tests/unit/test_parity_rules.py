@@ -1,4 +1,4 @@
-"""verify's parity cases fed wrong results on the CPU (issue 23): the case code of verify.gpu.parity_adam and
+"""verify's parity cases fed wrong results on the CPU: the case code of verify.gpu.parity_adam and
 verify.gpu.parity_norm runs for real, with torch's own optimizers and norm modules (right) or those same
 modules with their result moved by a stated amount (wrong) standing where Apex's are compared. A parity
 check that passes a wrong number is the defect these tests exist to catch; the GPU tier shows the same

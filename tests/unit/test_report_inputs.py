@@ -54,7 +54,8 @@ def test_corrupt_results_are_named_and_the_readable_cells_rendered(tmp_path: Pat
     overview.finish("complete")
     text = result_path(out, cut.id).read_text()
     result_path(out, cut.id).write_text(text[: len(text) // 2])  # cut mid-write by something else
-    broken = cell_result(typed, "built", "ok").to_json()  # build must be an object
+    broken = cell_result(typed, "built", None).to_json()
+    broken["build"] = "ok"  # build must be an object
     broken["cell"]["archs"] = "9.0"
     broken["verify"] = {"exit_code": "1"}
     atomic.write_json(result_path(out, typed.id), broken)  # the record refuses none of it: write it raw
@@ -156,7 +157,7 @@ def test_a_result_with_a_status_no_cell_has_is_named_and_its_overview_entry_show
 
 
 def test_a_huge_speedup_and_a_non_ascii_digit_render(tmp_path: Path, verify_report: Path) -> None:
-    """Issue 24: a kernel-time speedup of 1e308 (int(60 * ratio) was int(inf)) and a result's cuda of
+    """A kernel-time speedup of 1e308 (int(60 * ratio) was int(inf)) and a result's cuda of
     "1².4" ("²".isdigit() but int("²") fails) crashed `build.py report`."""
     out = tmp_path / "out"
     cell = _cells()[0]
@@ -176,3 +177,20 @@ def test_a_huge_speedup_and_a_non_ascii_digit_render(tmp_path: Path, verify_repo
     proc = _report(out)
     assert proc.returncode in (0, 2), proc.stderr
     assert (out / "matrix-report.html").is_file() and "FusedAdam" in (out / "matrix-report.html").read_text()
+
+
+def test_a_stored_report_path_whose_file_is_gone_is_named_not_searched_for(tmp_path: Path, verify_report: Path) -> None:
+    """The report is read where the result says it was written (a relative path: from where `build.py` runs);
+    a file of that name under out/, where the old lookup also tried, is not used in its place."""
+    out = tmp_path / "out"
+    cell = _cells()[0]
+    stored = f"{tmp_path.name}-gone/report.json"  # relative to the repository, where _report runs build.py
+    (out / stored).parent.mkdir(parents=True)
+    (out / stored).write_text(verify_report.read_text())
+    save_result(cell_result(cell, "verify_failed", {"ok": True, "tag": cell.id},
+                            {"exit_code": 1, "report_path": stored, "status": "verify_failed"}), out)
+    proc = _report(out)
+    assert proc.returncode == 2
+    assert f"error: verify report {stored}: does not exist; check the path; run verify again" in proc.stderr
+    row = _row((out / "matrix-report.md").read_text(), cell.id)
+    assert "exit 1" in row and "FAIL (static)" not in row  # the result's own verify record, no other report

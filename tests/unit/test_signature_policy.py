@@ -1,4 +1,4 @@
-"""Issue 21 (item 4): which signature policy `build.py pull` applies, decided before any engine or registry
+"""Which signature policy `build.py pull` applies, decided before any engine or registry
 is asked. The checks themselves run against a real registry in tests/docker/test_signed_index.py."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """verify.timing.host on this (Linux) machine: the core choice, every thread pinned and put back, one torch
-thread, the garbage collector off inside a timed block (issue 9: reproducible host-inclusive times)."""
+thread, the garbage collector off inside a timed block (for reproducible host-inclusive times)."""
 
 from __future__ import annotations
 

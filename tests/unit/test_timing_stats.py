@@ -1,4 +1,4 @@
-"""The timing verdict's statistics as pure functions, on synthetic round data (issue 9)."""
+"""The timing verdict's statistics as pure functions, on synthetic round data."""
 
 from __future__ import annotations
 

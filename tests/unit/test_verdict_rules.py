@@ -1,5 +1,5 @@
 """Each verdict verify's static layers make, with inputs on both sides of its rule, so that a broken rule
-turns a test red (issue 23; `make mutation` checks that it does).
+turns a test red (`make mutation` checks that it does).
 
 The inputs are real: ELF files with a real fatbin layout (tests/unit/test_verify_fatbin.py's writer), a
 real git checkout, the module map verify ships. Nothing here stands in for the code under test.

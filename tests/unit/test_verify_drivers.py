@@ -1,4 +1,4 @@
-"""The driver rule (issue 11): a node whose NVIDIA driver is too old for torch's CUDA is reported as that,
+"""The driver rule: a node whose NVIDIA driver is too old for torch's CUDA is reported as that,
 with the fix, not as "no CUDA device". The rule and its facts (verify/data/cuda_drivers.json), the
 driver version read from a real file in the kernel module's format, and the layer-1 checks and exit
 code built from a collected environment block (data, as environment.collect() returns it)."""

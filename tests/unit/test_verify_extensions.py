@@ -159,7 +159,7 @@ def test_with_no_apex_installed_a_missing_module_is_not_installed_not_a_fallback
 
 
 def test_check_timeout_measures_the_imports_not_the_probes_start(tmp_path: Path) -> None:
-    """Issue 24: with a timeout shorter than the probe child's own start and torch import, every module
+    """With a timeout shorter than the probe child's own start and torch import, every module
     used to FAIL as 'the import probe process failed to start'; the timeout now starts at the first task."""
     from tests.support import run_verify
 

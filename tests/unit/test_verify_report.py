@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import datetime
+import json
+from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from verify.checks import Check, Status
 from verify.layers import expectations, module_map
 from verify.report import assemble as report
-from verify.report import render
+from verify.report import reader, render
+from verify.runtime import input_files
 
 
 def test_require_default_and_names() -> None:
@@ -116,3 +120,64 @@ def test_the_gpu_line_names_a_node_of_many_gpus_and_what_differs() -> None:
     env = {"torch": {"gpus": mixed["gpus"]}}
     assert environment.device_capabilities(env) == [(9, 0), (9, 0), (8, 0)]
     assert environment.device_capabilities({"torch": None}) == []
+
+
+# --- the one reader (report.read / parse / read_bytes), its shape derived from the schema ------------------
+
+
+@pytest.fixture(scope="module")
+def static_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.support import static_verify_report
+
+    return static_verify_report(tmp_path_factory.mktemp("verify") / "report.json")
+
+
+def test_a_report_verify_wrote_reads_into_the_record_and_writes_back_unchanged(static_report: Path) -> None:
+    data = json.loads(static_report.read_text())
+    record = reader.read(static_report)
+    assert record.to_json() == data
+    assert (record.verdict, record.mode, record.exit_code) == ("FAIL", "static", 1)
+    assert record.summary[Status.FAIL] == data["summary"]["FAIL"] and record.torch_version == data["environment"]["torch"]["version"]
+    assert {c.id for c in record.failing(Status.FAIL)} >= {"identity.apex"}
+    assert reader.read_bytes(static_report.read_bytes(), static_report).to_json() == data
+    audited = record.with_block("audit", {"image": "x"}).to_json()
+    assert audited == {**data, "audit": {"image": "x"}}
+
+
+def _is_report(path: Path) -> bool:
+    try:
+        data = json.loads(path.read_text())
+    except ValueError:
+        return False
+    return isinstance(data, dict) and "schema_version" in data and "checks" in data and "verdict" in data
+
+
+EVIDENCE = sorted(p for p in (REPO / "reports").glob("**/*.json") if _is_report(p))
+
+
+@pytest.mark.parametrize("path", EVIDENCE, ids=[str(p.relative_to(REPO / "reports")) for p in EVIDENCE])
+def test_reports_of_every_schema_version_under_reports_are_read(path: Path) -> None:
+    """Reports verify wrote on the H200 host and in containers, schema v1 and v2: all read, unchanged."""
+    assert reader.read(path).to_json() == json.loads(path.read_text())
+
+
+def test_the_accepted_shape_is_the_schemas(static_report: Path) -> None:
+    shape = reader.read_shape()
+    schema = reader.schema()
+    assert set(shape.fields) == set(schema["properties"])  # every top-level field the schema declares, no other
+    data = json.loads(static_report.read_text())
+    data["checks"][0]["status"] = "BOGUS"  # the schema's status enum is verify's Status
+    data["extensions"][0]["status"] = ["ok"]
+    data["a_newer_key"] = {"any": "thing"}  # a newer verify's block: read, kept
+    data["schema_version"] = "1"  # an older verify's report: read
+    with pytest.raises(input_files.InputFileError) as refused:
+        reader.parse(data, "out/report.json")
+    text = str(refused.value)
+    assert text.startswith("out/report.json: report.json.extensions[0].status: expected a string, got a list; "
+                           "report.json.checks[0].status: expected one of PASS, FAIL, WARN, SKIP, INFO as the value")
+    assert "a_newer_key" not in text and "schema_version" not in text
+    assert [s.value for s in Status] == schema["$defs"]["status"]["enum"]  # one status enum, written twice: kept equal
+    with pytest.raises(input_files.InputFileError, match="expected an object, got a list"):
+        reader.parse([], "r.json")
+    with pytest.raises(input_files.InputFileError, match="is not UTF-8 text"):
+        reader.read_bytes(b'{"verdict": "\xff"}', "r.json")

@@ -143,11 +143,11 @@ def test_zipapp_selftest_workers_run_from_the_zip(pyz: Path, tmp_path: Path) -> 
 
 
 def _interpreter(version: str) -> str | None:
-    """Another CPython of this host (pyenv installs several here), or None."""
-    import glob
+    """Another CPython of this host (on PATH, or one of pyenv's under $PYENV_ROOT, ~/.pyenv by default), or None."""
     import shutil
 
-    candidates = [shutil.which(f"python{version}"), *sorted(glob.glob(f"/root/.pyenv/versions/{version}.*/bin/python"))]
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    candidates = [shutil.which(f"python{version}"), *map(str, sorted(pyenv.glob(f"versions/{version}.*/bin/python")))]
     for found in filter(None, candidates):
         ok = subprocess.run([found, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True,
                             text=True, timeout=30, check=False)

@@ -47,7 +47,7 @@ def test_metadata_gets_one_torch_pin_in_place_of_setup_pys() -> None:
 def test_the_installed_wheels_manifest_allows_another_patch_but_not_another_minor_or_cuda() -> None:
     from verify.layers import manifest as m
 
-    record = m.BuildManifest(versions={"torch": "2.11.0+cu130"})
+    record = m.BuildManifest(versions=m.Versions(torch="2.11.0+cu130"))
     assert m.torch_mismatch(record, "2.11.1+cu130", m.INSTALLED_ORIGIN) is None
     assert "built for torch 2.11.0+cu130" in m.torch_mismatch(record, "2.12.0+cu130", m.INSTALLED_ORIGIN)
     assert "this torch's stack" in m.torch_mismatch(record, "2.11.0+cu128", m.INSTALLED_ORIGIN)
@@ -57,7 +57,7 @@ def test_the_installed_wheels_manifest_allows_another_patch_but_not_another_mino
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """out/ folders of the builder's runs: a good one, a newer build of it, a gate that fails, one linking zlib."""
-    root = tmp_path_factory.mktemp("i21-index-builds")
+    root = tmp_path_factory.mktemp("wheel-index-builds")
     python = wb.torch_venv(root / "venv")
     runs = {"good": {}, "newer": {"started": "2026-12-02T08:00:00+00:00"}, "broken": {"module": wb.BROKEN_MODULE},
             "zlib": {"module": wb.ZLIB_MODULE, "libraries": ("z",)}}
@@ -87,6 +87,10 @@ def test_the_wheel_names_its_stack_pins_torch_and_carries_manifest_and_gate_repo
                                         "torch_requirement": f"torch=={MINOR}.*", "stack": STACK}
     assert inside["build"]["wheel"] == beside["build"]["wheel"] == wheel.name
     assert inside["build"]["wheel_sha256"] is None  # the copy inside cannot hold its own wheel's hash
+    for written in (inside, beside):  # the builder's record reads back into the same JSON
+        from verify.layers import manifest as m
+
+        assert m.BuildManifest.from_json(written).to_json() == written
     assert beside["build"]["wheel_sha256"] == wb_sha(wheel)
     assert json.loads(files["verify-static.json"])["verdict"] == "PASS"
     with zipfile.ZipFile(wheel) as archive:  # every entry in RECORD with its hash: pip checks them on install
@@ -234,7 +238,7 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(builds, tmp_path_factory):
-    index = tmp_path_factory.mktemp("i21-index-served") / "index"
+    index = tmp_path_factory.mktemp("wheel-index-served") / "index"
     assert run_build("index", str(builds["good"]), "--index", str(index)).returncode == 0
     server = Served(index)
     yield server

@@ -89,7 +89,7 @@ def test_a_multi_line_error_cannot_run_commands(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_another_programs_escape_sequences_reach_the_console_as_text() -> None:
-    """Issue 24: setup.py's raw escape sequences (colour, cursor moves, a lone CR) reached the console."""
+    """setup.py's raw escape sequences (colour, cursor moves, a lone CR) used to reach the console."""
     line = "\x1b[2J\x1b[31mnvcc\x1b[0m warning\tdone\rfake line\x07\r\n"
     shown = wc.terminal_safe(line)
     assert "\x1b" not in shown and "\x07" not in shown and "\rf" not in shown

@@ -57,7 +57,7 @@ from toolchain.builder.request import BuildRequest
 from toolchain.builder.static_gate import gate_required, install_and_verify, install_wheel
 from toolchain.errors import ToolchainError, UsageError
 from verify.layers import module_map
-from verify.layers.manifest import BuildManifest
+from verify.layers.manifest import BuildManifest, BuildStats, Parallelism, Versions
 from verify.runtime import entry_point, exit_codes
 from verify.runtime.atomic import write_json
 from verify.runtime.messages import bounded
@@ -125,7 +125,7 @@ def build(request: BuildRequest) -> int:
 def _lock_out(out: Path) -> int:
     """An exclusive lock on the OUT folder itself (flock on its descriptor: no file is added, so a failed
     build's empty folders still go): two builders on one --out would write one log, one wheel name and
-    one manifest at once (issue 24); the second is refused at once, exit 2."""
+    one manifest at once; the second is refused at once, exit 2."""
     fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -168,7 +168,7 @@ def build_and_gate(request: BuildRequest, inputs: BuildInputs, tools: BuildTools
     stats = compiled.stats
     _say(f"wheel {wheel} ({stats['wall_s']} s, peak {stats['peak_rss_mb']:.0f} MiB); manifest {manifest_path}")
     _say(f"built modules: {', '.join(built) or 'none'}")
-    _say(build_timing.timing_line(manifest.build))
+    _say(build_timing.timing_line(manifest.build.to_json()))
 
     missing = build_outputs.missing_modules(inputs.expected, built, log_lines)
     if missing:
@@ -193,20 +193,20 @@ def _with_identity(raw: Path, manifest: BuildManifest) -> tuple[Path, BuildManif
     versions = manifest.versions
     try:
         ident = wheel_identity.identity(manifest.apex.get("version") or "0.1", manifest.commit, manifest.apex.get("ref"),
-                                        str(versions.get("torch") or ""), versions.get("torch_cuda"))
+                                        str(versions.torch or ""), versions.torch_cuda)
     except ValueError as error:
         _say(f"WARNING: the wheel keeps setup.py's name {raw.name} (no stack identity: {error})")
         return raw, manifest
     target = raw.with_name(wheel_identity.final_name(raw.name, ident))
     inside = dataclasses.replace(manifest, wheel_identity=ident.to_json(),
-                                 build={**manifest.build, "wheel": target.name, "wheel_sha256": None,
-                                        "wheel_as_built": raw.name})
+                                 build=manifest.build.updated(wheel=target.name, wheel_sha256=None,
+                                                              wheel_as_built=raw.name))
     wheel_identity.stamp(raw, target, ident.version, ident.torch_requirement,
                          {wheel_identity.MANIFEST_FILE: _json_bytes(inside)})
     if target != raw:
         raw.unlink()
     _say(f"wheel identity: {ident.version} (requires {ident.torch_requirement}; index stack {ident.stack})")
-    return target, dataclasses.replace(inside, build={**inside.build, "wheel_sha256": sha256_of(target)})
+    return target, dataclasses.replace(inside, build=inside.build.updated(wheel_sha256=sha256_of(target)))
 
 
 def _carry_gate_report(wheel: Path, manifest: BuildManifest, out: Path, env: dict[str, str]) -> None:
@@ -220,7 +220,7 @@ def _carry_gate_report(wheel: Path, manifest: BuildManifest, out: Path, env: dic
     wheel_identity.stamp(wheel, wheel, str(manifest.wheel_identity["version"]),
                          str(manifest.wheel_identity["torch_requirement"]), {**inside, **reports})
     write_json(out / MANIFEST_NAME, dataclasses.replace(
-        manifest, build={**manifest.build, "wheel_sha256": sha256_of(wheel)}).to_json())
+        manifest, build=manifest.build.updated(wheel_sha256=sha256_of(wheel))).to_json())
     install_wheel(wheel, env, out / LOG_NAME)
 
 
@@ -357,9 +357,9 @@ def _manifest(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, env
         skipped_extensions=tuple(build_outputs.skipped_extensions(log_lines)),
         # a build with no CUDA module compiles for no arch, whatever the environment says
         arch_list=env.get("TORCH_CUDA_ARCH_LIST") if any(module_map.module(m).cuda for m in inputs.expected) else None,
-        versions={k: v for k, v in tools.versions.items() if k != "nvcc_path"},
-        parallelism=compiled.parallelism,
-        build={
+        versions=Versions.from_json({k: v for k, v in tools.versions.items() if k != "nvcc_path"}),
+        parallelism=Parallelism.from_json(compiled.parallelism),
+        build=BuildStats.from_json({
             "started_at": started.isoformat(timespec="seconds"),
             **stats,
             "peak_rss_method": "summed RSS of the pip process tree sampled from /proc every 0.5 s "
@@ -375,7 +375,7 @@ def _manifest(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, env
             "timing": build_timing.compile_timing(inputs.src / "build", stats, cores,
                                                   int(compiled.parallelism["nvcc_threads"]),
                                                   request.out_dir / build_timing.TIMES_NAME),
-        },
+        }),
         cell=given.cell,
         inputs={
             "base_image": given.base_image,

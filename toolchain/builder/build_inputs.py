@@ -65,7 +65,7 @@ def resolve(request: BuildRequest) -> BuildInputs:
         if value is not None and not value >= 1:
             raise UsageError(f"{name} {value}: must be 1 or more")
     arch_text = request.archs or os.environ.get("TORCH_CUDA_ARCH_LIST")
-    if arch_text:  # --naive too: the comparison is for the same archs (issue 16)
+    if arch_text:  # --naive too: the comparison is for the same archs
         archs = parse_archs(arch_text)
     elif needs_cuda and not request.naive:
         raise UsageError(

@@ -89,7 +89,7 @@ NVCC_PROBE_TIMEOUT_S = 300  # a one-line kernel compiles in 1-3 s; a loaded buil
 def nvcc_compiles(nvcc: Path, env: dict[str, str]) -> None:
     """nvcc turns a one-line kernel into an object file, or EnvironmentUnavailable (exit 3) before the
     build: an nvcc that answers --version but cannot compile (a stub, a broken toolkit, a host compiler it
-    rejects) used to pass the checks and fail the build as exit 1 (issue 24)."""
+    rejects) used to pass the checks and fail the build as exit 1."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="apex-nvcc-probe.") as work:

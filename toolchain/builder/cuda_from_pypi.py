@@ -189,7 +189,7 @@ def _install(root: Path, requirements: list[str], say) -> None:
                "--target", str(staging / "site"), *requirements]
         say("installing CUDA wheels: " + " ".join(requirements))
         # pip's own temporary folders (unpacked wheels: ~300 MB) inside the staging folder, which this
-        # `finally` removes: a pip killed by a signal cannot leave them in /tmp (issue 24)
+        # `finally` removes: a pip killed by a signal cannot leave them in /tmp
         (staging / "tmp").mkdir()
         env = {**os.environ, "TMPDIR": str(staging / "tmp")}
         done = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env)

@@ -35,7 +35,7 @@ TYPICAL_FILES_PER_EXTENSION = 2
 # nvcc --threads only splits a file's -gencode targets: more threads than archs buy nothing.
 MAX_NVCC_THREADS = 4
 
-# Many archs (issue 16): the rule above left the five-arch core build at 2.2 compiles in flight on 16
+# Many archs (reports/h200-2026-12-01-buildspeed/): the rule above left the five-arch core build at 2.2 compiles in flight on 16
 # cores (560 s, not finished): one extension at a time. The default now starts every extension at once
 # (APEX_PARALLEL_BUILD = extensions) with MAX_JOBS = the largest extension's units, so every unit, the
 # slowest included, is in flight from the start and the kernel shares the cores among them (no unit waits
@@ -43,7 +43,7 @@ MAX_NVCC_THREADS = 4
 # tail where the last slow units run alone. Memory per compile unit, modelled as host part + threads x
 # device part, from two measurements on the H200 host (Apex 6424da3b, torch 2.11, nvcc 13.0):
 # - five archs, MAX_JOBS=8 x nvcc --threads 4 (amp_C: 8 units of 4 threads at once): 24 GiB summed RSS
-#   peak, 0.75 GiB per nvcc thread (issue 16);
+#   peak, 0.75 GiB per nvcc thread;
 GIB_PER_NVCC_THREAD = 0.75
 # - one arch, 32 units at --threads 1: 41.4 GiB summed RSS, 1.3 GiB per unit (reports/h200-2026-11-30,
 #   manifest-9.0-cold.json), so ~0.55 GiB host part; rounded up to 1.0 because the largest single

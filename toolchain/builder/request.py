@@ -92,7 +92,7 @@ def parse(argv: list[str] | None = None, default_flags: str | None = None) -> Bu
 
 def path_value(text: str) -> Path:
     """Every path option's one check: '' would be the current folder, a `~user` with no such user raises
-    deep inside pathlib when the path is used (issue 24: a RuntimeError traceback)."""
+    deep inside pathlib when the path is used (a RuntimeError traceback)."""
     if not text.strip() or "\x00" in text:
         raise argparse.ArgumentTypeError(f"{text!r}: not a path (empty, or a NUL character); name a folder")
     try:

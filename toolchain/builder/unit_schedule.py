@@ -1,4 +1,5 @@
-"""Slowest units first: each nvcc unit's niceness and --threads from its predicted cost (issue 16).
+"""Slowest units first: each nvcc unit's niceness and --threads from its predicted cost
+(reports/h200-2026-12-01-buildspeed-i16/).
 
 With every unit in flight (parallelism.all_in_flight) the kernel is the scheduler, and it shares the cores
 per thread: at five archs and --threads 2 for all, the costliest unit (scaled_upper_triang_masked_softmax,

@@ -112,6 +112,11 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     check_inputs(request)
     cells = route(cells, request, args, console, ask_engine=False)
     cells = for_target(cells, request)
+    if args.markdown:
+        from toolchain.commands import matrix_table
+
+        console.line(matrix_table.render(cells))
+        return exit_codes.OK
     plans = [plan_for(cell, request) for cell in cells]
     if args.json:
         print(atomic.json_dumps(plans if len(plans) > 1 else plans[0], indent=2))

@@ -13,20 +13,21 @@ from toolchain.console import Console
 from toolchain.errors import UsageError
 from toolchain.image import signature
 from toolchain.spec import ci_matrix
+from verify.checks import Status
+from verify.report import reader as verify_report
 from verify.runtime import atomic, exit_codes, input_files
 
 
 def failing_checks(report_path: Path | str | None, limit: int = 20) -> list[str]:
     """`FAIL id  summary` for each FAIL/WARN check of a verify report (bounded read); [] when none is readable."""
-    from verify.runtime import input_files
-
+    if not report_path:
+        return []
     try:
-        report = input_files.read_json(Path(report_path), input_files.VERIFY_REPORT) if report_path else None
+        report = verify_report.read(report_path)
     except input_files.InputFileError:
         return []
-    checks = report.get("checks") if isinstance(report, dict) else None
-    lines = [f"{c.get('status')}  {c.get('id')}  {c.get('summary')}" for c in checks or []
-             if isinstance(c, dict) and c.get("status") in ("FAIL", "WARN")]
+    lines = [f"{c.status.value}  {c.id}  {c.summary}" for c in report.checks
+             if c.status in (Status.FAIL, Status.WARN)]
     return lines[:limit] + ([f"... {len(lines) - limit} more in the report"] if len(lines) > limit else [])
 
 
@@ -71,7 +72,7 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
 def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     from toolchain.image import pull, registry_pull
     from toolchain.runs import run_loop
-    from toolchain.runs.cell_result import CellResult, CellStatus
+    from toolchain.runs.cell_result import BuildRecord, CellFields, CellResult, CellStatus, VerifyRecord
     from toolchain.timestamps import now
 
     check_registry(args)
@@ -104,13 +105,11 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
                                                            expected_image_id=expected_id)
     # recorded like a matrix cell, so `build.py report` shows what this node verified
     status = CellStatus.VERIFIED if code == exit_codes.OK else CellStatus.VERIFY_FAILED
-    verify = {"exit_code": code, "report_path": str(report_path), "mode_requested": args.gpu, "status": status.value}
-    verify.update(run_loop.report_summary(report_path))
+    verify = run_loop.with_report(VerifyRecord(exit_code=code, mode_requested=args.gpu, status=status), report_path)
     run_loop.save_result(CellResult(
-        id=cell.id, name=cell.name, run_id="pull", cell=cell.to_json(), status=status, started_at=started,
-        finished_at=now(), verify=verify,
-        build={"ok": True, "tag": ref, "digest": digest, "pulled": not args.no_pull, "image_id": image_id,
-               "signature": signed},
+        id=cell.id, name=cell.name, run_id="pull", cell=CellFields.from_json(cell.to_json()), status=status,
+        started_at=started, finished_at=now(), verify=verify,
+        build=BuildRecord(ok=True, tag=ref, digest=digest, pulled=not args.no_pull, image_id=image_id, signature=signed),
     ), args.out)
     if code == exit_codes.OK:
         console.status("READY", "ok", f"{ref} (report {report_path})")

@@ -125,6 +125,7 @@ def _registry_option() -> argparse.ArgumentParser:
 def _plan(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     p = sub.add_parser("plan", parents=[o.common, o.cell, o.build], help="resolved build args and command; nothing built")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--markdown", action="store_true", help="the README's matrix table: one row per cell")
     p.set_defaults(func=cells.cmd_plan)
 
 

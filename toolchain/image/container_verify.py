@@ -21,6 +21,7 @@ from toolchain.image import container_engine, verify_zipapp
 from toolchain.image.container_engine import DockerEngine, NoGpuRuntime, PodmanEngine
 from toolchain.spec.image_labels import CELL as OWN_IMAGE_LABEL  # images built here ship verify in their venv
 from toolchain.timestamps import now
+from verify.report import reader as verify_report
 from verify.runtime import exit_codes, input_files
 from verify.runtime.atomic import write_bytes, write_json, write_text
 
@@ -139,7 +140,8 @@ def _zipapp_files(source: str) -> tuple[dict[str, bytes], verify_zipapp.Zipapp |
         return {ZIPAPP_PATH: app.path.read_bytes()}, app
 
 
-def _run_with_gpu_or_static(go: Callable[[bool, bool, bool], container_engine.RunResult], gpu: str, engine_name: str, run: dict) -> container_engine.RunResult:
+def _run_with_gpu_or_static(go: Callable[[bool, bool, bool], container_engine.RunResult], gpu: str, engine_name: str,
+                            run: dict) -> container_engine.RunResult:
     """Run verify with the GPUs, or --static where the engine has no GPU runtime (gpu "auto") or none is
     asked for; `run` (container-run.json) records which it was and why."""
     if gpu == "none":
@@ -166,17 +168,15 @@ def _keep_report(result: container_engine.RunResult, out_dir: Path, audit: dict)
     """Write verify's report (and its Markdown) with the audit block; the exit code the host reports."""
     status = result.status
     report_path = out_dir / "report.json"
-    write_bytes(report_path, result.files["report.json"])  # as verify wrote it, then read back with bounds
+    raw = result.files["report.json"]
     try:
-        report = input_files.read_json(report_path, input_files.VERIFY_REPORT)
-        if not isinstance(report, dict):
-            raise input_files.InputFileError(report_path, "not an object", "is not a JSON object",
-                                             "rerun verify in the image; its report is an object")
+        report = verify_report.read_bytes(raw, report_path)
     except input_files.InputFileError as error:
+        write_bytes(report_path, raw)  # kept as verify wrote it, for whoever reads it next
         _note(f"verify's report {error}")
         return exit_codes.FAILED, report_path
-    report["audit"] = audit  # which image this report is about: only the host knows its digest
-    write_json(report_path, report)
+    # which image this report is about: only the host knows its digest; written once, with it
+    write_json(report_path, report.with_block("audit", audit).to_json())
     if "report.md" in result.files:
         write_text(out_dir / "report.md", _audit_markdown(audit) + result.files["report.md"].decode("utf-8", "replace"))
     # the tool's own codes are 0-3; anything else (a crash, OOM kill: 137) is a failure, never passed through

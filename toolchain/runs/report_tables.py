@@ -3,37 +3,122 @@ speedup), written atomically from the rows matrix_report.py collects."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import html
+import math
 from pathlib import Path
 
+from toolchain.runs.cell_result import CellStatus
 from toolchain.runs.matrix_report import Row, collect
+from verify.checks import Status
 from verify.runtime import atomic
 
 MD_NAME = "matrix-report.md"
 HTML_NAME = "matrix-report.html"
 
-COLUMNS = ("cell", "CUDA", "torch", "Python", "OS", "archs", "build", "verify", "extensions",
-           "kernels (native / Apex time)", "details")
+
+@dataclasses.dataclass(frozen=True)
+class TableRow:
+    """One line of the table: each column's text, by name (COLUMNS are their headers, in this order)."""
+
+    cell: str
+    cuda: str
+    torch: str
+    python: str
+    os: str
+    archs: str
+    build: str
+    verify: str
+    extensions: str
+    kernels: str
+    details: str
 
 
-def _cells(row: Row) -> list[str]:
+HEADERS = {"cell": "cell", "cuda": "CUDA", "torch": "torch", "python": "Python", "os": "OS", "archs": "archs",
+           "build": "build", "verify": "verify", "extensions": "extensions",
+           "kernels": "kernels (native / Apex time)", "details": "details"}
+COLUMNS = tuple(HEADERS[f.name] for f in dataclasses.fields(TableRow))
+_STATUS_COLUMNS = ("build", "verify")  # the cells the HTML colours by the row's outcome
+_NOT_STARTED = (CellStatus.PENDING, CellStatus.NOT_RUN, CellStatus.INTERRUPTED, CellStatus.SKIPPED,
+                CellStatus.BUILDING)
+
+
+def table_row(row: Row) -> TableRow:
     cell = row.cell
-    archs = ";".join(cell.get("archs") or [])
-    extras = cell.get("extras") or []
-    return [
-        row.id,
-        cell.get("cuda", ""),
-        cell.get("torch", ""),
-        cell.get("python", ""),
-        cell.get("os", ""),
-        archs + (f" +{','.join(extras)}" if extras else ""),
-        row.build_text(),
-        row.verify_text(),
-        row.extensions_text(),
-        row.kernels_text(),
-        row.details_text(),
-    ]
+    archs = ";".join(cell.archs)
+    return TableRow(cell=row.id, cuda=cell.cuda, torch=cell.torch, python=cell.python, os=cell.os,
+                    archs=archs + (f" +{','.join(cell.extras)}" if cell.extras else ""),
+                    build=build_text(row), verify=verify_text(row), extensions=extensions_text(row),
+                    kernels=kernels_text(row), details=details_text(row))
+
+
+def build_text(row: Row) -> str:
+    build = row.build
+    if row.error and build is None:
+        return "unreadable"
+    if build is None and row.status in (CellStatus.VERIFIED, CellStatus.VERIFY_FAILED):
+        return "-"  # `build.py verify IMAGE` of an image built elsewhere
+    if build is not None and build.ok:
+        return f"ok ({build.duration_s:.0f} s)" if build.duration_s is not None else "ok"
+    if row.status in _NOT_STARTED:
+        return row.status.value.replace("_", " ")
+    if build is not None and build.status is CellStatus.ENVIRONMENT_UNAVAILABLE:
+        return "environment unavailable"
+    stage = build.stage_failed if build is not None else None
+    return f"FAILED in {stage}" if stage else "FAILED"
+
+
+def verify_text(row: Row) -> str:
+    report = row.report
+    if report is not None:
+        counts = ", ".join(f"{n} {s.value}" for s, n in report.summary.items()
+                           if n and s in (Status.FAIL, Status.WARN, Status.SKIP))
+        where = f"{report.mode or '?'}" + (f", {report.gpu_name}" if report.gpu_name else "")
+        return f"{report.verdict or '?'} ({where})" + (f": {counts}" if counts else "")
+    verify = row.verify
+    if verify is not None and verify.to_json():
+        return f"exit {verify.exit_code}" + (f": {verify.error}" if verify.error else "")
+    return "-"
+
+
+def extensions_text(row: Row) -> str:
+    if row.report is None:
+        return "-"
+    extensions = row.report.extensions
+    bad = [f"{e.module} ({e.status.replace('_', ' ')})" for e in extensions if e.status != "ok"]
+    text = f"{len(extensions) - len(bad)}/{len(extensions)} ok"
+    return text + (f"; {', '.join(bad)}" if bad else "")
+
+
+def speedups(row: Row) -> dict[str, float]:
+    """kernel -> geometric mean over its cases of the kernel-time speedup (native / Apex); >1: Apex faster."""
+    by_kernel: dict[str, list[float]] = {}
+    for kernel, ratio in row.report.speedups if row.report else ():
+        by_kernel.setdefault(kernel, []).append(ratio)
+    return {k: math.exp(sum(map(math.log, v)) / len(v)) for k, v in by_kernel.items()}
+
+
+def kernels_text(row: Row) -> str:
+    return "; ".join(f"{k} {v:.2f}x" for k, v in speedups(row).items()) or "-"
+
+
+def details_text(row: Row) -> str:
+    if row.error:
+        return row.error
+    build = row.build
+    if build is not None and build.error:
+        return build.error
+    if build is not None and not build.ok and build.summary:
+        return build.summary
+    if build is not None and not build.ok and build.log_tail:
+        return build.log_tail[-1]
+    if row.report is not None:
+        fails = row.report.failing(Status.FAIL)
+        if fails:
+            more = f" (+{len(fails) - 1} more)" if len(fails) > 1 else ""
+            return f"{fails[0].id}: {fails[0].summary}{more}"
+    return ""
 
 
 def _md_escape(text: str) -> str:
@@ -52,10 +137,10 @@ def render_markdown(rows: list[Row], created_at: str) -> str:
         "|" + "---|" * len(COLUMNS),
     ]
     for row in rows:
-        cells = [_md_escape(c) for c in _cells(row)]
-        if cells[6].startswith("FAILED"):
-            cells[6] = f"**{cells[6]}**"
-        lines.append("| " + " | ".join(cells) + " |")
+        texts = {name: _md_escape(text) for name, text in dataclasses.asdict(table_row(row)).items()}
+        if texts["build"].startswith("FAILED"):
+            texts["build"] = f"**{texts['build']}**"
+        lines.append("| " + " | ".join(texts.values()) + " |")
     if not rows:
         lines.append("| " + " | ".join(["(no cells run yet: `build.py matrix`)"] + [""] * (len(COLUMNS) - 1)) + " |")
     return "\n".join(lines) + "\n"
@@ -72,7 +157,7 @@ tr.other td.status{background:#fff6d6}code{font-size:.85rem}.bar{display:inline-
 
 def _bars(row: Row) -> str:
     parts = []
-    for kernel, ratio in row.speedups().items():
+    for kernel, ratio in speedups(row).items():
         width = int(max(2.0, min(200.0, 60 * ratio)))  # clamp before int(): 60 * 1e308 is inf
         cls = "bar" if ratio >= 1 else "bar slow"
         parts.append(f'{html.escape(kernel)} {ratio:.2f}x <span class="{cls}" style="width:{width}px"></span>')
@@ -84,15 +169,15 @@ def render_html(rows: list[Row], created_at: str) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
     body = []
     for row in rows:
-        cells = [html.escape(c) for c in _cells(row)]
-        cells[0] = f"<code>{cells[0]}</code>"
-        cells[9] = _bars(row)
+        texts = {name: html.escape(text) for name, text in dataclasses.asdict(table_row(row)).items()}
+        texts["cell"] = f"<code>{texts['cell']}</code>"
+        texts["kernels"] = _bars(row)
         if row.report_path:
-            cells[7] = f'<a href="{html.escape(Path(row.report_path).as_posix())}">{cells[7]}</a>'
-        klass = "ok" if row.ok else "bad" if row.status not in ("pending", "not_run", "skipped") else "other"
-        tds = "".join(
-            f'<td class="status">{c}</td>' if i in (6, 7) else f"<td>{c}</td>" for i, c in enumerate(cells)
-        )
+            texts["verify"] = f'<a href="{html.escape(Path(row.report_path).as_posix())}">{texts["verify"]}</a>'
+        waiting = row.status in (CellStatus.PENDING, CellStatus.NOT_RUN, CellStatus.SKIPPED)
+        klass = "ok" if row.ok else "other" if waiting else "bad"
+        tds = "".join(f'<td class="status">{text}</td>' if name in _STATUS_COLUMNS else f"<td>{text}</td>"
+                      for name, text in texts.items())
         body.append(f'<tr class="{klass}">{tds}</tr>')
     if not rows:
         body.append(f'<tr><td colspan="{len(COLUMNS)}">no cells run yet: <code>build.py matrix</code></td></tr>')

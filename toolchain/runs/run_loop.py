@@ -19,14 +19,13 @@ from typing import Any
 
 from toolchain.console import Console
 from toolchain.errors import EnvironmentUnavailable, ToolchainError
-from toolchain.runs import matrix_report
-from toolchain.runs.cell_result import CellResult, CellStatus
+from toolchain.runs.cell_result import BuildRecord, CellFields, CellResult, CellStatus, VerifyRecord
 from toolchain.runs.run_overview import MatrixReport
 from toolchain.runs.run_request import RunRequest
 from toolchain.spec.cell import Cell
 from toolchain.timestamps import now
+from verify.report import reader as verify_report
 from verify.runtime import atomic, exit_codes, input_files
-from verify.runtime import field_types as ft
 
 LOG_TAIL_LINES = 40
 
@@ -79,23 +78,24 @@ def run_cell(cell: Cell, request: RunRequest, console: Console, *, verify_mode: 
     """Build one cell, verify it if asked; never raises for a cell's own failure (Ctrl-C excepted)."""
     log_dir = request.logs / cell.id
     log_path = log_dir / "build.log"
-    result = CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=cell.to_json(), status=CellStatus.BUILDING,
+    result = CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=_fields(cell), status=CellStatus.BUILDING,
                         started_at=now())
     with _cell_lock(log_dir) as held:
         if not held:
             result = result.replace(
                 status=CellStatus.SKIPPED, finished_at=now(),
-                build={"ok": False, "error": f"another run is building {cell.id} (lock {log_dir / '.lock'})"})
+                build=BuildRecord(ok=False, error=f"another run is building {cell.id} (lock {log_dir / '.lock'})"))
             console.status("SKIP", "warn", f"{cell.name}: another run is building it")
             return save_result(result, request.out)
         build = _build(cell, request, console, log_path)
-        if not build["ok"]:
-            result = result.replace(build=build, status=CellStatus(build.get("status", "build_failed")))
+        tag = build.tag or cell.id
+        if not build.ok:
+            result = result.replace(build=build, status=build.status or CellStatus.BUILD_FAILED)
         elif verify_mode == "none":  # the build's own gate still reaches the report
-            result = result.replace(build=build, status=CellStatus.BUILT, verify=_gate(build["tag"], request, cell))
+            result = result.replace(build=build, status=CellStatus.BUILT, verify=_gate(tag, request, cell))
         else:
-            verify = _verify(build["tag"], request, console, verify_mode, cell)
-            result = result.replace(build=build, verify=verify, status=CellStatus(verify["status"]))
+            verify = _verify(tag, request, console, verify_mode, cell)
+            result = result.replace(build=build, verify=verify, status=verify.status)
     return save_result(result.replace(finished_at=now()), request.out)
 
 
@@ -104,71 +104,74 @@ def save_result(result: CellResult, out: Path) -> CellResult:
     return result
 
 
-def _build(cell: Cell, request: RunRequest, console: Console, log_path: Path) -> dict[str, Any]:
+def _fields(cell: Cell) -> CellFields:
+    return CellFields.from_json(cell.to_json())
+
+
+def _build(cell: Cell, request: RunRequest, console: Console, log_path: Path) -> BuildRecord:
     from toolchain.image import buildkit_build
 
     start = time.monotonic()
-    build: dict[str, Any] = {"ok": False, "tag": cell.id, "target": request.target, "log_path": str(log_path)}
+    build = BuildRecord(ok=False, tag=cell.id, target=request.target, log_path=str(log_path))
     with console.group(f"build {cell.name}: {cell.id}"):
         try:
             outcome = buildkit_build.build_image(cell, target=request.target, log_path=log_path, apex_src=request.apex_src,
                                          wheelhouse=request.wheelhouse, extra_ca=request.extra_ca, progress=request.progress,
                                          ccache_dir=request.ccache_dir, ccache_mount=request.ccache_mount)
-            if getattr(outcome, "ccache_carried", None):
-                build["ccache_carried"] = outcome.ccache_carried
-            build.update(ok=bool(outcome.ok), tag=outcome.tag or cell.id, stage_failed=outcome.stage_failed,
-                         step_failed=getattr(outcome, "step_failed", None),
-                         log_tail=_tail(outcome.log_tail), duration_s=round(float(outcome.duration_s), 1))
-            if not build["ok"]:
-                build["summary"] = failure_line(build["log_tail"])
+            tail = _tail(outcome.log_tail)
+            build = build.replace(ok=bool(outcome.ok), tag=outcome.tag or cell.id,
+                                  ccache_carried=getattr(outcome, "ccache_carried", None) or None,
+                                  stage_failed=outcome.stage_failed, step_failed=getattr(outcome, "step_failed", None),
+                                  log_tail=tuple(tail), duration_s=round(float(outcome.duration_s), 1),
+                                  summary=None if outcome.ok else failure_line(tail))
         except EnvironmentUnavailable as err:
-            build.update(status="environment_unavailable", error=str(err), exit_code=err.exit_code)
+            build = build.replace(status=CellStatus.ENVIRONMENT_UNAVAILABLE, error=str(err), exit_code=err.exit_code)
         except ToolchainError as err:
-            build.update(error=str(err), exit_code=err.exit_code)
+            build = build.replace(error=str(err), exit_code=err.exit_code)
         except Exception as err:  # a bug in one cell's build must not lose the other cells
-            build.update(status="error", error=f"{type(err).__name__}: {err}")
+            build = build.replace(status=CellStatus.ERROR, error=f"{type(err).__name__}: {err}")
             log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(log_path, "a") as log:
                 log.write(traceback.format_exc())
-    build.setdefault("duration_s", round(time.monotonic() - start, 1))
-    if build["ok"]:
-        console.status("OK", "ok", f"{cell.name}: built {build['tag']} in {build['duration_s']:.0f} s")
+    if build.duration_s is None:
+        build = build.replace(duration_s=round(time.monotonic() - start, 1))
+    if build.ok:
+        console.status("OK", "ok", f"{cell.name}: built {build.tag} in {build.duration_s:.0f} s")
     else:
-        stage = f" in stage {build['stage_failed']}" if build.get("stage_failed") else ""
-        why = build.get("error") or build.get("summary") or "(no log)"
+        stage = f" in stage {build.stage_failed}" if build.stage_failed else ""
+        why = build.error or build.summary or "(no log)"
         where = "" if str(log_path) in why else f" (log: {log_path})"
         console.error(f"{cell.name}: build failed{stage}: {why}{where}", title=f"build {cell.id}")
     return build
 
 
-def _verify(tag: str, request: RunRequest, console: Console, mode: str, cell: Cell) -> dict[str, Any]:
+def _verify(tag: str, request: RunRequest, console: Console, mode: str, cell: Cell) -> VerifyRecord:
     from toolchain.image import container_verify
 
     out_dir = request.out / "cells" / cell.id / "verify"
-    verify: dict[str, Any] = {"mode_requested": mode, "out_dir": str(out_dir)}
+    verify = VerifyRecord(mode_requested=mode, out_dir=str(out_dir))
     with console.group(f"verify {cell.name}: {tag}"):
         try:
             # the image was just built by Docker: verify it there, whatever APEX_CONTAINER_ENGINE says
             code, report_path = container_verify.verify_image(tag, out_dir=out_dir, gpu=mode, engine="docker")
-            verify.update(exit_code=code, report_path=str(report_path) if report_path else None)
-            verify.update(report_summary(report_path))
+            verify = with_report(verify.replace(exit_code=code), report_path)
         except ToolchainError as err:
             code = err.exit_code
-            verify.update(exit_code=code, error=str(err))
+            verify = verify.replace(exit_code=code, error=str(err))
         except Exception as err:
             code = exit_codes.FAILED
-            verify.update(exit_code=code, error=f"{type(err).__name__}: {err}")
-    verify["status"] = {exit_codes.OK: "verified", exit_codes.ENVIRONMENT: "environment_unavailable"}.get(
-        code, "verify_failed")
+            verify = verify.replace(exit_code=code, error=f"{type(err).__name__}: {err}")
+    verify = verify.replace(status={exit_codes.OK: CellStatus.VERIFIED, exit_codes.ENVIRONMENT:
+                                    CellStatus.ENVIRONMENT_UNAVAILABLE}.get(code, CellStatus.VERIFY_FAILED))
     if code == exit_codes.OK:
-        console.status("PASS", "ok", f"{cell.name}: verify {verify.get('mode', '')} passed")
+        console.status("PASS", "ok", f"{cell.name}: verify {verify.mode or ''} passed")
     else:
-        console.error(f"{cell.name}: verify exit {code}: {verify.get('error') or verify.get('report_path')}",
+        console.error(f"{cell.name}: verify exit {code}: {verify.error or verify.report_path}",
                       title=f"verify {cell.id}")
     return verify
 
 
-def _gate(tag: str, request: RunRequest, cell: Cell) -> dict[str, Any] | None:
+def _gate(tag: str, request: RunRequest, cell: Cell) -> VerifyRecord | None:
     """The static gate's report that the build left in the image (/opt/apex/verify-static.json), copied next
     to the cell's result, so `build.py report` shows it for an image built with --verify none."""
     from toolchain.image import inspect_image
@@ -179,27 +182,37 @@ def _gate(tag: str, request: RunRequest, cell: Cell) -> dict[str, Any] | None:
     try:
         report = inspect_image.inspect(tag).get("static_report")
     except ToolchainError as err:
-        return {"mode_requested": "none", "error": f"the gate's report could not be read from {tag}: {err}"}
-    if not isinstance(report, dict) or "verdict" not in report:
-        return {"mode_requested": "none", "error": f"{tag} holds no readable {inspect_image.EMBEDDED['static_report']}"}
-    path = request.out / "cells" / cell.id / "verify" / "gate-report.json"
-    atomic.write_json(path, report)
-    gate = {"mode_requested": "none", "source": f"the build's gate ({inspect_image.EMBEDDED['static_report']})",
-            "report_path": str(path), "exit_code": exit_codes.OK if report.get("verdict") == "PASS" else exit_codes.FAILED}
-    return gate | report_summary(path)
-
-
-def report_summary(report_path: Any) -> dict[str, Any]:
-    if not report_path:
-        return {}
+        return VerifyRecord(mode_requested="none", error=f"the gate's report could not be read from {tag}: {err}")
+    embedded = inspect_image.EMBEDDED["static_report"]
     try:
-        data = input_files.read_json(report_path, input_files.VERIFY_REPORT)
+        parsed = verify_report.parse(report, embedded) if isinstance(report, dict) and "verdict" in report else None
+    except input_files.InputFileError as err:
+        return VerifyRecord(mode_requested="none", error=f"{tag} holds no readable {embedded}: {err.problem}")
+    if parsed is None:
+        return VerifyRecord(mode_requested="none", error=f"{tag} holds no readable {embedded}")
+    path = request.out / "cells" / cell.id / "verify" / "gate-report.json"
+    atomic.write_json(path, parsed.to_json())
+    gate = VerifyRecord(mode_requested="none", source=f"the build's gate ({embedded})", report_path=str(path),
+                        exit_code=exit_codes.OK if parsed.verdict == "PASS" else exit_codes.FAILED)
+    return _summarized(gate, parsed)
+
+
+def with_report(verify: VerifyRecord, report_path: Path | str | None) -> VerifyRecord:
+    """The record with where its report was written (stored: `build.py report` reads it there) and what
+    the report says (verdict, mode, summary), or why it cannot be read."""
+    if not report_path:
+        return verify.replace(report_path=None)
+    verify = verify.replace(report_path=str(report_path))
+    try:
+        report = verify_report.read(report_path)
     except input_files.InputFileError as exc:
-        return {"error": f"verify report unreadable: {exc}"}
-    problems = ft.check(data, matrix_report.REPORT_SHAPE, "report")
-    if problems:
-        return {"error": f"verify report {report_path} unreadable: {ft.summary(problems)}"}
-    return {k: data.get(k) for k in ("verdict", "mode", "summary")}
+        return verify.replace(error=f"verify report unreadable: {exc}")
+    return _summarized(verify, report)
+
+
+def _summarized(verify: VerifyRecord, report: verify_report.VerifyReport) -> VerifyRecord:
+    return verify.replace(verdict=report.verdict, mode=report.mode,
+                          summary={s.value: n for s, n in report.summary.items()})
 
 
 # --- commands ---------------------------------------------------------------------------------
@@ -269,9 +282,9 @@ def run_matrix(cells: list[Cell], request: RunRequest, console: Console, *, matr
     for index, cell in enumerate(cells):
         if cell.name in (unavailable or {}):
             why = (unavailable or {})[cell.name]
-            build = {"ok": False, "tag": cell.id, "status": "environment_unavailable", "error": why,
-                     "exit_code": exit_codes.ENVIRONMENT}
-            result = save_result(CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=cell.to_json(),
+            build = BuildRecord(ok=False, tag=cell.id, status=CellStatus.ENVIRONMENT_UNAVAILABLE, error=why,
+                                exit_code=exit_codes.ENVIRONMENT)
+            result = save_result(CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=_fields(cell),
                                             status=CellStatus.ENVIRONMENT_UNAVAILABLE, started_at=now(),
                                             finished_at=now(), build=build), request.out)
             results.append(result)
@@ -291,15 +304,15 @@ def run_matrix(cells: list[Cell], request: RunRequest, console: Console, *, matr
     return _exit_code(results)
 
 
-def _interrupted(cell: Cell, request: RunRequest, run_id: str) -> dict[str, Any]:
+def _interrupted(cell: Cell, request: RunRequest, run_id: str) -> CellResult:
     """The cell in progress at Ctrl-C, with what its log had so far (the build was stopped)."""
     log_path = request.logs / cell.id / "build.log"
     try:
         lines = log_path.read_text(errors="replace").splitlines()
     except OSError:
         lines = []
-    build = {"ok": False, "interrupted": True, "log_path": str(log_path), "log_tail": _tail(lines)}
-    return CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=cell.to_json(), status=CellStatus.INTERRUPTED,
+    build = BuildRecord(ok=False, interrupted=True, log_path=str(log_path), log_tail=tuple(_tail(lines)))
+    return CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=_fields(cell), status=CellStatus.INTERRUPTED,
                       finished_at=now(), build=build)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.runs import matrix_report
-from toolchain.runs.cell_result import RESULT_VERSION, CellResult, CellStatus
+from toolchain.runs.cell_result import RESULT_VERSION, CellFields, CellResult, CellStatus
 from toolchain.spec.cell import Cell
 from toolchain.timestamps import now
 from verify.runtime import atomic, input_files
@@ -78,7 +78,8 @@ class MatrixReport:
 
 
 def _placeholder(cell: Cell, status: CellStatus, run_id: str) -> dict[str, Any]:
-    return CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=cell.to_json(), status=status).to_json()
+    return CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=CellFields.from_json(cell.to_json()),
+                      status=status).to_json()
 
 
 def _is_placeholder(status: Any) -> bool:

@@ -25,7 +25,7 @@ PRESETS: dict[str, dict[str, object]] = {
         "steps": 20,
         "linear_count": 60,  # the guides' optimizer case: 60 x Linear(512, 512)
         "linear_dim": 512,
-        "big_params": 250_000_000,  # issue 4: an optimizer step on >= 250M parameters
+        "big_params": 250_000_000,  # an optimizer step on >= 250M parameters, a model-sized step
         "norm_shapes": ((32, 512, 1024), (16384, 4096)),
         "copy_bytes": 2 * GiB,
         "micro_warmup": 5,  # the copy ceiling: warm-up copies and timed copies

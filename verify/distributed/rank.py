@@ -37,7 +37,7 @@ from verify.gpu.worker import _finite as finite  # JSON has no NaN: one rule for
 from verify.runtime import exit_codes
 
 # NVLink multicast (NVLS) off in every rank, also when the caller's environment says otherwise: a
-# program that creates multicast objects can leave a shared host's GPUs out of service (issue 15).
+# program that creates multicast objects can leave a shared host's GPUs out of service.
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 

@@ -6,7 +6,7 @@ and the timing verdicts withheld when it was there (parity is unaffected and sti
     load = watch.stop()                  # after: settles, samples again
     load.shared_reason()                 # None, or "another compute process on the GPU (pid 4242, ...)"
 
-Why (issue 24, H200 of 2026-12-01): a verify run beside another process's matmuls passed with every
+Why (H200 of 2026-12-01, reports/h200-2026-12-01-busy-gpu/): a verify run beside another process's matmuls passed with every
 timing line as confident as on an idle GPU, and one verdict changed (FusedLayerNorm bf16: "native"
 idle, "tie" under load). What is read: the driver's own view through `nvidia-smi` (it ships with the
 driver, so verify stays standard library + torch; torch's own `torch.cuda.utilization()` needs pynvml,

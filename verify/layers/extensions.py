@@ -76,7 +76,8 @@ def _probe_once(source: str, tasks: list[dict[str, str]], results: dict[str, dic
                            stdin_pipe=True, is_event=lambda _message: True, tail_chars=None)
     current: str | None = None
     # the first task starts after Python's start and `import torch` in the child (seconds, more on a busy
-    # host): that gets its own allowance, so --check-timeout measures the imports it names (issue 24)
+    # host): that gets its own allowance, so --check-timeout measures the imports it names,
+    # not a loaded node's start-up
     deadline = time.monotonic() + max(timeout_s, PROBE_STARTUP_S)
     timed_out = False
     try:

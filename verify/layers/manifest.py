@@ -60,12 +60,85 @@ def installed_manifest() -> Path | None:
     return None
 
 
+class _Part:
+    """A part of the manifest: the fields its readers use, typed; every key kept as the builder wrote it
+    (`data`, in its place), so to_json(from_json(x)) == x. `updated` gives the part with keys changed."""
+
+    _TYPED: tuple[str, ...] = ()
+    data: Mapping[str, Any]
+
+    def __post_init__(self) -> None:  # a part made from its fields holds them in `data` too: one equality
+        object.__setattr__(self, "data", self.to_json())
+
+    def to_json(self) -> dict[str, Any]:
+        typed = {name: getattr(self, name) for name in self._TYPED
+                 if name in self.data or getattr(self, name) is not None}
+        return {**self.data, **typed}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Any:
+        make: Any = cls  # a subclass's dataclass constructor
+        return make(**{k: data[k] for k in cls._TYPED if k in data}, data=dict(data))
+
+    def updated(self, **changes: Any) -> Any:
+        return self.from_json({**self.to_json(), **changes})
+
+
+@dataclasses.dataclass(frozen=True)
+class Versions(_Part):
+    """What the build ran with (toolchain/builder/build_tools.py); a newer builder's keys (nvcc_source,
+    cuda_wheels) ride along in `data`."""
+
+    torch: str | None = None
+    torch_cuda: str | None = None
+    nvcc: str | None = None
+    gcc: str | None = None
+    python: str | None = None
+    cxx11_abi: bool | None = None
+    data: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+    _TYPED = ("torch", "torch_cuda", "nvcc", "gcc", "python", "cxx11_abi")
+
+
+@dataclasses.dataclass(frozen=True)
+class Parallelism(_Part):
+    """How the build was sized (toolchain/builder/parallelism.py's Plan, with its unit schedule)."""
+
+    max_jobs: int | None = None
+    nvcc_threads: int | None = None
+    apex_parallel_build: int | None = None
+    reason: str | None = None
+    data: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+    _TYPED = ("max_jobs", "nvcc_threads", "apex_parallel_build", "reason")
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildStats(_Part):
+    """The build's own record: when, how long, how much memory, which wheel (its sha256: None in the copy
+    inside the wheel, which cannot hold its own hash), and the compile timing."""
+
+    started_at: str | None = None
+    wall_s: float | None = None
+    peak_rss_mb: float | None = None
+    host: str | None = None
+    cores: int | None = None
+    wheel: str | None = None
+    wheel_sha256: str | None = None
+    wheel_as_built: str | None = None
+    timing: Mapping[str, Any] | None = None
+    data: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+    _TYPED = ("started_at", "wall_s", "peak_rss_mb", "host", "cores", "wheel", "wheel_sha256", "wheel_as_built",
+              "timing")
+
+
 @dataclasses.dataclass(frozen=True)
 class BuildManifest:
     """The build manifest: written by toolchain's apex builder (to_json), read here (from_json after SHAPE).
 
-    Fields a reader does not use stay as JSON values (build timings, parallelism, inputs); keys this
-    version does not know (a newer builder's) ride along in `extra`.
+    Its parts are typed (Versions, Parallelism, BuildStats); fields a reader does not use stay as JSON
+    values (flag style, inputs); keys this version does not know (a newer builder's) ride along in `extra`.
     """
     # in the order the builder writes them
     apex: Mapping[str, str | None] = dataclasses.field(default_factory=dict)  # commit, ref, source, version
@@ -76,9 +149,9 @@ class BuildManifest:
     flag_style: Mapping[str, Any] | None = None
     skipped_extensions: tuple[Mapping[str, str], ...] = ()  # {"module", "warning"} from the build log
     arch_list: str | None = None
-    versions: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # torch, torch_cuda, nvcc, gcc, python
-    parallelism: Mapping[str, Any] | None = None
-    build: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    versions: Versions = Versions()
+    parallelism: Parallelism | None = None
+    build: BuildStats = BuildStats()
     cell: str | None = None
     inputs: Mapping[str, Any] | None = None
     wheel_identity: Mapping[str, str] | None = None  # version, local, torch_requirement, stack (the wheel's name)
@@ -90,13 +163,14 @@ class BuildManifest:
 
     @property
     def built_for_torch(self) -> str | None:
-        return self.versions.get("torch")
+        return self.versions.torch
 
     def to_json(self) -> dict[str, Any]:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         data: dict[str, Any] = {"manifest_version": MANIFEST_VERSION}
         for name, value in fields.items():
-            data[name] = list(value) if isinstance(value, tuple) else value
+            data[name] = list(value) if isinstance(value, tuple) else value.to_json() if isinstance(value, _Part) \
+                else value
         return {**data, **self.extra}
 
     @classmethod
@@ -107,6 +181,9 @@ class BuildManifest:
         for name in ("expected_modules", "built_modules", "absent_at_ref", "skipped_extensions"):
             if name in given:
                 given[name] = tuple(given[name])
+        for name, part in (("versions", Versions), ("parallelism", Parallelism), ("build", BuildStats)):
+            if name in given:
+                given[name] = part.from_json(given[name])
         return cls(**given, extra={k: v for k, v in data.items() if k not in known and k != "manifest_version"})
 
 
@@ -125,7 +202,9 @@ SHAPE = ft.Record({
                            "cxx11_abi": ft.Nullable(ft.BOOL)}),
     "parallelism": ft.Record({"max_jobs": ft.INT, "nvcc_threads": ft.INT, "apex_parallel_build": ft.INT,
                               "reason": ft.STR}),
-    "build": ft.MapOf(ft.ANY),
+    "build": ft.Record({"started_at": _TEXT, "wall_s": ft.Nullable(ft.FLOAT), "peak_rss_mb": ft.Nullable(ft.FLOAT),
+                        "host": _TEXT, "cores": ft.Nullable(ft.INT), "wheel": _TEXT, "wheel_sha256": _TEXT,
+                        "wheel_as_built": _TEXT, "timing": ft.Nullable(ft.MapOf(ft.ANY))}),
     "cell": _TEXT,
     "inputs": ft.Record({"base_image": _TEXT, "base_image_digest": _TEXT, "torch_wheel_sha256": ft.MapOf(ft.STR)}),
     "wheel_identity": ft.Nullable(ft.Record({"version": ft.STR, "local": ft.STR, "torch_requirement": ft.STR,

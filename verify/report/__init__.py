@@ -1,1 +1,1 @@
-"""The report: its assembly into report.json, and its rendering."""
+"""The report: its assembly into report.json (assemble.py), its one reader (reader.py), and its rendering."""

@@ -129,7 +129,15 @@ def read_stream(stream: BinaryIO, name: str, kind: InputKind) -> bytes:
 
 def read_text(path: str | os.PathLike, kind: InputKind) -> str:
     """read_bytes, decoded as UTF-8; a bad byte is named with its line, column and offset."""
-    data = read_bytes(path, kind)
+    return decode_text(read_bytes(path, kind), path, kind)
+
+
+def decode_text(data: bytes, path: str | os.PathLike, kind: InputKind) -> str:
+    """Bytes already in hand (copied out of a container), checked as read_text checks a file's: at most
+    kind.max_bytes, UTF-8; `path` names them in the message."""
+    if len(data) > kind.max_bytes:
+        raise InputFileError(path, "too_large", f"is larger than {_size(kind.max_bytes)}, the limit for a {kind.name}"
+                             f" ({kind.why})", kind.fix)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -143,7 +151,15 @@ def read_text(path: str | os.PathLike, kind: InputKind) -> str:
 
 def read_json(path: str | os.PathLike, kind: InputKind) -> Any:
     """read_text, parsed as JSON (bare NaN/Infinity, which Python's own writer used to emit, still read)."""
-    text = read_text(path, kind)
+    return _parse_json(read_text(path, kind), path, kind)
+
+
+def decode_json(data: bytes, path: str | os.PathLike, kind: InputKind) -> Any:
+    """decode_text, parsed as read_json parses a file."""
+    return _parse_json(decode_text(data, path, kind), path, kind)
+
+
+def _parse_json(text: str, path: str | os.PathLike, kind: InputKind) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

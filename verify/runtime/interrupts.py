@@ -9,7 +9,7 @@ run inside the handler, before anything else: children die at once, wherever the
 Only the first signal raises; later ones repeat the callbacks and let the cleanup in progress finish.
 A signal inherited as ignored (nohup, a background job of a non-interactive shell) stays ignored.
 
-One path from the first instruction to the last (issue 24: a SIGTERM while torch imported was lost,
+One path from the first instruction to the last (before it, a SIGTERM while torch imported was lost,
 or ended in C++ `terminate`, exit 134; a second Ctrl-C after the first exited 130):
 - `early()` (the first statement of `python -m verify`, the zipapp and build.py) holds a signal that
   arrives before the CLI's handlers exist; `raise_if_received()` raises it as soon as they do; once

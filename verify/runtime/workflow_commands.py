@@ -52,7 +52,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\r(?!\n)")
 def terminal_safe(text: str) -> str:
     """Another program's output shown on this console: escape sequences and control characters (an ESC
     that recolours or moves the cursor, a lone CR that overwrites the line) become visible `\x1b` text;
-    tabs and line ends stay. Issue 24: setup.py's raw escape sequences reached the console."""
+    tabs and line ends stay. Without it, setup.py's raw escape sequences reached the console."""
     return _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], text)
 
 

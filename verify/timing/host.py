@@ -5,7 +5,7 @@ CPU thread, no garbage collection inside a timed block (standard library; torch 
         ...compare(...)               # verify.timing.kernel_compare: quiet_gc() around its timed blocks
     host.conditions.to_json()         # -> every timing row's "host" (which core, how it was chosen)
 
-Why (issue 9, H200 host of 2026-12-01): a host-bound call (an Apex norm's Python path, an optimizer
+Why (H200 host of 2026-12-01, reports/h200-2026-12-01-timing2/): a host-bound call (an Apex norm's Python path, an optimizer
 step over 264 tensors) took 20-40% more or less time within seconds and up to 2x between processes,
 while GPU-bound calls repeated within 2%. What this process controls: which core its threads run on
 (a norm's backward runs in torch's autograd device thread, so each call hands work between two

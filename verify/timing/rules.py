@@ -8,7 +8,7 @@ bootstrap over the rounds gives an interval. A winner is named only when that wh
 outside the figure's tie band; otherwise the verdict is `tie`. In a loop the kernels must name the same
 winner (LOOP_RULE): a loop gap the kernels do not share is the host's speed of the moment.
 
-Where the numbers come from: issue 9 (H200, Apex 6424da3b, torch 2.11+cu130): native kernels timed
+Where the numbers come from: the timing runs of reports/h200-2026-12-01-timing*/ (H200, Apex 6424da3b, torch 2.11+cu130): native kernels timed
 alike within 2% across runs; Apex's norms spent 0.2-0.4 ms per call on the host, so one-call CUDA
 events swung between 0.32 and 0.71 ms from run to run, and FusedAdam vs AdamW(fused=True) moved
 between 0.96x and 1.05x. reports/h200-2026-12-01-timing/: five runs of one wheel with this method;
@@ -49,7 +49,7 @@ class TieBand:
 TIE_BANDS: dict[str, TieBand] = {
     KERNEL: TieBand(
         KERNEL, 0.05,
-        "kernel durations of one build repeat within 2% across runs on one H200 (issue 9); clocks boost "
+        "kernel durations of one build repeat within 2% across runs on one H200 (2026-12-01); clocks boost "
         "differently from run to run; a kernel difference under 5% is no reason to keep or drop Apex"),
     HOST_INCLUSIVE: TieBand(
         HOST_INCLUSIVE, 0.03,
