@@ -8,6 +8,7 @@ import argparse
 import dataclasses
 import os
 from pathlib import Path
+from typing import NoReturn
 
 from toolchain.commands import cells, ci, images, wheel_index
 from toolchain.errors import UsageError
@@ -18,9 +19,9 @@ from verify.runtime.messages import bounded
 class Parser(argparse.ArgumentParser):
     """argparse that raises a UsageError (one line, exit 2) instead of printing usage and exiting."""
 
-    commands: dict[str, argparse.ArgumentParser] = {}
+    commands: dict[str, Parser] = {}
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {bounded(message)}; see `{self.prog} --help`")
 
 
@@ -33,7 +34,7 @@ def path_value(text: str) -> Path:
     return Path(text)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     parser = Parser(
         prog="build.py",
         description="Build NVIDIA Apex into training images, one per validated matrix cell, and verify them.",
@@ -53,24 +54,24 @@ def build_parser() -> argparse.ArgumentParser:
 @dataclasses.dataclass(frozen=True)
 class _SharedOptions:
     """The option groups several commands take (argparse parents)."""
-    common: argparse.ArgumentParser  # --matrix, --out, --logs
-    cell: argparse.ArgumentParser  # --cell and one option per cell field
-    build: argparse.ArgumentParser  # what a build takes
-    engine: argparse.ArgumentParser  # --engine, for verify and pull
-    select: argparse.ArgumentParser  # --cell/--cuda/--torch filters
-    registry: argparse.ArgumentParser  # --registry
+    common: Parser  # --matrix, --out, --logs
+    cell: Parser  # --cell and one option per cell field
+    build: Parser  # what a build takes
+    engine: Parser  # --engine, for verify and pull
+    select: Parser  # --cell/--cuda/--torch filters
+    registry: Parser  # --registry
 
 
-def _common_options() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+def _common_options() -> Parser:
+    common = Parser(add_help=False)
     common.add_argument("--matrix", type=path_value, default=None, help="matrix file (default: ./matrix.toml)")
     common.add_argument("--out", type=path_value, default=Path("out"), help="reports directory (default: out)")
     common.add_argument("--logs", type=path_value, default=Path("logs"), help="per-cell logs (default: logs)")
     return common
 
 
-def _cell_options() -> argparse.ArgumentParser:
-    cell = argparse.ArgumentParser(add_help=False)
+def _cell_options() -> Parser:
+    cell = Parser(add_help=False)
     group = cell.add_argument_group("cell (layered over [defaults] and --cell)")
     group.add_argument("--cell", help="start from this [cells.NAME] of the matrix")
     for field in cell_fields.FIELDS:  # one option per matrix key (dest == key)
@@ -78,8 +79,8 @@ def _cell_options() -> argparse.ArgumentParser:
     return cell
 
 
-def _build_options() -> argparse.ArgumentParser:
-    build = argparse.ArgumentParser(add_help=False)
+def _build_options() -> Parser:
+    build = Parser(add_help=False)
     bgroup = build.add_argument_group("build")
     bgroup.add_argument("--target", default="runtime", help="Dockerfile stage: runtime (default), runtime-devel (with nvcc), runtime-slim (no CUDA base: "
                         "torch's CUDA wheels), verify-runtime")
@@ -99,15 +100,15 @@ def _build_options() -> argparse.ArgumentParser:
     return build
 
 
-def _engine_option() -> argparse.ArgumentParser:
-    engine_opt = argparse.ArgumentParser(add_help=False)
+def _engine_option() -> Parser:
+    engine_opt = Parser(add_help=False)
     engine_opt.add_argument("--engine", choices=("docker", "podman"), default=None,
                             help="container engine (default: $APEX_CONTAINER_ENGINE, else docker)")
     return engine_opt
 
 
-def _select_options() -> argparse.ArgumentParser:
-    select = argparse.ArgumentParser(add_help=False)
+def _select_options() -> Parser:
+    select = Parser(add_help=False)
     sgroup = select.add_argument_group("select cells (default: all)")
     sgroup.add_argument("--cell", action="append", default=[], help="cell name or id; repeatable")
     sgroup.add_argument("--cuda", action="append", default=[], help="CUDA version; repeatable")
@@ -115,8 +116,8 @@ def _select_options() -> argparse.ArgumentParser:
     return select
 
 
-def _registry_option() -> argparse.ArgumentParser:
-    registry = argparse.ArgumentParser(add_help=False)
+def _registry_option() -> Parser:
+    registry = Parser(add_help=False)
     registry.add_argument("--registry", default=os.environ.get("APEX_IMAGE_REGISTRY"),
                           help="image repository, e.g. ghcr.io/OWNER/apex (default: $APEX_IMAGE_REGISTRY)")
     return registry

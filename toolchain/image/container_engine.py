@@ -154,7 +154,7 @@ def docker_pull(ref: str, *, attempts: int = PULL_ATTEMPTS, backoff_s: float = 5
         for event in client.api.pull(repository, tag=tag, stream=True, decode=True):
             if "error" in event:
                 raise _StreamError(str(event["error"]))
-        return client.images.get(ref).id
+        return str(client.images.get(ref).id)
 
     return with_retries(ref, attempt, errors=(APIError, DockerException, OSError, _StreamError), attempts=attempts,
                         backoff_s=backoff_s)

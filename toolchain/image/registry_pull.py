@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from toolchain.errors import EnvironmentUnavailable, UsageError
 
 PULL_ATTEMPTS = 3
+T = TypeVar("T")
 # A missing image or a refused login does not get better by retrying; a dropped connection might.
 _PERMANENT = ("not found", "manifest unknown", "unauthorized", "denied", "invalid reference")
 
@@ -27,8 +29,8 @@ def split_ref(ref: str) -> tuple[str, str]:
     return name, tag
 
 
-def with_retries(ref: str, attempt: Callable[[], object], *, errors: tuple[type[BaseException], ...],
-                 attempts: int = PULL_ATTEMPTS, backoff_s: float = 5.0) -> object:
+def with_retries(ref: str, attempt: Callable[[], T], *, errors: tuple[type[BaseException], ...],
+                 attempts: int = PULL_ATTEMPTS, backoff_s: float = 5.0) -> T:
     """attempt() until it returns; a permanent error (missing image, refused login) is not retried.
     Raises EnvironmentUnavailable (exit 3) naming the ref and the last error."""
     last = ""

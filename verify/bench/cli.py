@@ -14,6 +14,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from verify.bench import config as bench_config
 from verify.runtime import atomic, exit_codes
@@ -32,7 +33,7 @@ class BenchFlagError(Exception):
 
 
 class _BenchParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would print usage and exit 2 itself
+    def error(self, message: str) -> NoReturn:  # argparse would print usage and exit 2 itself
         raise BenchFlagError(f"{bounded(message)}; see `{PROG} --help`")
 
 
