@@ -3,12 +3,16 @@
 # from a directory in the build context (docker/build-inputs/$APEX_SRC_DIR). Writes
 # /src/apex-source.txt ("git+URL@SHA" or "dir:NAME") for the build manifest.
 set -euo pipefail
+# verify/runtime/values.py's is_commit_sha and check_apex_tree, in bash (tests/unit/test_values.py feeds both the
+# same cases); the class is spelled out so no locale's collation widens it
+is_commit_sha() { [[ $1 =~ ^[0123456789abcdef]{7,40}$ ]]; }
+is_apex_tree() { [ -d "$1" ] && [ -f "$1/setup.py" ] && [ -f "$1/apex/__init__.py" ]; }
 inputs=/run/apex-toolchain/docker/build-inputs
 mkdir -p /src
 if [ -n "${APEX_SRC_DIR:-}" ]; then
   src="$inputs/$APEX_SRC_DIR"
-  if [ ! -f "$src/setup.py" ] || [ ! -d "$src/apex" ]; then
-    echo "apex-src stage: APEX_SRC_DIR=$APEX_SRC_DIR is not an Apex source tree (no setup.py + apex/) in" \
+  if ! is_apex_tree "$src"; then
+    echo "apex-src stage: APEX_SRC_DIR=$APEX_SRC_DIR is not an Apex source tree (no setup.py + apex/__init__.py) in" \
       "docker/build-inputs of the build context; pass an NVIDIA/apex checkout (build.py --apex-src DIR)" >&2
     exit 1
   fi
@@ -42,7 +46,7 @@ else
   commit=$(git -C /src/apex rev-parse HEAD)
   case "$commit" in
     "$APEX_REF"*) ;;
-    *) if [[ "$APEX_REF" =~ ^[0-9a-f]{7,40}$ ]]; then
+    *) if is_commit_sha "$APEX_REF"; then
          echo "apex-src stage: asked for commit $APEX_REF but got $commit" >&2
          exit 1
        fi ;;

@@ -35,8 +35,8 @@ def main(argv: list[str]) -> int:
         per_package[package][1] += len(statements) - len(missing)
     total = [sum(v[0] for v in per_package.values()), sum(v[1] for v in per_package.values())]
     print("| package | statements | covered |\n|---|---|---|")
-    for package, (statements, covered) in sorted(per_package.items()):
-        print(f"| `{package}/` | {statements} | {100 * covered / max(statements, 1):.0f}% |")
+    for package, (count, covered) in sorted(per_package.items()):
+        print(f"| `{package}/` | {count} | {100 * covered / max(count, 1):.0f}% |")
     print(f"| **all** | {total[0]} | {100 * total[1] / max(total[0], 1):.0f}% |")
     return 0
 

@@ -25,6 +25,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -58,7 +59,7 @@ def snapshot(state: Path, dockerd_pid: int | None, base_created: str | None) -> 
         print(f"test_machine_state: {state} exists: keeping the first snapshot of this run")
         return 0
     client = _client()
-    data = {
+    data: dict[str, Any] = {
         "started_at": time.time(),
         "dockerd_pid": dockerd_pid,
         "base_created": base_created,

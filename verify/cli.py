@@ -10,6 +10,7 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from verify import distributed, pipeline
 from verify.layers import expectations, manifest, module_map
@@ -22,7 +23,7 @@ DEFAULT_CHECK_TIMEOUT_S = 120.0
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         # one line naming the flag, not the whole usage block
         self.exit(exit_codes.USAGE, f"verify: {bounded(message)}; see `verify --help`\n")
 

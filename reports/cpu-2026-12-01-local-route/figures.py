@@ -1,15 +1,14 @@
-"""Figures of one built cell, from the image and its run's files: python3 figures.py TAG CONSOLE_LOG (from the repo root)."""
+"""Figures of one built cell, from the image and its run's files: python3 figures.py TAG CONSOLE_LOG (from the repo root).
+Reads the image through the project's own command (`build.py inspect TAG`), importing nothing of the code."""
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, ".")
-from toolchain.image import inspect_image  # noqa: E402  (the checkout, from the repo root)
-
 tag, log = sys.argv[1], Path(sys.argv[2])
-info = inspect_image.inspect(tag)
+info = json.loads(subprocess.run([sys.executable, "build.py", "inspect", tag], capture_output=True, text=True,
+                                 check=True).stdout)
 out = {"tag": tag, "size_bytes": info["size_bytes"], "labels": info["labels"], "base": info["oci"].get("base.name"),
        "apex_commit": info["apex_commit"]}
 rep = info["static_report"]

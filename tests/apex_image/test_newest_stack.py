@@ -1,8 +1,7 @@
 """The newest stack, built for real: the matrix cell cu132-py313 (torch 2.15, CUDA 13.2 from NVIDIA's
 wheels, Python 3.13 on the local Debian 13 base) compiled for sm_90 only (the `-sm90` variant: five archs do
 not fit a CPU machine's CI), gated in the build, then verified in a container as `build.py image` does by
-default. Opt-in (APEX_IMAGE_NEWEST=1): .ci/run does not set it, since a second cold Apex compile would about
-double the tier's time (docs/ci.md)."""
+default. Opt-in (APEX_IMAGE_NEWEST=1), which .ci/run sets: a second cold Apex compile, its cost in docs/ci.md."""
 
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ def test_every_problem_is_reported_at_once(tmp_path: Path, dead_docker: dict) ->
     ("option", "make", "needle"),
     [
         ("--apex-src", lambda p: p / "no-such-dir", "no such directory"),
-        ("--apex-src", lambda p: p, "not an Apex source tree (needs setup.py and apex/)"),
+        ("--apex-src", lambda p: p, "not an Apex source tree (needs setup.py and apex/__init__.py)"),
         ("--wheelhouse", lambda p: p, "no .whl files there"),
         ("--extra-ca", lambda p: p / "no-ca.pem", "no such file"),
     ],

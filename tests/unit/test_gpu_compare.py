@@ -111,3 +111,10 @@ def test_zero_tolerance_means_exact():
     x = torch.tensor([0.0, 1.0, -2.0])
     assert compare("x", x.clone(), x, Tolerance(rtol=0.0, atol=0.0)).ok
     assert not compare("x", x + torch.tensor([1e-30, 0.0, 0.0]), x, Tolerance(rtol=0.0, atol=0.0)).ok
+
+
+def test_a_gradient_that_never_arrived_fails_the_comparison_instead_of_crashing():
+    x = _values()
+    for actual, expected, side in ((None, x, "fused result"), (x, None, "torch reference")):
+        result = compare("x grad", actual, expected, TIGHT)
+        assert not result.ok and f"no tensor (None) for the {side}" in result.describe()

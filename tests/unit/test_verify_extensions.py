@@ -104,6 +104,12 @@ def test_demangle_fallback_without_cxxfilt() -> None:
     assert extensions._demangle_name("not_mangled") is None
 
 
+def test_demangle_fallback_reads_only_ascii_lengths() -> None:
+    # the symbol comes from an error text; '²' passed str.isdigit() but not the \d regex: AttributeError
+    assert extensions._demangle_name("_Z²x") is None
+    assert extensions._demangle_name("_ZN3c10²E") == "c10(...)"
+
+
 @pytest.mark.skipif(shutil.which("c++filt") is None, reason="binutils' c++filt is not installed")
 def test_a_symbol_reaches_cxxfilt_as_data_never_as_an_option(tmp_path: Path) -> None:
     secret = tmp_path / "options"

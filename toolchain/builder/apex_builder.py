@@ -32,6 +32,7 @@ import shutil
 import socket
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ from toolchain.builder import (
     wheel_identity,
 )
 from toolchain.builder import request as build_request
+from toolchain.builder.build_env import BuildEnv, EnvStep, path_first
 from toolchain.builder.build_inputs import BuildInputs
 from toolchain.builder.build_outputs import LOG_NAME, MANIFEST_NAME
 from toolchain.builder.build_tools import BuildTools
@@ -58,7 +60,7 @@ from toolchain.builder.static_gate import gate_required, install_and_verify, ins
 from toolchain.errors import ToolchainError, UsageError
 from verify.layers import module_map
 from verify.layers.manifest import BuildManifest, BuildStats, Parallelism, Versions
-from verify.runtime import entry_point, exit_codes
+from verify.runtime import entry_point, exit_codes, values
 from verify.runtime.atomic import write_json
 from verify.runtime.messages import bounded
 from verify.runtime.out_dirs import OutputDirs
@@ -113,11 +115,11 @@ def build(request: BuildRequest) -> int:
     request.out_dir.mkdir(parents=True, exist_ok=True)  # an unwritable --out fails now, not after the checks
     lock = _lock_out(request.out_dir)  # one builder per --out, until this build ends
     try:
-        env = dict(os.environ)
         # the venv's bin (ninja from pip) must be on PATH even when the venv is not activated
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-        tools = build_tools.check(request, inputs, env, _say)
-        return build_and_gate(request, inputs, tools, env, started)
+        env = BuildEnv.of(os.environ)
+        env = env.plus(EnvStep.of("venv", {"PATH": path_first(env.vars(), str(Path(sys.executable).parent))}))
+        tools = build_tools.check(request, inputs, env.vars(), _say)
+        return build_and_gate(request, inputs, tools, env.plus(tools.env).vars(), started)
     finally:
         os.close(lock)
 
@@ -149,20 +151,22 @@ class Compiled:
     wheel: Path
     stats: dict  # wall_s, started_epoch_s, cpu_s, peak_rss_mb, peak_rss_single_process_mb
     ccache: dict
+    env: dict[str, str]  # the environment pip ran in (the install after the gate runs in it too)
 
 
-def build_and_gate(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, env: dict[str, str],
+def build_and_gate(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, env: Mapping[str, str],
                    started: dt.datetime) -> int:
-    """After the checks: size, build, list, write the manifest, gate (and install + verify)."""
+    """After the checks: size, build, list, write the manifest, gate (and install + verify). `env`: the
+    environment after the checks' steps (build_env.py); the flags' step and the compile's go on it here."""
     out = request.out_dir
-    _pass_flags(inputs, env)
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / LOG_NAME
     log_path.write_text("")
-    compiled = _compile(request, inputs, tools, env, log_path)
+    compiled = _compile(request, inputs, tools, BuildEnv.of(env).plus(_flag_env(inputs)), log_path)
+    env = compiled.env
     log_lines = log_path.read_text(errors="replace").splitlines()
     built = build_outputs.extension_modules(compiled.wheel)
-    manifest = _manifest(request, inputs, tools, env, compiled, built, log_lines, started)
+    manifest = _manifest(request, inputs, tools, compiled, built, log_lines, started)
     wheel, manifest = _with_identity(compiled.wheel, manifest)
     manifest_path = write_json(out / MANIFEST_NAME, manifest.to_json())
     stats = compiled.stats
@@ -209,7 +213,7 @@ def _with_identity(raw: Path, manifest: BuildManifest) -> tuple[Path, BuildManif
     return target, dataclasses.replace(inside, build=inside.build.updated(wheel_sha256=sha256_of(target)))
 
 
-def _carry_gate_report(wheel: Path, manifest: BuildManifest, out: Path, env: dict[str, str]) -> None:
+def _carry_gate_report(wheel: Path, manifest: BuildManifest, out: Path, env: Mapping[str, str]) -> None:
     """After the gate: its report goes into the wheel's dist-info (whatever its verdict: `build.py index`
     reads it and refuses a failed one), the manifest beside it gets the new sha256, and the venv gets the
     wheel as published."""
@@ -217,6 +221,7 @@ def _carry_gate_report(wheel: Path, manifest: BuildManifest, out: Path, env: dic
     if not reports:
         return
     inside = wheel_identity.read_dist_info(wheel, (wheel_identity.MANIFEST_FILE,))
+    assert manifest.wheel_identity is not None  # _with_identity named the wheel before the gate ran
     wheel_identity.stamp(wheel, wheel, str(manifest.wheel_identity["version"]),
                          str(manifest.wheel_identity["torch_requirement"]), {**inside, **reports})
     write_json(out / MANIFEST_NAME, dataclasses.replace(
@@ -230,31 +235,25 @@ def _json_bytes(manifest: BuildManifest) -> bytes:
     return (json_dumps(manifest.to_json(), indent=2) + "\n").encode("utf-8")
 
 
-def _pass_flags(inputs: BuildInputs, env: dict[str, str]) -> None:
+def _flag_env(inputs: BuildInputs) -> EnvStep:
     """Only the flags asked for, and only where setup.py reads them: a stray APEX_* in the shell must not
     leak in; the arch list exactly as checked."""
-    for flag in module_map.known_flags():
-        env.pop(flag, None)
-    if inputs.setup.style == apex_setup.ENV:
-        env.update(inputs.flags)
+    sets = dict(inputs.flags) if inputs.setup.style == apex_setup.ENV else {}
     if inputs.archs:
-        env["TORCH_CUDA_ARCH_LIST"] = ";".join(inputs.archs)
-    else:
-        env.pop("TORCH_CUDA_ARCH_LIST", None)
+        sets["TORCH_CUDA_ARCH_LIST"] = values.arch_list_text(inputs.archs)
+    return EnvStep.of("flags", sets, unsets=[*module_map.known_flags(), "TORCH_CUDA_ARCH_LIST"])
 
 
 def _size(request: BuildRequest, inputs: BuildInputs,
-          env: dict[str, str]) -> tuple[dict, unit_schedule.Schedule | None, bool]:
-    """Step 3: the parallelism (MAX_JOBS, nvcc --threads, extensions at once) set in env; its record, the unit
-    schedule (slowest units first, unit_schedule.py) and whether the user chose nvcc --threads."""
+          env: Mapping[str, str]) -> tuple[dict, unit_schedule.Schedule | None, bool, EnvStep]:
+    """Step 3: the parallelism (MAX_JOBS, nvcc --threads, extensions at once); its record, the unit schedule
+    (slowest units first, unit_schedule.py), whether the user chose nvcc --threads, and its env step."""
     setup = inputs.setup
     if request.naive:
-        for knob in ("APEX_PARALLEL_BUILD", "NVCC_APPEND_FLAGS"):
-            env.pop(knob, None)
-        env["MAX_JOBS"] = "4"
+        step = EnvStep.of("parallelism", {"MAX_JOBS": "4"}, unsets=("APEX_PARALLEL_BUILD", "NVCC_APPEND_FLAGS"))
         return {"max_jobs": 4, "nvcc_threads": 1, "apex_parallel_build": 1,
                 "reason": "--naive: the published guides' MAX_JOBS=4, one extension at a time, no nvcc --threads, "
-                "no unit schedule; the arch list from --archs, else setup.py's"}, None, False
+                "no unit schedule; the arch list from --archs, else setup.py's"}, None, False, step
     resources = parallelism.host_resources()
     if request.memory_gib is not None and request.memory_gib <= resources.mem_available_gib:
         resources = dataclasses.replace(resources, mem_available_gib=request.memory_gib, mem_source="--memory-gib")
@@ -280,14 +279,14 @@ def _size(request: BuildRequest, inputs: BuildInputs,
     user_threads = request.nvcc_threads is not None or parallelism.env_nvcc_threads(env) is not None
     schedule = unit_schedule.for_build(inputs.expected, n_archs, resources.cores, plan.nvcc_threads,
                                        plan.scheduled) if first else None
-    env.update(plan.env(env))
+    step = EnvStep.of("parallelism", plan.env(dict(env)))
     par = plan.to_json()
     par["unit_schedule"] = schedule.to_json() if schedule else None
     if setup.parallel == "none":
         par["reason"] += "; setup.py at this ref has no --parallel: one extension at a time"
     elif setup.parallel == apex_setup.ARGV and int(par["apex_parallel_build"]) > 1:
         par["reason"] += f"; extensions at once passed as setup.py's --parallel {par['apex_parallel_build']}"
-    return par, schedule, user_threads
+    return par, schedule, user_threads, step
 
 
 def _passed(inputs: BuildInputs) -> str:
@@ -299,33 +298,35 @@ def _passed(inputs: BuildInputs) -> str:
     return f"{' '.join(f'{f}=1' for f in inputs.flags) or 'no APEX_* variable'} in pip's environment"
 
 
-def _progress(schedule: unit_schedule.Schedule | None, env: dict[str, str], times: Path) -> Any:
+def _progress(schedule: unit_schedule.Schedule | None, env: Mapping[str, str], times: Path) -> Any:
     """A progress line every 30 s while the scheduled nvcc units compile (build_progress.py)."""
     if schedule is None:
         return contextlib.nullcontext()
-    n_archs = max(1, len([a for a in env.get("TORCH_CUDA_ARCH_LIST", "").replace(" ", ";").split(";") if a]))
+    n_archs = max(1, len(values.split_arch_list(env.get("TORCH_CUDA_ARCH_LIST", ""))))
     costs = {k: c.cpu_s(n_archs) for k, c in unit_schedule.load_costs().items() if k in schedule.units}
     return build_progress.Reporter(costs, times, _say)
 
 
-def _compile(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, env: dict[str, str],
+def _compile(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, build_env: BuildEnv,
              log_path: Path) -> Compiled:
     """Steps 3-4: size, then `pip wheel` through ccache into OUT."""
     src, setup = inputs.src, inputs.setup
-    par, schedule, user_threads = _size(request, inputs, env)
+    par, schedule, user_threads, sized = _size(request, inputs, build_env.vars())
+    build_env = build_env.plus(sized)
     _say(f"parallelism: {par['reason']}")
     options = apex_setup.pip_options(setup, inputs.switches, int(par["apex_parallel_build"]),
                                      request.wheel_compression)
     passed = _passed(inputs)
-    if not shutil.which("ninja", path=env["PATH"]):
+    if not shutil.which("ninja", path=build_env.vars()["PATH"]):
         _say("WARNING: ninja not found: torch compiles one file at a time without it (pip install ninja)")
     with tempfile.TemporaryDirectory(prefix="apex-builder-") as work:
-        cc_env, cache = ccache.ccache_env(request.ccache, env, src, tools.nvcc_path, Path(work))
-        env.update(cc_env)
+        cc_env, cache = ccache.ccache_env(request.ccache, build_env.vars(), src, tools.nvcc_path, Path(work))
+        build_env = build_env.plus(EnvStep.of("ccache", cc_env))
         if schedule:  # every nvcc unit through the unit runner: its niceness, threads and CPU seconds
-            env["PYTORCH_NVCC"] = unit_schedule.route_nvcc(schedule, env, tools.nvcc_path, cache.get("binary"),
-                                                           Path(work), request.out_dir / build_timing.TIMES_NAME,
-                                                           user_threads)
+            nvcc = unit_schedule.route_nvcc(schedule, build_env.vars(), tools.nvcc_path, cache.get("binary"),
+                                            Path(work), request.out_dir / build_timing.TIMES_NAME, user_threads)
+            build_env = build_env.plus(EnvStep.of("unit schedule", {"PYTORCH_NVCC": nvcc}))
+        env = build_env.vars()
         before = ccache.ccache_stats(env) if cache["used"] else {}
         if not request.keep_build_dir:
             shutil.rmtree(src / "build", ignore_errors=True)  # a clean build: no stale objects from another config
@@ -337,11 +338,12 @@ def _compile(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, env:
         if cache["used"]:
             after = ccache.ccache_stats(env)
             cache["stats"] = {k: after[k] - before.get(k, 0) for k in after}
-    return Compiled(parallelism=par, pip_options=options, passed=passed, wheel=wheel, stats=stats, ccache=cache)
+    return Compiled(parallelism=par, pip_options=options, passed=passed, wheel=wheel, stats=stats, ccache=cache,
+                    env=env)
 
 
-def _manifest(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, env: dict[str, str],
-              compiled: Compiled, built: list[str], log_lines: list[str], started: dt.datetime) -> BuildManifest:
+def _manifest(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, compiled: Compiled, built: list[str],
+              log_lines: list[str], started: dt.datetime) -> BuildManifest:
     """Step 5: the record verify and the bench read (verify/layers/manifest.py)."""
     setup, stats, given = inputs.setup, compiled.stats, request.provenance
     cores = len(os.sched_getaffinity(0))
@@ -356,7 +358,7 @@ def _manifest(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, env
                     "pip_options": compiled.pip_options},
         skipped_extensions=tuple(build_outputs.skipped_extensions(log_lines)),
         # a build with no CUDA module compiles for no arch, whatever the environment says
-        arch_list=env.get("TORCH_CUDA_ARCH_LIST") if any(module_map.module(m).cuda for m in inputs.expected) else None,
+        arch_list=compiled.env.get("TORCH_CUDA_ARCH_LIST") if any(module_map.module(m).cuda for m in inputs.expected) else None,
         versions=Versions.from_json({k: v for k, v in tools.versions.items() if k != "nvcc_path"}),
         parallelism=Parallelism.from_json(compiled.parallelism),
         build=BuildStats.from_json({

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from toolchain.errors import UsageError
 from verify.layers import module_map
+from verify.runtime.values import Arch
 
 ENV, ARGV, UNKNOWN = "env", "argv", "unknown"
 
@@ -27,7 +28,7 @@ _SWITCH = re.compile(r"""["'](--[a-z0-9_]+)["']""")
 _ARGV_TEST = re.compile(r"""["']--(?:cpp|cuda)_ext["']\s+in\s+sys\.argv""")
 # CUDAExtension(name="amp_C", ...), CppExtension("apex_C", [...]), name='permutation_search_cuda'
 _MODULE = re.compile(r"""(?:\bname\s*=\s*|\b(?:Cpp|CUDA)?Extension\(\s*)["']([A-Za-z_][A-Za-z0-9_]*)["']""")
-_COMPUTE = re.compile(r"compute_(\d+)")
+_COMPUTE = re.compile(r"compute_[0-9]+")  # nvcc's names (verify.runtime.values.Arch.from_nvcc_name reads them)
 _ARCH_LOOP = re.compile(r"for\s+(\w+)\s+in\s+\[([\d,\s]+)\]")
 # setup.py's own helpers, not extensions
 _NOT_MODULES = {"apex", "_nccl_version_getter"}
@@ -84,8 +85,7 @@ class SetupPy:
 
 
 def _arch_key(arch: str) -> tuple[int, int]:
-    major, _, minor = arch.partition(".")
-    return int(major), int(minor or 0)
+    return Arch.parse(arch).capability
 
 
 def _indent(line: str) -> int:
@@ -125,13 +125,13 @@ def _hardcoded(lines: list[str], start: int, end: int) -> tuple[tuple[str, int],
     loops = {m.group(1): m.group(2) for m in _ARCH_LOOP.finditer("\n".join(lines[start:end]))}
     for k in range(start, end):
         line = lines[k]
-        numbers = _COMPUTE.findall(line)
-        for var, values in loops.items():  # for arch in [70, 75, ...]: f"arch=compute_{arch},..."
+        names = _COMPUTE.findall(line)
+        for var, numbers in loops.items():  # for arch in [70, 75, ...]: f"arch=compute_{arch},..."
             if "compute_{" + var + "}" in line:
-                numbers += re.findall(r"\d+", values)
-        if numbers and not _guarded(lines, start, k):
-            for number in numbers:
-                found.setdefault(f"{number[:-1]}.{number[-1]}", k + 1)
+                names += ["compute_" + n for n in re.findall(r"[0-9]+", numbers)]
+        if names and not _guarded(lines, start, k):
+            for arch in filter(None, map(Arch.from_nvcc_name, names)):
+                found.setdefault(arch.number, k + 1)
     return tuple(found.items())
 
 
@@ -215,10 +215,11 @@ def check_archs(setup: SetupPy, switches: list[str], supported: set[str], nvcc_r
         if dropped:
             arch, line = dropped[0]
             oldest = min(supported, key=_arch_key)
+            compute = Arch.parse(arch).compute
             raise UsageError(
-                f"--apex-src {src}: setup.py line {line} hard-codes -gencode arch=compute_{arch.replace('.', '')} for "
+                f"--apex-src {src}: setup.py line {line} hard-codes -gencode arch={compute} for "
                 f"{switch}, which nvcc {nvcc_release} cannot compile (its oldest arch is {oldest}), so the build would "
-                f"fail with \"nvcc fatal : Unsupported gpu architecture 'compute_{arch.replace('.', '')}'\"; build this "
+                f"fail with \"nvcc fatal : Unsupported gpu architecture '{compute}'\"; build this "
                 "Apex ref with an older CUDA toolkit (and a torch built for it), or use a newer Apex ref whose setup.py "
                 "does not hard-code it (upstream master); --ignore-hardcoded-archs builds anyway"
             )

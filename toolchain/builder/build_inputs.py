@@ -15,10 +15,8 @@ from toolchain.builder import apex_setup
 from toolchain.builder.request import BuildRequest
 from toolchain.errors import UsageError
 from verify.layers import module_map
+from verify.runtime import values
 from verify.runtime.messages import did_you_mean, shown
-
-# TORCH_CUDA_ARCH_LIST entries: 9.0, 9.0+PTX, 9.0a, 10.0f (arch-specific / family suffixes)
-_ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$", re.ASCII)  # ASCII digits: nvcc reads no others
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,11 +93,13 @@ def parse_flags(text: str | None, extras: str | None) -> dict[str, str]:
             if value not in ("0", "1"):
                 raise UsageError(f"--flags: {shown(item)} must be KEY=1 or KEY=0")
             flags[_known_flag(key, known, "--flags")] = value
-    by_name = module_map.extra_names()  # the same names `build.py plan --extras` takes ("all", "xentropy")
+    by_name = module_map.extra_names()  # the grammar `build.py plan --extras` reads ("all", "xentropy")
     for item in re.split(r"[,\s]+", (extras or "").strip()):
         if item:
-            name = by_name.get(item.lower()) or (item if item.upper().startswith("APEX_") else "APEX_" + item)
-            flags[_known_flag(name.upper(), known, "--extras")] = "1"
+            try:
+                flags[values.extra_flag(item, by_name)] = "1"
+            except values.ValueProblem as bad:
+                raise UsageError(f"--extras: {bad.problem}; {bad.fix}") from None
     return {k: v for k, v in flags.items() if v == "1"}
 
 
@@ -111,36 +111,31 @@ def _known_flag(key: str, known: tuple[str, ...], option: str) -> str:
 
 
 def parse_archs(text: str) -> list[str]:
-    """`9.0`, `8.0;9.0`, `8.0 9.0+PTX`, `8.0,9.0` -> ["8.0", "9.0+PTX"]; bad entries exit 2."""
-    archs = [a for a in re.split(r"[;,\s]+", text.strip()) if a]
-    if not archs:
+    """`9.0`, `8.0;9.0`, `8.0 9.0+PTX`, `8.0,9.0` -> ["8.0", "9.0+PTX"] (verify.runtime.values.Arch); bad entries exit 2."""
+    if not values.split_arch_list(text):
         raise UsageError(
             "--archs is empty; give compute capabilities such as --archs 9.0 or --archs '8.0;9.0'",
         )
-    for arch in archs:
-        if not _ARCH.match(arch):
-            raise UsageError(
-                f"--archs: {shown(arch)} is not a compute capability; use MAJOR.MINOR with optional +PTX, e.g. 9.0 or 9.0+PTX",
-            )
-    return archs
+    try:
+        return [str(arch) for arch in values.parse_arch_list(text)]
+    except values.ValueProblem as bad:
+        raise UsageError(f"--archs: {bad.problem}; {bad.fix}") from None
 
 
 def check_apex_source(src: Path) -> None:
-    if not src.is_dir():
-        raise UsageError(
-            f"--apex-src {src}: no such directory; clone https://github.com/NVIDIA/apex and pass its path",
-        )
-    if not (src / "setup.py").is_file() or not (src / "apex" / "__init__.py").is_file():
-        raise UsageError(
-            f"--apex-src {src}: not an Apex source tree (needs setup.py and apex/__init__.py); pass the root of an NVIDIA/apex checkout",
-        )
+    """--apex-src by the one source-tree rule (verify.runtime.values.check_apex_tree); exit 2 naming the option."""
+    try:
+        values.check_apex_tree(src)
+    except values.ValueProblem as bad:
+        raise UsageError(f"--apex-src {src}: {bad}") from None
 
 
 
 def expected_modules(setup: apex_setup.SetupPy, flags: dict[str, str]) -> tuple[list[str], list[str]]:
     """(modules the flags build at this ref, modules of those flags that this setup.py does not have):
     older tags lack some core modules (fused_rotary_positional_embedding is there from 24.02)."""
-    expected, absent = [], []
+    expected: list[str] = []
+    absent: list[str] = []
     for name in module_map.modules_for_flags(flags):
         (expected if name in setup.modules(module_map.module(name).switch) else absent).append(name)
     return expected, absent

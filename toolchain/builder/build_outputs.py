@@ -9,9 +9,10 @@ import zipfile
 from pathlib import Path
 
 from verify.layers import module_map
+from verify.runtime import values
 
-MANIFEST_NAME = "build-manifest.json"
-LOG_NAME = "apex-build.log"
+MANIFEST_NAME = values.MANIFEST_NAME
+LOG_NAME = values.LOG_NAME
 
 # setup.py: warnings.warn(f"Skip `{global_option}` as it requires cuDNN 8400 or later, but ...")
 _SKIP = re.compile(r"Skip `(--[a-z0-9_]+)`(.*)")
@@ -59,7 +60,7 @@ def skip_warnings(log_lines: list[str]) -> list[SkipWarning]:
 
 def skipped_extensions(log_lines: list[str]) -> list[dict[str, str]]:
     """Manifest entries {"module", "warning"}: every module of a flag that setup.py skipped."""
-    entries = []
+    entries: list[dict[str, str]] = []
     for warning in skip_warnings(log_lines):
         names = [m.name for m in module_map.modules() if m.flag == warning.flag] or [warning.flag]
         entries.extend({"module": name, "warning": warning.text} for name in names)

@@ -8,7 +8,9 @@ after every build. Standard library and verify only: runs inside the build image
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from toolchain.builder import ninja_log, parallelism, unit_schedule
 from verify.runtime import input_files
@@ -108,7 +110,7 @@ def measured_gib_per_thread(manifest_path: Path) -> tuple[float | None, str]:
 
 
 
-def timing_line(build: dict) -> str:
+def timing_line(build: Mapping[str, Any]) -> str:
     """`wall 250.1 s / lower bound 231.0 s = 1.08 (...)`, printed after every build."""
     timing = build.get("timing", {})
     bound = timing.get("lower_bound")

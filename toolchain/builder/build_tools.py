@@ -8,19 +8,20 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import os
 import platform
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from toolchain.builder import apex_setup, cuda_from_pypi
+from toolchain.builder.build_env import EnvStep, path_first
 from toolchain.builder.build_inputs import BuildInputs
 from toolchain.builder.request import BuildRequest
 from toolchain.errors import EnvironmentUnavailable, UsageError
+from verify.runtime.values import Arch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,17 +30,20 @@ class BuildTools:
 
     versions: dict  # torch, torch_cuda, nvcc, nvcc_path, gcc, python, cxx11_abi, nvcc_source[, cuda_wheels]
     cuda_from_pypi: dict | None = None
+    env: EnvStep = EnvStep("cuda from the index")  # CUDA_HOME and its bin on PATH, when one was assembled
 
     @property
     def nvcc_path(self) -> str:
         return self.versions["nvcc_path"]
 
 
-def check(request: BuildRequest, inputs: BuildInputs, env: dict[str, str], say: Callable[[str], None]) -> BuildTools:
-    """The toolchain for this request: an index CUDA where one is needed (env's CUDA_HOME then points at
-    it), torch/nvcc/archs/packages checked, argv passing and setup.py's hard-coded archs checked."""
-    pypi = pypi_cuda(request.cuda_from_pypi, request.cuda_prefix, env, say)
-    versions = check_build_tools(env, inputs.archs, str(pypi.home) if pypi else None)
+def check(request: BuildRequest, inputs: BuildInputs, env: Mapping[str, str], say: Callable[[str], None]) -> BuildTools:
+    """The toolchain for this request: an index CUDA where one is needed (the tools' env step then points
+    CUDA_HOME at it), torch/nvcc/archs/packages checked, argv passing and setup.py's hard-coded archs checked."""
+    pypi = pypi_cuda(request.cuda_from_pypi, request.cuda_prefix, say)
+    step = EnvStep.of("cuda from the index", {"CUDA_HOME": str(pypi.home),
+                                              "PATH": path_first(env, str(pypi.home / "bin"))} if pypi else None)
+    versions = check_build_tools(step.applied(env), inputs.archs, str(pypi.home) if pypi else None)
     versions["nvcc_source"] = "pypi" if pypi else "system"
     if pypi:
         versions["cuda_wheels"] = {w.name: w.version for w in pypi.wheels}
@@ -48,7 +52,7 @@ def check(request: BuildRequest, inputs: BuildInputs, env: dict[str, str], say: 
     if not request.ignore_hardcoded_archs:
         apex_setup.check_archs(inputs.setup, inputs.switches, nvcc_archs(Path(versions["nvcc_path"])),
                                versions["nvcc"].rsplit(".", 1)[0], inputs.src)
-    return BuildTools(versions=versions, cuda_from_pypi=pypi.manifest() if pypi else None)
+    return BuildTools(versions=versions, cuda_from_pypi=pypi.manifest() if pypi else None, env=step)
 
 
 def _run(cmd: list[str], **kwargs) -> str:
@@ -114,7 +118,7 @@ def nvcc_archs(nvcc: Path) -> set[str]:
         out = _run([str(nvcc), "--list-gpu-arch"])
     except (subprocess.CalledProcessError, OSError):
         return set()  # nvcc older than 11.0 has no --list-gpu-arch: let nvcc itself judge
-    return {f"{m[:-1]}.{m[-1]}" for m in re.findall(r"compute_(\d+)", out)}
+    return {arch.number for arch in filter(None, map(Arch.from_nvcc_name, re.findall(r"compute_[0-9]+", out)))}
 
 
 def torch_info() -> dict:
@@ -176,9 +180,9 @@ def check_build_tools(env: dict[str, str], archs: Sequence[str] | None, cuda_hom
     if archs:
         nvcc_compiles(nvcc, env)
         supported = nvcc_archs(nvcc)
-        bad = [a for a in archs if supported and a.split("+")[0].rstrip("af") not in supported]
+        bad = [a for a in archs if supported and Arch.parse(a).number not in supported]
         if bad:
-            ordered = sorted(supported, key=lambda a: tuple(map(int, a.split("."))))
+            ordered = sorted(supported, key=lambda a: Arch.parse(a).capability)
             raise UsageError(
                 f"--archs: nvcc {release} cannot compile for {', '.join(bad)}; it supports {', '.join(ordered)}",
             )
@@ -202,11 +206,9 @@ def check_build_tools(env: dict[str, str], archs: Sequence[str] | None, cuda_hom
 
 
 
-def pypi_cuda(
-    mode: str, prefix: Path | None, env: dict[str, str], say: Callable[[str], None]
-) -> cuda_from_pypi.PypiCuda | None:
+def pypi_cuda(mode: str, prefix: Path | None, say: Callable[[str], None]) -> cuda_from_pypi.PypiCuda | None:
     """A CUDA_HOME from the package index when asked (--cuda-from-pypi) or when torch is a CUDA build and
-    the system nvcc is missing or another CUDA (said on stdout); sets env's CUDA_HOME to it."""
+    the system nvcc is missing or another CUDA (said on stdout); `check` makes it the build's CUDA_HOME."""
     if mode == "never":
         return None
     info = torch_info()
@@ -224,14 +226,12 @@ def pypi_cuda(
             release = nvcc_version(nvcc)[0] if nvcc else None
         except EnvironmentUnavailable:
             release = None
-        reason = cuda_from_pypi.reason_needed(release, str(nvcc) if nvcc else f"CUDA_HOME={home}", torch_cuda)
-        if reason is None:
+        needed = cuda_from_pypi.reason_needed(release, str(nvcc) if nvcc else f"CUDA_HOME={home}", torch_cuda)
+        if needed is None:
             return None
+        reason = needed
     say(reason)
-    made = cuda_from_pypi.assemble(torch_cuda, prefix or cuda_from_pypi.default_prefix(), reason, say)
-    env["CUDA_HOME"] = str(made.home)
-    env["PATH"] = os.pathsep.join([str(made.home / "bin"), env.get("PATH", "")])
-    return made
+    return cuda_from_pypi.assemble(torch_cuda, prefix or cuda_from_pypi.default_prefix(), reason, say)
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:

@@ -13,6 +13,7 @@ import dataclasses
 import math
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 # Facts behind the sizing rule, in one place.
@@ -108,6 +109,8 @@ def _read(path: str) -> str | None:
 def cgroup_cpu_quota() -> float | None:
     """CPU quota in cores from cgroup v2 (cpu.max) or v1 (cfs_quota/period); None if unlimited."""
     v2 = _read("/sys/fs/cgroup/cpu.max")
+    quota: str | None
+    period: str | None
     if v2:
         quota, _, period = v2.partition(" ")
         if quota != "max" and period:
@@ -166,7 +169,7 @@ def _env_int(env: dict[str, str], name: str) -> int | None:
     return int(value)
 
 
-def env_nvcc_threads(env: dict[str, str]) -> int | None:
+def env_nvcc_threads(env: Mapping[str, str]) -> int | None:
     match = _THREADS_FLAG.search(env.get("NVCC_APPEND_FLAGS", ""))
     return int(match.group(1)) if match else None
 
@@ -213,7 +216,7 @@ def plan(
     n_extensions: int,
     jobs: int | None = None,
     nvcc_threads: int | None = None,
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
     gib_per_thread: float | None = None,
     gib_from: str = "",
     scheduled_extra_threads: int | None = None,

@@ -14,16 +14,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from toolchain.builder import apex_setup
 from toolchain.builder.process_tree import PeakSampler
 from toolchain.errors import BuildFailed, EnvironmentUnavailable
 from verify.runtime import workflow_commands
+from verify.runtime.values import Arch
 
 
 def run_logged(
-    cmd: list[str], env: dict[str, str], log_path: Path, cwd: Path | None = None
+    cmd: list[str], env: Mapping[str, str], log_path: Path, cwd: Path | None = None
 ) -> tuple[int, float, float, float]:
     """Run `cmd`, streaming its output to stdout and `log_path`. Returns (exit code, wall seconds,
     peak summed RSS of the process tree in MiB, largest single child's RSS in MiB)."""
@@ -115,10 +117,10 @@ def _failure_summary(log_path: Path, code: int, setup: apex_setup.SetupPy | None
     hint = ""
     if re.search(r"Killed signal terminated program|out of memory|std::bad_alloc", text):
         hint = " The compiler was killed or ran out of memory: lower --jobs / --nvcc-threads."
-    unsupported = re.search(r"Unsupported gpu architecture '(compute_(\d+))'", text)
-    if unsupported:
-        number = unsupported.group(2)
-        arch = f"{number[:-1]}.{number[-1]}"
+    unsupported = re.search(r"Unsupported gpu architecture '(compute_[0-9]+)'", text)
+    rejected = Arch.from_nvcc_name(unsupported.group(1)) if unsupported else None
+    if unsupported and rejected:
+        arch = rejected.number
         where_set = next(
             (f"setup.py line {line} hard-codes it for {block.switches[0]}" for block in (setup.blocks if setup else ())
              for a, line in block.hardcoded_archs if a == arch),

@@ -10,6 +10,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from verify.runtime.values import path_value
+
 DESCRIPTION = "The one code path that turns an Apex source tree into a wheel and a build manifest."
 
 
@@ -88,19 +90,6 @@ def parse(argv: list[str] | None = None, default_flags: str | None = None) -> Bu
     text when none is given, handed in by the caller (build.py wheel: compat.toml's core flags); the
     builder holds no copy of that fact, since it cannot read compat.toml in the image (no tomllib)."""
     return BuildRequest.from_args(build_parser(default_flags).parse_args(argv))
-
-
-def path_value(text: str) -> Path:
-    """Every path option's one check: '' would be the current folder, a `~user` with no such user raises
-    deep inside pathlib when the path is used (a RuntimeError traceback)."""
-    if not text.strip() or "\x00" in text:
-        raise argparse.ArgumentTypeError(f"{text!r}: not a path (empty, or a NUL character); name a folder")
-    try:
-        Path(text).expanduser()  # checked here; the request keeps the path as written (its manifest says so)
-    except RuntimeError:  # "Could not determine home directory."
-        raise argparse.ArgumentTypeError(f"{text}: {text.split('/')[0]} names no user's home on this machine; "
-                                         "write the path without ~") from None
-    return Path(text)
 
 
 def build_parser(default_flags: str | None = None) -> argparse.ArgumentParser:

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from toolchain.builder import build_outputs
 from toolchain.builder.pip_wheel import run_logged
 from toolchain.errors import BuildFailed
 from verify.layers import module_map
+from verify.runtime import values
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]  # holds toolchain/ and verify/
 
@@ -30,7 +31,7 @@ def gate_required(expected_modules: list[str]) -> str:
     )
 
 
-def install_wheel(wheel: Path, env: dict[str, str], log: Path) -> None:
+def install_wheel(wheel: Path, env: Mapping[str, str], log: Path) -> None:
     """`pip install --no-deps --force-reinstall WHEEL` into this Python (the build's torch is already there)."""
     code, *_ = run_logged(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--force-reinstall", str(wheel)], env, log
@@ -55,14 +56,14 @@ def install_and_verify(wheel: Path, manifest: Path, expected_modules: list[str],
         str(manifest),
         f"--require={gate_required(expected_modules)}",
         "--json",
-        str(out / "verify-static.json"),
+        str(out / values.STATIC_REPORT_NAME),
         "--markdown",
-        str(out / "verify-static.md"),
+        str(out / values.STATIC_MARKDOWN_NAME),
     ]
     # cwd=OUT: run from the Apex source tree and `import apex` would find the uninstalled sources
     code, *_ = run_logged(cmd, verify_env, log, cwd=out)
     if code != 0:
-        say(f"static gate: verify --static exited {code}; see {out / 'verify-static.md'}")
+        say(f"static gate: verify --static exited {code}; see {out / values.STATIC_MARKDOWN_NAME}")
     return code
 
 

@@ -21,11 +21,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from verify.layers import manifest
+from verify.runtime import values
+from verify.runtime.values import is_commit_sha, short_ref
 
 # what the dist-info carries besides pip's own files (verify/layers/manifest.py reads the first there)
 MANIFEST_FILE = manifest.DIST_INFO_NAME
-VERIFY_FILES = ("verify-static.json", "verify-static.md")
-_SHA = re.compile(r"^[0-9a-f]{7,40}$")
+VERIFY_FILES = (values.STATIC_REPORT_NAME, values.STATIC_MARKDOWN_NAME)
 _WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)-(?P<tags>.+)\.whl$")
 
 
@@ -67,8 +68,8 @@ def cuda_tag(torch_cuda: str | None) -> str:
 def source_label(commit: str | None, ref: str | None) -> str | None:
     """The local version's first part: g + 7 hex of the commit (git describe's habit), else a tag as text."""
     for value in (commit, ref):
-        if value and _SHA.match(value.lower()):
-            return "g" + value.lower()[:7]
+        if value and is_commit_sha(value.lower()):
+            return "g" + short_ref(value.lower())
     if ref:
         label = re.sub(r"[^a-z0-9]+", ".", ref.lower()).strip(".")
         return label or None

@@ -14,6 +14,7 @@ from toolchain.commands import cells, ci, images, wheel_index
 from toolchain.errors import UsageError
 from toolchain.spec import cell_fields, ci_matrix
 from verify.runtime.messages import bounded
+from verify.runtime.values import path_value  # the builder's too: build.py wheel and build.py agree
 
 
 class Parser(argparse.ArgumentParser):
@@ -23,15 +24,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {bounded(message)}; see `{self.prog} --help`")
-
-
-def path_value(text: str) -> Path:
-    """Every path option's one check: '' would be Path('.') (the current folder), NUL no path at all."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path (it would mean the current folder); name a file or folder")
-    if "\x00" in text:
-        raise argparse.ArgumentTypeError("a path with a NUL character; name a file or folder")
-    return Path(text)
 
 
 def build_parser() -> Parser:

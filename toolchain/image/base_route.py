@@ -109,7 +109,7 @@ def _on_a_local_base(cell: Cell, reresolve: Reresolve, facts: compat_mod.Compat
     then the newest; a Python the cell did not write is the OS's (validation says when one does not fit)."""
     order = sorted(facts.local_bases.values(),
                    key=lambda b: (cell.python not in facts.os[b.os].python, -list(facts.local_bases).index(b.os)))
-    refused = []
+    refused: list[str] = []
     for local in order:
         try:
             return reresolve(cell, {"os": local.os}), local, refused

@@ -17,8 +17,9 @@ import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from toolchain.builder.build_inputs import check_apex_source
 from toolchain.errors import EnvironmentUnavailable, UsageError
 from toolchain.image import ccache_carry
 from toolchain.image.build_log import STEP, environment_fault, failed_step
@@ -151,9 +152,7 @@ def stage_context(dest: Path, *, apex_src: Path | None = None, wheelhouse: Path 
             _link_or_copy(wheel, inputs / WHEELHOUSE_NAME / wheel.name)
     if apex_src is not None:
         src = Path(apex_src)
-        if not (src / "setup.py").is_file() or not (src / "apex").is_dir():
-            raise UsageError(f"--apex-src {src}: not an Apex source tree (needs setup.py and apex/); "
-                             "pass the root of an NVIDIA/apex checkout")
+        check_apex_source(src)
         _copy_tree(src, inputs / APEX_SRC_NAME, ignore=("build", "*.egg-info", "dist"))
     return dest
 
@@ -172,7 +171,7 @@ def _image_digest(name: str) -> str:
     except Exception:  # not local yet (BuildKit will pull it), or no SDK: provenance stays empty
         return ""
     digests = image.attrs.get("RepoDigests") or []
-    return digests[0].rpartition("@")[2] if digests else image.id
+    return digests[0].rpartition("@")[2] if digests else image.id or ""
 
 
 def _source_revision() -> str:
@@ -248,7 +247,7 @@ def build_image(cell: Cell, *, target: str = "runtime", log_path: Path | str, ap
     carry = ccache_carry.carry_args(mount) if mount else {}
     env = dict(os.environ, DOCKER_BUILDKIT="1")
     start = time.monotonic()
-    carried = None
+    carried: dict[str, Any] = {}  # with --ccache-dir: its counts before and after, and the mount
     with tempfile.TemporaryDirectory(prefix="apex-context-") as tmp:
         context = stage_context(Path(tmp), apex_src=Path(apex_src) if apex_src else None,
                                 wheelhouse=Path(wheelhouse) if wheelhouse else None)
@@ -284,7 +283,7 @@ def build_image(cell: Cell, *, target: str = "runtime", log_path: Path | str, ap
     stage, step = (None, None) if code == 0 else failed_step(lines)
     return BuildResult(ok=code == 0, tag=cell.id, stage_failed=stage, log_tail=lines[-TAIL_LINES:],
                        duration_s=round(time.monotonic() - start, 1), log_path=str(log_path),
-                       step_failed=step, target=target, ccache_carried=carried)
+                       step_failed=step, target=target, ccache_carried=carried or None)
 
 
 def _carry(target: str, cell: Cell, context: Path, ccache_dir: Path, args: dict[str, str], client: DockerClient,

@@ -19,6 +19,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
+from typing import overload
 
 from toolchain.errors import UsageError
 
@@ -40,6 +41,14 @@ class CarriedCache:
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
+
+
+@overload
+def check_dir(path: Path, option: str = ...) -> Path: ...
+
+
+@overload
+def check_dir(path: None, option: str = ...) -> None: ...
 
 
 def check_dir(path: Path | None, option: str = "--ccache-dir") -> Path | None:

@@ -77,8 +77,13 @@ def _tar_of(files: dict[str, bytes]) -> bytes:
 
 
 def _files_of(tar_bytes: bytes) -> dict[str, bytes]:
+    files = {}
     with tarfile.open(fileobj=io.BytesIO(tar_bytes)) as archive:
-        return {Path(m.name).name: archive.extractfile(m).read() for m in archive.getmembers() if m.isfile()}
+        for member in archive.getmembers():
+            file = archive.extractfile(member) if member.isfile() else None
+            if file is not None:
+                files[Path(member.name).name] = file.read()
+    return files
 
 
 # ---------------------------------------------------------------- Docker (SDK)

@@ -93,14 +93,14 @@ def check_docker_host(value: str) -> None:
     from docker.utils import parse_host
 
     try:
-        parse_host(value, None)
+        parse_host(value)
     except (ValueError, DockerException) as error:
         why = (str(error).splitlines() or [type(error).__name__])[0][:200]
         raise UsageError(f"DOCKER_HOST={value[:200]!r} is not a Docker host ({why}); unset it, or write "
                          "unix:///var/run/docker.sock, tcp://HOST:2375 or ssh://USER@HOST") from None
 
 
-def ping(timeout: float = 10) -> None:
+def ping(timeout: int = 10) -> None:
     """Raise EnvironmentUnavailable (exit 3) with the fix when no daemon answers, via the Docker SDK."""
     try:
         import docker

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from toolchain.errors import UsageError
 from toolchain.image import docker_host
+from verify.runtime.values import IMAGE, MANIFEST_NAME
 
-APEX_DIR = "/opt/apex"
+APEX_DIR = str(IMAGE.root)
 
 
 def copy_out(tag: str, dest: Path) -> Path:
@@ -29,10 +30,12 @@ def copy_out(tag: str, dest: Path) -> Path:
             raise UsageError(f"image {tag!r} has no {APEX_DIR}: not an image this toolchain built") from None
         with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
             wanted = [m for m in archive.getmembers() if m.isfile() and "/" in m.name and m.name.count("/") == 1
-                      and (m.name.endswith(".whl") or m.name.endswith("/build-manifest.json"))]
+                      and (m.name.endswith(".whl") or m.name.endswith("/" + MANIFEST_NAME))]
             dest.mkdir(parents=True, exist_ok=True)
             for member in wanted:
-                (dest / Path(member.name).name).write_bytes(archive.extractfile(member).read())
+                file = archive.extractfile(member)
+                assert file is not None  # a regular file's member always has one
+                (dest / Path(member.name).name).write_bytes(file.read())
     finally:
         container.remove(force=True)
     if not any(dest.glob("*.whl")):

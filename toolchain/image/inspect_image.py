@@ -9,12 +9,12 @@ import tarfile
 
 from toolchain.image import docker_host
 from toolchain.spec.image_labels import CELL, NAMESPACE, OCI
-from verify.layers.manifest import DEFAULT_PATH as MANIFEST_PATH
+from verify.runtime.values import IMAGE
 
 EMBEDDED = {
-    "manifest": str(MANIFEST_PATH),
-    "static_report": "/opt/apex/verify-static.json",
-    "static_report_markdown": "/opt/apex/verify-static.md",
+    "manifest": str(IMAGE.manifest),
+    "static_report": str(IMAGE.static_report),
+    "static_report_markdown": str(IMAGE.static_markdown),
 }
 
 
@@ -27,7 +27,8 @@ def _read_file(container, path: str) -> str | None:
         return None
     with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
         member = next((m for m in archive.getmembers() if m.isfile()), None)
-        return archive.extractfile(member).read().decode("utf-8", errors="replace") if member else None
+        file = archive.extractfile(member) if member else None
+        return file.read().decode("utf-8", errors="replace") if file else None
 
 
 def _consistency(labels: dict[str, str], manifest: dict | None) -> list[str]:

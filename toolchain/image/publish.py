@@ -85,12 +85,13 @@ def publish_indexes(cells: list, repository: str, *, out: Path) -> tuple[list[di
         stacks.setdefault(cell.tag, []).append(cell)
     made, problems = [], []
     for tag, members in stacks.items():
-        records = {cell.id: read_record(out, cell.id) for cell in members}
-        missing = [cid for cid, record in records.items() if record is None]
+        found = {cell.id: read_record(out, cell.id) for cell in members}
+        missing = [cid for cid, record in found.items() if record is None]
         if missing:
             problems.append(f"{tag}: no publish record for {', '.join(missing)} (its build failed or was not pushed: "
                             f"no {record_path(out, missing[0])}); the tag was not moved")
             continue
+        records = {cid: record for cid, record in found.items() if record is not None}
         other = sorted({r["repository"] for r in records.values() if r["repository"] != repository})
         if other:
             problems.append(f"{tag}: the records name {', '.join(other)}, not --registry {repository}; pass that "

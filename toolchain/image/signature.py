@@ -75,6 +75,7 @@ def check(repository: str, digest: str, policy: Policy) -> dict:
         return {"checked": False, "policy": "off", "reason": "--no-signature-check"}
     if policy.kind == "keyless":
         return _keyless(repository, digest, policy)
+    assert policy.key is not None  # from_options gives kind "key" a key
     return _with_key(repository, digest, policy.key)
 
 
@@ -85,6 +86,7 @@ def _keyless(repository: str, digest: str, policy: Policy) -> dict:
                                      "certificate and transparency log); install cosign, or pass --signature-key "
                                      "or --no-signature-check")
     ref = f"{repository}@{digest}"
+    assert policy.identity is not None  # from_options gives kind "keyless" an identity
     command = [cosign, "verify", ref, "--certificate-identity-regexp", policy.identity,
                "--certificate-oidc-issuer", policy.issuer, "--output", "json"]
     try:

@@ -160,8 +160,8 @@ def _add(index: Path, wheels: list[CheckedWheel]) -> list[Outcome]:
         outcomes.append(Outcome(wheel.name, wheel.stack, "replaced" if old else "added",
                                 f"over the build of {old.built_at}" if old else ""))
     write_pages(index, list(current.values()))
-    for folder in stale:  # no page links it any more
-        shutil.rmtree(folder, ignore_errors=True)
+    for stale_folder in stale:  # no page links it any more
+        shutil.rmtree(stale_folder, ignore_errors=True)
     return outcomes
 
 

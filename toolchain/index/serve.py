@@ -21,7 +21,7 @@ from toolchain.index.pages import JSON_TYPE
 
 
 class Handler(http.server.SimpleHTTPRequestHandler):
-    def send_head(self):  # type: ignore[override]
+    def send_head(self):
         path = Path(self.translate_path(self.path))
         wants_json = JSON_TYPE in (self.headers.get("Accept") or "")
         if path.is_dir() and self.path.split("?", 1)[0].endswith("/") and wants_json and (path / "index.json").is_file():
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     handler = functools.partial(Handler, directory=str(args.index))
     with http.server.ThreadingHTTPServer((args.bind, args.port), handler) as server:
-        host, port = server.server_address[:2]
+        host, port = server.socket.getsockname()[:2]  # as bound (server_address's host may be bytes)
         print(f"serving {args.index} at http://{host}:{port}/", flush=True)
         try:
             server.serve_forever()

@@ -12,12 +12,16 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import json
+import sys
 import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the build extra's backport (toolchain/index/ may not import spec's toml_loader)
+    import tomli as tomllib
 
 from toolchain.builder import build_outputs, wheel_identity
 from toolchain.builder.provenance import sha256_of

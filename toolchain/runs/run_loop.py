@@ -229,9 +229,13 @@ def check_inputs(request: RunRequest) -> None:
         if want_dir and not Path(path).is_dir():
             raise UsageError(f"{option} {path}: no such directory; pass an existing directory")
         # what the build would find out only after the devel stage: caught here, before any build
-        if option == "--apex-src" and not ((Path(path) / "setup.py").is_file() and (Path(path) / "apex").is_dir()):
-            raise UsageError(f"--apex-src {path}: not an Apex source tree (needs setup.py and apex/); "
-                             "pass the root of an NVIDIA/apex checkout")
+        if option == "--apex-src":
+            from verify.runtime import values
+
+            try:
+                values.check_apex_tree(Path(path))
+            except values.ValueProblem as bad:
+                raise UsageError(f"--apex-src {path}: {bad}") from None
         # what --wheelhouse must hold is checked per cell (toolchain/image/wheelhouse.py: names the cell's values);
         # one with no wheel at all is wrong for every cell, so it is refused here, before the bases are asked for
         if option == "--wheelhouse" and not any(Path(path).glob("*.whl")):

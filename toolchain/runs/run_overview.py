@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,7 @@ class MatrixReport:
         with self._locked() as data:
             _merge(data, result.to_json())
 
-    def finish(self, status: str, leftover: list[Cell] = ()) -> None:
+    def finish(self, status: str, leftover: Sequence[Cell] = ()) -> None:
         with self._locked() as data:
             run = data["runs"].setdefault(self.run_id, {})
             run.update(status=status, finished_at=now())

@@ -37,4 +37,5 @@ class RunRequest:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunRequest:
-        return cls(**{k: Path(v) if k in _PATHS and v is not None else v for k, v in data.items()})
+        fields: dict[str, Any] = {k: Path(v) if k in _PATHS and v is not None else v for k, v in data.items()}
+        return cls(**fields)

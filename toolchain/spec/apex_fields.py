@@ -8,6 +8,7 @@ from __future__ import annotations
 from toolchain.spec import compat as compat_mod
 from toolchain.spec.cell_values import CellValues
 from toolchain.spec.compat import version_key
+from verify.runtime import values
 from verify.runtime.messages import did_you_mean, shown
 
 # APEX_X=<one of these> in apex_flags means "off", which a list of flags to build cannot say.
@@ -37,16 +38,10 @@ def resolve_flags(r: CellValues) -> tuple[list[str], list[str]]:
     by_name = extra_flag_names()
     extras: list[str] = []
     for extra in extras_text:
-        key = extra.lower()
-        if key in by_name:
-            canonical = next(n for n, f in by_name.items() if f == by_name[key])
-            extras.append(canonical)
-        elif extra.upper() in by_name.values():
-            extras.append(next(n for n, f in by_name.items() if f == extra.upper()))
-        else:
-            short = [n for n in by_name if not n.endswith(("_cuda", "_lib"))]
-            r.problem(f"extras: unknown contrib extension {shown(extra)}",
-                      did_you_mean(key, by_name) or f"use some of {', '.join(short)}")
+        try:
+            extras.append(values.extra_name(values.extra_flag(extra, by_name), by_name))
+        except values.ValueProblem as bad:
+            r.problem(f"extras: {bad.problem}", bad.fix)
     extras = list(dict.fromkeys(extras))
     for extra in extras:
         flag = by_name[extra]

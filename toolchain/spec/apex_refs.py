@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 from pathlib import Path
 
 from toolchain.spec import compat as compat_mod
@@ -19,8 +18,7 @@ from toolchain.spec.compat import version_key
 from toolchain.spec.toml_loader import load_toml
 from verify.layers import module_map
 from verify.runtime import input_files
-
-_SHA = re.compile(r"^[0-9a-f]{7,40}$")
+from verify.runtime.values import is_commit_sha
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +60,7 @@ def _ref_in(ref: str, spec: str) -> bool:
     if ".." in spec:
         key, (low, high) = module_map.tag_key(ref), spec.split("..", 1)
         return key is not None and (module_map.tag_key(low) or ()) <= key <= (module_map.tag_key(high) or ())
-    if _SHA.match(spec) and _SHA.match(ref.lower()):
+    if is_commit_sha(spec) and is_commit_sha(ref.lower()):
         return spec.startswith(ref.lower())
     return ref == spec
 
@@ -105,7 +103,7 @@ def shown_to_compile(ref: str, facts: compat_mod.Compat | None = None) -> list[B
 def absent_modules(ref: str, flags: list[str], default_ref: str) -> list[tuple[str, str]]:
     """(flag, why) for each requested flag none of whose modules exists at this ref: known for NGC-style
     tags (the module map's since/until) and for the pinned default commit (upstream HEAD of the map)."""
-    at_head = _SHA.match(ref.lower() or "-") is not None and default_ref.startswith(ref.lower())
+    at_head = is_commit_sha(ref.lower()) and default_ref.startswith(ref.lower())
     if module_map.tag_key(ref) is None and not at_head:
         return []
     found = []

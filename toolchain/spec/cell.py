@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from toolchain.spec import compat as compat_mod
+from verify.runtime.values import arch_list_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,8 +47,8 @@ class Cell:
 
     @property
     def arch_list(self) -> str:
-        """TORCH_CUDA_ARCH_LIST form: '8.0;9.0'."""
-        return ";".join(self.archs)
+        """TORCH_CUDA_ARCH_LIST form: '8.0;9.0' (verify/runtime/values.py's one rendering)."""
+        return arch_list_text(self.archs)
 
     def build_args(self) -> dict[str, str]:
         """The Dockerfile's ARGs for this cell (names agreed in the shared contracts)."""

@@ -5,16 +5,14 @@ that says how it differs from the defaults. Each adds its problems to `r`.
 
 from __future__ import annotations
 
-import hashlib
 import re
 
 from toolchain.spec.apex_fields import extra_flag_names
 from toolchain.spec.cell_fields import TAG_MAX, TAG_RE
+from toolchain.spec.cell_id import CellId
 from toolchain.spec.cell_values import CellValues
-from toolchain.spec.compat import parse_arch
 from verify.runtime.messages import shown
-
-_HEX_SHA = re.compile(r"^[0-9a-f]{7,40}$")
+from verify.runtime.values import parse_arch_list, short_ref, tag_suffix
 
 
 def check_image_ref(r: CellValues, key: str, ref: str | None) -> None:
@@ -38,7 +36,7 @@ def check_tag(r: CellValues) -> str | None:
 
 def check_ref_fits_tag(r: CellValues, ref: str) -> None:
     """Without an explicit tag, the ref (or its short sha) becomes part of the image tag."""
-    short = ref[:7] if _HEX_SHA.match(ref) else ref
+    short = short_ref(ref)
     if r.missing("tag") and not re.fullmatch(r"[A-Za-z0-9_.-]+", short):
         r.problem(f"apex_ref {shown(ref)} cannot be part of an image tag (only letters, digits, '_', '.', '-')",
                   f"use the commit sha as apex_ref, or set {r.how('tag', 'my-tag', like='apex_ref')}")
@@ -49,7 +47,7 @@ def variant_of(r: CellValues, archs: list[str], default_archs: list[str], extras
              flags: list[str], gcc: str | None, os_name: str | None) -> str:
     parts: list[str] = []
     if archs != default_archs:
-        parts.append("sm" + "_".join(_arch_token(a) for a in archs))
+        parts.append(tag_suffix(parse_arch_list(archs)))
     if extras:
         parts.append("ext." + ".".join(sorted(extras)))
     core = list(r.facts.apex_core_flags)
@@ -62,24 +60,12 @@ def variant_of(r: CellValues, archs: list[str], default_archs: list[str], extras
     return "-".join(parts)
 
 
-def _arch_token(arch: str) -> str:
-    num, suffix, ptx = parse_arch(arch) or (arch, "", False)
-    return num.replace(".", "") + suffix + ("ptx" if ptx else "")
-
-
 def make_cell_id(r: CellValues, explicit: str | None, apex_ref: str | None, torch: str, cuda: str,
              python: str | None, os_name: str | None, variant: str) -> str | None:
-    """The explicit tag (already checked), else the id made from the cell's values."""
+    """The explicit tag (already checked), else the id made from the cell's values (toolchain/spec/cell_id.py)."""
     if explicit is not None:
         return explicit
-    ref = apex_ref or ""
-    short = ref[:7] if _HEX_SHA.match(ref) else ref
-    cell_id = f"apex-{short}-torch{torch}-cu{cuda}-py{python}-{os_name}"
-    if variant:
-        candidate = f"{cell_id}-{variant}"
-        if len(candidate) > TAG_MAX:  # keep the tag legal; the full variant is in the labels/plan
-            candidate = f"{cell_id}-v{hashlib.sha256(variant.encode()).hexdigest()[:10]}"
-        cell_id = candidate
+    cell_id = str(CellId.for_apex(apex_ref or "", torch, cuda, python or "None", os_name or "None", variant))
     if not TAG_RE.match(cell_id):
         r.problem(f"the image tag {shown(cell_id)} would be invalid",
                   f"set {r.how('tag', 'a-short-tag')} with letters, digits, '_', '.', '-'")

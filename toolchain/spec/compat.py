@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 from pathlib import Path
 
 from toolchain.spec import compat_shape
@@ -14,8 +13,6 @@ from toolchain.spec.toml_loader import load_toml
 from verify.runtime import input_files
 
 DATA = Path(__file__).parents[1] / "data" / "compat.toml"
-
-_ARCH = re.compile(r"^(?P<num>\d+\.\d+)(?P<suffix>[af]?)(?P<ptx>\+PTX)?$")
 
 
 def version_key(text: str) -> tuple[int, ...]:
@@ -200,14 +197,6 @@ class Compat:
     def base_images(self, cuda: str, os_name: str) -> tuple[str, str]:
         fields = {"cuda": cuda, "cuda_full": self.cuda[cuda].full, "os": os_name}
         return self.devel_image_pattern.format(**fields), self.runtime_image_pattern.format(**fields)
-
-
-def parse_arch(arch: str) -> tuple[str, str, bool] | None:
-    """'9.0a+PTX' -> ('9.0', 'a', True); None when it is not an arch at all."""
-    match = _ARCH.match(arch.strip())
-    if not match:
-        return None
-    return match["num"], match["suffix"], bool(match["ptx"])
 
 
 def _leads(raw: dict) -> tuple[Lead, ...]:

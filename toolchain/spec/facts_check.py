@@ -50,7 +50,7 @@ try:
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 except ModuleNotFoundError:  # declared in the build and dev extras; run() says so
-    Requirement = None  # type: ignore[assignment,misc]
+    Requirement = None  # type: ignore[assignment,misc]  # the marker run() reads to say so
 
 DEFAULT_INDEX = "https://pypi.org"
 INDEX_SCHEMES = ("https", "http", "file")
@@ -225,7 +225,7 @@ class _RemoteZip:
 def _zip_metadata(fetcher: Fetcher, url: str, filename: str) -> bytes:
     """A wheel's METADATA by HTTP range reads of its zip directory and that one member (never the wheel)."""
     try:
-        with zipfile.ZipFile(_RemoteZip(fetcher, url)) as wheel:  # type: ignore[arg-type]
+        with zipfile.ZipFile(_RemoteZip(fetcher, url)) as wheel:
             names = [n for n in wheel.namelist() if re.fullmatch(r"torch-[^/]+\.dist-info/METADATA", n)]
             if len(names) != 1:
                 raise BadAnswer(f"{filename}: {len(names)} torch-*.dist-info/METADATA members, not one")

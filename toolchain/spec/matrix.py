@@ -164,14 +164,15 @@ def resolve(
     _check_layers(r, layers, check_defaults)
     axes = _resolve_axes(r, facts)
     explicit_tag = _cross_check(r, axes)
-    if r.problems or axes.cuda is None or axes.release is None:
+    cuda, release = axes.cuda, axes.release
+    if r.problems or cuda is None or release is None:
         return None, r.problems
     torch_text = r.text("torch")
-    torch_version = torch_text if torch_text and torch_text.count(".") >= 2 else axes.release.version
-    bases = _resolve_bases(r, facts, axes, torch_version)
+    torch_version = torch_text if torch_text and torch_text.count(".") >= 2 else release.version
+    bases = _resolve_bases(r, facts, axes, cuda, torch_version)
     if bases is None:
         return None, r.problems
-    return _make_cell(r, name, facts, axes, bases, explicit_tag, torch_version), r.problems
+    return _make_cell(r, name, facts, axes, cuda, bases, explicit_tag, torch_version), r.problems
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,9 +263,9 @@ def _route(r: CellValues, facts: Compat, cuda: str, os_name: str | None) -> tupl
     return r.text("base_devel") or base_devel, r.text("base_runtime") or base_runtime, route
 
 
-def _resolve_bases(r: CellValues, facts: Compat, axes: _Axes, torch_version: str) -> _Bases | None:
+def _resolve_bases(r: CellValues, facts: Compat, axes: _Axes, cuda: str, torch_version: str) -> _Bases | None:
     """The cell's base images and route; None (with the problem recorded) when it has none that can build."""
-    cuda, os_name, index_url = axes.cuda, axes.os_name, axes.index_url
+    os_name, index_url = axes.os_name, axes.index_url
     base_devel, base_runtime, route = _route(r, facts, cuda, os_name)
     if route == "local" and not index_url and facts.pypi_carries(torch_version, cuda):
         index_url = facts.pypi_index_url  # PyPI's own wheel is this CUDA build and brings every CUDA library but nvcc
@@ -287,10 +288,10 @@ def _resolve_bases(r: CellValues, facts: Compat, axes: _Axes, torch_version: str
     return _Bases(base_devel, base_runtime, route, index_url, os_cuda)
 
 
-def _make_cell(r: CellValues, name: str, facts: Compat, axes: _Axes, bases: _Bases, explicit_tag: str | None,
-               torch_version: str) -> Cell | None:
+def _make_cell(r: CellValues, name: str, facts: Compat, axes: _Axes, cuda: str, bases: _Bases,
+               explicit_tag: str | None, torch_version: str) -> Cell | None:
     """The frozen Cell with its id and registry tag; None (with the problem recorded) when no id fits."""
-    cuda, os_name, python, apex_ref = axes.cuda, axes.os_name, axes.python, axes.apex_ref
+    os_name, python, apex_ref = axes.os_name, axes.python, axes.apex_ref
     variant = naming.variant_of(r, axes.archs, axes.default_archs, axes.extras, axes.flags, axes.gcc, os_name)
     suffix = facts.platform(axes.platform or "").id_suffix
     os_part = "-".join(p for p in (os_name or "", suffix) if p)

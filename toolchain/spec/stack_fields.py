@@ -6,12 +6,14 @@ OS ships and nvcc accepts, the default archs the toolkit can compile). Each adds
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 from toolchain.spec import compat as compat_mod
 from toolchain.spec.cell_values import CellValues, nearest
-from toolchain.spec.compat import parse_arch, version_key
+from toolchain.spec.compat import version_key
 from verify.runtime.messages import did_you_mean, shown
+from verify.runtime.values import Arch, ValueProblem
 
 # ASCII digits only: Python's \d also matches '１' and '٣', which no tool downstream reads as digits
 _MAJOR_MINOR = re.compile(r"^[0-9]+\.[0-9]+$")
@@ -195,6 +197,7 @@ def resolve_gcc(r: CellValues, cuda: str | None, toolkit: compat_mod.Toolkit | N
     text = r.text("gcc")
     os_facts = r.facts.os.get(os_name or "")
     limit = toolkit.gcc_max if toolkit else 99
+    fit: str | None  # the GCC a fix suggests, or the cell gets
     if text is not None and r.explicit("gcc"):
         if not re.fullmatch(r"[0-9]+", text):
             fit = _gcc_fit(os_facts, limit) or (str(toolkit.gcc_max) if toolkit else "13")
@@ -251,46 +254,53 @@ def resolve_archs(r: CellValues, cuda: str | None, toolkit: compat_mod.Toolkit |
     requested = _requested_archs(r)
     if not requested:  # none written, or an empty list: the problem is recorded
         return [], []
-    parsed: list[tuple[str, tuple[str, str, bool]]] = []
-    for arch in requested:
-        got = parse_arch(arch)
-        if got is None:
-            digits = re.sub(r"[^0-9]", "", arch)[:4]
-            guess = f"{digits[:-1]}.{digits[-1]}" if len(digits) >= 2 else "9.0"
-            r.problem(f"arch {shown(arch)} is not a compute capability", f"write it as {guess} (e.g. 9.0 for H100/H200)")
-            continue
-        parsed.append((arch.strip(), got))
+    parsed: list[Arch] = []
+    for text in requested:
+        try:
+            parsed.append(Arch.parse(text))
+        except ValueProblem as bad:
+            r.problem(f"arch {bad.problem}", bad.fix)
     if toolkit is None:
-        return [a for a, _ in parsed], [a for a, _ in parsed]
-    fits = [(a, p) for a, p in parsed if p[0] in toolkit.archs]
+        return [str(a) for a in parsed], [str(a) for a in parsed]
+    fits = [a for a in parsed if a.number in toolkit.archs]
     if from_defaults:  # archs from [defaults]: keep those this toolkit compiles
-        kept = _with_ptx(_sort_archs([a for a, _ in fits]), toolkit)
+        kept = _with_ptx(_sort_archs(fits), toolkit)
         if not kept and parsed:
             r.problem(f"none of the default archs {', '.join(requested)} can be compiled by nvcc {cuda}",
                       f"set archs in [cells.{r.name}] to some of {', '.join(toolkit.archs)}")
         return kept, kept
-    for arch, (num, _suffix, _ptx) in parsed:
-        if num not in toolkit.archs:
-            able = [t.nvcc for t in r.facts.toolkits if num in t.archs]
+    for arch in parsed:
+        if arch.number not in toolkit.archs:
+            able = [t.nvcc for t in r.facts.toolkits if arch.number in t.archs]
             where = f"CUDA {able[0][0]}-{able[-1][-1]}" if able else "no CUDA in the facts"
             r.problem(f"arch {arch} cannot be compiled by nvcc {cuda} "
                       f"(it compiles {toolkit.archs[0]}-{toolkit.archs[-1]})",
                       f"drop {arch} from archs, or build it with {where}")
-    defaults_for_toolkit = _sort_archs([a for a in r.defaults_archs if (parse_arch(a) or ("",))[0] in toolkit.archs])
-    return _sort_archs([a for a, _ in fits]), _with_ptx(defaults_for_toolkit, toolkit)
+    defaults = [a for a in _parsed_quietly(r.defaults_archs) if a.number in toolkit.archs]
+    return _sort_archs(fits), _with_ptx(_sort_archs(defaults), toolkit)
+
+
+def _parsed_quietly(texts: list[str]) -> list[Arch]:
+    """The [defaults] archs that parse (the ones that do not are the defaults' own problems)."""
+    archs = []
+    for text in texts:
+        with contextlib.suppress(ValueProblem):
+            archs.append(Arch.parse(text))
+    return archs
 
 
 def _with_ptx(archs: list[str], toolkit: compat_mod.Toolkit) -> list[str]:
     """Default archs for a toolkit whose row says so end in PTX for the highest one (as PyTorch's
     CUDA 13 wheels: "...;12.0+PTX"), so a newer GPU JIT-compiles it instead of failing."""
-    if not toolkit.ptx_on_highest or not archs or any((parse_arch(a) or ("", "", False))[2] for a in archs):
+    if not toolkit.ptx_on_highest or not archs or any(Arch.parse(a).ptx for a in archs):
         return archs
-    return [*archs[:-1], archs[-1] + "+PTX"]
+    return [*archs[:-1], str(Arch.parse(archs[-1]).with_ptx())]
 
 
-def _sort_archs(archs: list[str]) -> list[str]:
+def _sort_archs(archs: list[Arch]) -> list[str]:
+    """By capability, each arch once, in the TORCH_CUDA_ARCH_LIST form."""
     unique = list(dict.fromkeys(archs))
-    return sorted(unique, key=lambda a: (version_key((parse_arch(a) or ("0.0",))[0]), a))
+    return [str(a) for a in sorted(unique, key=lambda a: (a.capability, str(a)))]
 
 
 

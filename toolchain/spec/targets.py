@@ -17,16 +17,16 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from toolchain.errors import UsageError
+from toolchain.spec.cell_id import CPU, CellId
 from toolchain.spec.matrix import Cell
+from verify.runtime.values import short_ref
 
 # The targets that run toolchain/builder/apex_builder.py (docker/Dockerfile's apex-build and what copies it).
 APEX_TARGETS = frozenset({"runtime", "runtime-devel", "runtime-slim", "apex-build"})
-CPU = "cpu"
 # The base each target's runtime-base stage stands on (docker/Dockerfile: FROM os-${RUNTIME_OS}): the OS
 # alone for runtime-slim (its stage refuses any other value), BASE_RUNTIME_IMAGE for every other target.
 RUNTIME_OS = {"runtime-slim": "slim"}
 DEFAULT_RUNTIME_OS = "runtime"
-_HEX_SHA = re.compile(r"^[0-9a-f]{7,40}$")
 
 
 def cpu_torch_source(cell: Cell, wheelhouse: Path | None) -> str | None:
@@ -42,25 +42,13 @@ def cpu_torch_source(cell: Cell, wheelhouse: Path | None) -> str | None:
     return None
 
 
-def _auto_prefix(cell: Cell) -> str:
-    short = cell.apex_ref[:7] if _HEX_SHA.match(cell.apex_ref) else cell.apex_ref
-    return f"apex-{short}-torch{cell.torch}-cu{cell.cuda}-py{cell.python}-"
-
-
 def _without_apex(cell: Cell, target: str, cuda: str) -> str | None:
     """`TARGET-torchX-cuY-pyZ-OS` from an automatic cell id; None for an explicit --tag (the user's name)."""
-    prefix = _auto_prefix(cell)
-    if not cell.id.startswith(prefix):
+    made = CellId.parse(cell.id)
+    if made is None or made.apex != short_ref(cell.apex_ref) or \
+            (made.torch, made.cuda, made.python) != (cell.torch, cell.cuda, cell.python):
         return None
-    rest = cell.id[len(prefix) :]
-    if cell.variant:  # archs, extras and flags describe Apex; a GCC choice still names the devel layers
-        rest = (
-            rest.removesuffix("-" + cell.variant)
-            if rest.endswith("-" + cell.variant)
-            else rest.rsplit("-", 1)[0]
-        )
-        rest = "-".join([rest, *(part for part in cell.variant.split("-") if re.fullmatch(r"gcc\d+", part))])
-    return f"{target}-torch{cell.torch}-{'cpu' if cuda == CPU else 'cu' + cuda}-py{cell.python}-{rest}"
+    return str(made.without_apex(target, cuda, cell.variant))
 
 
 def for_target(cell: Cell, target: str, wheelhouse: Path | None = None) -> Cell:

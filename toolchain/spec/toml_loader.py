@@ -3,16 +3,17 @@ stdlib tomllib (3.11+), else the tomli backport; every problem becomes a one-lin
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 from toolchain.errors import UsageError
 from verify.runtime import input_files
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # Python 3.10: the build extra's backport
+    import tomli as tomllib
 
 
 def load_toml(path: str | Path, kind: input_files.InputKind = input_files.MATRIX) -> dict[str, Any]:

@@ -143,7 +143,7 @@ def parse_config(argv: list[str]) -> bench_config.BenchConfig:
     return bench_config.BenchConfig(
         preset=preset, device=args.device, seed=args.seed, out=out, plots=args.plots,
         stages=args.stages if args.stages is not None else tuple(s.key for s in STAGES),
-        micro=args.micro, **values,  # type: ignore[arg-type]
+        micro=args.micro, **values,
     )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -78,7 +79,7 @@ def _time_copy(cfg: BenchConfig, device: torch.device) -> Timing:
                    warmup=cfg.micro_warmup, iters=cfg.micro_iters)
 
 
-def copy_bandwidth(cfg: BenchConfig, device: torch.device) -> dict[str, object]:
+def copy_bandwidth(cfg: BenchConfig, device: torch.device) -> dict[str, Any]:
     moved = copy_bytes_moved(cfg.copy_bytes)
     try:
         timing = _time_copy(cfg, device)
@@ -96,7 +97,7 @@ def copy_bandwidth(cfg: BenchConfig, device: torch.device) -> dict[str, object]:
 def _bandwidth(n_bytes: int, figure: dict[str, object] | None, copy_gbps: float | None) -> tuple[float | None, float | None]:
     if not figure or not figure.get("median_ms"):
         return None, None
-    gbps = n_bytes / (float(figure["median_ms"]) / 1e3) / 1e9  # type: ignore[arg-type]
+    gbps = n_bytes / (float(figure["median_ms"]) / 1e3) / 1e9  # type: ignore[arg-type]  # checked truthy: a number
     return float(f"{gbps:.4g}"), (float(f"{100 * gbps / copy_gbps:.4g}") if copy_gbps else None)
 
 
@@ -140,7 +141,7 @@ def _optimizer_cases(cfg: BenchConfig) -> list[tuple[str, list[tuple[int, ...]]]
     small = [(cfg.linear_dim, cfg.linear_dim), (cfg.linear_dim,)] * cfg.linear_count
     dim = BIG_TENSOR_DIM if cfg.big_params >= BIG_TENSOR_DIM**2 else max(1, math.isqrt(cfg.big_params))
     count = math.ceil(cfg.big_params / dim**2)
-    big = [(dim, dim)] * count
+    big: list[tuple[int, ...]] = [(dim, dim)] * count
     return [
         (f"{cfg.linear_count} x Linear({cfg.linear_dim}, {cfg.linear_dim}) fp32", small),
         (f"{count} x ({dim}, {dim}) fp32", big),

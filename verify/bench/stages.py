@@ -122,14 +122,18 @@ def _autocast(precision: str, device: torch.device) -> contextlib.AbstractContex
 
 def _norm_factory(stage: Stage, apex: dict[str, ApexPart]) -> Callable[[int], nn.Module]:
     if stage.norm == NORM_APEX:
-        return apex["FusedLayerNorm"].cls  # type: ignore[return-value]
+        fused_norm = apex["FusedLayerNorm"].cls
+        assert fused_norm is not None  # the stage runs only when FusedLayerNorm is usable, which gives it a class
+        return fused_norm
     return nn.LayerNorm
 
 
 def _optimizer(stage: Stage, params: list[nn.Parameter], lr: float, apex: dict[str, ApexPart]):
     if stage.optimizer == OPT_APEX_ADAM:
         # adam_w_mode is moot with weight_decay=0: the same update as torch Adam
-        return apex["FusedAdam"].cls(params, lr=lr, weight_decay=0.0, adam_w_mode=True)
+        fused_adam = apex["FusedAdam"].cls
+        assert fused_adam is not None  # the stage runs only when FusedAdam is usable, which gives it a class
+        return fused_adam(params, lr=lr, weight_decay=0.0, adam_w_mode=True)
     if stage.optimizer == OPT_TORCH_FUSED:
         return torch.optim.AdamW(params, lr=lr, weight_decay=0.0, fused=True)
     return torch.optim.Adam(params, lr=lr, weight_decay=0.0)

@@ -38,7 +38,7 @@ def run(case: DistCase, ctx: RankContext) -> Check:
                                      adam_w_mode=True, bucket_cap_mb=BUCKET_CAP_MB, average_grad_sync=True,
                                      dtype=torch.float32)
     optimizer.zero_grad()  # as a training loop does; the buckets start empty
-    loss = sum((p * x).sum() for p, x in zip(params, data[ctx.rank], strict=True))
+    loss = torch.stack([(p * x).sum() for p, x in zip(params, data[ctx.rank], strict=True)]).sum()
     loss.backward()  # the post-backward hooks fill the buckets and start the reduce-scatter
     optimizer.step()
     torch.cuda.synchronize(ctx.device)

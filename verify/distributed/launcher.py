@@ -174,8 +174,8 @@ class _Launch:
             self._stop()  # Ctrl-C or a bug here: never leave a rank behind
             raise
         finally:
-            for rank in self.ranks:
-                rank.finish(REPORT_GRACE_S)
+            for child in self.ranks:
+                child.finish(REPORT_GRACE_S)
             outcome.info["ranks"] = [self._rank_info(r) for r in self.ranks]
         return outcome
 
@@ -210,7 +210,7 @@ class _Launch:
         parts = []
         if hung:
             who = f"rank{'s' if len(hung) > 1 else ''} {', '.join(map(str, hung))}"
-            gone = [r for r in sorted(self.ended, key=self.ended.get) if r not in hung]
+            gone = [r for r in sorted(self.ended, key=lambda r: self.ended[r]) if r not in hung]
             if time.monotonic() >= self.deadline:
                 parts.append(f"{who} did not finish before the layer's time limit of {self.plan.group_timeout_s:g}"
                              " s ran out")

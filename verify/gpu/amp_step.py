@@ -9,6 +9,8 @@ amp tolerances (verify.gpu.tolerances.AMP_*). A non-finite loss anywhere fails.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -21,7 +23,7 @@ from verify.gpu.parity_norm import rms_norm_reference
 
 IN_FEATURES, HIDDEN, CLASSES, BATCH = 256, 1020, 16, 64  # hidden not a multiple of 8
 STEPS = 6
-HYPER = {"lr": 2e-4, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01}
+HYPER: dict[str, Any] = {"lr": 2e-4, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01}
 EPS = 1e-5
 INIT_SCALE = 2.0**12  # GradScaler's first scale: both loops start (and skip steps) alike
 

@@ -72,7 +72,10 @@ def json_number(value: Any) -> Any:
     return value
 
 
-def compare(what: str, actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> Comparison:
+def compare(what: str, actual: torch.Tensor | None, expected: torch.Tensor | None, tol: Tolerance) -> Comparison:
+    if actual is None or expected is None:  # a .grad that backward never filled: a failure, not a crash
+        side = "fused result" if actual is None else "torch reference"
+        return Comparison(what, False, 0, tol=tol, problem=f"no tensor (None) for the {side}: no gradient reached it")
     if tuple(actual.shape) != tuple(expected.shape):
         return Comparison(what, False, actual.numel(), tol=tol,
                           problem=f"shape {tuple(actual.shape)} vs reference {tuple(expected.shape)}")

@@ -13,6 +13,7 @@ back to the param dtype after each step.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -26,7 +27,7 @@ SHAPES = ((1,), (7, 13), (1023,), (3, 5, 7), (256, 1000), (65537,), (4096,))
 STEPS = 7  # as Apex's tests/L0/run_optimizers (iters=7)
 # eps 1e-6 (Apex's test_adam_option uses 3e-6): with 1e-8, an element whose grad (+ weight_decay * p in
 # Adam mode) lands within ~1e-8 of zero turns a last-bit difference into a visible one, on any kernel.
-HYPER = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-6, "weight_decay": 0.1}
+HYPER: dict[str, Any] = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-6, "weight_decay": 0.1}
 PARAM_SCALE = 0.05  # typical init scale: an lr-sized step is several bf16 ulps at this magnitude
 GRAD_SCALE = 0.01  # small grads make the L2 term (weight_decay * p) visible in Adam mode
 
@@ -72,7 +73,9 @@ def run_case(case: Case, seed: int, fused_adam: Callable[..., torch.optim.Optimi
     """fused_adam: what is compared with torch (default apex.optimizers.FusedAdam); the unit tier passes a
     torch optimizer that returns wrong results, on the CPU, to show that this comparison fails it."""
     if fused_adam is None:
-        from apex.optimizers import FusedAdam as fused_adam
+        from apex.optimizers import FusedAdam
+
+        fused_adam = FusedAdam
 
     dtype_name = case.param("dtype")
     adam_w_mode = case.param("adam_w_mode")

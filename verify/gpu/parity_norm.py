@@ -49,12 +49,14 @@ def _one_size(kind: str, hidden: int, affine: bool, dtype: torch.dtype, dtype_na
     params: list[tuple[str, torch.nn.Parameter]] = []
     with torch.no_grad():
         if affine:
-            module.weight.copy_(device.uniform((hidden,), gen, 0.5, 1.5, dtype=dtype))
-            params.append(("weight", module.weight))
+            weight = module.get_parameter("weight")
+            weight.copy_(device.uniform((hidden,), gen, 0.5, 1.5, dtype=dtype))
+            params.append(("weight", weight))
             if kind == "fused_layer_norm":
                 # small bias: where gamma * x_hat cancels it, the kernel's roundings of the terms stay under atol
-                module.bias.copy_(device.uniform((hidden,), gen, -0.01, 0.01, dtype=dtype))
-                params.append(("bias", module.bias))
+                bias = module.get_parameter("bias")
+                bias.copy_(device.uniform((hidden,), gen, -0.01, 0.01, dtype=dtype))
+                params.append(("bias", bias))
     x = device.randn((*LEADING, hidden), gen, dtype=dtype, scale=2.0, shift=0.5).requires_grad_(True)
     grad_out = device.randn((*LEADING, hidden), gen, dtype=dtype)
 

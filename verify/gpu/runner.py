@@ -83,7 +83,8 @@ def run_group(group: str, seed: int, check_timeout_s: float, names: list[str] | 
         result.workers.append(info)
         death = {"worker_exit": info["exit"], "stderr_tail": stderr_tail, "seed": seed}
         if run.current is not None:  # the case in flight when the worker stopped answering
-            last_death = _fail_in_flight(run, table, result, pending, death, stderr_tail, check_timeout_s)
+            last_death = _fail_in_flight(run, run.current, table, result, pending, death, stderr_tail,
+                                         check_timeout_s)
             continue
         if not run.ready:  # died or hung before running anything: retrying would do the same
             _fail_setup(group, run, table, result, pending, death, stderr_tail, check_timeout_s)
@@ -157,10 +158,9 @@ def _on_event(event: dict[str, Any], run: _WorkerRun, result: GroupResult, pendi
     return False
 
 
-def _fail_in_flight(run: _WorkerRun, table: dict[str, case_table.Case], result: GroupResult, pending: list[str],
-                    death: dict[str, Any], stderr_tail: str, check_timeout_s: float) -> str:
-    """The case in flight when the worker hung or died becomes a FAIL; returns its summary."""
-    current = run.current
+def _fail_in_flight(run: _WorkerRun, current: str, table: dict[str, case_table.Case], result: GroupResult,
+                    pending: list[str], death: dict[str, Any], stderr_tail: str, check_timeout_s: float) -> str:
+    """The case in flight (`current`) when the worker hung or died becomes a FAIL; returns its summary."""
     case = table[current]
     spent = time.monotonic() - run.current_started
     if run.outcome == "timeout":

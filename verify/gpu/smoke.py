@@ -9,6 +9,8 @@ verify/gpu/tolerances.py. With one GPU there is no smoke case and the report is 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -21,7 +23,7 @@ from verify.gpu.parity_norm import rms_norm_reference
 
 ROWS, HIDDEN = 64, 1024
 ADAM_SHAPES = ((1000,), (64, 257))
-ADAM_HYPER = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01}
+ADAM_HYPER: dict[str, Any] = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01}
 
 
 def setup() -> str:

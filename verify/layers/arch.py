@@ -16,7 +16,7 @@ from verify.checks import Check, Status
 from verify.layers import fatbin
 from verify.layers.extensions import ExtensionResult
 
-_UNREADABLE = {"sass": [], "ptx": [], "compatible": None}
+_UNREADABLE: dict[str, Any] = {"sass": [], "ptx": [], "compatible": None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +44,7 @@ def arch_layer(results: Sequence[ExtensionResult], capability: tuple[int, int] |
 def _read(ext: ExtensionResult, capability: tuple[int, int] | None, devices: Sequence[tuple[int, int]]
           ) -> tuple[dict[str, Any], Check | None]:
     """(the extension's arch block, its arch check or None)."""
+    assert ext.path is not None  # arch_layer reads only an extension with a .so path
     try:
         targets = fatbin.read_targets(ext.path)
     except fatbin.FatbinError as exc:

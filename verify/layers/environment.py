@@ -19,6 +19,7 @@ from typing import Any
 from verify.checks import Check, Status
 from verify.layers import drivers
 from verify.runtime import interrupts
+from verify.runtime.values import Arch
 
 TOOL_TIMEOUT_S = 5.0
 _DRIVER_PROC = Path("/proc/driver/nvidia/version")
@@ -123,7 +124,7 @@ def _gpu(torch: Any, index: int) -> dict[str, Any]:
 def device_capabilities(env: dict[str, Any]) -> list[tuple[int, int]]:
     """Every visible GPU's compute capability, device 0 first; [] without a GPU."""
     gpus = (env.get("torch") or {}).get("gpus") or []
-    return [tuple(int(n) for n in g["capability"].split(".")) for g in gpus]  # type: ignore[misc]
+    return [tuple(int(n) for n in g["capability"].split(".")) for g in gpus]  # type: ignore[misc]  # "M.m": a pair
 
 
 def capability(env: dict[str, Any]) -> tuple[int, int] | None:
@@ -187,6 +188,7 @@ def _driver_check(env: dict[str, Any]) -> Check:
     if driver.get("supports_torch_cuda") is None:
         return Check("environment", "driver", Status.INFO, f"NVIDIA driver {driver['version']} ({where})")
     verdict = drivers.judge(driver["version"], torch_info["cuda"])
+    assert verdict.floor is not None  # supports_torch_cuda is this judge's ok: not None, so it found a floor
     details = {"driver": driver["version"], "driver_branch": drivers.branch_of(driver["version"]),
                "torch_cuda": torch_info["cuda"], "needs_branch": verdict.floor.branch, "facts": drivers.source()}
     if verdict.ok:
@@ -267,9 +269,8 @@ def _other_gpus(torch_info: dict[str, Any]) -> str:
 def _ptx_covers(arch_list: list[str], cap: tuple[int, int] | None) -> bool:
     if cap is None:
         return False
-    device = cap[0] * 10 + cap[1]
-    for arch in arch_list:
-        match = re.fullmatch(r"compute_(\d+)", arch)
-        if match and int(match.group(1)) <= device:
+    for name in arch_list:  # torch's list: sm_90 (SASS), compute_90 (PTX, which newer GPUs JIT-compile)
+        arch = Arch.from_nvcc_name(name) if name.startswith("compute_") else None
+        if arch is not None and not arch.suffix and arch.capability <= tuple(cap):
             return True
     return False

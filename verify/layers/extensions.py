@@ -109,7 +109,7 @@ def _probe_once(source: str, tasks: list[dict[str, str]], results: dict[str, dic
             results[current] = {"status": "error", "exc_type": "Timeout",
                                 "message": f"importing took longer than {timeout_s:g} s (--check-timeout)"}
         else:
-            how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+            how = f"signal {-returncode}" if returncode is not None and returncode < 0 else f"exit code {returncode}"
             results[current] = {"status": "error", "exc_type": "Crash",
                                 "message": f"the importing process died ({how})" + (
                                     f": {' | '.join(tail)}" if tail else "")}
@@ -170,8 +170,8 @@ def _demangle_name(symbol: str) -> str | None:
         parts, rest = ["std"], rest[2:]
     else:
         parts = []
-    while rest and rest[0].isdigit():
-        digits = re.match(r"\d+", rest).group(0)
+    while digits_match := re.match(r"[0-9]+", rest):  # ASCII: str.isdigit() also takes '²', which \d does not
+        digits = digits_match.group(0)
         length = int(digits)
         parts.append(rest[len(digits) : len(digits) + length])
         rest = rest[len(digits) + length :]
@@ -195,7 +195,7 @@ def classify(name: str, result: dict[str, Any]) -> ExtensionResult:
         flag, kind, cuda, features = None, "unknown", True, ()
     path = result.get("file") or result.get("origin")
     path = path if path and path not in ("built-in", "frozen") else None
-    found = {"module": name, "flag": flag, "kind": kind, "cuda": cuda, "path": path,
+    found: dict[str, Any] = {"module": name, "flag": flag, "kind": kind, "cuda": cuda, "path": path,
              "origin": str(Path(path).parent) if path else None, "features": features}
     if result.get("status") == "ok":
         return ExtensionResult(status="ok", **found)

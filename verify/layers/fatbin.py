@@ -26,6 +26,8 @@ import os
 import struct
 from pathlib import Path
 
+from verify.runtime.values import Arch
+
 FATBIN_MAGIC = 0xBA55ED50
 FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
 KIND_PTX = 1
@@ -97,18 +99,18 @@ class Compatibility:
     message: str
 
 
-def _arch_sort_key(name: str) -> tuple[int, str]:
-    digits = "".join(ch for ch in name.split("_", 1)[1] if ch.isdigit())
-    return int(digits or 0), name
+def _arch_sort_key(name: str) -> tuple[tuple[int, int], str]:
+    arch = Arch.from_nvcc_name(name)  # sm_90a, compute_100
+    return (arch.capability if arch else (0, 0)), name
 
 
 def capability_name(capability: tuple[int, int]) -> str:
-    return f"sm_{capability[0]}{capability[1]}"
+    return Arch.from_capability(capability).sm
 
 
 def arch_list_value(capability: tuple[int, int]) -> str:
     """The TORCH_CUDA_ARCH_LIST entry that builds native code for this device."""
-    return f"{capability[0]}.{capability[1]}"
+    return str(Arch.from_capability(capability))
 
 
 def _elf_sections(handle, path: Path) -> dict[str, tuple[int, int, int]]:

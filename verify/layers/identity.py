@@ -12,7 +12,6 @@ import dataclasses
 import importlib.metadata
 import importlib.util
 import json
-import re
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -23,12 +22,12 @@ from verify.checks import Check, Status
 from verify.layers import module_map
 from verify.layers.extensions import ExtensionResult
 from verify.layers.manifest import BuildManifest
+from verify.runtime.values import is_commit_sha
 
 # Files/directories that only NVIDIA Apex has, and ones that only the 2013 Pyramid toolkit on PyPI has.
 _NVIDIA_MARKERS = ("optimizers", "normalization", "multi_tensor_apply", "amp", "parallel")
 _PYPI_MARKERS = ("views.py", "forms.py", "scaffolds")
 NVIDIA_APEX_URL = "https://github.com/NVIDIA/apex"
-_SHA = re.compile(r"^[0-9a-f]{7,40}$")
 
 
 def _distribution(package_dir: Path) -> importlib.metadata.Distribution | None:
@@ -68,7 +67,7 @@ def _git_head(directory: Path) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     sha = done.stdout.strip()
-    return sha if done.returncode == 0 and _SHA.match(sha) else None
+    return sha if done.returncode == 0 and is_commit_sha(sha) else None
 
 
 def locate() -> dict[str, Any]:

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from verify.runtime import field_types as ft
-from verify.runtime import input_files
+from verify.runtime import input_files, values
 
 MANIFEST_VERSION = "1"
 ENV_VAR = "APEX_BUILD_MANIFEST"
-DEFAULT_PATH = Path("/opt/apex/build-manifest.json")
-DIST_INFO_NAME = "build-manifest.json"  # the copy inside a wheel's .dist-info (toolchain/builder/wheel_identity.py)
+DEFAULT_PATH = Path(values.IMAGE.manifest)
+DIST_INFO_NAME = values.MANIFEST_NAME  # the copy inside a wheel's .dist-info (toolchain/builder/wheel_identity.py)
 INSTALLED_ORIGIN = "the installed wheel"
 
 

@@ -10,6 +10,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import queue
@@ -20,12 +21,20 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
 
 from verify.runtime import child_processes
 
 STDERR_TAIL_CHARS = 2000
-TIMEOUT = "timeout"  # next_event's answer when no event came in time (None: the stream ended)
+
+
+class Timeout(enum.Enum):
+    """next_event's answer when no event came in time (None: the stream ended); an enum, so `is` narrows."""
+
+    TIMEOUT = "timeout"
+
+
+TIMEOUT: Final = Timeout.TIMEOUT
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding verify/
 
 
@@ -68,12 +77,12 @@ class JsonLinesChild:
     """
 
     def __init__(self, argv: list[str], *, label: str, env: dict[str, str] | None = None,
-                 events: queue.Queue[tuple[Hashable, dict[str, Any] | None]] | None = None, tag: Hashable = None,
+                 events: queue.Queue[tuple[Any, dict[str, Any] | None]] | None = None, tag: Hashable = None,
                  events_on_fd: bool = False, stdin_pipe: bool = False,
                  is_event: Callable[[dict[str, Any]], bool] = _is_event,
                  tail_chars: int | None = STDERR_TAIL_CHARS) -> None:
         self.tag, self.tail_chars, self._is_event = tag, tail_chars, is_event
-        self.events: queue.Queue[tuple[Hashable, dict[str, Any] | None]] = events or queue.Queue()
+        self.events: queue.Queue[tuple[Any, dict[str, Any] | None]] = events or queue.Queue()
         self.returncode: int | None = None
         self.stderr_tail = ""
         self.log = tempfile.NamedTemporaryFile(prefix=f"verify-{label}-", suffix=".log", delete=False)
@@ -117,7 +126,7 @@ class JsonLinesChild:
     def pid(self) -> int:
         return self.proc.pid
 
-    def next_event(self, timeout_s: float) -> dict[str, Any] | None | str:
+    def next_event(self, timeout_s: float) -> dict[str, Any] | None | Literal[Timeout.TIMEOUT]:
         """An event dict, None at end of stream, or TIMEOUT (only for a child with its own queue)."""
         try:
             _tag, event = self.events.get(timeout=max(timeout_s, 0.0))

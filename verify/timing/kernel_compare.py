@@ -290,7 +290,7 @@ def _best(results: list[VariantResult], figure: str) -> VariantResult | None:
     natives = [v for v in results[1:] if v.status == "OK"]
     key = (lambda v: v.kernel_median) if figure == rules.KERNEL else (lambda v: v.host_median)
     natives = [v for v in natives if key(v) is not None]
-    return min(natives, key=key) if natives else None  # type: ignore[arg-type, return-value]
+    return min(natives, key=key) if natives else None
 
 
 def compare(kernel: str, case: str, variants: Sequence[Variant], device: torch.device | str,
