@@ -53,7 +53,7 @@ class Mutation:
 
 
 @dataclasses.dataclass(frozen=True)
-class Outcome:
+class MutationOutcome:
     mutation: Mutation
     status: str  # killed | survived | error
     seconds: float
@@ -118,7 +118,7 @@ def run_tests(tree: Path, tests: tuple[str, ...]) -> tuple[bool, tuple[str, ...]
     return done.returncode == 0, failed
 
 
-def mutate(tree: Path, m: Mutation) -> Outcome:
+def mutate(tree: Path, m: Mutation) -> MutationOutcome:
     target = tree / m.file
     original = target.read_text()
     target.write_text(original.replace(m.find, m.replace, 1))
@@ -127,10 +127,10 @@ def mutate(tree: Path, m: Mutation) -> Outcome:
         passed, failed = run_tests(tree, m.tests)
     finally:
         target.write_text(original)
-    return Outcome(m, "survived" if passed else "killed", round(time.monotonic() - started, 1), failed)
+    return MutationOutcome(m, "survived" if passed else "killed", round(time.monotonic() - started, 1), failed)
 
 
-def markdown(outcomes: list[Outcome], baseline_s: float, total_s: float) -> str:
+def markdown(outcomes: list[MutationOutcome], baseline_s: float, total_s: float) -> str:
     killed = sum(o.status == "killed" for o in outcomes)
     lines = [
         "# Mutation run (`make mutation`)",

@@ -102,13 +102,31 @@ def cleanup(state: Path, dry_run: bool, prefix: str = SUITE_TAG_PREFIX) -> int:
         return 2
     client = _client()
     verb = "would remove" if dry_run else "removing"
+    ours = _suite_images(client, known_images, prefix, before.get("base_created"))
+    _remove_containers_and_images(client, ours, verb, dry_run)
+    _remove_build_cache(client, known_cache, bool(before.get("dockerd_pid")), verb, dry_run)
+    if before.get("dockerd_pid"):
+        client.close()
+        _stop_dockerd(int(before["dockerd_pid"]), dry_run)
+    if not dry_run:
+        state.unlink(missing_ok=True)
+    return 0
+
+
+def _suite_images(client, known_images: set[str], prefix: str, base_created: str | None) -> dict[str, list[str]]:
+    """Image id -> its suite tags, for every image made since the snapshot under a suite tag."""
     ours = {}
     for image in client.images.list(all=True):
         if image.id in known_images:
             continue
-        tags = [t for t in image.tags if _suite_tag(t, prefix) or t == before.get("base_created")]
+        tags = [t for t in image.tags if _suite_tag(t, prefix) or t == base_created]
         if tags:
             ours[image.id] = tags
+    return ours
+
+
+def _remove_containers_and_images(client, ours: dict[str, list[str]], verb: str, dry_run: bool) -> None:
+    """The suite's exited containers first (an image in use is not removed), then its images by tag."""
     for container in client.containers.list(all=True, filters={"status": "exited"}):
         if container.attrs.get("Image") in ours:
             print(f"  {verb} container {container.name} (of {ours[container.attrs['Image']][0]})")
@@ -122,9 +140,13 @@ def cleanup(state: Path, dry_run: bool, prefix: str = SUITE_TAG_PREFIX) -> int:
                     client.images.remove(tag, force=True, noprune=False)
                 except Exception as exc:  # noqa: BLE001 - one image in use must not stop the rest
                     print(f"    not removed: {exc}")
+
+
+def _remove_build_cache(client, known_cache: set[str], own_engine: bool, verb: str, dry_run: bool) -> None:
+    """Build cache made since the snapshot: pruned when this run started the engine, else only reported."""
     new_cache = [r for r in client.df().get("BuildCache") or [] if r["ID"] not in known_cache]
     size_gb = sum(r.get("Size") or 0 for r in new_cache) / 1e9
-    if new_cache and before.get("dockerd_pid"):
+    if new_cache and own_engine:
         print(f"  {verb} {len(new_cache)} build-cache records ({size_gb:.2f} GB) made since the snapshot")
         if not dry_run:
             client.api.prune_builds(filters={"id": [r["ID"] for r in new_cache]})
@@ -132,12 +154,6 @@ def cleanup(state: Path, dry_run: bool, prefix: str = SUITE_TAG_PREFIX) -> int:
         print(f"  build cache: {len(new_cache)} records ({size_gb:.2f} GB) new since the snapshot, kept: this "
               "engine was running before the suite and other builds may share its cache "
               "(`docker builder prune` frees it)")
-    if before.get("dockerd_pid"):
-        client.close()
-        _stop_dockerd(int(before["dockerd_pid"]), dry_run)
-    if not dry_run:
-        state.unlink(missing_ok=True)
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

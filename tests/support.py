@@ -87,7 +87,7 @@ def frozen_matrix(path: Path):
 
 
 @dataclasses.dataclass(frozen=True)
-class Stage:
+class DockerfileStage:
     name: str
     parent: str  # the FROM image or stage
     instructions: tuple[str, ...]  # one per instruction, continuation lines joined
@@ -120,7 +120,7 @@ class Stage:
 @dataclasses.dataclass(frozen=True)
 class Dockerfile:
     global_args: tuple[tuple[str, str | None], ...]  # the ARGs before the first FROM, in order (repeats kept)
-    stages: dict[str, Stage]
+    stages: dict[str, DockerfileStage]
 
 
 def _arg_words(line: str) -> list[tuple[str, str | None]]:
@@ -134,13 +134,13 @@ def dockerfile() -> Dockerfile:
     lines = [line for line in DOCKERFILE.read_text().splitlines() if not line.lstrip().startswith("#")]
     instructions = [i.strip() for i in re.sub(r"\\\n", " ", "\n".join(lines)).splitlines() if i.strip()]
     global_args: list[tuple[str, str | None]] = []
-    stages: dict[str, Stage] = {}
+    stages: dict[str, DockerfileStage] = {}
     current: tuple[str, str, list[str]] | None = None
     for line in instructions:
         match = re.match(r"FROM (\S+) AS (\S+)$", line)
         if match:
             if current:
-                stages[current[0]] = Stage(current[0], current[1], tuple(current[2]))
+                stages[current[0]] = DockerfileStage(current[0], current[1], tuple(current[2]))
             current = (match[2], match[1], [])
         elif current is None:
             assert line.startswith("ARG "), f"before the first FROM only ARG may stand: {line}"
@@ -148,7 +148,7 @@ def dockerfile() -> Dockerfile:
         else:
             current[2].append(line)
     if current:
-        stages[current[0]] = Stage(current[0], current[1], tuple(current[2]))
+        stages[current[0]] = DockerfileStage(current[0], current[1], tuple(current[2]))
     return Dockerfile(tuple(global_args), stages)
 
 

@@ -117,12 +117,12 @@ def _main(argv: list[str]) -> int:
         except manifest.ManifestError as exc:
             return _usage_error(str(exc))
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
-    return _run(args, pipeline.RunRequest(static=args.static, required=required, manifest=loaded, seed=seed,
+    return _run(args, pipeline.VerifyRequest(static=args.static, required=required, manifest=loaded, seed=seed,
                                           check_timeout_s=args.check_timeout, require_gpu=args.require_gpu,
                                           distributed=args.distributed))
 
 
-def _run(args: argparse.Namespace, request: pipeline.RunRequest) -> int:
+def _run(args: argparse.Namespace, request: pipeline.VerifyRequest) -> int:
     try:
         report = pipeline.run(request)
         interrupts.raise_if_received()  # the last checkpoint before any report is written

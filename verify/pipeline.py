@@ -1,6 +1,6 @@
 """The verify run as a pipeline: each layer a function of what the layers before it returned.
 
-    request (RunRequest, from the CLI) -> probe + environment -> extensions -> arch -> identity
+    request (VerifyRequest, from the CLI) -> probe + environment -> extensions -> arch -> identity
     -> expectations  (--static stops here)  -> parity + timing (verify.gpu) -> distributed -> report
 
 Every layer returns a frozen result (its checks and what later layers need) and changes nothing it was
@@ -44,7 +44,7 @@ class LoadedManifest:
 
 
 @dataclasses.dataclass(frozen=True)
-class RunRequest:
+class VerifyRequest:
     static: bool
     required: tuple[str, ...]
     manifest: LoadedManifest | None
@@ -84,7 +84,7 @@ def probe_tasks(required: tuple[str, ...], expected_modules: tuple[str, ...]) ->
     return tasks, names
 
 
-def _probe_and_environment(request: RunRequest, tasks: list[dict]) -> tuple[dict, list[Check], dict]:
+def _probe_and_environment(request: VerifyRequest, tasks: list[dict]) -> tuple[dict, list[Check], dict]:
     """(environment block, layer-1 checks, probe results by task id), the probe overlapping torch's import."""
     cancel = threading.Event()
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
@@ -112,7 +112,7 @@ def _require_gpu_check(env: dict[str, Any], old_driver: bool) -> Check:
     return Check("environment", "require_gpu", Status.FAIL, f"--require-gpu: no CUDA device is visible to torch ({why})")
 
 
-def static_layers(request: RunRequest) -> StaticLayers:
+def static_layers(request: VerifyRequest) -> StaticLayers:
     """Layers 1-5: environment, identity, extensions, arch, expectations."""
     record = request.manifest.record if request.manifest else None
     expected_by_manifest = record.expected_modules if record else ()
@@ -142,7 +142,7 @@ def static_layers(request: RunRequest) -> StaticLayers:
                         device_count=max(1, len(devices)))
 
 
-def gpu_layers(request: RunRequest, static: StaticLayers, device_usable: dict[int, frozenset[str]]) -> GpuLayers:
+def gpu_layers(request: VerifyRequest, static: StaticLayers, device_usable: dict[int, frozenset[str]]) -> GpuLayers:
     """Layers 6-7 (parity, timing) from verify.gpu; SKIP without a GPU, one FAIL if they cannot run."""
     if static.gpu_missing:
         reason = "no CUDA device visible: needs a GPU (use --static for layers 1-5 only)"
@@ -161,7 +161,7 @@ def gpu_layers(request: RunRequest, static: StaticLayers, device_usable: dict[in
     return GpuLayers(tuple(results.checks), tuple(results.timings))
 
 
-def run(request: RunRequest) -> dict[str, Any]:
+def run(request: VerifyRequest) -> dict[str, Any]:
     """Every layer the request asks for, then the report (schema v2). Raises ManifestMismatch."""
     t0 = time.perf_counter()
     started_at = datetime.datetime.now(datetime.timezone.utc)

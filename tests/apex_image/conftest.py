@@ -27,7 +27,7 @@ import pytest
 
 from tests.support import APEX_FIXTURES, REPO, clean_env
 from toolchain.errors import EnvironmentUnavailable
-from toolchain.image import build_log, engine
+from toolchain.image import build_log, buildkit_build
 
 ARCHIVE = APEX_FIXTURES / "apex-6424da3b.tar.gz"
 ARCHS = "9.0"  # the command's one arch: the H200's
@@ -137,8 +137,8 @@ def apex_image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
             "apex-6424da3b.tar.gz); this tier builds Apex from it"
         )
     try:
-        engine.ping()
-        engine.docker_client()
+        buildkit_build.ping()
+        buildkit_build.docker_client()
     except EnvironmentUnavailable as error:
         pytest.fail(f"no usable Docker engine ({error}); run scripts/ensure-docker.sh", pytrace=False)
     import docker

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from toolchain.errors import EnvironmentUnavailable
-from toolchain.image import docker_host, engine
+from toolchain.image import buildkit_build, docker_host
 from toolchain.spec.cell import Cell
 
 BASE_IMAGE = os.environ.get("APEX_TEST_BASE_IMAGE", "apex-toolchain/base:bookworm")
@@ -102,7 +102,7 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def verify_image_tag(docker_client, wheelhouse: Path, test_ca: dict, logs: Path) -> str:
     """The verify-runtime target of the real Dockerfile, built once per session (cached after)."""
-    result = engine.build_image(
+    result = buildkit_build.build_image(
         make_cell(), target="verify-runtime", log_path=logs / "verify-runtime.log", wheelhouse=wheelhouse,
         extra_ca=test_ca["bundle"], progress="plain",
     )  # fmt: skip
@@ -113,7 +113,7 @@ def verify_image_tag(docker_client, wheelhouse: Path, test_ca: dict, logs: Path)
 @pytest.fixture(scope="session")
 def torch_stage_tag(docker_client, wheelhouse: Path, test_ca: dict, logs: Path) -> str:
     """The torch stage itself: its layers hold the RUN steps that had the secret mounted."""
-    result = engine.build_image(
+    result = buildkit_build.build_image(
         make_cell(CI_TAG + "-torch-stage"), target="torch", log_path=logs / "torch.log", wheelhouse=wheelhouse,
         extra_ca=test_ca["bundle"], progress="plain",
     )  # fmt: skip
@@ -146,7 +146,7 @@ def torch_only_image_tag(docker_client, wheelhouse: Path, logs: Path, tmp_path_f
     Unique tags per session, removed afterwards (the daemon is shared)."""
     unique = uuid.uuid4().hex[:8]
     devel = make_cell(f"apex-ci-devel-{unique}")
-    result = engine.build_image(devel, target="devel", log_path=logs / "devel.log", progress="plain")
+    result = buildkit_build.build_image(devel, target="devel", log_path=logs / "devel.log", progress="plain")
     assert result.ok, "\n".join(result.log_tail)
     tag = f"apex-ci-torch-only-{unique}:latest"
     dockerfile = tmp_path_factory.mktemp("torch-only") / "Dockerfile"

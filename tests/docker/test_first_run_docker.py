@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO, run_build
-from toolchain.image import docker_host, engine, inspect_image
+from toolchain.image import buildkit_build, docker_host, inspect_image
 from verify.runtime import exit_codes
 
 LOCAL = ("--python", "3.11", "--os", "debian12", "--base-devel", "apex-toolchain/base:bookworm",
@@ -95,7 +95,7 @@ def test_a_tls_failure_in_the_build_names_extra_ca(docker_client, verify_image_t
         said = error.stderr.decode(errors="replace") if isinstance(error.stderr, bytes) else str(error)
     if "CERTIFICATE_VERIFY_FAILED" not in said:
         pytest.skip(f"pip failed for another reason here (no network to PyPI?): {said[-300:]}")
-    message, retry = engine.environment_fault(said)
+    message, retry = buildkit_build.environment_fault(said)
     assert "pass that CA bundle with --extra-ca PEM" in message and not retry
 
 
@@ -106,7 +106,7 @@ def test_a_plain_docker_build_of_runtime_slim_is_refused_naming_runtime_os(docke
     prefix = docker_host.client_or_default().build_prefix()
     base = "apex-toolchain/base:bookworm"
     args = [f"--build-arg={k}={base}" for k in ("BASE_DEVEL_IMAGE", "BASE_RUNTIME_IMAGE", "BASE_SLIM_IMAGE")]
-    command = [*prefix, "--file", engine.DOCKERFILE, "--target", "slim-guard", "--progress", "plain",
+    command = [*prefix, "--file", buildkit_build.DOCKERFILE, "--target", "slim-guard", "--progress", "plain",
                *args, "--build-arg=PYTHON_VERSION=3.11", "."]  # fmt: skip
     env = dict(os.environ, DOCKER_BUILDKIT="1")
     plain = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support import REPO
 from toolchain.errors import EnvironmentUnavailable, UsageError
-from toolchain.image import container_verify, docker_host, engine, inspect_image
+from toolchain.image import buildkit_build, container_verify, docker_host, inspect_image
 from verify.runtime import exit_codes
 
 SCHEMA = REPO / "verify" / "schema" / "report.schema.json"
@@ -143,7 +143,7 @@ def test_failing_cell_names_its_stage_and_the_good_image_survives(
     docker_client, verify_image_tag: str, wheelhouse: Path, cell_factory, logs: Path
 ) -> None:
     bad = cell_factory("apex-ci-broken-torch0.0.1-py3.11-debian12", torch="0.0.1")
-    result = engine.build_image(
+    result = buildkit_build.build_image(
         bad, target="verify-runtime", log_path=logs / "broken.log", wheelhouse=wheelhouse, progress="plain"
     )
     assert not result.ok
@@ -193,6 +193,6 @@ def test_no_daemon_is_exit_3_with_the_fix(
     with pytest.raises(EnvironmentUnavailable, match="no Docker daemon answers"):
         docker_host.ping(timeout=3)
     with pytest.raises(EnvironmentUnavailable, match="no Docker daemon answers|start it"):
-        engine.build_image(
+        buildkit_build.build_image(
             cell_factory(), target="verify-runtime", log_path=tmp_path / "b.log", progress="plain"
         )

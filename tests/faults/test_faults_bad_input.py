@@ -110,9 +110,9 @@ def test_base_image_pinned_by_digest_is_accepted_and_passed_through(tmp_path: Pa
     plan = json.loads(result.stdout)
     assert plan["build_args"]["BASE_DEVEL_IMAGE"] == devel and plan["build_args"]["BASE_RUNTIME_IMAGE"] == runtime
     assert f"BASE_DEVEL_IMAGE={devel}" in plan["command"] and f"BASE_RUNTIME_IMAGE={runtime}" in plan["command"]
-    from toolchain.image import engine
+    from toolchain.image import buildkit_build
 
-    assert engine._image_digest(devel) == DIGEST, "the pin is the provenance digest, even when not local"
+    assert buildkit_build._image_digest(devel) == DIGEST, "the pin is the provenance digest, even when not local"
 
 
 def test_manifest_from_another_image_is_exit_2_and_no_report(tmp_path: Path) -> None:

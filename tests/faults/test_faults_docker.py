@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from faultlib import REPO, log_has, run_cli, wait_for
 
-from toolchain.image import build_log, docker_host, engine
+from toolchain.image import build_log, buildkit_build, docker_host
 from verify.runtime import exit_codes
 
 # a cell of matrix.toml's shape that the local base can start (the devel stage's apt step)
@@ -155,7 +155,7 @@ def test_buildkit_no_space_left_maps_to_exit_3(docker_client, tmp_path: Path) ->
     (context / "Dockerfile").write_text(
         "FROM apex-toolchain/base:bookworm\nRUN dd if=/dev/zero of=/dev/shm/fill bs=1M count=100\n")
     log = tmp_path / "build.log"
-    code = engine._run_build([*docker_host.docker_client().build_prefix(), "--progress", "plain", "--no-cache", str(context)],
+    code = buildkit_build._run_build([*docker_host.docker_client().build_prefix(), "--progress", "plain", "--no-cache", str(context)],
                              dict(os.environ, DOCKER_BUILDKIT="1"), log, "plain")
     assert code != 0
     text = log.read_text()

@@ -68,10 +68,10 @@ def test_the_builder_is_given_every_provenance_input() -> None:
         assert f"{flag} {source}" in body, flag
     for arg in ("APEX_REF", "BASE_DEVEL_IMAGE", "BASE_DEVEL_DIGEST"):
         assert arg in stage.args(), f"{arg} is not declared in apex-build: it would be empty"
-    from toolchain.image import engine
+    from toolchain.image import buildkit_build
 
-    assert "BASE_DEVEL_DIGEST" in (REPO / "toolchain" / "image" / "engine.py").read_text()
-    assert engine._image_digest("nvidia/cuda@sha256:" + "0" * 64) == "sha256:" + "0" * 64
+    assert "BASE_DEVEL_DIGEST" in (REPO / "toolchain" / "image" / "buildkit_build.py").read_text()
+    assert buildkit_build._image_digest("nvidia/cuda@sha256:" + "0" * 64) == "sha256:" + "0" * 64
 
 
 def test_secrets_reach_builds_only_as_buildkit_secret_mounts() -> None:

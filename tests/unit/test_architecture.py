@@ -92,16 +92,7 @@ def violations(root: Path, rules: dict[str, Rule]) -> list[str]:
             if module.startswith("."):
                 out.append(f"{rel}:{line}: relative import {module!r}")
             elif top in ("verify", "toolchain"):
-                target = None
-                if name is not None:  # `from verify import messages` names a module, `from verify import X` a value
-                    target = project_room(f"{module}.{name}", rooms, root)
-                    if target is not None and not any((root / c).exists() for c in module_paths(f"{module}.{name}")):
-                        target = None
-                target = target or project_room(module, rooms, root)
-                if target is None:
-                    out.append(f"{rel}:{line}: imports {module} which is in no room")
-                elif target != own and target not in rule.may_import:
-                    out.append(f"{rel}:{line}: {own} may not import {target} ({module}{'.' + name if name else ''})")
+                out += _project_import_problems(f"{rel}:{line}", module, name, own, rule, rooms, root)
             elif top in ("build", "tests"):
                 out.append(f"{rel}:{line}: imports {module}")
             elif "*" not in rule.third_party and not (top in STDLIB and "stdlib" in rule.third_party) \
@@ -109,6 +100,22 @@ def violations(root: Path, rules: dict[str, Rule]) -> list[str]:
                 out.append(f"{rel}:{line}: {own} may not import {top} (third-party allowed: "
                            f"{', '.join(sorted(rule.third_party)) or 'none'})")
     return out
+
+
+def _project_import_problems(where: str, module: str, name: str | None, own: str, rule: Rule, rooms: set[str],
+                             root: Path) -> list[str]:
+    """An import of verify/ or toolchain/ outside `own`'s row (or of a module in no room)."""
+    target = None
+    if name is not None:  # `from verify import messages` names a module, `from verify import X` a value
+        target = project_room(f"{module}.{name}", rooms, root)
+        if target is not None and not any((root / c).exists() for c in module_paths(f"{module}.{name}")):
+            target = None
+    target = target or project_room(module, rooms, root)
+    if target is None:
+        return [f"{where}: imports {module} which is in no room"]
+    if target != own and target not in rule.may_import:
+        return [f"{where}: {own} may not import {target} ({module}{'.' + name if name else ''})"]
+    return []
 
 
 RULES = read_rules(DOC.read_text())

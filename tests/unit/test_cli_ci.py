@@ -14,8 +14,7 @@ import yaml
 
 from tests.support import REPO, run_build
 from toolchain.commands.parser import build_parser
-from toolchain.image import labels
-from toolchain.spec import targets
+from toolchain.spec import image_labels, targets
 from toolchain.spec.ci_matrix import bake_target_name
 from toolchain.spec.matrix import load_matrix
 from verify.runtime import exit_codes
@@ -73,12 +72,12 @@ def test_bake_definition_matches_the_matrix(tmp_path: Path, cells) -> None:
         assert target["target"] == "runtime"
         # the cell's args and what the target stands on (RUNTIME_OS, runtime-slim's base), as `build.py image`
         args = targets.build_args(cell.build_args(), "runtime", cell.base_route)
-        assert target["args"] == {k: v for k, v in args.items() if k not in labels.LABEL_ONLY_ARGS}
+        assert target["args"] == {k: v for k, v in args.items() if k not in image_labels.LABEL_ONLY_ARGS}
         assert target["args"]["RUNTIME_OS"] == "runtime" and set(target["args"]) - set(cell.build_args()) == {
             "RUNTIME_OS", "BASE_SLIM_IMAGE"}
-        assert target["labels"] == labels.for_image("runtime", args)  # as `build.py image` has
-        assert set(target["labels"]) == labels.BY_TARGET["runtime"]
-        assert target["labels"][labels.CELL] == cell.id
+        assert target["labels"] == image_labels.for_image("runtime", args)  # as `build.py image` has
+        assert set(target["labels"]) == image_labels.BY_TARGET["runtime"]
+        assert target["labels"][image_labels.CELL] == cell.id
         assert target["tags"] == [f"{REGISTRY}:{cell.tag}"]
         assert target["cache-from"] == [f"type=gha,scope={cell.id}"]
         assert target["cache-to"] == [f"type=gha,scope={cell.id},mode=max"]
@@ -244,15 +243,15 @@ def test_workflow_build_py_commands_exist() -> None:
 def test_pull_from_an_unreachable_registry_is_exit_3() -> None:
     """A real daemon, a registry that refuses connections: retried, then EnvironmentUnavailable."""
     from toolchain.errors import EnvironmentUnavailable, UsageError
-    from toolchain.image import docker_host, pull
+    from toolchain.image import container_engine, docker_host, registry_pull
 
     try:
         docker_host.ping()
     except EnvironmentUnavailable as err:
         pytest.skip(str(err))
     with pytest.raises(EnvironmentUnavailable, match=r"pulling localhost:1/apex:x failed after 2 attempt\(s\)") as caught:
-        pull.pull("localhost:1/apex:x", attempts=2, backoff_s=0)
+        container_engine.docker_pull("localhost:1/apex:x", attempts=2, backoff_s=0)
     assert caught.value.exit_code == exit_codes.ENVIRONMENT
     with pytest.raises(UsageError, match="has no tag") as no_tag:
-        pull.split_ref("localhost:5000/apex")
+        registry_pull.split_ref("localhost:5000/apex")
     assert no_tag.value.exit_code == exit_codes.USAGE

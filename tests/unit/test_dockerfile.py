@@ -1,6 +1,6 @@
 """docker/Dockerfile's declarations: each ARG default stated once (before the first FROM), every stage
 declaring the ARGs it reads, build.py setting every pin; and the labels, which build.py applies from
-toolchain.image.labels (no LABEL in the Dockerfile). The docker tier builds verify-runtime and reads its
+toolchain.spec.image_labels (no LABEL in the Dockerfile). The docker tier builds verify-runtime and reads its
 labels back."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from collections import Counter
 import pytest
 
 from tests.support import dockerfile, frozen_facts
-from toolchain.image import engine, labels
+from toolchain.image import buildkit_build
 from toolchain.image.docker_host import DockerClient
-from toolchain.spec import ci_matrix, targets
+from toolchain.spec import ci_matrix, image_labels, targets
 from toolchain.spec.matrix import cli_cell
 
 _REF = re.compile(r"\$\{?([A-Z][A-Z0-9_]*)")
@@ -23,7 +23,7 @@ _REF = re.compile(r"\$\{?([A-Z][A-Z0-9_]*)")
 _DOCKERFILE_OWN = {"PIP_INDEX_URL", "BUILD_REQUIREMENTS", "MAX_JOBS", "APEX_PARALLEL_BUILD", "CUDA_FROM_PYPI",
                    "APP_UID", "TORCH_WHEELHOUSE", "APEX_SRC_DIR", "CCACHE_MOUNT", "CCACHE_CARRY_ID",
                    "RUNTIME_REQUIREMENTS"}  # fmt: skip
-# what build_image adds to the cell's args on every build (toolchain/image/engine.py: provenance)
+# what build_image adds to the cell's args on every build (toolchain/image/buildkit_build.py: provenance)
 _PROVENANCE = {"BUILD_DATE", "SOURCE_REVISION", "BASE_DEVEL_DIGEST", "BASE_RUNTIME_DIGEST"}
 
 
@@ -47,11 +47,11 @@ def test_every_stage_declares_the_args_its_steps_read() -> None:
 
 def test_build_py_sets_every_pin_and_only_the_dockerfiles_own_knobs_keep_their_default() -> None:
     cell = cli_cell({"cuda": "13.0", "python": "3.12", "archs": "9.0"}, facts=frozen_facts())
-    passed = (set(engine.build_args_for(cell)) | _PROVENANCE) - labels.LABEL_ONLY_ARGS
+    passed = (set(buildkit_build.build_args_for(cell)) | _PROVENANCE) - image_labels.LABEL_ONLY_ARGS
     declared = {name for name, _ in dockerfile().global_args}
     assert passed <= declared, f"build.py passes {sorted(passed - declared)}, which no ARG declares"
     assert declared - passed == _DOCKERFILE_OWN
-    assert not labels.LABEL_ONLY_ARGS & declared, "an ARG the labels alone read: build.py does not pass it"
+    assert not image_labels.LABEL_ONLY_ARGS & declared, "an ARG the labels alone read: build.py does not pass it"
 
 
 def test_the_dockerfile_sets_no_label() -> None:
@@ -69,7 +69,7 @@ _EXPECTED = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("target", sorted(labels.BY_TARGET))
+@pytest.mark.parametrize("target", sorted(image_labels.BY_TARGET))
 def test_for_image_renders_each_targets_labels_from_the_build_args(target: str) -> None:
     args = {"CELL_ID": "c1", "TORCH_VERSION": "2.11.0", "CUDA_VERSION": "13.0", "PYTHON_VERSION": "3.12",
             "APEX_REPO": "https://example.org/apex.git", "APEX_REF": "v25.09", "APEX_FLAGS": "APEX_CPP_EXT=1",
@@ -85,17 +85,17 @@ def test_for_image_renders_each_targets_labels_from_the_build_args(target: str) 
     if target != "verify-runtime":
         own |= {"apex.repo": "https://example.org/apex.git", "apex.ref": "v25.09", "apex.flags": "APEX_CPP_EXT=1",
                 "archs": "9.0", "manifest": "/opt/apex/build-manifest.json"}  # fmt: skip
-    rendered = labels.for_image(target, args)
-    assert set(rendered) == labels.BY_TARGET[target]
-    expected = {labels.OCI + k: v for k, v in oci.items()} | {labels.NAMESPACE + k: v for k, v in own.items()}
+    rendered = image_labels.for_image(target, args)
+    assert set(rendered) == image_labels.BY_TARGET[target]
+    expected = {image_labels.OCI + k: v for k, v in oci.items()} | {image_labels.NAMESPACE + k: v for k, v in own.items()}
     assert rendered == expected
-    assert target in engine.TARGETS
+    assert target in buildkit_build.TARGETS
 
 
 def test_only_shipped_targets_get_labels_and_a_missing_arg_reads_empty() -> None:
-    labelled = {t for t in engine.TARGETS if labels.for_image(t, {"CELL_ID": "c1"})}
-    assert labelled == set(labels.BY_TARGET)
-    assert labels.for_image("runtime", {"CELL_ID": "c1"})[labels.OCI + "created"] == ""
+    labelled = {t for t in buildkit_build.TARGETS if image_labels.for_image(t, {"CELL_ID": "c1"})}
+    assert labelled == set(image_labels.BY_TARGET)
+    assert image_labels.for_image("runtime", {"CELL_ID": "c1"})[image_labels.OCI + "created"] == ""
 
 
 def test_the_runtime_targets_share_one_runtime_base_whose_os_the_target_names() -> None:
@@ -120,11 +120,11 @@ def test_the_runtime_targets_share_one_runtime_base_whose_os_the_target_names() 
                                                     ("verify-runtime", "runtime"), ("runtime-devel", "runtime")])
 def test_build_py_and_the_bake_file_pass_the_os_each_target_stands_on(target: str, runtime_os: str) -> None:
     cell = cli_cell({"cuda": "13.0", "python": "3.12", "archs": "9.0"}, facts=frozen_facts())
-    args = engine.build_args_for(cell, target=target)
+    args = buildkit_build.build_args_for(cell, target=target)
     assert args["RUNTIME_OS"] == runtime_os and args["BASE_SLIM_IMAGE"] == "ubuntu:24.04"
-    command = engine.build_command(cell, target=target, client=DockerClient("docker", True, "28.2.2"))
+    command = buildkit_build.build_command(cell, target=target, client=DockerClient("docker", True, "28.2.2"))
     assert f"RUNTIME_OS={runtime_os}" in command
     bake = ci_matrix.bake([cell], target=target)["target"]
     (entry,) = bake.values()
     assert entry["args"]["RUNTIME_OS"] == runtime_os and entry["args"]["BASE_SLIM_IMAGE"] == "ubuntu:24.04"
-    assert entry["labels"] == labels.for_image(target, {**entry["args"], "BASE_ROUTE": cell.base_route})
+    assert entry["labels"] == image_labels.for_image(target, {**entry["args"], "BASE_ROUTE": cell.base_route})

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support import REPO, frozen_facts, run_build
 from toolchain.errors import MatrixError
-from toolchain.image import docker_host, engine
+from toolchain.image import buildkit_build, docker_host
 from toolchain.spec import ci_matrix
 from toolchain.spec.matrix import cli_cell, load_matrix
 from verify.runtime import exit_codes
@@ -106,9 +106,9 @@ def test_arm64_cell_id_platform_and_build_command() -> None:
     assert arm.tag == amd.tag == amd.id and arm.image_tag == amd.id and amd.image_tag == ""
     assert (arm.platform, amd.platform) == ("linux/arm64", "linux/amd64")
     assert arm.build_args() == {**amd.build_args(), "CELL_ID": arm.id}  # the Dockerfile needs no new ARG
-    command = engine.build_command(arm, client=docker_host.DockerClient("docker", True, "27"))
+    command = buildkit_build.build_command(arm, client=docker_host.DockerClient("docker", True, "27"))
     assert command[command.index("--platform") + 1] == "linux/arm64"
-    assert "--platform" not in engine.build_command(amd, client=docker_host.DockerClient("docker", True, "27"))
+    assert "--platform" not in buildkit_build.build_command(amd, client=docker_host.DockerClient("docker", True, "27"))
 
 
 def test_arm64_needs_aarch64_cuda_wheels() -> None:

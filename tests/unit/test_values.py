@@ -204,13 +204,13 @@ def test_fetch_apex_source_tree_rule_is_the_python_rule(tmp_path: Path) -> None:
 
 def test_every_caller_uses_the_one_tree_check(tmp_path: Path) -> None:
     """The builder's --apex-src, build.py image's context and the run loop's input check: one message."""
-    from toolchain.image import engine
+    from toolchain.image import buildkit_build
 
     bad = tmp_path / "tree"
     (bad / "apex").mkdir(parents=True)
     (bad / "setup.py").write_text("")
     messages = []
-    for call in (lambda: build_inputs.check_apex_source(bad), lambda: engine.stage_context(tmp_path / "ctx", apex_src=bad)):
+    for call in (lambda: build_inputs.check_apex_source(bad), lambda: buildkit_build.stage_context(tmp_path / "ctx", apex_src=bad)):
         with pytest.raises(UsageError) as stop:
             call()
         messages.append(str(stop.value))

@@ -34,7 +34,7 @@ RECORD_NAME = "wheels.json"
 
 
 @dataclasses.dataclass(frozen=True)
-class Wheel:
+class CudaWheel:
     name: str
     version: str
     origin: str  # "prefix" (installed here from the index) or "torch" (already next to torch)
@@ -44,7 +44,7 @@ class Wheel:
 class PypiCuda:
     cuda: str  # MAJOR.MINOR it was assembled for
     home: Path  # CUDA_HOME
-    wheels: tuple[Wheel, ...]
+    wheels: tuple[CudaWheel, ...]
     reason: str
 
     def manifest(self) -> dict:
@@ -156,7 +156,7 @@ def assemble(cuda: str, prefix: Path, reason: str, say=print) -> PypiCuda:
         version = what if origin == "torch" else versions[name].version if name in versions else None
         if version is None:
             raise BuildFailed(f"--cuda-from-pypi: {name} is missing from {root / 'site'} after pip install; remove {root} and retry")
-        wheels.append(Wheel(name, version, origin))
+        wheels.append(CudaWheel(name, version, origin))
     home = root / "cuda"
     if not (home / "bin" / "nvcc").exists():
         _link_home(home, [root / "site"], site, [w.name for w in wheels if w.origin == "torch"], installed(site))

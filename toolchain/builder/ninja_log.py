@@ -35,7 +35,7 @@ class NinjaLogError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Entry:
+class LogEntry:
     start_ms: int
     end_ms: int
     mtime_ns: int
@@ -66,7 +66,7 @@ class Unit:
 
 
 @dataclasses.dataclass(frozen=True)
-class Bound:
+class BuildBound:
     """The build cannot finish sooner than the longest chain nor than its work spread on every core."""
 
     chain_s: float  # slowest unit + its extension's link
@@ -96,7 +96,7 @@ class Bound:
         }
 
 
-def parse_lines(text: str, source: str = ".ninja_log") -> list[Entry]:
+def parse_lines(text: str, source: str = ".ninja_log") -> list[LogEntry]:
     """Every line's entry, in file order (a rebuild's lines follow the first run's)."""
     lines = text.splitlines()
     if not lines:
@@ -120,25 +120,25 @@ def parse_lines(text: str, source: str = ".ninja_log") -> list[Entry]:
         start, end, mtime = (int(f) for f in fields[:3])
         if end < start:
             raise NinjaLogError(f"{source} line {number}: ends ({end} ms) before it starts ({start} ms)")
-        entries.append(Entry(start, end, mtime, fields[3]))
+        entries.append(LogEntry(start, end, mtime, fields[3]))
     return entries
 
 
-def latest(entries: list[Entry]) -> list[Entry]:
+def latest(entries: list[LogEntry]) -> list[LogEntry]:
     """Every output's last entry, in file order of those last entries (ninja reads a log the same way)."""
-    last: dict[str, Entry] = {}
+    last: dict[str, LogEntry] = {}
     for entry in entries:
         last.pop(entry.output, None)  # a later run's line replaces the earlier one, and moves to the end
         last[entry.output] = entry
     return list(last.values())
 
 
-def parse(text: str, source: str = ".ninja_log") -> list[Entry]:
+def parse(text: str, source: str = ".ninja_log") -> list[LogEntry]:
     """Every output's last entry, in file order of those last entries."""
     return latest(parse_lines(text, source))
 
 
-def last_run(entries: list[Entry]) -> list[Entry]:
+def last_run(entries: list[LogEntry]) -> list[LogEntry]:
     """The entries of the last ninja run in a log (a rebuild appends its lines): within one run each line
     is written when its output finishes, so ends never decrease; a smaller end starts a later run. (A
     rerun whose first end exceeds the previous run's last is not told apart: the builder removes build/.)"""
@@ -149,14 +149,14 @@ def last_run(entries: list[Entry]) -> list[Entry]:
     return entries[start:]
 
 
-def units(extension: str, entries: list[Entry], origin_s: float) -> list[Unit]:
+def units(extension: str, entries: list[LogEntry], origin_s: float) -> list[Unit]:
     """Entries on the common clock; origin_s is the epoch second the ninja run started (`log_origin`)."""
     return [
         Unit(extension, e.output, origin_s + e.start_ms / 1e3, origin_s + e.end_ms / 1e3) for e in entries
     ]
 
 
-def log_origin(entries: list[Entry], log_mtime_s: float) -> float:
+def log_origin(entries: list[LogEntry], log_mtime_s: float) -> float:
     """When the ninja run of these entries started, on the epoch clock: its log was last written when its
     last output finished."""
     return log_mtime_s - max((e.end_ms for e in entries), default=0) / 1e3
@@ -168,7 +168,7 @@ def lower_bound(
     cores: int,
     cpu_s: float | None = None,
     floors_s: dict[str, float] | None = None,
-) -> Bound:
+) -> BuildBound:
     """max(slowest unit + its extension's link, work / cores). Work is the build's CPU seconds when
     measured (a unit's wall counts time it waited for a core when more compiles than cores run, and
     misses the cores its nvcc --threads used), else the sum of unit walls. A unit's time in the chain is
@@ -191,7 +191,7 @@ def lower_bound(
     else:
         total = sum(u.wall_s for u in all_units)
         work, work_from = total / cores, f"{total:.0f} unit-seconds (ninja walls) / {cores} cores"
-    return Bound(chain, chain_unit, work, work_from, cores, chain_from)
+    return BuildBound(chain, chain_unit, work, work_from, cores, chain_from)
 
 
 def in_flight(all_units: list[Unit]) -> tuple[int, float]:

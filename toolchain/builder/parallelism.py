@@ -224,12 +224,40 @@ def plan(
     """Size the three knobs. Explicit arguments win, then MAX_JOBS / APEX_PARALLEL_BUILD /
     NVCC_APPEND_FLAGS from `env`, then the memory-and-cores rule. Raises ValueError on bad env values."""
     env = dict(os.environ if env is None else env)
-    # the unit schedule's threads above --threads, where the all-in-flight rule counted them in
-    extra_threads, scheduled = 0, False
     fits = max(1, math.floor(res.mem_available_gib * MEMORY_FRACTION / GIB_PER_COMPILE))
     overridden = jobs is not None or nvcc_threads is not None or any(
         env.get(k, "").strip() for k in ("MAX_JOBS", "APEX_PARALLEL_BUILD")) or env_nvcc_threads(env) is not None
-    why = [
+    why = _host_reasons(res, fits, overridden, gib_per_thread)
+    slots = _slots(res, jobs, fits, overridden, why)
+    threads, threads_from = _nvcc_threads(nvcc_threads, env, n_archs, slots)
+    sized_here = jobs is None and nvcc_threads is None and env_nvcc_threads(env) is None
+    split = _split(res, env, threads=threads, threads_from=threads_from, per_thread=max(1, slots // threads),
+                   n_archs=n_archs, n_extensions=n_extensions, sized_here=sized_here, gib_per_thread=gib_per_thread,
+                   gib_from=gib_from, scheduled_extra_threads=scheduled_extra_threads)
+    why.append(
+        f"nvcc --threads {split.threads} ({split.threads_from}); MAX_JOBS={split.max_jobs} x "
+        f"APEX_PARALLEL_BUILD={split.parallel} ({split.split_from})"
+    )
+    why += _peak_reasons(res, split, gib_per_thread)
+    return Plan(max_jobs=split.max_jobs, nvcc_threads=split.threads, apex_parallel_build=split.parallel,
+                reason="; ".join(why), scheduled=split.scheduled)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Split:
+    """How the compile slots split into ninja jobs x extensions side by side, and why."""
+    max_jobs: int
+    parallel: int
+    split_from: str
+    threads: int
+    threads_from: str
+    extra_threads: int = 0  # the unit schedule's threads above --threads, where the all-in-flight rule counted them
+    scheduled: bool = False
+
+
+def _host_reasons(res: HostResources, fits: int, overridden: bool, gib_per_thread: float | None) -> list[str]:
+    """The reason's opening: the cores and the memory the plan was sized from."""
+    return [
         f"{res.cores} cores (affinity {res.cpus_affinity}, cgroup quota "
         f"{'none' if res.cpu_quota is None else f'{res.cpu_quota:g}'})",
         f"{res.mem_available_gib:.1f} GiB available ({res.mem_source})"
@@ -237,77 +265,104 @@ def plan(
            f": per unit {GIB_PER_UNIT_HOST} GiB + {gib_per_thread or GIB_PER_NVCC_THREAD:.2f} GiB per nvcc thread "
            f"must fit in {int(MEMORY_FRACTION * 100)}%"),
     ]
+
+
+def _slots(res: HostResources, jobs: int | None, fits: int, overridden: bool, why: list[str]) -> int:
+    """Concurrent compiles: --jobs, else cores x COMPILES_PER_CORE within what memory fits."""
     if jobs is not None:
-        slots = jobs
-        why.append(f"--jobs {jobs} sets {slots} concurrent compiles")
-    else:
-        slots = min(res.cores * COMPILES_PER_CORE, fits)
-        if overridden:
-            limit = "memory" if fits < res.cores * COMPILES_PER_CORE else f"{COMPILES_PER_CORE} per core"
-            why.append(f"{slots} concurrent compiles ({limit} limit)")
+        why.append(f"--jobs {jobs} sets {jobs} concurrent compiles")
+        return jobs
+    slots = min(res.cores * COMPILES_PER_CORE, fits)
+    if overridden:
+        limit = "memory" if fits < res.cores * COMPILES_PER_CORE else f"{COMPILES_PER_CORE} per core"
+        why.append(f"{slots} concurrent compiles ({limit} limit)")
+    return slots
 
-    threads, threads_from = nvcc_threads, "--nvcc-threads"
-    if threads is None:
-        threads, threads_from = env_nvcc_threads(env), "NVCC_APPEND_FLAGS"
-    if threads is None:
-        threads = max(1, min(n_archs, MAX_NVCC_THREADS, slots))
-        threads_from = f"{n_archs} arch(s)"
-    per_thread = max(1, slots // threads)
 
-    env_jobs, env_parallel = _env_int(env, "MAX_JOBS"), _env_int(env, "APEX_PARALLEL_BUILD")
+def _nvcc_threads(nvcc_threads: int | None, env: dict[str, str], n_archs: int, slots: int) -> tuple[int, str]:
+    """(nvcc --threads, where it came from): --nvcc-threads, NVCC_APPEND_FLAGS, else one per arch."""
+    if nvcc_threads is not None:
+        return nvcc_threads, "--nvcc-threads"
+    threads = env_nvcc_threads(env)
+    if threads is not None:
+        return threads, "NVCC_APPEND_FLAGS"
+    return max(1, min(n_archs, MAX_NVCC_THREADS, slots)), f"{n_archs} arch(s)"
+
+
+def _split(res: HostResources, env: dict[str, str], *, threads: int, threads_from: str, per_thread: int,
+           n_archs: int, n_extensions: int, sized_here: bool, gib_per_thread: float | None, gib_from: str,
+           scheduled_extra_threads: int | None) -> _Split:
+    """MAX_JOBS x APEX_PARALLEL_BUILD: from the environment, else every extension at once when it fits,
+    else the memory model (nothing given), else the slots (--jobs or --nvcc-threads given)."""
     n_ext = max(1, n_extensions)
+    from_env = _split_from_env(env, n_ext, per_thread)
+    if from_env is not None:
+        return _Split(*from_env, threads, threads_from)
+    if not sized_here:
+        return _split_by_slots(res, per_thread, n_ext, n_extensions, threads, threads_from)
+    every = all_in_flight(res, n_archs=n_archs, n_extensions=n_ext, gib_per_thread=gib_per_thread,
+                          scheduled_extra_threads=scheduled_extra_threads)
+    if every:
+        max_jobs, parallel, every_threads, note = every
+        return _Split(max_jobs, parallel, f"{note}{f'; {gib_from}' if gib_from else ''}", every_threads,
+                      f"{n_archs} arch(s), memory", scheduled_extra_threads or 0, scheduled_extra_threads is not None)
+    return _split_by_memory(res, n_archs, n_ext, n_extensions, gib_per_thread)
+
+
+def _split_from_env(env: dict[str, str], n_ext: int, per_thread: int) -> tuple[int, int, str] | None:
+    """(MAX_JOBS, APEX_PARALLEL_BUILD, why) where the environment sets either; None when it sets neither."""
+    env_jobs, env_parallel = _env_int(env, "MAX_JOBS"), _env_int(env, "APEX_PARALLEL_BUILD")
     if env_jobs is not None and env_parallel is not None:
-        max_jobs, parallel, split_from = (
-            env_jobs,
-            env_parallel,
-            "MAX_JOBS and APEX_PARALLEL_BUILD from the environment",
-        )
-    elif env_jobs is not None:
-        max_jobs, split_from = env_jobs, "MAX_JOBS from the environment"
-        parallel = max(1, min(n_ext, per_thread // max_jobs))
-    elif env_parallel is not None:
-        parallel, split_from = env_parallel, "APEX_PARALLEL_BUILD from the environment"
-        max_jobs = max(1, per_thread // parallel)
-    elif jobs is None and nvcc_threads is None and env_nvcc_threads(env) is None and (
-            every := all_in_flight(res, n_archs=n_archs, n_extensions=n_ext, gib_per_thread=gib_per_thread,
-                                   scheduled_extra_threads=scheduled_extra_threads)):
-        max_jobs, parallel, threads, note = every
-        split_from = f"{note}{f'; {gib_from}' if gib_from else ''}"
-        threads_from = f"{n_archs} arch(s), memory"
-        extra_threads, scheduled = scheduled_extra_threads or 0, scheduled_extra_threads is not None
-    elif jobs is None and nvcc_threads is None and env_nvcc_threads(env) is None:
-        # the slot rule on the memory model: as many units as cores x 2 and memory allow at one thread,
-        # then the most threads that still fit (a small host gets units for its cores before threads)
-        budget = res.mem_available_gib * MEMORY_FRACTION
-        units = max(1, min(res.cores * COMPILES_PER_CORE, math.floor(budget / unit_gib(1, gib_per_thread))))
-        top = max(1, min(n_archs, MAX_NVCC_THREADS))
-        threads = max([t for t in range(1, top + 1) if units * unit_gib(t, gib_per_thread) <= budget] or [1])
-        threads_from = f"{n_archs} arch(s), memory"
-        max_jobs = min(units, max(MIN_JOBS_PER_EXTENSION, res.cores // 2))
-        parallel = max(1, min(n_ext, 1 + (units - max_jobs) // TYPICAL_FILES_PER_EXTENSION))
-        split_from = (
-            f"{units} units fit (cores x {COMPILES_PER_CORE}, memory model); ninja jobs per extension: "
-            f"max({MIN_JOBS_PER_EXTENSION}, cores/2); the other units build extensions side by side at "
-            f"~{TYPICAL_FILES_PER_EXTENSION} files each; {n_extensions} extension(s)"
-        )
-    else:
-        max_jobs = min(per_thread, max(MIN_JOBS_PER_EXTENSION, res.cores // 2))
-        parallel = max(1, min(n_ext, 1 + (per_thread - max_jobs) // TYPICAL_FILES_PER_EXTENSION))
-        split_from = (
-            f"ninja jobs per extension: max({MIN_JOBS_PER_EXTENSION}, cores/2); the other slots build "
-            f"extensions side by side at ~{TYPICAL_FILES_PER_EXTENSION} files each; {n_extensions} extension(s)"
-        )
-    why.append(
-        f"nvcc --threads {threads} ({threads_from}); MAX_JOBS={max_jobs} x APEX_PARALLEL_BUILD={parallel} ({split_from})"
+        return env_jobs, env_parallel, "MAX_JOBS and APEX_PARALLEL_BUILD from the environment"
+    if env_jobs is not None:
+        return env_jobs, max(1, min(n_ext, per_thread // env_jobs)), "MAX_JOBS from the environment"
+    if env_parallel is not None:
+        return max(1, per_thread // env_parallel), env_parallel, "APEX_PARALLEL_BUILD from the environment"
+    return None
+
+
+def _split_by_memory(res: HostResources, n_archs: int, n_ext: int, n_extensions: int,
+                     gib_per_thread: float | None) -> _Split:
+    """The slot rule on the memory model: as many units as cores x 2 and memory allow at one thread, then
+    the most threads that still fit (a small host gets units for its cores before threads)."""
+    budget = res.mem_available_gib * MEMORY_FRACTION
+    units = max(1, min(res.cores * COMPILES_PER_CORE, math.floor(budget / unit_gib(1, gib_per_thread))))
+    top = max(1, min(n_archs, MAX_NVCC_THREADS))
+    threads = max([t for t in range(1, top + 1) if units * unit_gib(t, gib_per_thread) <= budget] or [1])
+    max_jobs = min(units, max(MIN_JOBS_PER_EXTENSION, res.cores // 2))
+    parallel = max(1, min(n_ext, 1 + (units - max_jobs) // TYPICAL_FILES_PER_EXTENSION))
+    split_from = (
+        f"{units} units fit (cores x {COMPILES_PER_CORE}, memory model); ninja jobs per extension: "
+        f"max({MIN_JOBS_PER_EXTENSION}, cores/2); the other units build extensions side by side at "
+        f"~{TYPICAL_FILES_PER_EXTENSION} files each; {n_extensions} extension(s)"
     )
-    expected = min(max_jobs * parallel, max_jobs + (parallel - 1) * TYPICAL_FILES_PER_EXTENSION)
-    if threads_from.endswith("memory"):
-        peak = expected * unit_gib(threads, gib_per_thread) + extra_threads * (gib_per_thread or GIB_PER_NVCC_THREAD)
-        why.append(f"modelled peak {peak:.0f} GiB ({expected} units x {unit_gib(threads, gib_per_thread):.2f} GiB"
-                   + (f" + {extra_threads} scheduled threads)" if extra_threads else ")"))
+    return _Split(max_jobs, parallel, split_from, threads, f"{n_archs} arch(s), memory")
+
+
+def _split_by_slots(res: HostResources, per_thread: int, n_ext: int, n_extensions: int, threads: int,
+                    threads_from: str) -> _Split:
+    """The slots each nvcc thread leaves: ninja jobs per extension first, the rest extensions side by side."""
+    max_jobs = min(per_thread, max(MIN_JOBS_PER_EXTENSION, res.cores // 2))
+    parallel = max(1, min(n_ext, 1 + (per_thread - max_jobs) // TYPICAL_FILES_PER_EXTENSION))
+    split_from = (
+        f"ninja jobs per extension: max({MIN_JOBS_PER_EXTENSION}, cores/2); the other slots build "
+        f"extensions side by side at ~{TYPICAL_FILES_PER_EXTENSION} files each; {n_extensions} extension(s)"
+    )
+    return _Split(max_jobs, parallel, split_from, threads, threads_from)
+
+
+def _peak_reasons(res: HostResources, split: _Split, gib_per_thread: float | None) -> list[str]:
+    """The modelled peak memory (memory-sized plans), and a warning when it exceeds what is available."""
+    why = []
+    expected = min(split.max_jobs * split.parallel,
+                   split.max_jobs + (split.parallel - 1) * TYPICAL_FILES_PER_EXTENSION)
+    if split.threads_from.endswith("memory"):
+        unit = unit_gib(split.threads, gib_per_thread)
+        peak = expected * unit + split.extra_threads * (gib_per_thread or GIB_PER_NVCC_THREAD)
+        why.append(f"modelled peak {peak:.0f} GiB ({expected} units x {unit:.2f} GiB"
+                   + (f" + {split.extra_threads} scheduled threads)" if split.extra_threads else ")"))
     else:
-        peak = expected * threads * GIB_PER_COMPILE
+        peak = expected * split.threads * GIB_PER_COMPILE
     if peak > res.mem_available_gib:
         why.append(f"WARNING: about {peak:.0f} GiB may be needed at peak, more than is available")
-    return Plan(max_jobs=max_jobs, nvcc_threads=threads, apex_parallel_build=parallel, reason="; ".join(why),
-                scheduled=scheduled)
+    return why

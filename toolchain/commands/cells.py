@@ -152,8 +152,8 @@ def plan_for(cell: matrix_mod.Cell, request: RunRequest) -> dict[str, Any]:
 
 def build_command(cell: matrix_mod.Cell, request: RunRequest, log_path: Path) -> list[str]:
     """The exact command the engine runs for this cell (the engine owns it)."""
-    engine = load_part("image.engine")
-    return list(engine.build_command(cell, target=request.target, apex_src=request.apex_src,
+    buildkit_build = load_part("image.buildkit_build")
+    return list(buildkit_build.build_command(cell, target=request.target, apex_src=request.apex_src,
                                      wheelhouse=request.wheelhouse, extra_ca=request.extra_ca,
                                      progress=request.progress))
 

@@ -70,9 +70,10 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_pull(args: argparse.Namespace, console: Console) -> int:
-    from toolchain.image import pull
+    from toolchain.image import pull, registry_pull
     from toolchain.runs import run_loop
-    from toolchain.runs.cell_result import BuildRecord, CellFields, CellResult, CellStatus, VerifyRecord, now
+    from toolchain.runs.cell_result import BuildRecord, CellFields, CellResult, CellStatus, VerifyRecord
+    from toolchain.timestamps import now
 
     check_registry(args)
     cell = resolve_cells(args, all_when_empty=False)[0]
@@ -90,7 +91,7 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
                                            out=args.out)
         policy = signature.Policy.from_options(
             identity=args.signature_identity, issuer=args.signature_issuer, key=args.signature_key,
-            off=args.no_signature_check, repository=pull.split_ref(ref)[0])
+            off=args.no_signature_check, repository=registry_pull.split_ref(ref)[0])
     load_part("image.container_verify")
     require_engine(args.engine)
     if not args.no_pull:
@@ -121,15 +122,15 @@ def _signature_first(ref: str, digest: str | None, policy: signature.Policy, con
                      ) -> tuple[str, str | None, dict]:
     """Check the signature of what is about to be pulled; a tag is first resolved to its digest, and that
     digest is what gets pulled (the tag may move in between)."""
-    from toolchain.image import pull, registry_api
+    from toolchain.image import registry_api, registry_pull
 
-    repository, _ = pull.split_ref(ref)
+    repository, _ = registry_pull.split_ref(ref)
     if policy.kind == "off":
         console.status("UNSIGNED", "warn", f"{ref}: signature not checked (--no-signature-check)")
         return ref, digest, signature.check(repository, digest or "", policy)
     if digest is None:
         try:
-            digest = registry_api.Registry(repository).get_manifest(pull.split_ref(ref)[1]).digest
+            digest = registry_api.Registry(repository).get_manifest(registry_pull.split_ref(ref)[1]).digest
         except registry_api.NotFound:
             raise UsageError(f"{ref}: the registry has no such tag; check --registry and the cell, or publish it") from None
         ref = f"{repository}@{digest}"
@@ -179,14 +180,14 @@ def cmd_publish_index(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_ccache(args: argparse.Namespace, console: Console) -> int:
     """`build.py ccache import|export --cell X --dir DIR`: the carry builds around a bake build in CI."""
-    engine = load_part("image.engine")
+    buildkit_build = load_part("image.buildkit_build")
     cell = resolve_cells(args, all_when_empty=False)[0]
     ccache_carry = load_part("image.ccache_carry")
     ccache_carry.check_dir(args.dir, "--dir")
     require_docker()
     log_path = args.logs / cell.id / f"ccache-{args.direction}.log"
     with console.group(f"ccache {args.direction} {cell.id} ({args.dir})"):
-        result = engine.carry_ccache(cell, args.direction, ccache_dir=args.dir, mount=args.ccache_mount,
+        result = buildkit_build.carry_ccache(cell, args.direction, ccache_dir=args.dir, mount=args.ccache_mount,
                                      log_path=log_path, extra_ca=args.extra_ca, progress=args.progress)
     carried = result.ccache_carried or {}
     seen = carried.get("after" if args.direction == "export" else "before") or {}

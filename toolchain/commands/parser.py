@@ -5,6 +5,7 @@ UsageError (one line, exit 2)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from pathlib import Path
 from typing import NoReturn
@@ -34,18 +35,43 @@ def build_parser() -> Parser:
         "3 environment unavailable (no Docker daemon, no GPU when required).",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    shared = _SharedOptions(common=_common_options(), cell=_cell_options(), build=_build_options(),
+                            engine=_engine_option(), select=_select_options(), registry=_registry_option())
+    for add_command in _COMMANDS:  # in the order `build.py --help` lists them
+        add_command(sub, shared)
+    parser.commands = sub.choices  # for "did you mean" on a mistyped command or option
+    return parser
 
+
+@dataclasses.dataclass(frozen=True)
+class _SharedOptions:
+    """The option groups several commands take (argparse parents)."""
+    common: Parser  # --matrix, --out, --logs
+    cell: Parser  # --cell and one option per cell field
+    build: Parser  # what a build takes
+    engine: Parser  # --engine, for verify and pull
+    select: Parser  # --cell/--cuda/--torch filters
+    registry: Parser  # --registry
+
+
+def _common_options() -> Parser:
     common = Parser(add_help=False)
     common.add_argument("--matrix", type=path_value, default=None, help="matrix file (default: ./matrix.toml)")
     common.add_argument("--out", type=path_value, default=Path("out"), help="reports directory (default: out)")
     common.add_argument("--logs", type=path_value, default=Path("logs"), help="per-cell logs (default: logs)")
+    return common
 
+
+def _cell_options() -> Parser:
     cell = Parser(add_help=False)
     group = cell.add_argument_group("cell (layered over [defaults] and --cell)")
     group.add_argument("--cell", help="start from this [cells.NAME] of the matrix")
     for field in cell_fields.FIELDS:  # one option per matrix key (dest == key)
         group.add_argument(field.option, help=field.help, default=os.environ.get(field.env) if field.env else None)
+    return cell
 
+
+def _build_options() -> Parser:
     build = Parser(add_help=False)
     bgroup = build.add_argument_group("build")
     bgroup.add_argument("--target", default="runtime", help="Dockerfile stage: runtime (default), runtime-devel (with nvcc), runtime-slim (no CUDA base: "
@@ -63,22 +89,54 @@ def build_parser() -> Parser:
                         "export it back after (for CI caches; created when missing)")
     bgroup.add_argument("--ccache-mount", choices=("shared", "carried"), help="the build's ccache mount: carried "
                         "(default with --ccache-dir: exactly DIR's content) or shared (every build's)")
+    return build
 
-    p = sub.add_parser("plan", parents=[common, cell, build], help="resolved build args and command; nothing built")
+
+def _engine_option() -> Parser:
+    engine_opt = Parser(add_help=False)
+    engine_opt.add_argument("--engine", choices=("docker", "podman"), default=None,
+                            help="container engine (default: $APEX_CONTAINER_ENGINE, else docker)")
+    return engine_opt
+
+
+def _select_options() -> Parser:
+    select = Parser(add_help=False)
+    sgroup = select.add_argument_group("select cells (default: all)")
+    sgroup.add_argument("--cell", action="append", default=[], help="cell name or id; repeatable")
+    sgroup.add_argument("--cuda", action="append", default=[], help="CUDA version; repeatable")
+    sgroup.add_argument("--torch", action="append", default=[], help="torch version; repeatable")
+    return select
+
+
+def _registry_option() -> Parser:
+    registry = Parser(add_help=False)
+    registry.add_argument("--registry", default=os.environ.get("APEX_IMAGE_REGISTRY"),
+                          help="image repository, e.g. ghcr.io/OWNER/apex (default: $APEX_IMAGE_REGISTRY)")
+    return registry
+
+
+def _plan(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
+    p = sub.add_parser("plan", parents=[o.common, o.cell, o.build], help="resolved build args and command; nothing built")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--markdown", action="store_true", help="the README's matrix table: one row per cell")
     p.set_defaults(func=cells.cmd_plan)
 
-    p = sub.add_parser("validate", parents=[common, cell], help="check every cell against the compatibility facts")
+
+def _validate(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
+    p = sub.add_parser("validate", parents=[o.common, o.cell], help="check every cell against the compatibility facts")
     p.set_defaults(func=cells.cmd_validate)
 
-    p = sub.add_parser("image", parents=[common, cell, build], help="build one image")
+
+def _image(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
+    p = sub.add_parser("image", parents=[o.common, o.cell, o.build], help="build one image")
     p.add_argument("--verify", choices=("none", "auto", "require"), default="auto",
                    help="verify the built image, as matrix does (default auto: GPU if the daemon has one, else "
                    "static); none: only the build's own gate, whose result the report still shows")
     p.set_defaults(func=cells.cmd_image)
 
-    p = sub.add_parser("matrix", parents=[common, build], help="build every selected cell")
+
+def _matrix(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
+    p = sub.add_parser("matrix", parents=[o.common, o.build], help="build every selected cell")
     p.add_argument("--cell", action="append", default=[], help="only this cell (name or id); repeatable")
     p.add_argument("--cuda", action="append", default=[], help="only cells with this CUDA; repeatable")
     p.add_argument("--torch", action="append", default=[], help="only cells with this torch; repeatable")
@@ -86,41 +144,38 @@ def build_parser() -> Parser:
                    help="verify each built image (default auto: GPU if the daemon has one, else static)")
     p.set_defaults(func=cells.cmd_matrix)
 
-    engine_opt = Parser(add_help=False)
-    engine_opt.add_argument("--engine", choices=("docker", "podman"), default=None,
-                            help="container engine (default: $APEX_CONTAINER_ENGINE, else docker)")
 
-    p = sub.add_parser("verify", parents=[common, cell, engine_opt], help="run verify inside an image (any image)")
+def _verify(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
+    p = sub.add_parser("verify", parents=[o.common, o.cell, o.engine], help="run verify inside an image (any image)")
     p.add_argument("image", nargs="?", help="image tag, id or REPO@sha256:DIGEST (default: the cell's tag)")
     p.add_argument("--gpu", choices=("auto", "require", "none"), default="auto")
     p.add_argument("--verify-from", choices=("auto", "image", "zipapp"), default="auto",
                    help="auto (default): the image's own verify if this toolchain built it, else the zipapp")
     p.set_defaults(func=images.cmd_verify)
 
-    p = sub.add_parser("inspect", parents=[common], help="labels and embedded reports of an image")
+
+def _inspect(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
+    p = sub.add_parser("inspect", parents=[o.common], help="labels and embedded reports of an image")
     p.add_argument("image", help="image tag or id")
     p.set_defaults(func=images.cmd_inspect)
 
-    p = sub.add_parser("report", parents=[common], help="matrix results -> Markdown + HTML table")
+
+def _report(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
+    p = sub.add_parser("report", parents=[o.common], help="matrix results -> Markdown + HTML table")
     p.set_defaults(func=cells.cmd_report)
 
-    select = Parser(add_help=False)
-    sgroup = select.add_argument_group("select cells (default: all)")
-    sgroup.add_argument("--cell", action="append", default=[], help="cell name or id; repeatable")
-    sgroup.add_argument("--cuda", action="append", default=[], help="CUDA version; repeatable")
-    sgroup.add_argument("--torch", action="append", default=[], help="torch version; repeatable")
-    registry = Parser(add_help=False)
-    registry.add_argument("--registry", default=os.environ.get("APEX_IMAGE_REGISTRY"),
-                          help="image repository, e.g. ghcr.io/OWNER/apex (default: $APEX_IMAGE_REGISTRY)")
 
-    p = sub.add_parser("gh-matrix", parents=[common, select, registry],
+def _gh_matrix(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
+    p = sub.add_parser("gh-matrix", parents=[o.common, o.select, o.registry],
                        help="JSON for a GitHub Actions matrix (fromJson)")
     p.add_argument("--pretty", action="store_true", help="indented JSON")
     p.add_argument("--stacks", action="store_true",
                    help="one entry per registry tag (its cells, one per platform) for the index job, not per cell")
     p.set_defaults(func=ci.cmd_gh_matrix)
 
-    p = sub.add_parser("bake", parents=[common, select, registry], help="docker-bake.json of the matrix")
+
+def _bake(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
+    p = sub.add_parser("bake", parents=[o.common, o.select, o.registry], help="docker-bake.json of the matrix")
     p.add_argument("--target", default="runtime", help="Dockerfile stage for every target")
     p.add_argument("--cache", choices=ci_matrix.CACHE_KINDS, default="none",
                    help="BuildKit cache per cell: gha (GitHub Actions), registry, none")
@@ -130,7 +185,9 @@ def build_parser() -> Parser:
     p.add_argument("--output", "-o", type=path_value, help="write here instead of stdout (e.g. docker-bake.json)")
     p.set_defaults(func=ci.cmd_bake)
 
-    p = sub.add_parser("pull", parents=[common, cell, registry, engine_opt],
+
+def _pull(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
+    p = sub.add_parser("pull", parents=[o.common, o.cell, o.registry, o.engine],
                        help="pull a cell's published image and verify it on this node's GPU")
     p.add_argument("--gpu", choices=("require", "auto", "none"), default="require",
                    help="require (default): no GPU runtime is exit 3; auto: static verify without one")
@@ -148,24 +205,32 @@ def build_parser() -> Parser:
                      help="pull unsigned images (a private registry without signing); recorded as not checked")
     p.set_defaults(func=images.cmd_pull)
 
-    p = sub.add_parser("publish", parents=[common, cell, registry],
+
+def _publish(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
+    p = sub.add_parser("publish", parents=[o.common, o.cell, o.registry],
                        help="push a built cell's image and record its digest (out/cells/<id>/published.json)")
     p.add_argument("--image", help="local image to push (default: the cell's tag)")
     p.add_argument("--bake-metadata", type=path_value,
                    help="record what `buildx bake --push --metadata-file FILE` pushed instead of pushing here")
     p.set_defaults(func=images.cmd_publish)
 
-    p = sub.add_parser("publish-index", parents=[common, select, registry],
+
+def _publish_index(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
+    p = sub.add_parser("publish-index", parents=[o.common, o.select, o.registry],
                        help="put each stack's platforms under its one tag: an OCI index of the published digests")
     p.add_argument("--refs-out", type=path_value, help="write each index made as REPO@sha256:... (one a line), for signing")
     p.set_defaults(func=images.cmd_publish_index)
 
+
+def _zipapp(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     p = sub.add_parser("zipapp", help="write verify as a self-contained zipapp (python verify.pyz [flags])")
     p.add_argument("--out", type=path_value, default=Path("out") / "verify.pyz",
                    help="file to write, or a directory to write verify.pyz into (default: out/verify.pyz)")
     p.set_defaults(func=images.cmd_zipapp)
 
-    p = sub.add_parser("ccache", parents=[common, cell],
+
+def _ccache(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
+    p = sub.add_parser("ccache", parents=[o.common, o.cell],
                        help="carry the Apex build's ccache between CI runs: import DIR into BuildKit, or export it")
     p.add_argument("direction", choices=("import", "export"), help="import: DIR -> cache mount (before the build); "
                    "export: cache mount -> DIR (after it)")
@@ -176,8 +241,12 @@ def build_parser() -> Parser:
     p.add_argument("--progress", default="auto", choices=("auto", "plain", "tty"), help="BuildKit progress")
     p.set_defaults(func=images.cmd_ccache)
 
+
+def _wheel(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     sub.add_parser("wheel", help="build the Apex wheel on bare metal (see build.py wheel --help)")
 
+
+def _index(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     p = sub.add_parser("index", help="checked wheels -> a PEP 503/691 index per stack (INDEX/torch2.11-cu130/simple)")
     p.add_argument("wheels", nargs="*", type=path_value, default=[],
                    help="wheel files or folders holding them (build.py wheel's --out, a matrix run's out/)")
@@ -185,6 +254,8 @@ def build_parser() -> Parser:
     p.add_argument("--index", type=path_value, default=Path("out") / "index", help="index folder (default: out/index)")
     p.set_defaults(func=wheel_index.cmd_index)
 
+
+def _facts(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     p = sub.add_parser("facts", help="the compatibility facts: `facts check` compares them with PyPI")
     facts_sub = p.add_subparsers(dest="facts_command", metavar="ACTION")
     check = facts_sub.add_parser("check", help="exit 1 when PyPI publishes torch releases or CUDA toolkits the "
@@ -195,9 +266,11 @@ def build_parser() -> Parser:
     check.add_argument("--facts", type=path_value, default=None, help="facts file (default: toolchain/data/compat.toml)")
     check.set_defaults(func=ci.cmd_facts_check)
     p.set_defaults(func=_facts_without_action)
-    parser.commands = sub.choices  # for "did you mean" on a mistyped command or option
-    return parser
 
+
+# one function per command, in the order `build.py --help` lists them
+_COMMANDS = (_plan, _validate, _image, _matrix, _verify, _inspect, _report, _gh_matrix, _bake, _pull, _publish,
+             _publish_index, _zipapp, _ccache, _wheel, _index, _facts)
 
 
 def _host_ca() -> Path | None:

@@ -12,7 +12,7 @@ from toolchain.spec import ci_matrix
 
 
 def load_part(name: str) -> types.ModuleType:
-    """A toolchain module (`image.engine`) another part provides, imported when a command needs it."""
+    """A toolchain module (`image.buildkit_build`) another part provides, imported when a command needs it."""
     import importlib
 
     try:
@@ -25,7 +25,7 @@ def load_part(name: str) -> types.ModuleType:
 
 def preflight(verify_mode: str) -> None:
     """Before the first cell: the parts a build needs are here and a daemon answers (else exit 3)."""
-    load_part("image.engine")
+    load_part("image.buildkit_build")
     if verify_mode != "none":
         load_part("image.container_verify")
     require_docker()

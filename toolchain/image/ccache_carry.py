@@ -96,7 +96,7 @@ def carry_args(mount: str) -> dict[str, str]:
 
 
 def local_output(command: list[str], dest: Path) -> list[str]:
-    """A build command (engine.build_command) turned into one that writes the target's files to DEST: no
+    """A build command (buildkit_build.build_command) turned into one that writes the target's files to DEST: no
     image tag, no --load (buildx refuses --load with --output)."""
     out, skip = [], False
     for word in command[:-1]:

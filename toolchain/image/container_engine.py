@@ -21,6 +21,8 @@ import uuid
 from pathlib import Path
 
 from toolchain.errors import EnvironmentUnavailable, UsageError
+from toolchain.image import docker_host
+from toolchain.image.registry_pull import PULL_ATTEMPTS, split_ref, with_retries
 
 ENGINES = ("docker", "podman")
 ENGINE_ENV = "APEX_CONTAINER_ENGINE"
@@ -91,24 +93,18 @@ class DockerEngine:
     name = "docker"
 
     def __init__(self) -> None:
-        from toolchain.image import docker_host
-
         docker_host.ping()
         import docker
 
         self._client = docker.from_env(timeout=600)
 
     def image(self, ref: str) -> ImageInfo:
-        from toolchain.image import docker_host
-
         image = docker_host.local_image(self._client, ref)
         return ImageInfo(ref, image.id, tuple(image.attrs.get("RepoDigests") or ()),
                          dict((image.attrs.get("Config") or {}).get("Labels") or {}))
 
     def pull(self, ref: str) -> ImageInfo:
-        from toolchain.image import pull
-
-        pull.pull(ref)  # retries, permanent-error wording
+        docker_pull(ref)  # retries, permanent-error wording
         return self.image(ref)
 
     def run(self, ref: str, command: list[str], *, gpu: bool, files_in: dict[str, bytes], collect: str,
@@ -149,6 +145,30 @@ class DockerEngine:
             container.remove(force=True)
 
 
+def docker_pull(ref: str, *, attempts: int = PULL_ATTEMPTS, backoff_s: float = 5.0) -> str:
+    """Pull `ref` with the Docker SDK; returns the image id. Raises EnvironmentUnavailable (exit 3)."""
+    import docker
+    from docker.errors import APIError, DockerException
+
+    repository, tag = split_ref(ref)
+    client = docker.from_env(timeout=600)
+
+    def attempt() -> str:
+        # the low-level stream: images.pull() drops the daemon's error event (e.g. "manifest verification
+        # failed") and only then fails its own lookup with a 404 that hides why
+        for event in client.api.pull(repository, tag=tag, stream=True, decode=True):
+            if "error" in event:
+                raise _StreamError(str(event["error"]))
+        return str(client.images.get(ref).id)
+
+    return with_retries(ref, attempt, errors=(APIError, DockerException, OSError, _StreamError), attempts=attempts,
+                        backoff_s=backoff_s)
+
+
+class _StreamError(Exception):
+    """An error event in the daemon's pull stream."""
+
+
 # ---------------------------------------------------------------- podman (CLI, no daemon)
 
 
@@ -185,12 +205,10 @@ class PodmanEngine:
                          dict((data.get("Config") or {}).get("Labels") or data.get("Labels") or {}))
 
     def pull(self, ref: str) -> ImageInfo:
-        from toolchain.image import pull
-
         def attempt() -> None:
             self._podman("pull", "--quiet", f"--tls-verify={self.tls_verify}", ref, timeout=1800)
 
-        pull.with_retries(ref, attempt, errors=(_PodmanError,))
+        with_retries(ref, attempt, errors=(_PodmanError,))
         return self.image(ref)
 
     def run(self, ref: str, command: list[str], *, gpu: bool, files_in: dict[str, bytes], collect: str,
@@ -209,31 +227,40 @@ class PodmanEngine:
         try:
             if files_in:  # `podman cp -` takes a tar on stdin, like Docker's put_archive
                 self._podman("cp", "-", f"{name}:/", stdin=_tar_of(files_in), timeout=120)
-            timed_out = False
-            try:
-                started = self._podman("start", "--attach", name, timeout=timeout_s, check=False)
-                status = started.returncode
-            except EnvironmentUnavailable:  # the run hung
-                self._podman("kill", name, timeout=60, check=False)
-                status, timed_out = -1, True
-            if status == 125 and not timed_out:  # podman's own failure to start it (CDI devices resolve here)
-                text = started.stderr.decode("utf-8", errors="replace").strip()
-                line = text.splitlines()[-1] if text else "podman start failed (exit 125)"
-                if gpu and any(word in text for word in _PODMAN_NO_GPU):
-                    raise NoGpuRuntime(line)
-                raise EnvironmentUnavailable(f"podman could not start a container of {ref}: {line}")
+            status, timed_out = self._start_and_wait(ref, name, gpu=gpu, timeout_s=timeout_s)
             logs = self._podman("logs", name, timeout=60, check=False)
             log = (logs.stdout + logs.stderr).decode("utf-8", errors="replace")
-            with tempfile.TemporaryDirectory(prefix="apex-podman-cp.") as where:
-                copied = self._podman("cp", f"{name}:{collect}", where, timeout=120, check=False)
-                collected = {}
-                if copied.returncode == 0:
-                    for path in Path(where).rglob("*"):
-                        if path.is_file():
-                            collected[path.name] = path.read_bytes()
-            return RunResult(status, log, collected, timed_out)
+            return RunResult(status, log, self._copied_out(name, collect), timed_out)
         finally:
             self._podman("rm", "--force", name, timeout=120, check=False)
+
+    def _start_and_wait(self, ref: str, name: str, *, gpu: bool, timeout_s: float) -> tuple[int, bool]:
+        """(exit status, timed out) of the created container `name`; -1 when it hung and was killed."""
+        timed_out = False
+        try:
+            started = self._podman("start", "--attach", name, timeout=timeout_s, check=False)
+            status = started.returncode
+        except EnvironmentUnavailable:  # the run hung
+            self._podman("kill", name, timeout=60, check=False)
+            status, timed_out = -1, True
+        if status == 125 and not timed_out:  # podman's own failure to start it (CDI devices resolve here)
+            text = started.stderr.decode("utf-8", errors="replace").strip()
+            line = text.splitlines()[-1] if text else "podman start failed (exit 125)"
+            if gpu and any(word in text for word in _PODMAN_NO_GPU):
+                raise NoGpuRuntime(line)
+            raise EnvironmentUnavailable(f"podman could not start a container of {ref}: {line}")
+        return status, timed_out
+
+    def _copied_out(self, name: str, collect: str) -> dict[str, bytes]:
+        """The files of directory `collect` in the stopped container (none when it is missing)."""
+        with tempfile.TemporaryDirectory(prefix="apex-podman-cp.") as where:
+            copied = self._podman("cp", f"{name}:{collect}", where, timeout=120, check=False)
+            collected = {}
+            if copied.returncode == 0:
+                for path in Path(where).rglob("*"):
+                    if path.is_file():
+                        collected[path.name] = path.read_bytes()
+        return collected
 
 
 # Root podman asks runc for nofile and nproc 1048576 by default; raising a limit above the hard one

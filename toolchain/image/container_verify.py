@@ -11,15 +11,16 @@ report gets an `audit` block naming the image (ref, image id, repo digest), the 
 
 from __future__ import annotations
 
-import datetime
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from toolchain.errors import EnvironmentUnavailable, UsageError
 from toolchain.image import container_engine, verify_zipapp
 from toolchain.image.container_engine import DockerEngine, NoGpuRuntime, PodmanEngine
-from toolchain.image.labels import CELL as OWN_IMAGE_LABEL  # images built here ship verify in their venv
+from toolchain.spec.image_labels import CELL as OWN_IMAGE_LABEL  # images built here ship verify in their venv
+from toolchain.timestamps import now
 from verify.report import reader as verify_report
 from verify.runtime import exit_codes, input_files
 from verify.runtime.atomic import write_bytes, write_json, write_text
@@ -82,7 +83,7 @@ def _audit_block(info: container_engine.ImageInfo, runtime, verify_from: str, ap
         "engine": runtime.name,
         "verify_from": verify_from,
         "zipapp_sha256": app.sha256 if app else None,
-        "audited_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "audited_at": now(),
     }
 
 
@@ -105,11 +106,7 @@ def verify_image(tag: str, *, out_dir: Path | str, gpu: str = "auto", timeout_s:
     info = runtime.image(tag)
     source = _resolve_verify_from(verify_from, info.labels)
     out_dir = Path(out_dir)  # made by the first file written into it: a run refused here leaves no folder
-    files_in, app = {}, None
-    if source == "zipapp":
-        with tempfile.TemporaryDirectory(prefix="apex-verify-zipapp.") as where:
-            app = verify_zipapp.build(Path(where) / verify_zipapp.NAME)
-            files_in = {ZIPAPP_PATH: app.path.read_bytes()}
+    files_in, app = _zipapp_files(source)
     run = {"image": tag, "engine": runtime.name, "verify_from": source, "gpu_requested": gpu != "none",
            "gpu_runtime": None, "mode": "full", "note": None}
 
@@ -117,24 +114,7 @@ def verify_image(tag: str, *, out_dir: Path | str, gpu: str = "auto", timeout_s:
         return runtime.run(tag, command(source, static, require), gpu=with_gpu, files_in=files_in,
                            collect=REPORT_DIR, timeout_s=timeout_s)
 
-    if gpu == "none":
-        run.update(mode="static", note="--gpu none: static checks only")
-        result = go(True, False, False)
-    else:
-        try:
-            result = go(False, True, gpu == "require")
-            run["gpu_runtime"] = True
-        except NoGpuRuntime as error:
-            run["gpu_runtime"] = False
-            what = "the Docker daemon has" if runtime.name == "docker" else "podman has"
-            fix = ("install the NVIDIA Container Toolkit" if runtime.name == "docker" else
-                   "install the NVIDIA Container Toolkit and generate its CDI spec (nvidia-ctk cdi generate)")
-            message = f"{what} no NVIDIA GPU runtime ({str(error).splitlines()[0][:200]}); {fix} to run the GPU checks"
-            if gpu == "require":
-                raise EnvironmentUnavailable(message) from None
-            _note(message + "; running verify --static instead")
-            run.update(mode="static", note=message + "; ran verify --static instead")
-            result = go(True, False, False)
+    result = _run_with_gpu_or_static(go, gpu, runtime.name, run)
     write_text(out_dir / "verify.log", result.log)
     if result.timed_out:
         raise EnvironmentUnavailable(f"verify in {tag} did not finish within {timeout_s:.0f} s; its output is in "
@@ -148,6 +128,45 @@ def verify_image(tag: str, *, out_dir: Path | str, gpu: str = "auto", timeout_s:
         _note(f"verify wrote no report (exit {status}); its output is in {out_dir / 'verify.log'}")
         return (status if status in (exit_codes.FAILED, exit_codes.USAGE, exit_codes.ENVIRONMENT)
                 else exit_codes.FAILED), out_dir / "verify.log"
+    return _keep_report(result, out_dir, audit)
+
+
+def _zipapp_files(source: str) -> tuple[dict[str, bytes], verify_zipapp.Zipapp | None]:
+    """The files copied into the container before it starts: this checkout's zipapp when it runs that."""
+    if source != "zipapp":
+        return {}, None
+    with tempfile.TemporaryDirectory(prefix="apex-verify-zipapp.") as where:
+        app = verify_zipapp.build(Path(where) / verify_zipapp.NAME)
+        return {ZIPAPP_PATH: app.path.read_bytes()}, app
+
+
+def _run_with_gpu_or_static(go: Callable[[bool, bool, bool], container_engine.RunResult], gpu: str, engine_name: str,
+                            run: dict) -> container_engine.RunResult:
+    """Run verify with the GPUs, or --static where the engine has no GPU runtime (gpu "auto") or none is
+    asked for; `run` (container-run.json) records which it was and why."""
+    if gpu == "none":
+        run.update(mode="static", note="--gpu none: static checks only")
+        return go(True, False, False)
+    try:
+        result = go(False, True, gpu == "require")
+        run["gpu_runtime"] = True
+        return result
+    except NoGpuRuntime as error:
+        run["gpu_runtime"] = False
+        what = "the Docker daemon has" if engine_name == "docker" else "podman has"
+        fix = ("install the NVIDIA Container Toolkit" if engine_name == "docker" else
+               "install the NVIDIA Container Toolkit and generate its CDI spec (nvidia-ctk cdi generate)")
+        message = f"{what} no NVIDIA GPU runtime ({str(error).splitlines()[0][:200]}); {fix} to run the GPU checks"
+        if gpu == "require":
+            raise EnvironmentUnavailable(message) from None
+        _note(message + "; running verify --static instead")
+        run.update(mode="static", note=message + "; ran verify --static instead")
+        return go(True, False, False)
+
+
+def _keep_report(result: container_engine.RunResult, out_dir: Path, audit: dict) -> tuple[int, Path]:
+    """Write verify's report (and its Markdown) with the audit block; the exit code the host reports."""
+    status = result.status
     report_path = out_dir / "report.json"
     raw = result.files["report.json"]
     try:

@@ -8,7 +8,7 @@ import json
 import tarfile
 
 from toolchain.image import docker_host
-from toolchain.image.labels import CELL, NAMESPACE, OCI
+from toolchain.spec.image_labels import CELL, NAMESPACE, OCI
 from verify.runtime.values import IMAGE
 
 EMBEDDED = {

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.errors import EnvironmentUnavailable, ToolchainError, UsageError
-from toolchain.runs.cell_result import now
+from toolchain.timestamps import now
 from verify.runtime import atomic, exit_codes, input_files
 
 RECORD_NAME = "published.json"

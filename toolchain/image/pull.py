@@ -6,85 +6,17 @@ arguments or digest; 3 no daemon, no GPU runtime, or the pull failed after retri
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
-from toolchain.errors import EnvironmentUnavailable, UsageError
-
-PULL_ATTEMPTS = 3
-T = TypeVar("T")
-# A missing image or a refused login does not get better by retrying; a dropped connection might.
-_PERMANENT = ("not found", "manifest unknown", "unauthorized", "denied", "invalid reference")
-
-
-def split_ref(ref: str) -> tuple[str, str]:
-    """'ghcr.io:443/org/apex:tag' -> ('ghcr.io:443/org/apex', 'tag'); 'repo@sha256:..' -> ('repo', 'sha256:..')."""
-    if "@" in ref:
-        name, _, digest = ref.partition("@")
-        return name, digest
-    name, sep, tag = ref.rpartition(":")
-    if not sep or "/" in tag:
-        raise UsageError(f"image {ref!r} has no tag; pass REPOSITORY:TAG or REPOSITORY@sha256:DIGEST")
-    return name, tag
-
-
-def with_retries(ref: str, attempt: Callable[[], T], *, errors: tuple[type[BaseException], ...],
-                 attempts: int = PULL_ATTEMPTS, backoff_s: float = 5.0) -> T:
-    """attempt() until it returns; a permanent error (missing image, refused login) is not retried.
-    Raises EnvironmentUnavailable (exit 3) naming the ref and the last error."""
-    last = ""
-    for number in range(1, attempts + 1):
-        try:
-            return attempt()
-        except errors as exc:
-            lines = [line for line in str(exc).splitlines() if line.strip()]
-            last = lines[-1] if lines else type(exc).__name__
-            if any(word in last.lower() for word in _PERMANENT) or number == attempts:
-                break
-            time.sleep(backoff_s * number)
-    hint = ("log in first (docker login) or check the registry/tag" if "unauthorized" in last.lower()
-            or "denied" in last.lower() else "check the registry is reachable and the image was published")
-    raise PullFailed(f"pulling {ref} failed after {number} attempt(s) ({last}); {hint}", last)
-
-
-class PullFailed(EnvironmentUnavailable):
-    def __init__(self, message: str, reason: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-def pull(ref: str, *, attempts: int = PULL_ATTEMPTS, backoff_s: float = 5.0) -> str:
-    """Pull `ref` with the Docker SDK; returns the image id. Raises EnvironmentUnavailable (exit 3)."""
-    import docker
-    from docker.errors import APIError, DockerException
-
-    repository, tag = split_ref(ref)
-    client = docker.from_env(timeout=600)
-
-    def attempt() -> str:
-        # the low-level stream: images.pull() drops the daemon's error event (e.g. "manifest verification
-        # failed") and only then fails its own lookup with a 404 that hides why
-        for event in client.api.pull(repository, tag=tag, stream=True, decode=True):
-            if "error" in event:
-                raise _StreamError(str(event["error"]))
-        return str(client.images.get(ref).id)
-
-    return with_retries(ref, attempt, errors=(APIError, DockerException, OSError, _StreamError), attempts=attempts,
-                        backoff_s=backoff_s)
-
-
-class _StreamError(Exception):
-    """An error event in the daemon's pull stream."""
+from toolchain.errors import UsageError
+from toolchain.image import container_engine, container_verify, publish
+from toolchain.image.registry_pull import PullFailed
 
 
 def resolve(cell_id: str, registry: str | None, *, digest: str | None, by_digest: bool, out: Path
             ) -> tuple[str, str | None, dict | None]:
     """(ref to pull, digest or None, publish record or None). The digest comes from --digest, else from
     the cell's publish record (out/cells/<id>/published.json); --by-digest makes one mandatory."""
-    from toolchain.image import publish
-
     record = publish.read_record(out, cell_id)
     if digest:
         publish.check_digest(digest, "--digest")
@@ -107,8 +39,6 @@ def pull_and_verify(ref: str, *, out_dir: Path, gpu: str, pull_first: bool = Tru
     """(verify exit code, report path, image id or None when the local image was used). A ref by digest
     is checked after the pull: the engine must list it among the image's repo digests, and the image id
     must be the published one (when known)."""
-    from toolchain.image import container_engine, container_verify, publish
-
     runtime = container_engine.get(engine)
     image_id = None
     if pull_first:

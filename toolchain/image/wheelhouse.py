@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 
 from toolchain.errors import UsageError
-from toolchain.image.engine import DOCKERFILE, REPO_ROOT
+from toolchain.image.buildkit_build import DOCKERFILE, REPO_ROOT
 from toolchain.spec import compat as compat_mod
 from toolchain.spec.matrix import Cell
 from toolchain.spec.targets import CPU

@@ -11,7 +11,6 @@ every reader takes an absent key and a null alike.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import enum
 from collections.abc import Mapping
 from typing import Any
@@ -20,11 +19,6 @@ from verify.runtime import field_types as ft
 from verify.runtime.messages import shown
 
 RESULT_VERSION = "1"
-
-
-def now() -> str:
-    """The timestamps results carry (UTC, seconds)."""
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 class CellStatus(str, enum.Enum):

@@ -19,10 +19,11 @@ from typing import Any
 
 from toolchain.console import Console
 from toolchain.errors import EnvironmentUnavailable, ToolchainError
-from toolchain.runs.cell_result import BuildRecord, CellFields, CellResult, CellStatus, VerifyRecord, now
+from toolchain.runs.cell_result import BuildRecord, CellFields, CellResult, CellStatus, VerifyRecord
 from toolchain.runs.run_overview import MatrixReport
 from toolchain.runs.run_request import RunRequest
 from toolchain.spec.cell import Cell
+from toolchain.timestamps import now
 from verify.report import reader as verify_report
 from verify.runtime import atomic, exit_codes, input_files
 
@@ -108,13 +109,13 @@ def _fields(cell: Cell) -> CellFields:
 
 
 def _build(cell: Cell, request: RunRequest, console: Console, log_path: Path) -> BuildRecord:
-    from toolchain.image import engine
+    from toolchain.image import buildkit_build
 
     start = time.monotonic()
     build = BuildRecord(ok=False, tag=cell.id, target=request.target, log_path=str(log_path))
     with console.group(f"build {cell.name}: {cell.id}"):
         try:
-            outcome = engine.build_image(cell, target=request.target, log_path=log_path, apex_src=request.apex_src,
+            outcome = buildkit_build.build_image(cell, target=request.target, log_path=log_path, apex_src=request.apex_src,
                                          wheelhouse=request.wheelhouse, extra_ca=request.extra_ca, progress=request.progress,
                                          ccache_dir=request.ccache_dir, ccache_mount=request.ccache_mount)
             tail = _tail(outcome.log_tail)

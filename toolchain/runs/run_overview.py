@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.runs import matrix_report
-from toolchain.runs.cell_result import RESULT_VERSION, CellFields, CellResult, CellStatus, now
+from toolchain.runs.cell_result import RESULT_VERSION, CellFields, CellResult, CellStatus
 from toolchain.spec.cell import Cell
+from toolchain.timestamps import now
 from verify.runtime import atomic, input_files
 
 REPORT_NAME = "matrix-report.json"

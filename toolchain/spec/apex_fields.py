@@ -31,21 +31,9 @@ def resolve_flags(r: CellValues) -> tuple[list[str], list[str]]:
     if written is None:
         flags = list(r.facts.apex_core_flags)
     for item in written or []:
-        flag, is_set, value = (part.strip() for part in item.partition("="))
-        flag = flag.upper()
-        if is_set and value.lower() in _FLAG_OFF:
-            # the list says what is built: APEX_CPP_EXT=0 in it would be read as "build it"
-            r.problem(f"apex_flags: {shown(item)} turns a flag off, but apex_flags lists the flags to build",
-                      f"drop {flag} from apex_flags (a flag not listed is off)")
-            continue
-        if is_set and value != "1":
-            r.problem(f"apex_flags: {shown(item)} is not a flag to turn on", f"write {flag} (or {flag}=1)")
-            continue
-        if flag not in known:
-            r.problem(f"apex_flags: unknown flag {shown(flag, quote=False)}",
-                      did_you_mean(flag, known) or f"use one of {', '.join(known)}")
-            continue
-        flags.append(flag)
+        flag = _flag_to_build(r, item, known)
+        if flag is not None:
+            flags.append(flag)
     extras_text = r.as_list("extras") or []
     by_name = extra_flag_names()
     extras: list[str] = []
@@ -60,6 +48,26 @@ def resolve_flags(r: CellValues) -> tuple[list[str], list[str]]:
         if flag not in flags:
             flags.append(flag)
     return list(dict.fromkeys(flags)), extras
+
+
+def _flag_to_build(r: CellValues, item: str, known: tuple[str, ...]) -> str | None:
+    """One apex_flags entry as the flag it builds (FLAG or FLAG=1, any case); None, with the problem
+    recorded, for a flag turned off, another value, or an unknown flag."""
+    flag, is_set, value = (part.strip() for part in item.partition("="))
+    flag = flag.upper()
+    if is_set and value.lower() in _FLAG_OFF:
+        # the list says what is built: APEX_CPP_EXT=0 in it would be read as "build it"
+        r.problem(f"apex_flags: {shown(item)} turns a flag off, but apex_flags lists the flags to build",
+                  f"drop {flag} from apex_flags (a flag not listed is off)")
+        return None
+    if is_set and value != "1":
+        r.problem(f"apex_flags: {shown(item)} is not a flag to turn on", f"write {flag} (or {flag}=1)")
+        return None
+    if flag not in known:
+        r.problem(f"apex_flags: unknown flag {shown(flag, quote=False)}",
+                  did_you_mean(flag, known) or f"use one of {', '.join(known)}")
+        return None
+    return flag
 
 
 def resolve_ref(r: CellValues) -> str | None:

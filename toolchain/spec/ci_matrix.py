@@ -11,8 +11,7 @@ import re
 from typing import Any
 
 from toolchain.errors import UsageError
-from toolchain.image import labels
-from toolchain.spec import targets
+from toolchain.spec import image_labels, targets
 from toolchain.spec.cell import Cell
 from toolchain.spec.cell_fields import REPOSITORY_RE
 from verify.runtime.messages import shown
@@ -125,8 +124,8 @@ def bake(
             "context": ".",
             "dockerfile": "docker/Dockerfile",
             "target": target,
-            "args": {k: v for k, v in args.items() if k not in labels.LABEL_ONLY_ARGS},  # as `build.py image` passes
-            "labels": labels.for_image(target, args),  # the ones `build.py image` gives
+            "args": {k: v for k, v in args.items() if k not in image_labels.LABEL_ONLY_ARGS},  # as `build.py image` passes
+            "labels": image_labels.for_image(target, args),  # the ones `build.py image` gives
             "tags": [image_ref(cell, registry)],
             "platforms": [cell.platform],
         }

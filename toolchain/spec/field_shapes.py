@@ -25,7 +25,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 @dataclasses.dataclass(frozen=True)
-class FieldProblem:
+class CellFieldProblem:
     path: str  # the field, dotted like the shared checker's: "archs", "archs[1]"
     problem: str
     fix: str
@@ -35,7 +35,7 @@ def _toml_type(value: Any) -> str:
     return next((name for kind, name in _TOML_TYPES if isinstance(value, kind)), "a date/time")
 
 
-def field_problems(key: str, value: Any, origin: str) -> list[FieldProblem]:
+def field_problems(key: str, value: Any, origin: str) -> list[CellFieldProblem]:
     """What is wrong with the type or the characters of one field (empty: the resolver may read it)."""
     want = CELL_KEYS[key]
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -44,29 +44,29 @@ def field_problems(key: str, value: Any, origin: str) -> list[FieldProblem]:
         return _text_problems(key, key, value, origin)
     if want is str:
         if is_number:  # cuda = 12.4 (a TOML float) is a classic slip: 12.10 would read as 12.1
-            return [FieldProblem(key, f"{key} = {shown(value)} is a number", f'quote it: {key} = "{literal}"')]
-        return [FieldProblem(key, f"{key} must be a string, not {_toml_type(value)}", f'write {key} = "..."')]
+            return [CellFieldProblem(key, f"{key} = {shown(value)} is a number", f'quote it: {key} = "{literal}"')]
+        return [CellFieldProblem(key, f"{key} must be a string, not {_toml_type(value)}", f'write {key} = "..."')]
     if is_number:  # archs = 9.0: one number where a list of strings is expected
-        return [FieldProblem(key, f"{key} = {shown(value)} is a number, not a list", f'write {key} = ["{literal}"]')]
+        return [CellFieldProblem(key, f"{key} = {shown(value)} is a number, not a list", f'write {key} = ["{literal}"]')]
     if not isinstance(value, list):
-        return [FieldProblem(key, f"{key} must be an array of strings, not {_toml_type(value)}",
+        return [CellFieldProblem(key, f"{key} must be an array of strings, not {_toml_type(value)}",
                              f'write {key} = ["..."]')]
     if len(value) > LIST_MAX:
-        return [FieldProblem(key, f"{key} has {len(value)} entries (at most {LIST_MAX})", "list fewer")]
-    problems: list[FieldProblem] = []
+        return [CellFieldProblem(key, f"{key} has {len(value)} entries (at most {LIST_MAX})", "list fewer")]
+    problems: list[CellFieldProblem] = []
     for index, item in enumerate(value):
         path = f"{key}[{index}]"
         if isinstance(item, str):
             problems += _text_problems(path, key, item, origin)
         elif isinstance(item, bool) or not isinstance(item, (int, float)):  # numbers: 9.0 reads as "9.0"
-            problems.append(FieldProblem(path, f"{path} must be a string, not {_toml_type(item)}",
+            problems.append(CellFieldProblem(path, f"{path} must be a string, not {_toml_type(item)}",
                                          f'write it in quotes: {key} = ["...", "..."]'))
     return problems
 
 
-def _text_problems(path: str, key: str, text: str, origin: str) -> list[FieldProblem]:
+def _text_problems(path: str, key: str, text: str, origin: str) -> list[CellFieldProblem]:
     if len(text) > FIELD_MAX:
-        return [FieldProblem(path, f"{path} is {len(text)} characters long (at most {FIELD_MAX})",
+        return [CellFieldProblem(path, f"{path} is {len(text)} characters long (at most {FIELD_MAX})",
                              "write the version, name, ref or URL it should be")]
     if not text.isascii():
         odd = list(dict.fromkeys(ch for ch in text if not ch.isascii()))
@@ -78,10 +78,10 @@ def _text_problems(path: str, key: str, text: str, origin: str) -> list[FieldPro
             fix = f"write it in ASCII: --{key.replace('_', '-')} {shown(ascii_text, quote=False)}"
         else:
             fix = f"write it in ASCII: {shown(ascii_text).replace(chr(39), chr(34))}"
-        return [FieldProblem(path, f"{path} {shown(text)} has non-ASCII characters ({named})", fix)]
+        return [CellFieldProblem(path, f"{path} {shown(text)} has non-ASCII characters ({named})", fix)]
     control = _CONTROL.search(text)
     if control:
-        return [FieldProblem(path, f"{path} {shown(text)} holds a control character (U+{ord(control[0]):04X})",
+        return [CellFieldProblem(path, f"{path} {shown(text)} holds a control character (U+{ord(control[0]):04X})",
                              "remove it")]
     return []  # tab, LF, CR: separators in "8.0 9.0"-style lists; the other fields' grammars refuse them
 

@@ -161,12 +161,59 @@ def resolve(
     wheels, say) does not hide the other problems of the same cell.
     """
     r = CellValues(name, label or f"cell {name}", layers, facts)
+    _check_layers(r, layers, check_defaults)
+    axes = _resolve_axes(r, facts)
+    explicit_tag = _cross_check(r, axes)
+    cuda, release = axes.cuda, axes.release
+    if r.problems or cuda is None or release is None:
+        return None, r.problems
+    torch_text = r.text("torch")
+    torch_version = torch_text if torch_text and torch_text.count(".") >= 2 else release.version
+    bases = _resolve_bases(r, facts, axes, cuda, torch_version)
+    if bases is None:
+        return None, r.problems
+    return _make_cell(r, name, facts, axes, cuda, bases, explicit_tag, torch_version), r.problems
+
+
+@dataclasses.dataclass(frozen=True)
+class _Axes:
+    """One cell's values, each resolved against the facts on its own (None where it could not be)."""
+    cuda: str | None
+    platform: str | None
+    release: compat_mod.TorchRelease | None
+    toolkit: compat_mod.Toolkit | None  # nvcc's limits for the CUDA, None when the facts lack it
+    os_name: str | None
+    python: str | None
+    gcc: str | None
+    archs: list[str]
+    default_archs: list[str]  # the defaults' archs for this toolkit (they decide the tag variant)
+    flags: list[str]
+    extras: list[str]
+    apex_repo: str | None
+    apex_ref: str | None
+    index_url: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Bases:
+    """The base images a cell stands on, the route they came by, and what the route implies."""
+    devel: str
+    runtime: str
+    route: str  # nvidia | local | given
+    index_url: str | None
+    os_cuda: compat_mod.OsCuda | None  # the OS's own CUDA packages (local route)
+
+
+def _check_layers(r: CellValues, layers: list[tuple[str, dict[str, Any]]], check_defaults: bool) -> None:
+    """The keys, types and characters of each layer, named where they were written."""
     for origin, layer in layers:
         if origin == "defaults" and not check_defaults:
             continue  # [defaults] is checked once, by load_matrix
         where = {"defaults": "[defaults]", "cell": r.label, "cli": _CLI}[origin]
         r.problems += check_layer(layer, where, origin)
 
+
+def _resolve_axes(r: CellValues, facts: Compat) -> _Axes:
     cuda = stack.resolve_cuda(r)
     platform = stack.resolve_platform(r)
     release = stack.resolve_torch(r, cuda, platform)
@@ -183,20 +230,28 @@ def resolve(
     apex_repo = apex.resolve_repo(r)
     apex_ref = apex.resolve_ref(r)
     index_url = stack.resolve_index_url(r)
+    return _Axes(cuda, platform, release, toolkit, os_name, python, gcc, archs, default_archs, flags, extras,
+                 apex_repo, apex_ref, index_url)
+
+
+def _cross_check(r: CellValues, axes: _Axes) -> str | None:
+    """The checks that span fields (written base images, the tag, the Apex ref against torch and CUDA, the
+    host's glibc against nvcc); returns the explicit tag, or None."""
     for key in ("base_devel", "base_runtime"):  # written ones are checked now; derived ones below
         naming.check_image_ref(r, key, r.text(key))
     explicit_tag = naming.check_tag(r)
-    if explicit_tag is None and apex_ref is not None:
-        naming.check_ref_fits_tag(r, apex_ref)
-    if apex_ref and cuda and release:
-        apex.check_apex_ref(r, apex_ref, r.text("torch") or release.version, cuda, flags, release)
-    if os_name and cuda:
-        stack.check_host_clash(r, os_name, cuda)
-    if r.problems or cuda is None or release is None:
-        return None, r.problems
+    if explicit_tag is None and axes.apex_ref is not None:
+        naming.check_ref_fits_tag(r, axes.apex_ref)
+    if axes.apex_ref and axes.cuda and axes.release:
+        apex.check_apex_ref(r, axes.apex_ref, r.text("torch") or axes.release.version, axes.cuda, axes.flags,
+                            axes.release)
+    if axes.os_name and axes.cuda:
+        stack.check_host_clash(r, axes.os_name, axes.cuda)
+    return explicit_tag
 
-    torch_text = r.text("torch")
-    torch_version = torch_text if torch_text and torch_text.count(".") >= 2 else release.version
+
+def _route(r: CellValues, facts: Compat, cuda: str, os_name: str | None) -> tuple[str, str, str]:
+    """(base devel, base runtime, route): NVIDIA's images, else the OS's local base, else the given ones."""
     base_devel, base_runtime, route = ("", "", "nvidia")
     if cuda in facts.cuda and os_name in facts.cuda[cuda].os:
         base_devel, base_runtime = facts.base_images(cuda, os_name)
@@ -205,60 +260,71 @@ def resolve(
         route = "local"
     if r.text("base_devel") or r.text("base_runtime"):
         route = "given"
-    base_devel = r.text("base_devel") or base_devel
-    base_runtime = r.text("base_runtime") or base_runtime
+    return r.text("base_devel") or base_devel, r.text("base_runtime") or base_runtime, route
+
+
+def _resolve_bases(r: CellValues, facts: Compat, axes: _Axes, cuda: str, torch_version: str) -> _Bases | None:
+    """The cell's base images and route; None (with the problem recorded) when it has none that can build."""
+    os_name, index_url = axes.os_name, axes.index_url
+    base_devel, base_runtime, route = _route(r, facts, cuda, os_name)
     if route == "local" and not index_url and facts.pypi_carries(torch_version, cuda):
         index_url = facts.pypi_index_url  # PyPI's own wheel is this CUDA build and brings every CUDA library but nvcc
     os_cuda = facts.cuda_from_os(os_name or "", cuda) if route == "local" else None
-    if route == "local" and toolkit is not None and not toolkit.nvcc_wheel and os_cuda is None:
+    if route == "local" and axes.toolkit is not None and not axes.toolkit.nvcc_wheel and os_cuda is None:
         carriers = [o.os for o in facts.os_cuda.values() if o.cuda == cuda]
         r.problem(f"CUDA {cuda} on the local base {os_name}: NVIDIA's wheels hold no nvcc {cuda} (its -cu12 wheel "
                   f"ships ptxas only) and {os_name}'s archive has no CUDA {cuda}",
                   (f"use {r.how('os', carriers[0])} (its archive has CUDA {cuda})" if carriers else "use CUDA 13.0 or newer")
                   + ", or base images with nvcc (base_devel/base_runtime)")
-        return None, r.problems
+        return None
     if not base_devel or not base_runtime:
         r.problem(f"no base images known for CUDA {cuda} on {os_name}",
                   "set base_devel and base_runtime, or add the CUDA to [cuda] in toolchain/data/compat.toml")
-        return None, r.problems
+        return None
     for key, ref in (("base_devel", base_devel), ("base_runtime", base_runtime)):
         naming.check_image_ref(r, key, ref)
     if r.problems:
-        return None, r.problems
+        return None
+    return _Bases(base_devel, base_runtime, route, index_url, os_cuda)
 
-    variant = naming.variant_of(r, archs, default_archs, extras, flags, gcc, os_name)
-    suffix = facts.platform(platform or "").id_suffix
+
+def _make_cell(r: CellValues, name: str, facts: Compat, axes: _Axes, cuda: str, bases: _Bases,
+               explicit_tag: str | None, torch_version: str) -> Cell | None:
+    """The frozen Cell with its id and registry tag; None (with the problem recorded) when no id fits."""
+    os_name, python, apex_ref = axes.os_name, axes.python, axes.apex_ref
+    variant = naming.variant_of(r, axes.archs, axes.default_archs, axes.extras, axes.flags, axes.gcc, os_name)
+    suffix = facts.platform(axes.platform or "").id_suffix
     os_part = "-".join(p for p in (os_name or "", suffix) if p)
     cell_id = naming.make_cell_id(r, explicit_tag, apex_ref, torch_version, cuda, python, os_part, variant)
     if cell_id is None:
-        return None, r.problems
+        return None
     # the registry tag leaves the platform out: the stack's platforms go under one tag (an OCI index)
     image_tag = "" if explicit_tag is not None or not suffix else (
         naming.make_cell_id(r, None, apex_ref, torch_version, cuda, python, os_name, variant) or "")
-    cell = Cell(
+    os_cuda = bases.os_cuda
+    return Cell(
         id=cell_id,
         name=name,
         cuda=cuda,
         torch=torch_version,
         python=python or "",
         os=os_name or "",
-        gcc=gcc or "",
-        archs=tuple(archs),
-        apex_repo=apex_repo or facts.apex_repo,
+        gcc=axes.gcc or "",
+        archs=tuple(axes.archs),
+        apex_repo=axes.apex_repo or facts.apex_repo,
         apex_ref=apex_ref or "",
-        apex_flags={flag: "1" for flag in flags},
-        extras=tuple(extras),
-        base_devel=base_devel,
-        base_runtime=base_runtime,
-        torch_index_url=index_url or facts.index_url(cuda),
+        apex_flags={flag: "1" for flag in axes.flags},
+        extras=tuple(axes.extras),
+        base_devel=bases.devel,
+        base_runtime=bases.runtime,
+        torch_index_url=bases.index_url or facts.index_url(cuda),
         variant=variant,
-        platform=platform or facts.default_platform,
+        platform=axes.platform or facts.default_platform,
         image_tag=image_tag if image_tag != cell_id else "",
-        base_route=route,
+        base_route=bases.route,
         os_cuda_packages=os_cuda.packages if os_cuda else (),
         os_cuda_components=os_cuda.components if os_cuda else (),
     )
-    return cell, r.problems
 
 
 

@@ -120,9 +120,7 @@ def resolve_python(r: CellValues, release: compat_mod.TorchRelease | None, os_na
         r.problem(f"Python {shown(text)} is not a MAJOR.MINOR version", f"use {r.how('python', suggestion)}")
         return None
     if release is None:  # torch unknown: what the OS ships can still be checked
-        if r.explicit("python") and os_facts is not None and text not in os_facts.python:
-            r.problem(f"{os_name} has no python{text} package (it has {', '.join(os_facts.python)})",
-                      f"use {r.how('python', max(os_facts.python, key=version_key))} or another os")
+        _check_os_python(r, text, os_name, os_facts)
         return text
     fitting = usable if os_facts else [text] if release.supports_python(text) else []
     if not r.explicit("python"):
@@ -131,6 +129,19 @@ def resolve_python(r: CellValues, release: compat_mod.TorchRelease | None, os_na
             return text
         if fitting:
             return max(fitting, key=version_key)
+    return _checked_python(r, text, release, usable, fitting, os_name, os_facts)
+
+
+def _check_os_python(r: CellValues, text: str, os_name: str | None, os_facts: compat_mod.OsRelease | None) -> None:
+    """Without torch: a python written for this cell is one its OS ships."""
+    if r.explicit("python") and os_facts is not None and text not in os_facts.python:
+        r.problem(f"{os_name} has no python{text} package (it has {', '.join(os_facts.python)})",
+                  f"use {r.how('python', max(os_facts.python, key=version_key))} or another os")
+
+
+def _checked_python(r: CellValues, text: str, release: compat_mod.TorchRelease, usable: list[str],
+                    fitting: list[str], os_name: str | None, os_facts: compat_mod.OsRelease | None) -> str | None:
+    """`text` when torch supports it and the OS ships it; else None, the problem naming one that fits."""
     if not release.supports_python(text):
         nearest = release.python_min if version_key(text) < version_key(release.python_min) else release.python_max
         if usable:  # a version the OS also ships, so the fix works on the first try
@@ -224,17 +235,24 @@ def _gcc_fit(os_facts: compat_mod.OsRelease | None, limit: int) -> str | None:
     return max(fitting, key=int) if fitting else None
 
 
-def resolve_archs(r: CellValues, cuda: str | None, toolkit: compat_mod.Toolkit | None) -> tuple[list[str], list[str]]:
-    """(archs to build, the defaults' archs for this toolkit) — the second decides the tag variant."""
-    entry = r.get("archs")
-    from_defaults = entry is not None and entry.origin == "defaults"
+def _requested_archs(r: CellValues) -> list[str] | None:
+    """archs as written; the problem is recorded when none are (and needed) or the list is empty."""
     requested = r.as_list("archs")
     if requested is None:
         if r.missing("archs"):
             r.problem("no GPU archs", 'set archs = ["8.0", "9.0"] in [defaults] or the cell')
-        return [], []
+        return None
     if not requested:  # archs = [] or --archs ';': the build would fail after the devel stage
         r.problem("archs is empty", f"list at least one compute capability: {r.how('archs', '9.0')} (H100/H200)")
+    return requested
+
+
+def resolve_archs(r: CellValues, cuda: str | None, toolkit: compat_mod.Toolkit | None) -> tuple[list[str], list[str]]:
+    """(archs to build, the defaults' archs for this toolkit) — the second decides the tag variant."""
+    entry = r.get("archs")
+    from_defaults = entry is not None and entry.origin == "defaults"
+    requested = _requested_archs(r)
+    if not requested:  # none written, or an empty list: the problem is recorded
         return [], []
     parsed: list[Arch] = []
     for text in requested:

@@ -84,7 +84,7 @@ def slim_base(devel: str, runtime: str) -> str:
 def build_args(cell_args: Mapping[str, str], target: str, base_route: str = "nvidia") -> dict[str, str]:
     """A cell's build args as `target` is built from them: with runtime-slim's base and the RUNTIME_OS the
     target stands on (what `build.py image` passes and what the bake file holds), and the cell's base route
-    (a label only: toolchain/image/labels.py)."""
+    (a label only: toolchain/spec/image_labels.py)."""
     args = dict(cell_args)
     args["BASE_ROUTE"] = base_route
     args["BASE_SLIM_IMAGE"] = slim_base(args.get("BASE_DEVEL_IMAGE", ""), args.get("BASE_RUNTIME_IMAGE", ""))

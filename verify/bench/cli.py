@@ -28,13 +28,13 @@ _SIZE = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGbB]?)$")
 _SIZE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9}
 
 
-class UsageError(Exception):
+class BenchFlagError(Exception):
     """A bad flag: one line for the user, exit 2."""
 
 
-class _Parser(argparse.ArgumentParser):
+class _BenchParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # argparse would print usage and exit 2 itself
-        raise UsageError(f"{bounded(message)}; see `{PROG} --help`")
+        raise BenchFlagError(f"{bounded(message)}; see `{PROG} --help`")
 
 
 def _positive_int(flag: str, example: str):
@@ -96,7 +96,7 @@ def _device(text: str) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Staged training benchmark and kernel microbenchmarks: Apex vs native "
+    p = _BenchParser(prog=PROG, description="Staged training benchmark and kernel microbenchmarks: Apex vs native "
                 "PyTorch on this GPU. Writes DIR/bench.json, DIR/bench.md and DIR/*.png.")
     p.add_argument("--device", type=_device, default="cuda",
                    help="cuda (default), cuda:N, or cpu: a smoke run with tiny sizes (for tests)")
@@ -124,7 +124,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def parse_config(argv: list[str]) -> bench_config.BenchConfig:
-    """Flags -> BenchConfig (preset values, then explicit flags). Raises UsageError."""
+    """Flags -> BenchConfig (preset values, then explicit flags). Raises BenchFlagError."""
     from verify.bench.stages import STAGES
 
     args = _parser().parse_args(argv)
@@ -135,11 +135,11 @@ def parse_config(argv: list[str]) -> bench_config.BenchConfig:
             values[key] = getattr(args, key)
     d_model = values["d_model"]
     if d_model > bench_config.MAX_HEAD_DIM and d_model % bench_config.MAX_HEAD_DIM:
-        raise UsageError(f"argument --d-model: {d_model} does not split into heads of {bench_config.MAX_HEAD_DIM};"
+        raise BenchFlagError(f"argument --d-model: {d_model} does not split into heads of {bench_config.MAX_HEAD_DIM};"
                          f" use a multiple of {bench_config.MAX_HEAD_DIM} (e.g. {d_model // 64 * 64 or 64})")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
-        raise UsageError(f"argument --out: {out} exists and is not a directory; pass a directory path")
+        raise BenchFlagError(f"argument --out: {out} exists and is not a directory; pass a directory path")
     return bench_config.BenchConfig(
         preset=preset, device=args.device, seed=args.seed, out=out, plots=args.plots,
         stages=args.stages if args.stages is not None else tuple(s.key for s in STAGES),
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         cfg = parse_config(argv)
-    except UsageError as exc:
+    except BenchFlagError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exit_codes.USAGE
     except SystemExit as exc:  # --help

@@ -31,7 +31,7 @@ class Topology:
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class DistributedPlan:
     topology: Topology | None  # None: nothing is launched
     to_run: tuple[DistCase, ...]
     skipped: tuple[Check, ...]
@@ -53,7 +53,7 @@ def _skip(case: DistCase, why: str, **details: object) -> Check:
     return Check(LAYER, case.name, Status.SKIP, f"{case.what}: {why}", {"needs": sorted(case.needs), **details})
 
 
-def plan(device_count: int, usable_modules: frozenset[str], cpu_ranks: int | None = None) -> Plan:
+def plan(device_count: int, usable_modules: frozenset[str], cpu_ranks: int | None = None) -> DistributedPlan:
     """What runs and what is SKIP, from the visible CUDA devices and the modules that work on this GPU."""
     if cpu_ranks is not None:
         topology = Topology(cpu_ranks, "gloo", "cpu", f"the {CPU_HOOK_ENV}={cpu_ranks} test hook")
@@ -62,7 +62,7 @@ def plan(device_count: int, usable_modules: frozenset[str], cpu_ranks: int | Non
     else:
         seen = "no CUDA device is visible" if device_count == 0 else "1 CUDA device is visible"
         reason = f"{seen}; the cross-GPU checks need 2 or more (one process per GPU, NCCL between them)"
-        return Plan(None, (), tuple(_skip(c, reason) for c in CASES), reason)
+        return DistributedPlan(None, (), tuple(_skip(c, reason) for c in CASES), reason)
 
     to_run: list[DistCase] = []
     skipped: list[Check] = []
@@ -76,4 +76,4 @@ def plan(device_count: int, usable_modules: frozenset[str], cpu_ranks: int | Non
                                        " not run", missing=missing))
         else:
             to_run.append(case)
-    return Plan(topology, tuple(to_run), tuple(skipped))
+    return DistributedPlan(topology, tuple(to_run), tuple(skipped))

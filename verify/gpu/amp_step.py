@@ -164,6 +164,19 @@ def run_loop(case: Case, seed: int, dtype_name: str, fused_norms: tuple[nn.Modul
     if use_scaler:
         details.update(fused_scales=fused_scales, torch_scales=ref_scales)
 
+    problem = _problem(fused_losses, ref_losses, params_finite, use_scaler, fused_scales, ref_scales, loss_diffs,
+                       loss_limit, agreement, update_limit)
+    if problem:
+        return Check(case.layer, case.name, Status.FAIL, f"{label}: {problem}", details), []
+    return Check(case.layer, case.name, Status.PASS,
+                 f"{label}: loss {fused_losses[0]:.4g} -> {fused_losses[-1]:.4g} (torch {ref_losses[-1]:.4g}), "
+                 f"max loss diff {max(loss_diffs):.2%}, update {agreement:.2g} off", details), []
+
+
+def _problem(fused_losses: list[float], ref_losses: list[float], params_finite: bool, use_scaler: bool,
+             fused_scales: list[float], ref_scales: list[float], loss_diffs: list[float], loss_limit: float,
+             agreement: float, update_limit: float) -> str | None:
+    """The first way the fused loop strayed from torch's, in the order they are checked; None when it did not."""
     problem = None
     if not all(map(_finite, fused_losses)):
         problem = f"non-finite loss with the fused modules: {fused_losses}"
@@ -181,11 +194,7 @@ def run_loop(case: Case, seed: int, dtype_name: str, fused_norms: tuple[nn.Modul
         problem = f"parameter update differs from torch's by {agreement:.3g} (relative L2; limit {update_limit:g})"
     elif ref_losses[-1] < ref_losses[0] and not fused_losses[-1] < fused_losses[0]:
         problem = f"the fused loop did not learn: loss {fused_losses[0]:.5g} -> {fused_losses[-1]:.5g}"
-    if problem:
-        return Check(case.layer, case.name, Status.FAIL, f"{label}: {problem}", details), []
-    return Check(case.layer, case.name, Status.PASS,
-                 f"{label}: loss {fused_losses[0]:.4g} -> {fused_losses[-1]:.4g} (torch {ref_losses[-1]:.4g}), "
-                 f"max loss diff {max(loss_diffs):.2%}, update {agreement:.2g} off", details), []
+    return problem
 
 
 def _finite(value: float) -> bool:

@@ -21,6 +21,7 @@ from verify.checks import Check, Status
 from verify.gpu import device, tolerances
 from verify.gpu.cases import Case, case_seed
 from verify.gpu.compare import Comparison, compare, relative_l2
+from verify.gpu.tolerances import Tolerance
 
 SHAPES = ((1,), (7, 13), (1023,), (3, 5, 7), (256, 1000), (65537,), (4096,))
 STEPS = 7  # as Apex's tests/L0/run_optimizers (iters=7)
@@ -33,6 +34,38 @@ GRAD_SCALE = 0.01  # small grads make the L2 term (weight_decay * p) visible in 
 
 def setup() -> str:
     return device.require_cuda()
+
+
+def _step_both(fused: torch.optim.Optimizer, reference: torch.optim.Optimizer, fused_params: list,
+               ref_params: list, ref_lowp: list, grads: list, dtype: torch.dtype) -> None:
+    """One step of both optimizers on the same grads; the reference re-reads the rounded params first."""
+    for p, g in zip(fused_params, grads, strict=True):
+        p.grad = g.clone()
+    for p, q, g in zip(ref_params, ref_lowp, grads, strict=True):
+        p.data.copy_(q.float())
+        p.grad = g.float()
+    fused.step()
+    reference.step()
+    for q, p in zip(ref_lowp, ref_params, strict=True):
+        q.copy_(p.data.to(dtype))
+
+
+def _compare_step(step: int, fused: torch.optim.Optimizer, reference: torch.optim.Optimizer, fused_params: list,
+                  ref_params: list, ref_lowp: list, param_tol: Tolerance, state_keys: tuple[str, ...],
+                  worst: dict[str, Comparison], failure: Comparison | None) -> Comparison | None:
+    """Compare each param (and its state) after `step`, keeping the worst per kind in `worst`; returns the
+    first failure so far."""
+    for i, (p, q, rp) in enumerate(zip(fused_params, ref_lowp, ref_params, strict=True)):
+        results = [compare(f"step {step} param {i} {tuple(p.shape)}", p.data, q, param_tol)]
+        for key in state_keys:
+            results.append(compare(f"step {step} {key} {i} {tuple(p.shape)}", fused.state[p][key],
+                                   reference.state[rp][key], tolerances.ADAM_STATE[key]))
+        for kind, result in zip(("param",) + state_keys, results, strict=True):
+            if kind not in worst or result.tol_used > worst[kind].tol_used:
+                worst[kind] = result
+            if not result.ok and failure is None:
+                failure = result
+    return failure
 
 
 def run_case(case: Case, seed: int, fused_adam: Callable[..., torch.optim.Optimizer] | None = None
@@ -66,25 +99,9 @@ def run_case(case: Case, seed: int, fused_adam: Callable[..., torch.optim.Optimi
     failure: Comparison | None = None
     for step in range(1, STEPS + 1):
         grads = [device.randn(s, gen, dtype=dtype, scale=GRAD_SCALE) for s in SHAPES]
-        for p, g in zip(fused_params, grads, strict=True):
-            p.grad = g.clone()
-        for p, q, g in zip(ref_params, ref_lowp, grads, strict=True):
-            p.data.copy_(q.float())
-            p.grad = g.float()
-        fused.step()
-        reference.step()
-        for q, p in zip(ref_lowp, ref_params, strict=True):
-            q.copy_(p.data.to(dtype))
-        for i, (p, q, rp) in enumerate(zip(fused_params, ref_lowp, ref_params, strict=True)):
-            results = [compare(f"step {step} param {i} {tuple(p.shape)}", p.data, q, param_tol)]
-            for key in state_keys:
-                results.append(compare(f"step {step} {key} {i} {tuple(p.shape)}", fused.state[p][key],
-                                       reference.state[rp][key], tolerances.ADAM_STATE[key]))
-            for kind, result in zip(("param",) + state_keys, results, strict=True):
-                if kind not in worst or result.tol_used > worst[kind].tol_used:
-                    worst[kind] = result
-                if not result.ok and failure is None:
-                    failure = result
+        _step_both(fused, reference, fused_params, ref_params, ref_lowp, grads, dtype)
+        failure = _compare_step(step, fused, reference, fused_params, ref_params, ref_lowp, param_tol, state_keys,
+                                worst, failure)
         if failure is not None:
             break
 

@@ -75,68 +75,19 @@ def run_group(group: str, seed: int, check_timeout_s: float, names: list[str] | 
     while pending and len(result.workers) < MAX_WORKERS_PER_GROUP and not (stop and stop.is_set()):
         worker, first_worker = (first_worker or _Worker(group, seed, pending)), None
         worker.release()
-        info: dict[str, Any] = {"pid": worker.pid, "cases": list(pending)}
-        current: str | None = None
-        current_started = time.monotonic()
-        ready = False
-        outcome = "ended"
-        try:
-            while True:
-                event = worker.next_event(check_timeout_s)
-                if event is TIMEOUT:
-                    outcome = "timeout"
-                    worker.kill()
-                    break
-                if event is None:
-                    break
-                kind = event.get("event")
-                if kind == "ready":
-                    ready = True
-                    info.update(device=event.get("device"), setup_s=event.get("setup_s"))
-                elif kind == "start":
-                    current = event.get("case")
-                    current_started = time.monotonic()
-                elif kind == "result":
-                    check = Check.from_json(event["check"])
-                    result.checks.append(check)
-                    result.timings.extend(event.get("timings") or [])
-                    if check.name in pending:
-                        pending.remove(check.name)
-                    current = None
-                elif kind == "poisoned":
-                    info["poisoned"] = event.get("error")
-                elif kind == "done":
-                    break
-        except BaseException:
-            worker.kill()  # Ctrl-C or a bug here: never leave a worker behind
-            worker.finish(0)
-            raise
+        run = _WorkerRun({"pid": worker.pid, "cases": list(pending)})
+        _read_events(worker, run, result, pending, check_timeout_s)
         returncode, stderr_tail = worker.finish()
+        info = run.info
         info.update(exit=describe_exit(returncode), wall_s=round(time.monotonic() - worker.started, 3))
         result.workers.append(info)
         death = {"worker_exit": info["exit"], "stderr_tail": stderr_tail, "seed": seed}
-        if current is not None:  # the case in flight when the worker stopped answering
-            case = table[current]
-            spent = time.monotonic() - current_started
-            if outcome == "timeout":
-                summary = (f"{current} did not finish within {check_timeout_s:g} s: the worker was killed "
-                           "(a hang in the kernel or the driver)")
-            else:
-                summary = (f"{current}: the worker process died ({info['exit']}) while running it"
-                           + (f": {last_line(stderr_tail)}" if last_line(stderr_tail) else ""))
-            result.checks.append(_fail(case, summary, {**death, "timeout_s": check_timeout_s}, spent))
-            pending.remove(current)
-            last_death = summary
+        if run.current is not None:  # the case in flight when the worker stopped answering
+            last_death = _fail_in_flight(run, run.current, table, result, pending, death, stderr_tail,
+                                         check_timeout_s)
             continue
-        if not ready:  # died or hung before running anything: retrying would do the same
-            why = (f"did not get ready within {check_timeout_s:g} s" if outcome == "timeout"
-                   else f"died during setup ({info['exit']})")
-            line = last_line(stderr_tail)
-            result.checks.append(Check(
-                table[pending[0]].layer, f"{group}.setup", Status.FAIL,
-                f"the {group} worker {why}" + (f": {line}" if line else "") + f"; not run: {', '.join(pending)}",
-                {**death, "not_run": list(pending)},
-            ))
+        if not run.ready:  # died or hung before running anything: retrying would do the same
+            _fail_setup(group, run, table, result, pending, death, stderr_tail, check_timeout_s)
             pending = []
         elif pending:  # stopped between checks: a poisoned CUDA context, or an exit after a result
             last_death = (f"CUDA context broken: {info['poisoned']}" if "poisoned" in info
@@ -152,6 +103,88 @@ def run_group(group: str, seed: int, check_timeout_s: float, names: list[str] | 
     result.checks.sort(key=lambda c: order.get(c.name, len(order)))
     result.wall_s = round(time.monotonic() - t0, 3)
     return result
+
+
+@dataclasses.dataclass
+class _WorkerRun:
+    """One worker process while its events are read: what it said, the case in flight, how it ended."""
+    info: dict[str, Any]
+    current: str | None = None
+    current_started: float = dataclasses.field(default_factory=time.monotonic)
+    ready: bool = False
+    outcome: str = "ended"  # or "timeout"
+
+
+def _read_events(worker: _Worker, run: _WorkerRun, result: GroupResult, pending: list[str],
+                 check_timeout_s: float) -> None:
+    """Read the worker's events until it is done, stops answering or outlives the check timeout."""
+    try:
+        while True:
+            event = worker.next_event(check_timeout_s)
+            if event is TIMEOUT:
+                run.outcome = "timeout"
+                worker.kill()
+                break
+            if event is None:
+                break
+            if _on_event(event, run, result, pending):
+                break
+    except BaseException:
+        worker.kill()  # Ctrl-C or a bug here: never leave a worker behind
+        worker.finish(0)
+        raise
+
+
+def _on_event(event: dict[str, Any], run: _WorkerRun, result: GroupResult, pending: list[str]) -> bool:
+    """Take one event of the worker's protocol; True when it is the last ("done")."""
+    kind = event.get("event")
+    if kind == "ready":
+        run.ready = True
+        run.info.update(device=event.get("device"), setup_s=event.get("setup_s"))
+    elif kind == "start":
+        run.current = event.get("case")
+        run.current_started = time.monotonic()
+    elif kind == "result":
+        check = Check.from_json(event["check"])
+        result.checks.append(check)
+        result.timings.extend(event.get("timings") or [])
+        if check.name in pending:
+            pending.remove(check.name)
+        run.current = None
+    elif kind == "poisoned":
+        run.info["poisoned"] = event.get("error")
+    elif kind == "done":
+        return True
+    return False
+
+
+def _fail_in_flight(run: _WorkerRun, current: str, table: dict[str, case_table.Case], result: GroupResult,
+                    pending: list[str], death: dict[str, Any], stderr_tail: str, check_timeout_s: float) -> str:
+    """The case in flight (`current`) when the worker hung or died becomes a FAIL; returns its summary."""
+    case = table[current]
+    spent = time.monotonic() - run.current_started
+    if run.outcome == "timeout":
+        summary = (f"{current} did not finish within {check_timeout_s:g} s: the worker was killed "
+                   "(a hang in the kernel or the driver)")
+    else:
+        summary = (f"{current}: the worker process died ({run.info['exit']}) while running it"
+                   + (f": {last_line(stderr_tail)}" if last_line(stderr_tail) else ""))
+    result.checks.append(_fail(case, summary, {**death, "timeout_s": check_timeout_s}, spent))
+    pending.remove(current)
+    return summary
+
+
+def _fail_setup(group: str, run: _WorkerRun, table: dict[str, case_table.Case], result: GroupResult,
+                pending: list[str], death: dict[str, Any], stderr_tail: str, check_timeout_s: float) -> None:
+    """A worker that died or hung before running anything: one setup FAIL naming the cases not run."""
+    why = (f"did not get ready within {check_timeout_s:g} s" if run.outcome == "timeout"
+           else f"died during setup ({run.info['exit']})")
+    line = last_line(stderr_tail)
+    result.checks.append(Check(
+        table[pending[0]].layer, f"{group}.setup", Status.FAIL,
+        f"the {group} worker {why}" + (f": {line}" if line else "") + f"; not run: {', '.join(pending)}",
+        {**death, "not_run": list(pending)},
+    ))
 
 
 def _judge_load(result: GroupResult, load: device_load.DeviceLoad) -> None:

@@ -61,6 +61,11 @@ def shape_from_schema(node: Any, defs: Mapping[str, Any]) -> ft.Shape:
     types = node.get("type")
     if isinstance(types, list):
         return _nullable_union([shape_from_schema({**node, "type": t}, defs) for t in types])
+    return _shape_of_type(node, types, defs)
+
+
+def _shape_of_type(node: dict, types: Any, defs: Mapping[str, Any]) -> ft.Shape:
+    """A node of one JSON type: null, an object's properties or values, an array's items, else the type."""
     if types == "null":
         return _NULL
     if types == "object" and "properties" in node:

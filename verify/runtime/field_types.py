@@ -238,6 +238,10 @@ class _Walker:
             return
         if kind in ("list", "dict") and not self._container_ok(value, kind, path, depth, shape):
             return
+        self._walk_accepted(value, shape, path, depth)
+
+    def _walk_accepted(self, value: Any, shape: Shape, path: str, depth: int) -> None:
+        """`value` is of a kind `shape` accepts, within the container limits: the shape's own checks."""
         if isinstance(shape, Anything):
             self._walk_any(value, path, depth)
         elif isinstance(shape, Str):
@@ -247,17 +251,23 @@ class _Walker:
         elif isinstance(shape, Float) and shape.finite and not math.isfinite(value):
             self.report(path, f"expected a finite number, got {value}")
         elif isinstance(shape, ListOf):
-            if len(value) < shape.min_items:
-                self.report(path, f"expected a list of at least {shape.min_items} items, got {len(value)}")
-            for index, item in enumerate(value):
-                self.walk(item, shape.item, f"{path}[{index}]", depth + 1)
+            self._list(value, shape, path, depth)
         elif isinstance(shape, MapOf):
-            for key, item in value.items():
-                if shape.keys is not None:
-                    self._string(str(key), _key_path(path, key), shape.keys.max_len, shape.keys, "key")
-                self.walk(item, shape.value, _key_path(path, key), depth + 1)
+            self._map(value, shape, path, depth)
         elif isinstance(shape, Record):
             self._record(value, shape, path, depth)
+
+    def _list(self, value: list, shape: ListOf, path: str, depth: int) -> None:
+        if len(value) < shape.min_items:
+            self.report(path, f"expected a list of at least {shape.min_items} items, got {len(value)}")
+        for index, item in enumerate(value):
+            self.walk(item, shape.item, f"{path}[{index}]", depth + 1)
+
+    def _map(self, value: dict, shape: MapOf, path: str, depth: int) -> None:
+        for key, item in value.items():
+            if shape.keys is not None:
+                self._string(str(key), _key_path(path, key), shape.keys.max_len, shape.keys, "key")
+            self.walk(item, shape.value, _key_path(path, key), depth + 1)
 
     def _container_ok(self, value: Any, kind: str, path: str, depth: int, shape: Shape) -> bool:
         if depth >= self.limits.max_depth:

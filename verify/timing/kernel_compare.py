@@ -112,7 +112,7 @@ class VariantResult:
 
 
 @dataclasses.dataclass(frozen=True)
-class Comparison:
+class KernelComparison:
     kernel: str  # the Apex feature, e.g. "FusedLayerNorm"
     case: str
     device: str  # e.g. "cuda:0 (NVIDIA H200)"
@@ -294,7 +294,7 @@ def _best(results: list[VariantResult], figure: str) -> VariantResult | None:
 
 
 def compare(kernel: str, case: str, variants: Sequence[Variant], device: torch.device | str,
-            plan: RoundPlan | None = None, host: dict[str, object] | None = None) -> Comparison:
+            plan: RoundPlan | None = None, host: dict[str, object] | None = None) -> KernelComparison:
     """Build, warm up and time every variant (the first is the fused one) in interleaved rounds.
 
     A variant whose `make` is None is SKIP (its skip_reason); one that raises while being built is FAIL
@@ -358,7 +358,7 @@ def _across_host_speeds(loop: stats.FigureVerdict, kernel: stats.FigureVerdict |
     return stats.across_host_speeds(loop, kernel)
 
 
-def _decide(kernel: str, case: str, label: str, results: list[VariantResult], plan: RoundPlan) -> Comparison:
+def _decide(kernel: str, case: str, label: str, results: list[VariantResult], plan: RoundPlan) -> KernelComparison:
     fused = results[0]
     verdicts: dict[str, stats.FigureVerdict | None] = {rules.KERNEL: None, rules.HOST_INCLUSIVE: None}
     if fused.status == "OK":
@@ -382,5 +382,5 @@ def _decide(kernel: str, case: str, label: str, results: list[VariantResult], pl
         missing = "" if verdicts[rules.KERNEL] else NO_KERNELS
         several = sum(1 for v in results[1:] if v.status == "OK") > 1
         text = stats.sentence(verdicts[rules.KERNEL], verdicts[rules.HOST_INCLUSIVE], shown, missing, several)
-    return Comparison(kernel, case, label, tuple(results), verdicts[rules.KERNEL], verdicts[rules.HOST_INCLUSIVE],
+    return KernelComparison(kernel, case, label, tuple(results), verdicts[rules.KERNEL], verdicts[rules.HOST_INCLUSIVE],
                       text, plan)

@@ -1,4 +1,4 @@
-"""The engine's command, context and log reading, without a daemon (the docker tier builds for real)."""
+"""The BuildKit build's command, context and log reading, without a daemon (the docker tier builds for real)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from toolchain.errors import EnvironmentUnavailable, UsageError
-from toolchain.image import build_log, docker_host, engine, labels
+from toolchain.image import build_log, buildkit_build, docker_host
+from toolchain.spec import image_labels
 from toolchain.spec.cell import Cell
 
 # BuildKit's plain progress for a step that failed (shape of a real 20.10 log).
@@ -40,14 +41,14 @@ def test_command_carries_target_args_secret_and_tag(tmp_path: Path) -> None:
     ca = tmp_path / "ca.pem"
     ca.write_text("x")
     client = docker_host.DockerClient("/usr/bin/docker", False, "20.10.24")
-    command = engine.build_command(cell(), target="runtime", extra_ca=ca, wheelhouse=tmp_path, client=client)
+    command = buildkit_build.build_command(cell(), target="runtime", extra_ca=ca, wheelhouse=tmp_path, client=client)
     assert command[:2] == ["/usr/bin/docker", "build"] and command[-1] == "."
     assert command[command.index("--target") + 1] == "runtime"
     assert command[command.index("--progress") + 1] == "plain"
     assert command[command.index("--tag") + 1] == cell().id
     assert "TORCH_CUDA_ARCH_LIST=9.0" in command and "TORCH_WHEELHOUSE=wheelhouse" in command
     assert f"id=extra_ca,src={ca.resolve()}" in command
-    buildx = engine.build_command(cell(), client=docker_host.DockerClient("docker", True, "28.2.2"))
+    buildx = buildkit_build.build_command(cell(), client=docker_host.DockerClient("docker", True, "28.2.2"))
     assert buildx[:4] == ["docker", "buildx", "build", "--load"]
 
 
@@ -61,38 +62,38 @@ def test_command_carries_the_targets_labels_and_no_label_only_build_arg() -> Non
     provenance = {"BUILD_DATE": "2026-12-01T00:00:00+00:00", "SOURCE_REVISION": "abc123",
                   "BASE_DEVEL_DIGEST": "sha256:d", "BASE_RUNTIME_DIGEST": "sha256:r"}  # fmt: skip
     for target in ("runtime", "runtime-slim", "verify-runtime"):
-        command = engine.build_command(cell(), target=target, extra_args=provenance, client=client)
+        command = buildkit_build.build_command(cell(), target=target, extra_args=provenance, client=client)
         build_args = _pairs(command, "--build-arg")
-        assert _pairs(command, "--label") == labels.for_image(target, {**build_args, **provenance,
+        assert _pairs(command, "--label") == image_labels.for_image(target, {**build_args, **provenance,
                                                                         "BASE_ROUTE": cell().base_route})
-        assert set(_pairs(command, "--label")) == labels.BY_TARGET[target]
-        assert not labels.LABEL_ONLY_ARGS & set(build_args) and build_args["BASE_DEVEL_DIGEST"] == "sha256:d"
-    runtime = _pairs(engine.build_command(cell(), extra_args=provenance, client=client), "--label")
-    assert runtime[labels.OCI + "created"] == "2026-12-01T00:00:00+00:00"
-    assert runtime[labels.CELL] == cell().id
-    assert runtime[labels.OCI + "base.digest"] == "sha256:r"
-    torch_stage = engine.build_command(cell(), target="torch", client=client)  # a stage, not a shipped image
+        assert set(_pairs(command, "--label")) == image_labels.BY_TARGET[target]
+        assert not image_labels.LABEL_ONLY_ARGS & set(build_args) and build_args["BASE_DEVEL_DIGEST"] == "sha256:d"
+    runtime = _pairs(buildkit_build.build_command(cell(), extra_args=provenance, client=client), "--label")
+    assert runtime[image_labels.OCI + "created"] == "2026-12-01T00:00:00+00:00"
+    assert runtime[image_labels.CELL] == cell().id
+    assert runtime[image_labels.OCI + "base.digest"] == "sha256:r"
+    torch_stage = buildkit_build.build_command(cell(), target="torch", client=client)  # a stage, not a shipped image
     assert "--label" not in torch_stage
 
 
 def test_a_ca_path_with_commas_stays_one_secret_field(tmp_path: Path) -> None:
     ca = tmp_path / 'corp,env=HOME,"x".pem'  # --secret is a CSV line to docker: a comma would start a field
     ca.write_text("x")
-    command = engine.build_command(cell(), extra_ca=ca, client=docker_host.DockerClient("/usr/bin/docker", False, "20.10"))
+    command = buildkit_build.build_command(cell(), extra_ca=ca, client=docker_host.DockerClient("/usr/bin/docker", False, "20.10"))
     fields = next(csv.reader([command[command.index("--secret") + 1]]))
     assert fields == ["id=extra_ca", f"src={ca.resolve()}"]
 
 
 def test_unknown_target_and_progress_are_usage_errors() -> None:
     with pytest.raises(UsageError, match="no such Dockerfile stage"):
-        engine.build_command(cell(), target="runtim")
+        buildkit_build.build_command(cell(), target="runtim")
     with pytest.raises(UsageError, match="--progress"):
-        engine.build_command(cell(), progress="fancy")
+        buildkit_build.build_command(cell(), progress="fancy")
 
 
 def test_every_target_is_a_stage_of_the_dockerfile() -> None:
-    text = (engine.REPO_ROOT / engine.DOCKERFILE).read_text()
-    for target in engine.TARGETS:
+    text = (buildkit_build.REPO_ROOT / buildkit_build.DOCKERFILE).read_text()
+    for target in buildkit_build.TARGETS:
         assert f" AS {target}\n" in text
 
 
@@ -134,13 +135,13 @@ def test_private_context_holds_only_what_the_dockerfile_reads(tmp_path: Path) ->
     house = tmp_path / "house"
     house.mkdir()
     (house / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"wheel")
-    context = engine.stage_context(tmp_path / "ctx", wheelhouse=house)
+    context = buildkit_build.stage_context(tmp_path / "ctx", wheelhouse=house)
     assert (context / "docker" / "Dockerfile").is_file() and (context / "verify" / "cli.py").is_file()
     assert (context / "docker/build-inputs/wheelhouse").is_dir() and not (context / "tests").exists()
     with pytest.raises(UsageError, match="no .whl files"):
-        engine.stage_context(tmp_path / "ctx2", wheelhouse=tmp_path / "ctx")
+        buildkit_build.stage_context(tmp_path / "ctx2", wheelhouse=tmp_path / "ctx")
     with pytest.raises(UsageError, match="not an Apex source tree"):
-        engine.stage_context(tmp_path / "ctx3", apex_src=tmp_path)
+        buildkit_build.stage_context(tmp_path / "ctx3", apex_src=tmp_path)
 
 
 def _daemon_answers() -> bool:
@@ -189,7 +190,7 @@ def test_an_unreachable_git_host_is_an_environment_fault(tmp_path) -> None:
     import os
     import subprocess
 
-    script = (Path(engine.REPO_ROOT) / "docker" / "fetch-apex.sh").read_text().replace("/src", str(tmp_path / "src"))
+    script = (Path(buildkit_build.REPO_ROOT) / "docker" / "fetch-apex.sh").read_text().replace("/src", str(tmp_path / "src"))
     (tmp_path / "fetch.sh").write_text(script)
     done = subprocess.run(["bash", str(tmp_path / "fetch.sh")], capture_output=True, text=True, timeout=60,
                           env={"PATH": os.environ["PATH"], "HOME": str(tmp_path),

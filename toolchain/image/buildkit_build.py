@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import datetime as dt
 import io
 import os
 import shutil
@@ -22,11 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from toolchain.builder.build_inputs import check_apex_source
 from toolchain.errors import EnvironmentUnavailable, UsageError
-from toolchain.image import ccache_carry, labels
+from toolchain.image import ccache_carry
 from toolchain.image.build_log import STEP, environment_fault, failed_step
 from toolchain.image.docker_host import DockerClient, client_or_default, docker_client, ping
-from toolchain.spec import targets
+from toolchain.spec import image_labels, targets
 from toolchain.spec.compat import DEFAULT_PLATFORM
+from toolchain.timestamps import now
 from verify.runtime import workflow_commands
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def build_command(cell: Cell, *, target: str = "runtime", apex_src: Path | str |
                   progress: str = "auto", context: Path | str = ".",
                   extra_args: dict[str, str] | None = None, client: DockerClient | None = None) -> list[str]:
     """The exact build command for a cell (what `build.py plan` prints; `build_image` runs it): the build
-    args, and the target's labels (toolchain/image/labels.py) rendered from the same args."""
+    args, and the target's labels (toolchain/spec/image_labels.py) rendered from the same args."""
     if target not in TARGETS + CARRY_TARGETS:
         raise UsageError(f"--target {target!r}: no such Dockerfile stage to ship; use one of {', '.join(TARGETS)}")
     _progress(progress)  # validates the value
@@ -99,9 +99,9 @@ def build_command(cell: Cell, *, target: str = "runtime", apex_src: Path | str |
     args = build_args_for(cell, target=target, apex_src=Path(apex_src) if apex_src else None,
                           wheelhouse=Path(wheelhouse) if wheelhouse else None, extra=extra_args)
     for key, value in args.items():
-        if key not in labels.LABEL_ONLY_ARGS:
+        if key not in image_labels.LABEL_ONLY_ARGS:
             command += ["--build-arg", f"{key}={value}"]
-    for key, value in labels.for_image(target, args).items():  # labels are build.py's, not the Dockerfile's
+    for key, value in image_labels.for_image(target, args).items():  # labels are build.py's, not the Dockerfile's
         command += ["--label", f"{key}={value}"]
     if extra_ca is not None:
         command += ["--secret", _csv_fields("id=extra_ca", f"src={Path(extra_ca).resolve()}")]
@@ -236,7 +236,7 @@ def build_image(cell: Cell, *, target: str = "runtime", log_path: Path | str, ap
     log_path.write_text("")
     args = cell.build_args()
     provenance = {
-        "BUILD_DATE": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "BUILD_DATE": now(),
         "SOURCE_REVISION": _source_revision(),
         "BASE_DEVEL_DIGEST": _image_digest(args.get("BASE_DEVEL_IMAGE", "")),
         "BASE_RUNTIME_DIGEST": _image_digest(args.get("BASE_RUNTIME_IMAGE", "")),
