@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 24, an idle CUDA context in another process is not GPU load (verify/gpu/device_load.py). On the H200,
+# An idle CUDA context in another process is not GPU load (verify/gpu/device_load.py). On the H200,
 # from the repository root, no Apex build needed: verify's own device watch (DeviceWatch, the one the timing
 # group runs under) around a stand-in for the timing worker (a child doing bf16 matmuls for ~6 s: verify's own
 # process, as the real worker is), judged by verify.gpu.runner._judge_load exactly as the timing group is, in

@@ -33,6 +33,8 @@ RUN_HERE = {
 _DEVICE = "runs only on the H200 host (CUDA and an installed Apex)"
 _COMPILE = "runs an Apex compile on the H200 host (nvcc, 16 cores) for minutes"
 EXCEPTIONS = {
+    "reports/h200-2026-12-02-idle-context/device_run.sh":
+        "needs the H200; runs verify's own device watch (DeviceWatch, _judge_load) around a stand-in worker",
     "reports/h200-2026-12-01-timing/independent_check.py":
         f"{_DEVICE}; its comparison B is verify's own timer on the same callables, so it imports it",
     "reports/h200-2026-12-01-timing2/independent_check.py":
