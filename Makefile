@@ -96,6 +96,7 @@ facts-check:
 
 lint:
 	$(call q,PY) -m ruff check .
+	$(call q,PY) -m ruff format --check .
 	$(call q,PY) -m mypy   # the files and settings: [tool.mypy] in pyproject.toml
 	hadolint --failure-threshold warning docker/Dockerfile   # info-level hints do not fail the build
 

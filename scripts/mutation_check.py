@@ -78,7 +78,9 @@ def load(path: Path, root: Path) -> list[Mutation]:
     for i, entry in enumerate(data.get("mutation", [])):
         unknown = set(entry) - fields
         if unknown:
-            raise BadMutations(f"{path}: mutation {i + 1} has unknown keys {sorted(unknown)}; known: {sorted(fields)}")
+            raise BadMutations(
+                f"{path}: mutation {i + 1} has unknown keys {sorted(unknown)}; known: {sorted(fields)}"
+            )
         try:
             m = Mutation(**{**entry, "tests": tuple(entry.get("tests", ()))})
         except TypeError as exc:
@@ -98,8 +100,16 @@ def load(path: Path, root: Path) -> list[Mutation]:
 
 
 def copy_tree(dest: Path) -> None:
-    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                           check=True, capture_output=True, timeout=60).stdout.decode().split("\0")
+    files = (
+        subprocess.run(
+            ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, files):
         src = REPO / name
         if src.is_file():
@@ -109,9 +119,26 @@ def copy_tree(dest: Path) -> None:
 
 def run_tests(tree: Path, tests: tuple[str, ...]) -> tuple[bool, tuple[str, ...]]:
     """(passed, failed test ids) of pytest on `tests` inside `tree`."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m",
-                           "not gpu and not docker and not faults and not apex_image", "-rf", *tests],
-                          cwd=tree, capture_output=True, text=True, timeout=TEST_TIMEOUT_S, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-x",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not gpu and not docker and not faults and not apex_image",
+            "-rf",
+            *tests,
+        ],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=TEST_TIMEOUT_S,
+        check=False,
+    )
     failed = tuple(line.split()[1] for line in done.stdout.splitlines() if line.startswith("FAILED "))
     if done.returncode not in (0, 1):  # 2-5: collection error, usage, no tests: not a verdict on the mutation
         failed = failed or (f"pytest exit {done.returncode}: {done.stdout.strip().splitlines()[-1:]}",)
@@ -127,7 +154,9 @@ def mutate(tree: Path, m: Mutation) -> MutationOutcome:
         passed, failed = run_tests(tree, m.tests)
     finally:
         target.write_text(original)
-    return MutationOutcome(m, "survived" if passed else "killed", round(time.monotonic() - started, 1), failed)
+    return MutationOutcome(
+        m, "survived" if passed else "killed", round(time.monotonic() - started, 1), failed
+    )
 
 
 def markdown(outcomes: list[MutationOutcome], baseline_s: float, total_s: float) -> str:
@@ -147,7 +176,9 @@ def markdown(outcomes: list[MutationOutcome], baseline_s: float, total_s: float)
     for o in outcomes:
         by = ", ".join(t.split("::")[-1] for t in o.failed_tests[:2]) or "-"
         result = o.status + ("" if o.as_expected else " (unexpected)")
-        lines.append(f"| `{o.mutation.id}` | {o.mutation.rule} | `{o.mutation.file}` | {result} | {by} | {o.seconds:g} |")
+        lines.append(
+            f"| `{o.mutation.id}` | {o.mutation.rule} | `{o.mutation.file}` | {result} | {by} | {o.seconds:g} |"
+        )
     equivalent = [o for o in outcomes if o.mutation.equivalent]
     if equivalent:
         lines += ["", "Equivalent (expected to survive):", ""]
@@ -158,7 +189,9 @@ def markdown(outcomes: list[MutationOutcome], baseline_s: float, total_s: float)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", help="comma-separated mutation ids")
-    parser.add_argument("--out", type=Path, default=REPO / "reports" / "mutation", help="where last-run.{md,json} go")
+    parser.add_argument(
+        "--out", type=Path, default=REPO / "reports" / "mutation", help="where last-run.{md,json} go"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary copy of the tree")
     args = parser.parse_args(argv)
     try:
@@ -170,8 +203,10 @@ def main(argv: list[str] | None = None) -> int:
         wanted = {i.strip() for i in args.only.split(",") if i.strip()}
         unknown = wanted - {m.id for m in mutations}
         if unknown:
-            print(f"mutation_check: --only {','.join(sorted(unknown))}: no such mutation id in {MUTATIONS}",
-                  file=sys.stderr)
+            print(
+                f"mutation_check: --only {','.join(sorted(unknown))}: no such mutation id in {MUTATIONS}",
+                file=sys.stderr,
+            )
             return 2
         mutations = [m for m in mutations if m.id in wanted]
     started = time.monotonic()
@@ -182,8 +217,10 @@ def main(argv: list[str] | None = None) -> int:
         passed, failed = run_tests(tree, tests)
         baseline_s = time.monotonic() - started
         if not passed:
-            print(f"mutation_check: the unchanged tree fails its tests ({', '.join(failed)}): fix them first",
-                  file=sys.stderr)
+            print(
+                f"mutation_check: the unchanged tree fails its tests ({', '.join(failed)}): fix them first",
+                file=sys.stderr,
+            )
             return 1
         print(f"baseline: {len(tests)} test files pass on the unchanged tree ({baseline_s:.0f} s)")
         outcomes = []
@@ -200,16 +237,33 @@ def main(argv: list[str] | None = None) -> int:
     total_s = time.monotonic() - started
     if not args.only:  # a partial run does not replace the committed result
         atomic.write_text(args.out / "last-run.md", markdown(outcomes, baseline_s, total_s))
-        atomic.write_json(args.out / "last-run.json", {
-            "mutations": [{"id": o.mutation.id, "file": o.mutation.file, "rule": o.mutation.rule,
-                           "status": o.status, "expected": "survived" if o.mutation.equivalent else "killed",
-                           "failed_tests": list(o.failed_tests), "seconds": o.seconds} for o in outcomes],
-            "baseline_s": round(baseline_s, 1), "total_s": round(total_s, 1)})
+        atomic.write_json(
+            args.out / "last-run.json",
+            {
+                "mutations": [
+                    {
+                        "id": o.mutation.id,
+                        "file": o.mutation.file,
+                        "rule": o.mutation.rule,
+                        "status": o.status,
+                        "expected": "survived" if o.mutation.equivalent else "killed",
+                        "failed_tests": list(o.failed_tests),
+                        "seconds": o.seconds,
+                    }
+                    for o in outcomes
+                ],
+                "baseline_s": round(baseline_s, 1),
+                "total_s": round(total_s, 1),
+            },
+        )
     bad = [o for o in outcomes if not o.as_expected]
     print(f"{len(outcomes) - len(bad)} of {len(outcomes)} as expected; {total_s:.0f} s")
     for o in bad:
-        print(f"  {o.mutation.id}: {o.status} (expected {'survived' if o.mutation.equivalent else 'killed'}): "
-              f"{o.mutation.rule}", file=sys.stderr)
+        print(
+            f"  {o.mutation.id}: {o.status} (expected {'survived' if o.mutation.equivalent else 'killed'}): "
+            f"{o.mutation.rule}",
+            file=sys.stderr,
+        )
     return 1 if bad else 0
 
 

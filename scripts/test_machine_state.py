@@ -32,7 +32,9 @@ sys.path.insert(0, str(REPO))
 
 from verify.runtime import atomic  # noqa: E402  (the project's one write path)
 
-SUITE_TAG_PREFIX = "apex-"  # the last path part of every tag the suite builds (apex-ci-..., apex-<ref>-torch...)
+SUITE_TAG_PREFIX = (
+    "apex-"  # the last path part of every tag the suite builds (apex-ci-..., apex-<ref>-torch...)
+)
 DOCKERD_STOP_S = 30
 
 
@@ -43,8 +45,10 @@ def _client():
         client = docker.from_env(timeout=120)
         client.ping()
     except Exception as exc:  # noqa: BLE001 - any way of not answering is "no engine"
-        print(f"test_machine_state: no Docker engine answers ({type(exc).__name__}): nothing to record or clean",
-              file=sys.stderr)
+        print(
+            f"test_machine_state: no Docker engine answers ({type(exc).__name__}): nothing to record or clean",
+            file=sys.stderr,
+        )
         raise SystemExit(3) from exc
     return client
 
@@ -67,8 +71,10 @@ def snapshot(state: Path, dockerd_pid: int | None, base_created: str | None) -> 
         "build_cache": sorted(r["ID"] for r in client.df().get("BuildCache") or []),
     }
     atomic.write_json(state, data)
-    print(f"test_machine_state: recorded {len(data['images'])} images and {len(data['build_cache'])} build-cache "
-          f"records{'; dockerd ' + str(dockerd_pid) + ' started by this run' if dockerd_pid else ''}")
+    print(
+        f"test_machine_state: recorded {len(data['images'])} images and {len(data['build_cache'])} build-cache "
+        f"records{'; dockerd ' + str(dockerd_pid) + ' started by this run' if dockerd_pid else ''}"
+    )
     return 0
 
 
@@ -88,8 +94,11 @@ def _stop_dockerd(pid: int, dry_run: bool) -> None:
     deadline = time.monotonic() + DOCKERD_STOP_S
     while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
         time.sleep(0.5)
-    print(f"  stopped dockerd {pid}" if not Path(f"/proc/{pid}").exists()
-          else f"  dockerd {pid} still running {DOCKERD_STOP_S} s after SIGTERM: stop it by hand")
+    print(
+        f"  stopped dockerd {pid}"
+        if not Path(f"/proc/{pid}").exists()
+        else f"  dockerd {pid} still running {DOCKERD_STOP_S} s after SIGTERM: stop it by hand"
+    )
 
 
 def cleanup(state: Path, dry_run: bool, prefix: str = SUITE_TAG_PREFIX) -> int:
@@ -97,8 +106,10 @@ def cleanup(state: Path, dry_run: bool, prefix: str = SUITE_TAG_PREFIX) -> int:
         before = json.loads(state.read_text())
         known_images, known_cache = set(before["images"]), set(before["build_cache"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"test_machine_state: {state}: no usable snapshot ({exc}); run `snapshot` before the suite",
-              file=sys.stderr)
+        print(
+            f"test_machine_state: {state}: no usable snapshot ({exc}); run `snapshot` before the suite",
+            file=sys.stderr,
+        )
         return 2
     client = _client()
     verb = "would remove" if dry_run else "removing"
@@ -113,7 +124,9 @@ def cleanup(state: Path, dry_run: bool, prefix: str = SUITE_TAG_PREFIX) -> int:
     return 0
 
 
-def _suite_images(client, known_images: set[str], prefix: str, base_created: str | None) -> dict[str, list[str]]:
+def _suite_images(
+    client, known_images: set[str], prefix: str, base_created: str | None
+) -> dict[str, list[str]]:
     """Image id -> its suite tags, for every image made since the snapshot under a suite tag."""
     ours = {}
     for image in client.images.list(all=True):
@@ -151,9 +164,11 @@ def _remove_build_cache(client, known_cache: set[str], own_engine: bool, verb: s
         if not dry_run:
             client.api.prune_builds(filters={"id": [r["ID"] for r in new_cache]})
     elif new_cache:
-        print(f"  build cache: {len(new_cache)} records ({size_gb:.2f} GB) new since the snapshot, kept: this "
-              "engine was running before the suite and other builds may share its cache "
-              "(`docker builder prune` frees it)")
+        print(
+            f"  build cache: {len(new_cache)} records ({size_gb:.2f} GB) new since the snapshot, kept: this "
+            "engine was running before the suite and other builds may share its cache "
+            "(`docker builder prune` frees it)"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,8 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     clean = sub.add_parser("cleanup")
     clean.add_argument("state", type=Path)
     clean.add_argument("--dry-run", action="store_true")
-    clean.add_argument("--tag-prefix", default=SUITE_TAG_PREFIX,
-                       help=f"the last path part of the suite's tags (default {SUITE_TAG_PREFIX}; tests use their own)")
+    clean.add_argument(
+        "--tag-prefix",
+        default=SUITE_TAG_PREFIX,
+        help=f"the last path part of the suite's tags (default {SUITE_TAG_PREFIX}; tests use their own)",
+    )
     args = parser.parse_args(argv)
     if args.command == "snapshot":
         return snapshot(args.state, args.dockerd_pid, args.base_created)

@@ -33,21 +33,41 @@ def clean_env(env: dict[str, str] | None = None) -> dict[str, str]:
     return environ
 
 
-def run_build(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None,
-              timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_build(
+    *args: str, cwd: Path = REPO, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """`python build.py ARGS` from `cwd`."""
-    return subprocess.run([sys.executable, str(REPO / "build.py"), *args], capture_output=True, text=True,
-                          cwd=cwd, env=clean_env(env), timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, str(REPO / "build.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=clean_env(env),
+        timeout=timeout,
+        check=False,
+    )
 
 
-def run_verify(*args: str, extra_path: str | None = None, env: dict[str, str] | None = None,
-               cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_verify(
+    *args: str,
+    extra_path: str | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
     """`python -m verify ARGS` with this checkout first on PYTHONPATH (`extra_path` before it)."""
     environ = clean_env()
     environ["PYTHONPATH"] = os.pathsep.join(p for p in (extra_path, str(REPO)) if p)
     environ.update(env or {})
-    return subprocess.run([sys.executable, "-m", "verify", *args], capture_output=True, text=True,
-                          env=environ, cwd=cwd or REPO, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "verify", *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=cwd or REPO,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def unpack_apex(name: str, dest: Path) -> Path:
@@ -57,8 +77,10 @@ def unpack_apex(name: str, dest: Path) -> Path:
 
     archive = APEX_FIXTURES / f"apex-{name}.tar.gz"
     if not archive.is_file():
-        pytest.skip(f"no Apex source archive at {archive}: set APEX_TEST_FIXTURES to a folder of them "
-                    "(bash scripts/apex-fixtures.sh DIR makes one from GitHub)")
+        pytest.skip(
+            f"no Apex source archive at {archive}: set APEX_TEST_FIXTURES to a folder of them "
+            "(bash scripts/apex-fixtures.sh DIR makes one from GitHub)"
+        )
     with tarfile.open(archive) as tar:
         tar.extractall(dest, filter="data")
     return dest / "apex"
@@ -113,7 +135,7 @@ class DockerfileStage:
         found: dict[str, str] = {}
         for line in self.instructions:
             if line.startswith("LABEL "):
-                found.update(word.split("=", 1) for word in shlex.split(line[len("LABEL "):]))
+                found.update(word.split("=", 1) for word in shlex.split(line[len("LABEL ") :]))
         return found
 
 
@@ -124,7 +146,7 @@ class Dockerfile:
 
 
 def _arg_words(line: str) -> list[tuple[str, str | None]]:
-    words = shlex.split(line[len("ARG "):])
+    words = shlex.split(line[len("ARG ") :])
     return [(w.split("=", 1)[0], w.split("=", 1)[1] if "=" in w else None) for w in words]
 
 
@@ -218,8 +240,14 @@ def cell_result(cell, status: str, build: dict | None, verify: dict | None = Non
     """A CellResult for `cell` as a run writes it (fixed times, so reports compare)."""
     from toolchain.runs.cell_result import BuildRecord, CellFields, CellResult, CellStatus, VerifyRecord
 
-    return CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=CellFields.from_json(cell.to_json()),
-                      status=CellStatus(status), started_at="2026-01-01T00:00:00+00:00",
-                      finished_at="2026-01-01T00:10:00+00:00",
-                      build=BuildRecord.from_json(build) if build is not None else None,
-                      verify=VerifyRecord.from_json(verify) if verify is not None else None)
+    return CellResult(
+        id=cell.id,
+        name=cell.name,
+        run_id=run_id,
+        cell=CellFields.from_json(cell.to_json()),
+        status=CellStatus(status),
+        started_at="2026-01-01T00:00:00+00:00",
+        finished_at="2026-01-01T00:10:00+00:00",
+        build=BuildRecord.from_json(build) if build is not None else None,
+        verify=VerifyRecord.from_json(verify) if verify is not None else None,
+    )

@@ -65,8 +65,15 @@ raise SystemExit(apex_builder.build_and_gate(request, BuildInputs.of(src, {"APEX
 def isolated_pip_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """No pip or uv configuration of this machine (its find-links, extra indexes): only what a test names."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
-    env.update({"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "UV_NO_CONFIG": "1",
-                "PYTHONDONTWRITEBYTECODE": "1", **(extra or {})})
+    env.update(
+        {
+            "PIP_CONFIG_FILE": os.devnull,
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "UV_NO_CONFIG": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **(extra or {}),
+        }
+    )
     return env
 
 
@@ -95,14 +102,39 @@ def apex_shaped_tree(root: Path, module: str = MODULE, libraries: tuple[str, ...
     return root
 
 
-def build_stamped(work: Path, python: Path, started: str = "2026-12-01T20:00:00+00:00", module: str = MODULE,
-                  libraries: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+def build_stamped(
+    work: Path,
+    python: Path,
+    started: str = "2026-12-01T20:00:00+00:00",
+    module: str = MODULE,
+    libraries: tuple[str, ...] = (),
+) -> subprocess.CompletedProcess:
     """The builder's whole path on the Apex-shaped tree, run by `python` (a torch venv) into work/out."""
     import torch
 
     src = apex_shaped_tree(work / "src", module, libraries)
-    given = {"torch": torch.__version__, "torch_cuda": torch.version.cuda,
-                         "python": ".".join(map(str, sys.version_info[:3])), "cxx11_abi": True, "nvcc_path": "nvcc"}
+    given = {
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "python": ".".join(map(str, sys.version_info[:3])),
+        "cxx11_abi": True,
+        "nvcc_path": "nvcc",
+    }
     env = isolated_pip_env({"PYTHONPATH": str(REPO)})
-    return subprocess.run([str(python), "-c", BUILD, str(src), str(work / "out"), __import__("json").dumps(given),
-                           COMMIT, started], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [
+            str(python),
+            "-c",
+            BUILD,
+            str(src),
+            str(work / "out"),
+            __import__("json").dumps(given),
+            COMMIT,
+            started,
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )

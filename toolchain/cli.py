@@ -49,23 +49,31 @@ def _os_error(err: OSError) -> ToolchainError:
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         # a report or log could not be written: atomic writes leave the previous file whole
         where = f" writing {path}" if path else ""
-        return EnvironmentUnavailable(f"the disk is full (no space left on device){where}; free space, or point "
-                                      "--out/--logs at another filesystem")
+        return EnvironmentUnavailable(
+            f"the disk is full (no space left on device){where}; free space, or point "
+            "--out/--logs at another filesystem"
+        )
     if isinstance(err, atomic.UnwritableTarget):  # its text already says what the path is and what to do
         return UsageError(f"{path}: {err.strerror}")
     if path is None:  # no path to blame: a socket or device, not an input (requests' errors land here)
-        return EnvironmentUnavailable(f"{err.strerror or err}; check the Docker daemon and the network, then retry")
-    return UsageError(f"{path}: {err.strerror or err}; pass a path that exists and this user can read and write "
-                      "(check --matrix, --out, --logs and --output)")
-
+        return EnvironmentUnavailable(
+            f"{err.strerror or err}; check the Docker daemon and the network, then retry"
+        )
+    return UsageError(
+        f"{path}: {err.strerror or err}; pass a path that exists and this user can read and write "
+        "(check --matrix, --out, --logs and --output)"
+    )
 
 
 def _parse(parser: Parser, argv: list[str]) -> argparse.Namespace:
     """parse_args, with "did you mean" for a mistyped command or option."""
     if argv and not argv[0].startswith("-") and argv[0] not in parser.commands:
         hint = did_you_mean(argv[0], parser.commands)
-        raise UsageError(f"unknown command {shown(argv[0])}; " + (f"{hint} " if hint else "")
-                         + f"(commands: {', '.join(parser.commands)})")
+        raise UsageError(
+            f"unknown command {shown(argv[0])}; "
+            + (f"{hint} " if hint else "")
+            + f"(commands: {', '.join(parser.commands)})"
+        )
     args, extra = parser.parse_known_args(argv)
     if extra:
         command = parser.commands.get(args.command or "", parser)
@@ -73,16 +81,24 @@ def _parse(parser: Parser, argv: list[str]) -> argparse.Namespace:
         word = extra[0].split("=", 1)[0]
         hint = did_you_mean(word, options) if word.startswith("-") else None
         what = "unknown option" if word.startswith("-") else "unexpected argument"
-        raise UsageError(f"{command.prog}: {what} {shown(word)}; " + (f"{hint} " if hint else "")
-                         + f"see `{command.prog} --help`")
+        raise UsageError(
+            f"{command.prog}: {what} {shown(word)}; "
+            + (f"{hint} " if hint else "")
+            + f"see `{command.prog} --help`"
+        )
     return args
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
     """Run the command; if it fails, remove the output directories it created and left empty."""
     output = getattr(args, "output", None)
-    made = OutputDirs([getattr(args, "out", None), getattr(args, "logs", None),
-                       output.parent if output is not None else None])
+    made = OutputDirs(
+        [
+            getattr(args, "out", None),
+            getattr(args, "logs", None),
+            output.parent if output is not None else None,
+        ]
+    )
     return made.run(lambda: args.func(args, console))
 
 

@@ -62,4 +62,3 @@ class Console:
                 self.line(workflow_commands.command("endgroup"))
             elif self.colour:
                 self.line(self._paint(f"    ({time.monotonic() - start:.0f} s)", "info"))
-

@@ -38,25 +38,50 @@ def _parser() -> argparse.ArgumentParser:
         epilog=f"Features for --require: {features}; extension module names (amp_C, ...) work too. Exit codes: "
         + "; ".join(f"{k} {v}" for k, v in exit_codes.MEANINGS.items()),
     )
-    parser.add_argument("--static", action="store_true", help="layers 1-5 only: no GPU needed (the image build gate)")
-    parser.add_argument("--json", metavar="PATH", help="write the report as JSON (schema verify/schema/report.schema.json)")
+    parser.add_argument(
+        "--static", action="store_true", help="layers 1-5 only: no GPU needed (the image build gate)"
+    )
+    parser.add_argument(
+        "--json", metavar="PATH", help="write the report as JSON (schema verify/schema/report.schema.json)"
+    )
     parser.add_argument("--markdown", metavar="PATH", help="write the report as Markdown")
-    parser.add_argument("--require", metavar="FEATURES", action="append",
-                        help="comma-separated features/modules that must work (repeatable; default:"
-                        f" {','.join(module_map.default_required_features())}; '' for none)")
-    parser.add_argument("--manifest", metavar="PATH",
-                        help=f"build manifest (default: ${manifest.ENV_VAR}, else {manifest.DEFAULT_PATH})")
+    parser.add_argument(
+        "--require",
+        metavar="FEATURES",
+        action="append",
+        help="comma-separated features/modules that must work (repeatable; default:"
+        f" {','.join(module_map.default_required_features())}; '' for none)",
+    )
+    parser.add_argument(
+        "--manifest",
+        metavar="PATH",
+        help=f"build manifest (default: ${manifest.ENV_VAR}, else {manifest.DEFAULT_PATH})",
+    )
     parser.add_argument("--require-gpu", action="store_true", help="exit 3 when no CUDA device is visible")
-    parser.add_argument("--seed", type=int, help="seed for the GPU layers' random inputs (default: a fresh one)")
-    parser.add_argument("--check-timeout", metavar="S", type=float, default=DEFAULT_CHECK_TIMEOUT_S,
-                        help=f"seconds one import or GPU check group may take (default {DEFAULT_CHECK_TIMEOUT_S:g}; "
-                        "the probe's own start and torch import are not counted)")
+    parser.add_argument(
+        "--seed", type=int, help="seed for the GPU layers' random inputs (default: a fresh one)"
+    )
+    parser.add_argument(
+        "--check-timeout",
+        metavar="S",
+        type=float,
+        default=DEFAULT_CHECK_TIMEOUT_S,
+        help=f"seconds one import or GPU check group may take (default {DEFAULT_CHECK_TIMEOUT_S:g}; "
+        "the probe's own start and torch import are not counted)",
+    )
     loudness = parser.add_mutually_exclusive_group()
     loudness.add_argument("--quiet", action="store_true", help="print only FAIL/WARN lines and the verdict")
-    loudness.add_argument("--verbose", action="store_true",
-                        help="print every check, layer by layer (default: the module table, then what is not PASS)")
-    parser.add_argument("--distributed", action=argparse.BooleanOptionalAction, default=None,
-                        help="cross-GPU checks, one process per GPU (default: on when 2+ GPUs are visible)")
+    loudness.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print every check, layer by layer (default: the module table, then what is not PASS)",
+    )
+    parser.add_argument(
+        "--distributed",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="cross-GPU checks, one process per GPU (default: on when 2+ GPUs are visible)",
+    )
     return parser
 
 
@@ -70,8 +95,10 @@ def _bench(argv: list[str]) -> int:
         from verify.bench.cli import main as bench_main
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.startswith("verify.bench"):
-            print(f"verify bench: the benchmark part of verify is not installed here ({exc.name} is missing)",
-                  file=sys.stderr)
+            print(
+                f"verify bench: the benchmark part of verify is not installed here ({exc.name} is missing)",
+                file=sys.stderr,
+            )
             return exit_codes.ENVIRONMENT
         raise
     return int(bench_main(argv) or 0)
@@ -80,8 +107,11 @@ def _bench(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     bench = argv[:1] == ["bench"]
-    return entry_point.run("verify bench" if bench else "verify", lambda: _main(argv),
-                           on_interrupt=entry_point.BENCH_ON_INTERRUPT if bench else ON_INTERRUPT)
+    return entry_point.run(
+        "verify bench" if bench else "verify",
+        lambda: _main(argv),
+        on_interrupt=entry_point.BENCH_ON_INTERRUPT if bench else ON_INTERRUPT,
+    )
 
 
 ON_INTERRUPT = "child processes stopped; no report written or left half-written"
@@ -94,14 +124,19 @@ def _main(argv: list[str]) -> int:
     if argv and not argv[0].startswith("-"):  # verify takes options; its one command is bench
         options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
         hint = did_you_mean(argv[0], ["bench", *options])
-        return _usage_error(f"unknown command {shown(argv[0])}; " + (f"{hint} " if hint else "")
-                            + "(verify takes options, see `verify --help`; `verify bench` runs the benchmarks)")
+        return _usage_error(
+            f"unknown command {shown(argv[0])}; "
+            + (f"{hint} " if hint else "")
+            + "(verify takes options, see `verify --help`; `verify bench` runs the benchmarks)"
+        )
     args = parser.parse_args(argv)
     if not (math.isfinite(args.check_timeout) and args.check_timeout > 0):  # nan/inf would reach the report
         return _usage_error(f"--check-timeout {args.check_timeout:g}: must be a positive number of seconds")
     if args.distributed and args.static:
-        return _usage_error("--distributed with --static: the cross-GPU checks run processes on the GPUs, --static"
-                            " stops after layer 5; drop one of the two")
+        return _usage_error(
+            "--distributed with --static: the cross-GPU checks run processes on the GPUs, --static"
+            " stops after layer 5; drop one of the two"
+        )
     hook_problem = distributed.hook_problem()
     if hook_problem:
         return _usage_error(hook_problem)
@@ -113,13 +148,24 @@ def _main(argv: list[str]) -> int:
     loaded = None
     if manifest_path is not None:
         try:
-            loaded = pipeline.LoadedManifest(manifest_path, manifest_origin, manifest.load(manifest_path, manifest_origin))
+            loaded = pipeline.LoadedManifest(
+                manifest_path, manifest_origin, manifest.load(manifest_path, manifest_origin)
+            )
         except manifest.ManifestError as exc:
             return _usage_error(str(exc))
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
-    return _run(args, pipeline.VerifyRequest(static=args.static, required=required, manifest=loaded, seed=seed,
-                                          check_timeout_s=args.check_timeout, require_gpu=args.require_gpu,
-                                          distributed=args.distributed))
+    return _run(
+        args,
+        pipeline.VerifyRequest(
+            static=args.static,
+            required=required,
+            manifest=loaded,
+            seed=seed,
+            check_timeout_s=args.check_timeout,
+            require_gpu=args.require_gpu,
+            distributed=args.distributed,
+        ),
+    )
 
 
 def _run(args: argparse.Namespace, request: pipeline.VerifyRequest) -> int:
@@ -129,21 +175,29 @@ def _run(args: argparse.Namespace, request: pipeline.VerifyRequest) -> int:
     except pipeline.ManifestMismatch as exc:
         return _usage_error(str(exc))
     made = OutputDirs([Path(p).parent for p in (args.json, args.markdown) if p])
-    for path, writer in ((args.json, lambda p: atomic.write_json(p, report)),
-                         (args.markdown, lambda p: atomic.write_text(p, render.markdown(report)))):
+    for path, writer in (
+        (args.json, lambda p: atomic.write_json(p, report)),
+        (args.markdown, lambda p: atomic.write_text(p, render.markdown(report))),
+    ):
         if path:
             try:
                 writer(path)
             except OSError as exc:
                 made.remove_empty()  # directories this run created for a report it could not write
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the environment, not the user's input: exit 3
-                    print(f"verify: cannot write report to {path}: the disk is full ({exc.strerror}); free space"
-                          " or write the report to another filesystem", file=sys.stderr)
+                    print(
+                        f"verify: cannot write report to {path}: the disk is full ({exc.strerror}); free space"
+                        " or write the report to another filesystem",
+                        file=sys.stderr,
+                    )
                     return exit_codes.ENVIRONMENT
                 if isinstance(exc, atomic.UnwritableTarget):  # its text says what the path is and the fix
                     return _usage_error(f"cannot write report to {path}: {exc.strerror}")
-                return _usage_error(f"cannot write report to {path}: {exc.strerror or exc}; choose a writable path")
-    sys.stdout.write(render.terminal(report, color=render.use_color(sys.stdout), quiet=args.quiet,
-                                     verbose=args.verbose))
+                return _usage_error(
+                    f"cannot write report to {path}: {exc.strerror or exc}; choose a writable path"
+                )
+    sys.stdout.write(
+        render.terminal(report, color=render.use_color(sys.stdout), quiet=args.quiet, verbose=args.verbose)
+    )
     sys.stdout.flush()
     return report["exit_code"]

@@ -57,6 +57,7 @@ class VerifyRequest:
 @dataclasses.dataclass(frozen=True)
 class StaticLayers:
     """Layers 1-5: what --static reports, and what the GPU layers need from it."""
+
     environment: dict[str, Any]
     apex: dict[str, Any]
     extensions: tuple[ExtensionResult, ...]
@@ -79,8 +80,10 @@ def probe_tasks(required: tuple[str, ...], expected_modules: tuple[str, ...]) ->
     names += [m for m in expected_modules if m not in names]
     tasks = [{"id": f"module:{n}", "op": "import", "target": n} for n in names]
     tasks.append({"id": "apex", "op": "import", "target": "apex"})
-    tasks += [{"id": f"feature:{f}", "op": "attr", "target": path}
-              for f, path in expectations.probe_targets(required).items()]
+    tasks += [
+        {"id": f"feature:{f}", "op": "attr", "target": path}
+        for f, path in expectations.probe_targets(required).items()
+    ]
     return tasks, names
 
 
@@ -93,8 +96,11 @@ def _probe_and_environment(request: VerifyRequest, tasks: list[dict]) -> tuple[d
             env, checks = environment.collect()  # imports torch in this process, overlapping the child's
             interrupts.raise_if_received()  # a signal the import swallowed: no report of false FAILs
             torch_version = (env.get("torch") or {}).get("version")
-            mismatch = (manifest.torch_mismatch(request.manifest.record, torch_version, request.manifest.origin)
-                        if request.manifest else None)
+            mismatch = (
+                manifest.torch_mismatch(request.manifest.record, torch_version, request.manifest.origin)
+                if request.manifest
+                else None
+            )
             if mismatch:
                 cancel.set()
                 raise ManifestMismatch(mismatch)
@@ -107,9 +113,17 @@ def _probe_and_environment(request: VerifyRequest, tasks: list[dict]) -> tuple[d
 
 
 def _require_gpu_check(env: dict[str, Any], old_driver: bool) -> Check:
-    why = ("the NVIDIA driver is too old for this torch's CUDA (see environment.driver)" if old_driver else
-           "check the driver, the container's GPU access, CUDA_VISIBLE_DEVICES")
-    return Check("environment", "require_gpu", Status.FAIL, f"--require-gpu: no CUDA device is visible to torch ({why})")
+    why = (
+        "the NVIDIA driver is too old for this torch's CUDA (see environment.driver)"
+        if old_driver
+        else "check the driver, the container's GPU access, CUDA_VISIBLE_DEVICES"
+    )
+    return Check(
+        "environment",
+        "require_gpu",
+        Status.FAIL,
+        f"--require-gpu: no CUDA device is visible to torch ({why})",
+    )
 
 
 def static_layers(request: VerifyRequest) -> StaticLayers:
@@ -121,43 +135,79 @@ def static_layers(request: VerifyRequest) -> StaticLayers:
 
     capability = environment.capability(env)
     gpu_missing = capability is None
-    old_driver = environment.driver_too_old(env)  # the node cannot run this torch's CUDA: exit 3 (environment.driver)
+    old_driver = environment.driver_too_old(
+        env
+    )  # the node cannot run this torch's CUDA: exit 3 (environment.driver)
     if request.require_gpu and gpu_missing:
         env_checks = [*env_checks, _require_gpu_check(env, old_driver)]
 
-    imported = [extensions.classify(n, probed.get(f"module:{n}", {"status": "missing"})) for n in module_names]
+    imported = [
+        extensions.classify(n, probed.get(f"module:{n}", {"status": "missing"})) for n in module_names
+    ]
     devices = environment.device_capabilities(env)
     arch = arch_layer(imported, capability, devices)
     who = identity.identity_layer(identity.locate(), probed.get("apex"), record, arch.extensions)
     expected = expectations.modules_required(request.required) | set(expected_by_manifest)
     entry_points = {f: probed[f"feature:{f}"] for f in request.required if f"feature:{f}" in probed}
-    arch_fix = f"rebuild with TORCH_CUDA_ARCH_LIST={fatbin.arch_list_value(capability)}" if capability else None
-    expected_checks = expectations.expectation_checks(request.required, list(arch.extensions), entry_points, record,
-                                                      arch_fix, apex_kind=who.apex["kind"])
-    checks = (*env_checks, *who.checks, *extensions.extension_checks(list(arch.extensions), expected, who.apex.get("kind", "nvidia")),
-              *arch.checks, *expected_checks)
-    return StaticLayers(environment=env, apex=who.apex, extensions=arch.extensions, checks=checks,
-                        gpu_missing=gpu_missing,
-                        environment_unavailable=(request.require_gpu and gpu_missing) or old_driver,
-                        device_count=max(1, len(devices)))
+    arch_fix = (
+        f"rebuild with TORCH_CUDA_ARCH_LIST={fatbin.arch_list_value(capability)}" if capability else None
+    )
+    expected_checks = expectations.expectation_checks(
+        request.required, list(arch.extensions), entry_points, record, arch_fix, apex_kind=who.apex["kind"]
+    )
+    checks = (
+        *env_checks,
+        *who.checks,
+        *extensions.extension_checks(list(arch.extensions), expected, who.apex.get("kind", "nvidia")),
+        *arch.checks,
+        *expected_checks,
+    )
+    return StaticLayers(
+        environment=env,
+        apex=who.apex,
+        extensions=arch.extensions,
+        checks=checks,
+        gpu_missing=gpu_missing,
+        environment_unavailable=(request.require_gpu and gpu_missing) or old_driver,
+        device_count=max(1, len(devices)),
+    )
 
 
-def gpu_layers(request: VerifyRequest, static: StaticLayers, device_usable: dict[int, frozenset[str]]) -> GpuLayers:
+def gpu_layers(
+    request: VerifyRequest, static: StaticLayers, device_usable: dict[int, frozenset[str]]
+) -> GpuLayers:
     """Layers 6-7 (parity, timing) from verify.gpu; SKIP without a GPU, one FAIL if they cannot run."""
     if static.gpu_missing:
         reason = "no CUDA device visible: needs a GPU (use --static for layers 1-5 only)"
-        return GpuLayers((Check("parity", "all", Status.SKIP, reason), Check("timing", "all", Status.SKIP, reason)), ())
+        return GpuLayers(
+            (Check("parity", "all", Status.SKIP, reason), Check("timing", "all", Status.SKIP, reason)), ()
+        )
     try:
         from verify.gpu import run_gpu_layers
     except ImportError as exc:
-        return GpuLayers((Check("parity", "all", Status.FAIL,
-                                f"the GPU layers are not installed with this verify (import verify.gpu failed: {exc})"),), ())
+        return GpuLayers(
+            (
+                Check(
+                    "parity",
+                    "all",
+                    Status.FAIL,
+                    f"the GPU layers are not installed with this verify (import verify.gpu failed: {exc})",
+                ),
+            ),
+            (),
+        )
     try:
-        results = run_gpu_layers(seed=request.seed, check_timeout_s=request.check_timeout_s,
-                                 usable_modules=device_usable[0], device_count=len(device_usable),
-                                 device_usable=device_usable)
+        results = run_gpu_layers(
+            seed=request.seed,
+            check_timeout_s=request.check_timeout_s,
+            usable_modules=device_usable[0],
+            device_count=len(device_usable),
+            device_usable=device_usable,
+        )
     except Exception as exc:  # one broken layer must not lose the static findings
-        return GpuLayers((Check("parity", "all", Status.FAIL, f"GPU layers stopped: {type(exc).__name__}: {exc}"),), ())
+        return GpuLayers(
+            (Check("parity", "all", Status.FAIL, f"GPU layers stopped: {type(exc).__name__}: {exc}"),), ()
+        )
     return GpuLayers(tuple(results.checks), tuple(results.timings))
 
 
@@ -173,18 +223,32 @@ def run(request: VerifyRequest) -> dict[str, Any]:
         device_usable = usable_on_devices(static.extensions, static.device_count)
         gpu = gpu_layers(request, static, device_usable)
         dist = distributed.run_distributed_layer(
-            requested=request.distributed, device_count=(static.environment.get("torch") or {}).get("device_count") or 0,
-            usable_modules=device_usable[0], seed=request.seed, check_timeout_s=request.check_timeout_s)
+            requested=request.distributed,
+            device_count=(static.environment.get("torch") or {}).get("device_count") or 0,
+            usable_modules=device_usable[0],
+            seed=request.seed,
+            check_timeout_s=request.check_timeout_s,
+        )
         checks += [*gpu.checks, *dist.checks]
         timings, dist_block = gpu.timings, dist.block
     loaded = request.manifest
     return report_mod.build(
-        mode="static" if request.static else "full", started_at=started_at, duration_s=time.perf_counter() - t0,
-        environment=static.environment, apex=static.apex,
+        mode="static" if request.static else "full",
+        started_at=started_at,
+        duration_s=time.perf_counter() - t0,
+        environment=static.environment,
+        apex=static.apex,
         manifest={"path": str(loaded.path), "origin": loaded.origin, "data": loaded.data} if loaded else None,
-        extensions=[e.to_json() for e in static.extensions], checks=checks, timings=list(timings),
-        options={"require": list(request.required), "seed": request.seed, "check_timeout_s": request.check_timeout_s,
-                 "require_gpu": request.require_gpu,
-                 "distributed": {True: "on", False: "off", None: "auto"}[request.distributed]},
-        environment_unavailable=static.environment_unavailable, distributed=dist_block,
+        extensions=[e.to_json() for e in static.extensions],
+        checks=checks,
+        timings=list(timings),
+        options={
+            "require": list(request.required),
+            "seed": request.seed,
+            "check_timeout_s": request.check_timeout_s,
+            "require_gpu": request.require_gpu,
+            "distributed": {True: "on", False: "off", None: "auto"}[request.distributed],
+        },
+        environment_unavailable=static.environment_unavailable,
+        distributed=dist_block,
     )

@@ -28,14 +28,21 @@ def git(repo: str, *args: str) -> str:
 def main(repo: str) -> int:
     tags = sorted(git(repo, "tag").split(), key=lambda t: module_map.tag_key(t) or ())
     nvcc13 = set(compat.load().toolkit("13.0").archs)
-    print(f"mirror HEAD {git(repo, 'rev-parse', 'HEAD').strip()}; nvcc 13.0 archs from compat.toml: {len(nvcc13)}")
-    print("ref       commit    date        style  parallel  archs nvcc 13.0 rejects (switch: arch@line)      map")
+    print(
+        f"mirror HEAD {git(repo, 'rev-parse', 'HEAD').strip()}; nvcc 13.0 archs from compat.toml: {len(nvcc13)}"
+    )
+    print(
+        "ref       commit    date        style  parallel  archs nvcc 13.0 rejects (switch: arch@line)      map"
+    )
     for ref in [*tags, "HEAD"]:
         text = git(repo, "show", f"{ref}:setup.py")
         with tempfile.TemporaryDirectory() as tmp:
             Path(tmp, "setup.py").write_text(text)
             setup = apex_setup.read(Path(tmp))
-        named = set(re.findall(r"""(?:\bname\s*=\s*|Extension\(\s*)["'](\w+)["']""", text)) - {"apex", "_nccl_version_getter"}
+        named = set(re.findall(r"""(?:\bname\s*=\s*|Extension\(\s*)["'](\w+)["']""", text)) - {
+            "apex",
+            "_nccl_version_getter",
+        }
         disagree = []
         for m in module_map.modules():
             claimed = (m.until is None) if ref == "HEAD" else module_map.in_tag(m.name, ref)
@@ -45,8 +52,10 @@ def main(repo: str) -> int:
         rejects = [f"{s}: {a}@{line}" for s in switches for a, line in setup.dropped_archs(s, nvcc13)]
         commit = git(repo, "rev-list", "-n1", ref).strip()[:8]
         date = git(repo, "log", "-1", "--format=%cs", ref).strip()
-        print(f"{ref:9} {commit}  {date}  {setup.style:5}  {setup.parallel:8}  {'; '.join(rejects) or '-':44} "
-              f"{'agrees' if not disagree else 'DIFFERS: ' + ', '.join(disagree)}")
+        print(
+            f"{ref:9} {commit}  {date}  {setup.style:5}  {setup.parallel:8}  {'; '.join(rejects) or '-':44} "
+            f"{'agrees' if not disagree else 'DIFFERS: ' + ', '.join(disagree)}"
+        )
     return 0
 
 

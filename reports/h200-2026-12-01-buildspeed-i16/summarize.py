@@ -94,8 +94,11 @@ def main(folders: list[Path]) -> int:
             else (naive.get("estimate_by_simulation") or {}).get("estimated_total_s")
         )
     cold = rows["five-cold"]
-    warm1 = min((rows[k] for k in ("one-warm", "one-warm-stored") if not rows[k].get("missing")),
-                key=lambda r: r.get("wall_s") or 99, default={})
+    warm1 = min(
+        (rows[k] for k in ("one-warm", "one-warm-stored") if not rows[k].get("missing")),
+        key=lambda r: r.get("wall_s") or 99,
+        default={},
+    )
     goals = {
         "five-arch cold within 1.25x of its lower bound": (cold.get("wall_over_bound") or 99) <= GOAL_RATIO,
         "five-arch cold >= 4x faster than the naive recipe": bool(

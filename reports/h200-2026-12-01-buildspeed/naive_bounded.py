@@ -30,15 +30,25 @@ NAIVE_JOBS = 4
 
 
 def main(src: Path, archs: str, bound_s: float, reference: Path, out_json: Path, log: Path) -> int:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("APEX_PARALLEL_BUILD", "NVCC_APPEND_FLAGS", "PYTORCH_NVCC") and not k.startswith("CCACHE")}
-    env.update(MAX_JOBS=str(NAIVE_JOBS), APEX_CPP_EXT="1", APEX_CUDA_EXT="1", TORCH_CUDA_ARCH_LIST=archs,
-               TORCH_NO_COMPILER_WRAPPER="1")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("APEX_PARALLEL_BUILD", "NVCC_APPEND_FLAGS", "PYTORCH_NVCC")
+        and not k.startswith("CCACHE")
+    }
+    env.update(
+        MAX_JOBS=str(NAIVE_JOBS),
+        APEX_CPP_EXT="1",
+        APEX_CUDA_EXT="1",
+        TORCH_CUDA_ARCH_LIST=archs,
+        TORCH_NO_COMPILER_WRAPPER="1",
+    )
     cmd = [sys.executable, "-m", "pip", "install", "-v", "--no-build-isolation", "."]
     started, started_epoch = time.monotonic(), time.time()
     with open(log, "w") as handle:
-        proc = subprocess.Popen(cmd, cwd=src, env=env, stdout=handle, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=src, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+        )
         with PeakSampler(proc.pid) as sampler:
             try:
                 code = proc.wait(timeout=bound_s)
@@ -61,9 +71,13 @@ def main(src: Path, archs: str, bound_s: float, reference: Path, out_json: Path,
     ref_walls = {f"{u['extension']}/{Path(u['output']).name}": u["wall_s"] for u in ref["units"]}
     done = {ninja_log.unit_key(u): u.wall_s for u in naive}
     record: dict = {
-        "command": " ".join(cmd), "cwd": str(src),
+        "command": " ".join(cmd),
+        "cwd": str(src),
         "env": {k: env[k] for k in ("MAX_JOBS", "APEX_CPP_EXT", "APEX_CUDA_EXT", "TORCH_CUDA_ARCH_LIST")},
-        "bound_s": bound_s, "stopped_at_bound": stopped, "exit_code": code, "elapsed_s": round(elapsed, 1),
+        "bound_s": bound_s,
+        "stopped_at_bound": stopped,
+        "exit_code": code,
+        "elapsed_s": round(elapsed, 1),
         "peak_rss_gib": round(sampler.peak_bytes / 2**30, 2),
         "done_units": [{"unit": k, "wall_s": round(v, 2)} for k, v in sorted(done.items())],
         "reference_manifest": str(reference),
@@ -84,21 +98,26 @@ def main(src: Path, archs: str, bound_s: float, reference: Path, out_json: Path,
         # plus the serial phases: the naive's own time before its first unit, the reference's after its last
         before = min(u.start_s for u in naive) - started_epoch
         after = ref.get("after_last_unit_s") or 0.0
-        simulated = before + after + ninja_log.simulate_serial(
-            [(n, by_ext[n], links.get(n, 0.0)) for n in names], NAIVE_JOBS)
+        simulated = (
+            before
+            + after
+            + ninja_log.simulate_serial([(n, by_ext[n], links.get(n, 0.0)) for n in names], NAIVE_JOBS)
+        )
         record["estimate_by_simulation"] = {
             "estimated_total_s": round(simulated, 1),
             "scale": round(scale, 3),
             "method": "ESTIMATED, not measured: one extension at a time in setup.py order, "
-                      f"{NAIVE_JOBS} jobs each, slowest unit first; every reference unit wall x the median "
-                      f"naive/reference ratio of the {len(common)} units both finished; plus the naive's "
-                      "measured time before its first unit and the reference's time after its last",
+            f"{NAIVE_JOBS} jobs each, slowest unit first; every reference unit wall x the median "
+            f"naive/reference ratio of the {len(common)} units both finished; plus the naive's "
+            "measured time before its first unit and the reference's time after its last",
         }
     out_json.write_text(json.dumps(record, indent=2) + "\n")
     est = (record.get("estimate_by_simulation") or {}).get("estimated_total_s")
-    print(f"naive recipe: {'stopped at' if stopped else 'ended after'} {elapsed:.0f} s (exit {code}), "
-          f"{len(done)} units done, peak {record['peak_rss_gib']} GiB; estimated total: by rate "
-          f"{(rate or {}).get('estimated_total_s')} s, by simulation {est} s (estimates, not measured)")
+    print(
+        f"naive recipe: {'stopped at' if stopped else 'ended after'} {elapsed:.0f} s (exit {code}), "
+        f"{len(done)} units done, peak {record['peak_rss_gib']} GiB; estimated total: by rate "
+        f"{(rate or {}).get('estimated_total_s')} s, by simulation {est} s (estimates, not measured)"
+    )
     return 0
 
 

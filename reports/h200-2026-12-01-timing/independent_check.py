@@ -62,7 +62,11 @@ def norm_case(kind: str, dtype: torch.dtype, gen: torch.Generator) -> dict[str, 
     dy = torch.randn(NORM_SHAPE, generator=gen, device=DEV).to(dtype)
     weight = (torch.rand(hidden, generator=gen, device=DEV) + 0.5).to(dtype)
     bias = (torch.rand(hidden, generator=gen, device=DEV) - 0.5).to(dtype)
-    pairs = ((FusedLayerNorm, nn.LayerNorm, "LayerNorm") if kind == "layer" else (FusedRMSNorm, nn.RMSNorm, "RMSNorm"))
+    pairs = (
+        (FusedLayerNorm, nn.LayerNorm, "LayerNorm")
+        if kind == "layer"
+        else (FusedRMSNorm, nn.RMSNorm, "RMSNorm")
+    )
     calls = {}
     for cls, name in ((pairs[0], f"apex Fused{pairs[2]}"), (pairs[1], f"torch nn.{pairs[2]}")):
         module = cls(hidden, eps=1e-5).to(device=DEV, dtype=dtype)
@@ -71,7 +75,7 @@ def norm_case(kind: str, dtype: torch.dtype, gen: torch.Generator) -> dict[str, 
             if kind == "layer":
                 module.bias.copy_(bias)
         inputs = [x, *module.parameters()]
-        calls[name] = (lambda m, i: (lambda: torch.autograd.grad(m(x), i, dy)))(module, inputs)
+        calls[name] = (lambda m, i: lambda: torch.autograd.grad(m(x), i, dy))(module, inputs)
     return calls
 
 
@@ -83,9 +87,13 @@ def kernel_ms(fn) -> float:
             fn()
         torch.cuda.synchronize()
     cuda = torch.autograd.DeviceType.CUDA
-    total_us = sum(e.time_range.elapsed_us() for e in prof.events()
-                   if e.device_type == cuda and not e.name.startswith(SYNC_RECORDS)
-                   and not getattr(e, "is_user_annotation", False))
+    total_us = sum(
+        e.time_range.elapsed_us()
+        for e in prof.events()
+        if e.device_type == cuda
+        and not e.name.startswith(SYNC_RECORDS)
+        and not getattr(e, "is_user_annotation", False)
+    )
     return total_us / KERNEL_CALLS / 1e3
 
 
@@ -136,9 +144,13 @@ CASES = {  # verify's timing check names
 }
 
 
-KERNELS = {"fused_adam.fp32": "FusedAdam", "fused_layer_norm.bf16": "FusedLayerNorm",
-           "fused_layer_norm.fp32": "FusedLayerNorm", "fused_rms_norm.bf16": "FusedRMSNorm",
-           "fused_rms_norm.fp32": "FusedRMSNorm"}
+KERNELS = {
+    "fused_adam.fp32": "FusedAdam",
+    "fused_layer_norm.bf16": "FusedLayerNorm",
+    "fused_layer_norm.fp32": "FusedLayerNorm",
+    "fused_rms_norm.bf16": "FusedRMSNorm",
+    "fused_rms_norm.fp32": "FusedRMSNorm",
+}
 
 
 def measure() -> tuple[dict, dict]:
@@ -150,13 +162,17 @@ def measure() -> tuple[dict, dict]:
     gen = torch.Generator(device=DEV).manual_seed(20261201)
     for case, build in CASES.items():
         calls = build(gen)
-        ours[case], paired[case] = {}, {n: {"ours_kernel": [], "ours_loop": [], "verify_kernel": [],
-                                            "verify_loop": []} for n in calls}
+        ours[case], paired[case] = (
+            {},
+            {n: {"ours_kernel": [], "ours_loop": [], "verify_kernel": [], "verify_loop": []} for n in calls},
+        )
         for fn in calls.values():
             for _ in range(WARMUP):
                 fn()
-        variants = [kernel_compare.Variant(n, "fused" if n.startswith("apex") else "native", (lambda f=fn: f))
-                    for n, fn in calls.items()]
+        variants = [
+            kernel_compare.Variant(n, "fused" if n.startswith("apex") else "native", (lambda f=fn: f))
+            for n, fn in calls.items()
+        ]
         for _ in range(REPS):
             result = kernel_compare.compare(KERNELS[case], case, variants, DEV)
             for v in result.variants:
@@ -166,8 +182,10 @@ def measure() -> tuple[dict, dict]:
                 paired[case][name]["ours_kernel"].append(kernel_ms(fn))
                 paired[case][name]["ours_loop"].append(loop_ms(fn))
         for name in calls:
-            ours[case][name] = {"kernel_ms": statistics.median(paired[case][name]["ours_kernel"]),
-                                "loop_ms": statistics.median(paired[case][name]["ours_loop"])}
+            ours[case][name] = {
+                "kernel_ms": statistics.median(paired[case][name]["ours_kernel"]),
+                "loop_ms": statistics.median(paired[case][name]["ours_loop"]),
+            }
         for name, fn in calls.items():  # last: a refused capture must not disturb the figures above
             ours[case][name]["graph_ms"] = graph_ms(fn)
         del calls, variants
@@ -183,9 +201,13 @@ def verify_medians(report: dict) -> dict[str, dict[str, dict[str, float]]]:
             continue
         t = check["details"]["timing"]
         found[check["name"]] = {
-            impl["name"]: {"kernel_ms": (impl["kernel_time"] or {}).get("median_ms"),
-                           "loop_ms": (impl["host_inclusive"] or {}).get("median_ms")}
-            for impl in [t["fused"], *t["natives"]] if impl["status"] == "OK"}
+            impl["name"]: {
+                "kernel_ms": (impl["kernel_time"] or {}).get("median_ms"),
+                "loop_ms": (impl["host_inclusive"] or {}).get("median_ms"),
+            }
+            for impl in [t["fused"], *t["natives"]]
+            if impl["status"] == "OK"
+        }
     return found
 
 
@@ -210,27 +232,51 @@ def main(argv: list[str]) -> int:
             b_loop = rel(statistics.median(p["verify_loop"]), statistics.median(p["ours_loop"]))
             a_kernel = [rel(t.get("kernel_ms"), mine["kernel_ms"]) for t in theirs]
             a_loop = [rel(t.get("loop_ms"), mine["loop_ms"]) for t in theirs]
-            row = {"case": case, "implementation": name, **mine, "verify_reports": theirs, "paired": p,
-                   "A_kernel_max_rel_diff": max((d for d in a_kernel if d is not None), default=None),
-                   "A_loop_max_rel_diff": max((d for d in a_loop if d is not None), default=None),
-                   "B_kernel_rel_diff": b_kernel, "B_loop_rel_diff": b_loop}
-            for key, value in (("A_kernel", row["A_kernel_max_rel_diff"]), ("B_kernel", b_kernel),
-                               ("B_loop", b_loop), ("A_loop_info", row["A_loop_max_rel_diff"])):
+            row = {
+                "case": case,
+                "implementation": name,
+                **mine,
+                "verify_reports": theirs,
+                "paired": p,
+                "A_kernel_max_rel_diff": max((d for d in a_kernel if d is not None), default=None),
+                "A_loop_max_rel_diff": max((d for d in a_loop if d is not None), default=None),
+                "B_kernel_rel_diff": b_kernel,
+                "B_loop_rel_diff": b_loop,
+            }
+            for key, value in (
+                ("A_kernel", row["A_kernel_max_rel_diff"]),
+                ("B_kernel", b_kernel),
+                ("B_loop", b_loop),
+                ("A_loop_info", row["A_loop_max_rel_diff"]),
+            ):
                 if value is not None:
                     worst[key] = max(worst[key], value)
             rows.append(row)
     ok = worst["A_kernel"] <= KERNEL_TOL and worst["B_kernel"] <= KERNEL_TOL and worst["B_loop"] <= LOOP_TOL
-    doc = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0), "reports": report_paths,
-           "method": __doc__, "kernel_calls": KERNEL_CALLS, "loop_calls": LOOP_CALLS, "loops": LOOPS, "reps": REPS,
-           "tolerance": {"kernel": KERNEL_TOL, "loop": LOOP_TOL}, "worst": worst, "agree": ok, "rows": rows}
+    doc = {
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0),
+        "reports": report_paths,
+        "method": __doc__,
+        "kernel_calls": KERNEL_CALLS,
+        "loop_calls": LOOP_CALLS,
+        "loops": LOOPS,
+        "reps": REPS,
+        "tolerance": {"kernel": KERNEL_TOL, "loop": LOOP_TOL},
+        "worst": worst,
+        "agree": ok,
+        "rows": rows,
+    }
     with open(out_path, "w") as fh:
         json.dump(doc, fh, indent=1)
 
     def pct(v: float | None) -> str:
         return f"{100 * v:.1f}%" if v is not None else "n/a"
 
-    print(f"{'case':22} {'implementation':26} | {'kernel ms':>9} {'A: 5 reports':>30} {'max':>6} {'B: paired':>15} "
-          f"{'diff':>6} | {'loop ms':>7} {'B: paired':>15} {'diff':>6} {'5 reports (info)':>35} | {'graph':>6}")
+    print(
+        f"{'case':22} {'implementation':26} | {'kernel ms':>9} {'A: 5 reports':>30} {'max':>6} {'B: paired':>15} "
+        f"{'diff':>6} | {'loop ms':>7} {'B: paired':>15} {'diff':>6} {'5 reports (info)':>35} | {'graph':>6}"
+    )
     for r in rows:
         k5 = " ".join(f"{t['kernel_ms']:.3f}" if t.get("kernel_ms") else "n/a" for t in r["verify_reports"])
         l5 = " ".join(f"{t['loop_ms']:.3f}" if t.get("loop_ms") else "n/a" for t in r["verify_reports"])
@@ -238,13 +284,17 @@ def main(argv: list[str]) -> int:
         bk = f"{statistics.median(p['verify_kernel']):.3f}/{statistics.median(p['ours_kernel']):.3f}"
         bl = f"{statistics.median(p['verify_loop']):.3f}/{statistics.median(p['ours_loop']):.3f}"
         graph = f"{r['graph_ms']:.3f}" if r["graph_ms"] else "n/a"
-        print(f"{r['case']:22} {r['implementation']:26} | {r['kernel_ms']:9.3f} {k5:>30} {pct(r['A_kernel_max_rel_diff']):>6}"
-              f" {bk:>15} {pct(r['B_kernel_rel_diff']):>6} | {r['loop_ms']:7.3f} {bl:>15} {pct(r['B_loop_rel_diff']):>6}"
-              f" {l5:>35} | {graph:>6}")
-    print(f"kernel time: worst {pct(worst['A_kernel'])} against the five reports, {pct(worst['B_kernel'])} paired "
-          f"(limit {100 * KERNEL_TOL:.0f}%); host-inclusive: worst {pct(worst['B_loop'])} paired (limit "
-          f"{100 * LOOP_TOL:.0f}%), {pct(worst['A_loop_info'])} across processes (information): "
-          + ("AGREE" if ok else "DISAGREE"))
+        print(
+            f"{r['case']:22} {r['implementation']:26} | {r['kernel_ms']:9.3f} {k5:>30} {pct(r['A_kernel_max_rel_diff']):>6}"
+            f" {bk:>15} {pct(r['B_kernel_rel_diff']):>6} | {r['loop_ms']:7.3f} {bl:>15} {pct(r['B_loop_rel_diff']):>6}"
+            f" {l5:>35} | {graph:>6}"
+        )
+    print(
+        f"kernel time: worst {pct(worst['A_kernel'])} against the five reports, {pct(worst['B_kernel'])} paired "
+        f"(limit {100 * KERNEL_TOL:.0f}%); host-inclusive: worst {pct(worst['B_loop'])} paired (limit "
+        f"{100 * LOOP_TOL:.0f}%), {pct(worst['A_loop_info'])} across processes (information): "
+        + ("AGREE" if ok else "DISAGREE")
+    )
     return 0 if ok else 1
 
 

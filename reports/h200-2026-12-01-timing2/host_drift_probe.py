@@ -59,9 +59,11 @@ def implementations(gen: torch.Generator) -> dict[str, object]:
     from apex.optimizers import FusedAdam
 
     calls = {}
-    for cls, name, dtype in ((FusedRMSNorm, "apex FusedRMSNorm fp32", torch.float32),
-                             (FusedLayerNorm, "apex FusedLayerNorm bf16", torch.bfloat16),
-                             (nn.LayerNorm, "torch nn.LayerNorm bf16 (GPU-bound)", torch.bfloat16)):
+    for cls, name, dtype in (
+        (FusedRMSNorm, "apex FusedRMSNorm fp32", torch.float32),
+        (FusedLayerNorm, "apex FusedLayerNorm bf16", torch.bfloat16),
+        (nn.LayerNorm, "torch nn.LayerNorm bf16 (GPU-bound)", torch.bfloat16),
+    ):
         x = torch.randn(NORM_SHAPE, generator=gen, device=DEV).to(dtype).requires_grad_(True)
         dy = torch.randn(NORM_SHAPE, generator=gen, device=DEV).to(dtype)
         module = cls(NORM_SHAPE[-1], eps=1e-5).to(device=DEV, dtype=dtype)
@@ -116,9 +118,14 @@ def summary(values: list[float]) -> dict[str, float]:
     med = statistics.median(values)
     half = len(values) // 2
     first, second = statistics.median(values[:half]), statistics.median(values[half:])
-    return {"median_ms": round(med, 4), "p10_ms": round(q[0], 4), "p90_ms": round(q[-1], 4),
-            "spread_pct": round(100 * (q[-1] - q[0]) / med, 1), "drift_pct": round(100 * (second / first - 1), 1),
-            "min_ms": round(min(values), 4)}
+    return {
+        "median_ms": round(med, 4),
+        "p10_ms": round(q[0], 4),
+        "p90_ms": round(q[-1], 4),
+        "spread_pct": round(100 * (q[-1] - q[0]) / med, 1),
+        "drift_pct": round(100 * (second / first - 1), 1),
+        "min_ms": round(min(values), 4),
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -137,10 +144,18 @@ def main(argv: list[str]) -> int:
     time.sleep(timing_host.IDLE_SAMPLE_S)
     cpu, how = timing_host.choose_cpu(tuple(sorted(allowed)), before, timing_host._read_stat())
     cond = Conditions(cpu, allowed, torch.get_num_threads())
-    info = {"cpu": cpu, "chosen": how, "allowed": timing_host.cpu_list(allowed), "torch_threads_default":
-            torch.get_num_threads(), "threads": sorted(threads().values()), "cpu_mhz_before": timing_host.cpu_mhz(cpu),
-            "governor": _read(f"/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor"),
-            "rounds": ROUNDS, "block_ms": BLOCK_MS, "lead_in_calls": LEAD_IN}
+    info = {
+        "cpu": cpu,
+        "chosen": how,
+        "allowed": timing_host.cpu_list(allowed),
+        "torch_threads_default": torch.get_num_threads(),
+        "threads": sorted(threads().values()),
+        "cpu_mhz_before": timing_host.cpu_mhz(cpu),
+        "governor": _read(f"/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor"),
+        "rounds": ROUNDS,
+        "block_ms": BLOCK_MS,
+        "lead_in_calls": LEAD_IN,
+    }
     print(json.dumps(info), flush=True)
     results: dict[str, dict[str, dict]] = {}
     t0 = time.perf_counter()
@@ -149,23 +164,31 @@ def main(argv: list[str]) -> int:
         n = max(5, min(200, math.ceil(BLOCK_MS / block_ms(fn, 3, False))))
         samples: dict[str, list[float]] = {c: [] for c in CONDITIONS}
         for r in range(ROUNDS):
-            order = CONDITIONS[r % len(CONDITIONS):] + CONDITIONS[:r % len(CONDITIONS)]
+            order = CONDITIONS[r % len(CONDITIONS) :] + CONDITIONS[: r % len(CONDITIONS)]
             for c in order:
                 gc_on = cond.apply(c)
                 for _ in range(LEAD_IN):
                     fn()
                 samples[c].append(block_ms(fn, n, gc_on))
-        results[name] = {"calls_per_block": n, **{c: {**summary(v), "samples": [round(x, 4) for x in v]}
-                                                  for c, v in samples.items()}}
-        line = "  ".join(f"{c} {results[name][c]['median_ms']:.3f} ({results[name][c]['spread_pct']:.0f}%, "
-                         f"drift {results[name][c]['drift_pct']:+.0f}%)" for c in CONDITIONS)
+        results[name] = {
+            "calls_per_block": n,
+            **{c: {**summary(v), "samples": [round(x, 4) for x in v]} for c, v in samples.items()},
+        }
+        line = "  ".join(
+            f"{c} {results[name][c]['median_ms']:.3f} ({results[name][c]['spread_pct']:.0f}%, "
+            f"drift {results[name][c]['drift_pct']:+.0f}%)"
+            for c in CONDITIONS
+        )
         print(f"{name:38} N={n:3d}  {line}", flush=True)
     cond.apply("free")
     info["cpu_mhz_after"] = timing_host.cpu_mhz(cpu)
     info["seconds"] = round(time.perf_counter() - t0, 1)
     with open(out_path, "w") as fh:
         json.dump({"method": __doc__, "info": info, "results": results}, fh, indent=1)
-    print(f"cpu MHz before/after: {info['cpu_mhz_before']}/{info['cpu_mhz_after']}; {info['seconds']} s", flush=True)
+    print(
+        f"cpu MHz before/after: {info['cpu_mhz_before']}/{info['cpu_mhz_after']}; {info['seconds']} s",
+        flush=True,
+    )
     return 0
 
 

@@ -71,7 +71,11 @@ def norm_case(kind: str, dtype: torch.dtype, gen: torch.Generator) -> dict[str, 
     dy = torch.randn(NORM_SHAPE, generator=gen, device=DEV).to(dtype)
     weight = (torch.rand(hidden, generator=gen, device=DEV) + 0.5).to(dtype)
     bias = (torch.rand(hidden, generator=gen, device=DEV) - 0.5).to(dtype)
-    pairs = ((FusedLayerNorm, nn.LayerNorm, "LayerNorm") if kind == "layer" else (FusedRMSNorm, nn.RMSNorm, "RMSNorm"))
+    pairs = (
+        (FusedLayerNorm, nn.LayerNorm, "LayerNorm")
+        if kind == "layer"
+        else (FusedRMSNorm, nn.RMSNorm, "RMSNorm")
+    )
     calls = {}
     for cls, name in ((pairs[0], f"apex Fused{pairs[2]}"), (pairs[1], f"torch nn.{pairs[2]}")):
         module = cls(hidden, eps=1e-5).to(device=DEV, dtype=dtype)
@@ -80,7 +84,7 @@ def norm_case(kind: str, dtype: torch.dtype, gen: torch.Generator) -> dict[str, 
             if kind == "layer":
                 module.bias.copy_(bias)
         inputs = [x, *module.parameters()]
-        calls[name] = (lambda m, i: (lambda: torch.autograd.grad(m(x), i, dy)))(module, inputs)
+        calls[name] = (lambda m, i: lambda: torch.autograd.grad(m(x), i, dy))(module, inputs)
     return calls
 
 
@@ -101,9 +105,13 @@ def kernel_ms(fn) -> float:
             fn()
         torch.cuda.synchronize()
     cuda = torch.autograd.DeviceType.CUDA
-    total_us = sum(e.time_range.elapsed_us() for e in prof.events()
-                   if e.device_type == cuda and not e.name.startswith(SYNC_RECORDS)
-                   and not getattr(e, "is_user_annotation", False))
+    total_us = sum(
+        e.time_range.elapsed_us()
+        for e in prof.events()
+        if e.device_type == cuda
+        and not e.name.startswith(SYNC_RECORDS)
+        and not getattr(e, "is_user_annotation", False)
+    )
     return total_us / KERNEL_CALLS / 1e3
 
 
@@ -155,14 +163,16 @@ def graph_ms(fn, n: int) -> float | None:
 
 def measure_case(case: str, feature: str, calls: dict, kernel_compare) -> dict[str, dict]:
     device = torch.device(DEV, torch.cuda.current_device())
-    rows = {name: {"ours_kernel": [], "ours_loop": [], "verify_block": [], "verify_kernel": [], "verify_loop": []}
-            for name in calls}
+    rows = {
+        name: {"ours_kernel": [], "ours_loop": [], "verify_block": [], "verify_kernel": [], "verify_loop": []}
+        for name in calls
+    }
     for fn in calls.values():
         warm_up(fn)
     n = {name: calls_per_block(fn) for name, fn in calls.items()}
     names = list(calls)
     for r in range(ROUNDS_B):  # B: the plain loop and verify's timer, back to back, alternating
-        for name in (names if r % 2 == 0 else names[::-1]):
+        for name in names if r % 2 == 0 else names[::-1]:
             fn, row = calls[name], rows[name]
             if r % 2 == 0:
                 row["ours_loop"].append(plain_loop_ms(fn, n[name]))
@@ -173,8 +183,10 @@ def measure_case(case: str, feature: str, calls: dict, kernel_compare) -> dict[s
     for _ in range(KERNEL_SESSIONS):
         for name, fn in calls.items():
             rows[name]["ours_kernel"].append(kernel_ms(fn))
-    variants = [kernel_compare.Variant(name, "fused" if name.startswith("apex") else "native", (lambda f=fn: f))
-                for name, fn in calls.items()]
+    variants = [
+        kernel_compare.Variant(name, "fused" if name.startswith("apex") else "native", (lambda f=fn: f))
+        for name, fn in calls.items()
+    ]
     for _ in range(REPS_C):  # C: verify's whole comparison on the same callables
         result = kernel_compare.compare(feature, case, variants, DEV)
         for v in result.variants:
@@ -193,9 +205,13 @@ def verify_medians(report: dict) -> dict[str, dict[str, dict[str, float]]]:
             continue
         t = check["details"]["timing"]
         found[check["name"]] = {
-            impl["name"]: {"kernel_ms": (impl["kernel_time"] or {}).get("median_ms"),
-                           "loop_ms": (impl["host_inclusive"] or {}).get("median_ms")}
-            for impl in [t["fused"], *t["natives"]] if impl["status"] == "OK"}
+            impl["name"]: {
+                "kernel_ms": (impl["kernel_time"] or {}).get("median_ms"),
+                "loop_ms": (impl["host_inclusive"] or {}).get("median_ms"),
+            }
+            for impl in [t["fused"], *t["natives"]]
+            if impl["status"] == "OK"
+        }
     return found
 
 
@@ -237,58 +253,109 @@ def main(argv: list[str]) -> int:
     worst = {"A_kernel": 0.0, "B_loop": 0.0, "C_kernel": 0.0, "C_loop_info": 0.0, "A_loop_info": 0.0}
     for case, impls in measured.items():
         for name, m in impls.items():
-            med = {k: statistics.median(m[k]) for k in ("ours_kernel", "ours_loop", "verify_block",
-                                                        "verify_kernel", "verify_loop")}
+            med = {
+                k: statistics.median(m[k])
+                for k in ("ours_kernel", "ours_loop", "verify_block", "verify_kernel", "verify_loop")
+            }
             theirs = [run.get(case, {}).get(name, {}) for run in runs]
             ratio_b = statistics.median(v / o for v, o in zip(m["verify_block"], m["ours_loop"], strict=True))
-            row = {"case": case, "implementation": name, "calls_per_block": m["calls_per_block"],
-                   "graph_ms": m["graph_ms"], "medians": med, "samples": {k: m[k] for k in med},
-                   "verify_reports": theirs, "B_paired_ratio_median": ratio_b,
-                   "B_loop_rel_diff": rel(med["verify_block"], med["ours_loop"]),
-                   "C_kernel_rel_diff": rel(med["verify_kernel"], med["ours_kernel"]),
-                   "C_loop_rel_diff_info": rel(med["verify_loop"], med["ours_loop"]),
-                   "A_kernel_max_rel_diff": max((d for d in (rel(t.get("kernel_ms"), med["ours_kernel"])
-                                                             for t in theirs) if d is not None), default=None),
-                   "A_loop_max_rel_diff_info": max((d for d in (rel(t.get("loop_ms"), med["ours_loop"])
-                                                                for t in theirs) if d is not None), default=None)}
-            for key, field in (("A_kernel", "A_kernel_max_rel_diff"), ("B_loop", "B_loop_rel_diff"),
-                               ("C_kernel", "C_kernel_rel_diff"), ("C_loop_info", "C_loop_rel_diff_info"),
-                               ("A_loop_info", "A_loop_max_rel_diff_info")):
+            row = {
+                "case": case,
+                "implementation": name,
+                "calls_per_block": m["calls_per_block"],
+                "graph_ms": m["graph_ms"],
+                "medians": med,
+                "samples": {k: m[k] for k in med},
+                "verify_reports": theirs,
+                "B_paired_ratio_median": ratio_b,
+                "B_loop_rel_diff": rel(med["verify_block"], med["ours_loop"]),
+                "C_kernel_rel_diff": rel(med["verify_kernel"], med["ours_kernel"]),
+                "C_loop_rel_diff_info": rel(med["verify_loop"], med["ours_loop"]),
+                "A_kernel_max_rel_diff": max(
+                    (
+                        d
+                        for d in (rel(t.get("kernel_ms"), med["ours_kernel"]) for t in theirs)
+                        if d is not None
+                    ),
+                    default=None,
+                ),
+                "A_loop_max_rel_diff_info": max(
+                    (d for d in (rel(t.get("loop_ms"), med["ours_loop"]) for t in theirs) if d is not None),
+                    default=None,
+                ),
+            }
+            for key, field in (
+                ("A_kernel", "A_kernel_max_rel_diff"),
+                ("B_loop", "B_loop_rel_diff"),
+                ("C_kernel", "C_kernel_rel_diff"),
+                ("C_loop_info", "C_loop_rel_diff_info"),
+                ("A_loop_info", "A_loop_max_rel_diff_info"),
+            ):
                 if row[field] is not None:
                     worst[key] = max(worst[key], row[field])
             rows.append(row)
-    missing = [f"{r['case']} {r['implementation']}" for r in rows
-               if None in (r["A_kernel_max_rel_diff"], r["B_loop_rel_diff"], r["C_kernel_rel_diff"])]
-    ok = (worst["A_kernel"] <= KERNEL_TOL and worst["C_kernel"] <= KERNEL_TOL and worst["B_loop"] <= LOOP_TOL
-          and not missing)  # a figure not measured is no agreement
+    missing = [
+        f"{r['case']} {r['implementation']}"
+        for r in rows
+        if None in (r["A_kernel_max_rel_diff"], r["B_loop_rel_diff"], r["C_kernel_rel_diff"])
+    ]
+    ok = (
+        worst["A_kernel"] <= KERNEL_TOL
+        and worst["C_kernel"] <= KERNEL_TOL
+        and worst["B_loop"] <= LOOP_TOL
+        and not missing
+    )  # a figure not measured is no agreement
     within = sum(1 for r in rows if r["B_loop_rel_diff"] is not None and r["B_loop_rel_diff"] <= LOOP_TOL)
-    doc = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0), "reports": report_paths,
-           "method": __doc__, "host": host, "cpu_mhz_after": host_after_mhz,
-           "plan": {"kernel_calls": KERNEL_CALLS, "kernel_sessions": KERNEL_SESSIONS, "warmup_ms": WARMUP_MS,
-                    "block_ms": BLOCK_MS, "rounds_B": ROUNDS_B, "reps_C": REPS_C},
-           "tolerance": {"kernel": KERNEL_TOL, "loop": LOOP_TOL}, "worst": worst,
-           "loop_within_limit": f"{within} of {len(rows)}", "not_measured": missing, "agree": ok, "rows": rows}
+    doc = {
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0),
+        "reports": report_paths,
+        "method": __doc__,
+        "host": host,
+        "cpu_mhz_after": host_after_mhz,
+        "plan": {
+            "kernel_calls": KERNEL_CALLS,
+            "kernel_sessions": KERNEL_SESSIONS,
+            "warmup_ms": WARMUP_MS,
+            "block_ms": BLOCK_MS,
+            "rounds_B": ROUNDS_B,
+            "reps_C": REPS_C,
+        },
+        "tolerance": {"kernel": KERNEL_TOL, "loop": LOOP_TOL},
+        "worst": worst,
+        "loop_within_limit": f"{within} of {len(rows)}",
+        "not_measured": missing,
+        "agree": ok,
+        "rows": rows,
+    }
     with open(out_path, "w") as fh:
         json.dump(doc, fh, indent=1)
 
-    print(f"{'case':22} {'implementation':26} | {'kernel ms':>9} {'C':>6} {'A: 5 reports':>30} {'max':>6} | "
-          f"{'N':>3} {'B: verify/plain':>15} {'diff':>6} {'C loop':>7} {'diff':>6} {'5 reports (info)':>35} {'max':>6}"
-          f" | {'graph':>6}")
+    print(
+        f"{'case':22} {'implementation':26} | {'kernel ms':>9} {'C':>6} {'A: 5 reports':>30} {'max':>6} | "
+        f"{'N':>3} {'B: verify/plain':>15} {'diff':>6} {'C loop':>7} {'diff':>6} {'5 reports (info)':>35} {'max':>6}"
+        f" | {'graph':>6}"
+    )
     for r in rows:
         md = r["medians"]
         k5 = " ".join(f"{t['kernel_ms']:.3f}" if t.get("kernel_ms") else "n/a" for t in r["verify_reports"])
         l5 = " ".join(f"{t['loop_ms']:.3f}" if t.get("loop_ms") else "n/a" for t in r["verify_reports"])
         graph = f"{r['graph_ms']:.3f}" if r["graph_ms"] else "n/a"
-        print(f"{r['case']:22} {r['implementation']:26} | {md['ours_kernel']:9.3f} {pct(r['C_kernel_rel_diff']):>6} "
-              f"{k5:>30} {pct(r['A_kernel_max_rel_diff']):>6} | {r['calls_per_block']:3d} "
-              f"{md['verify_block']:.3f}/{md['ours_loop']:.3f} {pct(r['B_loop_rel_diff']):>6} "
-              f"{md['verify_loop']:7.3f} {pct(r['C_loop_rel_diff_info']):>6} {l5:>35} "
-              f"{pct(r['A_loop_max_rel_diff_info']):>6} | {graph:>6}")
-    print(f"kernel time: worst {pct(worst['A_kernel'])} against the five reports, {pct(worst['C_kernel'])} against "
-          f"verify's compare() here (limit {100 * KERNEL_TOL:.0f}%); host-inclusive, interleaved with verify's timer: "
-          f"worst {pct(worst['B_loop'])}, {within} of {len(rows)} within {100 * LOOP_TOL:.0f}%; information: "
-          f"compare() here {pct(worst['C_loop_info'])}, across processes {pct(worst['A_loop_info'])}"
-          + (f"; not measured: {', '.join(missing)}" if missing else "") + (": AGREE" if ok else ": DISAGREE"))
+        print(
+            f"{r['case']:22} {r['implementation']:26} | {md['ours_kernel']:9.3f} {pct(r['C_kernel_rel_diff']):>6} "
+            f"{k5:>30} {pct(r['A_kernel_max_rel_diff']):>6} | {r['calls_per_block']:3d} "
+            f"{md['verify_block']:.3f}/{md['ours_loop']:.3f} {pct(r['B_loop_rel_diff']):>6} "
+            f"{md['verify_loop']:7.3f} {pct(r['C_loop_rel_diff_info']):>6} {l5:>35} "
+            f"{pct(r['A_loop_max_rel_diff_info']):>6} | {graph:>6}"
+        )
+    print(
+        f"kernel time: worst {pct(worst['A_kernel'])} against the five reports, {pct(worst['C_kernel'])} against "
+        f"verify's compare() here (limit {100 * KERNEL_TOL:.0f}%); host-inclusive, interleaved with verify's timer: "
+        f"worst {pct(worst['B_loop'])}, {within} of {len(rows)} within {100 * LOOP_TOL:.0f}%; information: "
+        f"compare() here {pct(worst['C_loop_info'])}, across processes {pct(worst['A_loop_info'])}"
+        + (f"; not measured: {', '.join(missing)}" if missing else "")
+        + (": AGREE" if ok else ": DISAGREE")
+    )
     return 0 if ok else 1
 
 

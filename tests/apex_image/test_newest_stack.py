@@ -18,8 +18,10 @@ from tests.support import REPO
 from toolchain.image import inspect_image
 
 CELL, TAG = "cu132-py313", "apex-6424da3-torch2.15.0-cu13.2-py3.13-debian13-sm90"
-pytestmark = pytest.mark.skipif(os.environ.get("APEX_IMAGE_NEWEST") != "1",
-                                reason="the newest-stack build is opt-in: APEX_IMAGE_NEWEST=1 (a second cold compile)")
+pytestmark = pytest.mark.skipif(
+    os.environ.get("APEX_IMAGE_NEWEST") != "1",
+    reason="the newest-stack build is opt-in: APEX_IMAGE_NEWEST=1 (a second cold compile)",
+)
 
 
 @pytest.fixture(scope="session")
@@ -79,8 +81,9 @@ def test_build_py_verified_it_and_the_build_printed_progress(newest) -> None:
 
 
 def test_import_torch_prints_no_numpy_warning(newest, docker_client) -> None:
-    said = docker_client.containers.run(TAG, ["python", "-c", "import torch, numpy; print('ok')"], remove=True,
-                                        stdout=True, stderr=True).decode()
+    said = docker_client.containers.run(
+        TAG, ["python", "-c", "import torch, numpy; print('ok')"], remove=True, stdout=True, stderr=True
+    ).decode()
     assert said.strip() == "ok", said
 
 

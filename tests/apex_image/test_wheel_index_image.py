@@ -35,8 +35,13 @@ def index_served(apex_image, tmp_path_factory):
     index = tmp_path_factory.mktemp("wheel-index-image") / "index"
     done = run_build("index", "--image", apex_image.tag, "--index", str(index))
     assert done.returncode == 0, done.stdout + done.stderr
-    proc = subprocess.Popen([sys.executable, "-m", "toolchain.index.serve", str(index), "--port", "0"], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "toolchain.index.serve", str(index), "--port", "0"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     url = proc.stdout.readline().rsplit(" ", 1)[-1].strip()
     yield index, f"{url}{STACK}/simple"
     proc.terminate()
@@ -56,7 +61,9 @@ def test_index_from_the_image_lists_the_stack_with_its_arch_commit_and_verdict(i
     assert "libtorch.so" in needed or "libc10.so" in needed
 
 
-def test_index_from_the_runs_out_folder_takes_the_same_wheel_from_the_cells_image(apex_image, index_served, tmp_path):
+def test_index_from_the_runs_out_folder_takes_the_same_wheel_from_the_cells_image(
+    apex_image, index_served, tmp_path
+):
     index, _ = index_served
     done = run_build("index", str(apex_image.out), "--index", str(tmp_path / "index"))
     assert done.returncode == 0, done.stdout + done.stderr
@@ -64,8 +71,15 @@ def test_index_from_the_runs_out_folder_takes_the_same_wheel_from_the_cells_imag
 
 
 def _install_in_image(docker_client, tag: str, install: str, volumes: dict | None = None) -> str:
-    out = docker_client.containers.run(tag, ["bash", "-c", INSTALL.format(install=install)], user="0",
-                                       network_mode="host", remove=True, volumes=volumes or {}, stderr=True)
+    out = docker_client.containers.run(
+        tag,
+        ["bash", "-c", INSTALL.format(install=install)],
+        user="0",
+        network_mode="host",
+        remove=True,
+        volumes=volumes or {},
+        stderr=True,
+    )
     return out.decode(errors="replace")
 
 
@@ -73,19 +87,28 @@ def _report(output: str) -> dict:
     return json.loads(next(line for line in output.splitlines() if line.startswith("REPORT "))[7:])
 
 
-def test_pip_installs_it_into_the_images_torch_and_verify_static_passes(apex_image, docker_client, index_served):
+def test_pip_installs_it_into_the_images_torch_and_verify_static_passes(
+    apex_image, docker_client, index_served
+):
     _, url = index_served
-    output = _install_in_image(docker_client, apex_image.tag, f"python -m pip install --no-cache-dir apex --index-url {url}")
+    output = _install_in_image(
+        docker_client, apex_image.tag, f"python -m pip install --no-cache-dir apex --index-url {url}"
+    )
     assert f"installed apex {VERSION}" in output, output
     assert _report(output) == {"verdict": "PASS", "version": VERSION, "origin": "the installed wheel"}, output
 
 
-def test_uv_installs_it_into_the_images_torch_and_verify_static_passes(apex_image, docker_client, index_served):
+def test_uv_installs_it_into_the_images_torch_and_verify_static_passes(
+    apex_image, docker_client, index_served
+):
     uv = wb.uv_binary()
     _, url = index_served
-    output = _install_in_image(docker_client, apex_image.tag,
-                               f"uv pip install --no-cache --python /opt/venv/bin/python apex --index-url {url}",
-                               {uv: {"bind": "/usr/local/bin/uv", "mode": "ro"}})
+    output = _install_in_image(
+        docker_client,
+        apex_image.tag,
+        f"uv pip install --no-cache --python /opt/venv/bin/python apex --index-url {url}",
+        {uv: {"bind": "/usr/local/bin/uv", "mode": "ro"}},
+    )
     assert f"installed apex {VERSION}" in output, output
     assert _report(output)["verdict"] == "PASS", output
 
@@ -96,11 +119,34 @@ def test_pip_and_uv_refuse_it_on_this_machines_torch_minor(index_served, tmp_pat
     assert not torch.__version__.startswith("2.11.")
     _, url = index_served
     python, env = wb.torch_venv(tmp_path / "venv"), wb.isolated_pip_env()
-    pip = subprocess.run([str(python), "-m", "pip", "install", "apex", "--index-url", url], env=env,
-                         capture_output=True, text=True, timeout=300)
+    pip = subprocess.run(
+        [str(python), "-m", "pip", "install", "apex", "--index-url", url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     print(f"\npip on torch {torch.__version__}:\n{pip.stderr.strip()}")
-    assert pip.returncode == 1 and "No matching distribution found for torch==2.11.*" in pip.stderr, pip.stderr
-    uv = subprocess.run([wb.uv_binary(), "pip", "install", "--python", sys.executable, "--system",
-                         "--dry-run", "apex", "--index-url", url], env=env, capture_output=True, text=True, timeout=300)
+    assert pip.returncode == 1 and "No matching distribution found for torch==2.11.*" in pip.stderr, (
+        pip.stderr
+    )
+    uv = subprocess.run(
+        [
+            wb.uv_binary(),
+            "pip",
+            "install",
+            "--python",
+            sys.executable,
+            "--system",
+            "--dry-run",
+            "apex",
+            "--index-url",
+            url,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     print(f"uv on torch {torch.__version__}:\n{uv.stderr.strip()}")
     assert uv.returncode != 0 and "torch==2.11.*" in uv.stderr, uv.stderr

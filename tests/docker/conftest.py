@@ -64,7 +64,11 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """torch's CPU wheel (the file at TORCH_WHEEL where there is one, else from PyTorch's CPU index) plus its
     dependencies and the build requirements, fetched on the host for the image's Python (not the host's)."""
     house = tmp_path_factory.mktemp("wheelhouse")
-    torch = [str(TORCH_WHEEL)] if TORCH_WHEEL.is_file() else ["--extra-index-url", TORCH_CPU_INDEX, f"torch=={TORCH_VERSION}"]
+    torch = (
+        [str(TORCH_WHEEL)]
+        if TORCH_WHEEL.is_file()
+        else ["--extra-index-url", TORCH_CPU_INDEX, f"torch=={TORCH_VERSION}"]
+    )
     python = make_cell().python
     subprocess.run(
         [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(house),
@@ -141,7 +145,9 @@ RUN --mount=type=bind,source=.,target=/wheels pip install --no-index --no-cache-
 
 
 @pytest.fixture(scope="session")
-def torch_only_image_tag(docker_client, wheelhouse: Path, logs: Path, tmp_path_factory: pytest.TempPathFactory):
+def torch_only_image_tag(
+    docker_client, wheelhouse: Path, logs: Path, tmp_path_factory: pytest.TempPathFactory
+):
     """The local base + Python (the Dockerfile's devel stage) + torch from the wheelhouse; verify absent.
     Unique tags per session, removed afterwards (the daemon is shared)."""
     unique = uuid.uuid4().hex[:8]
@@ -153,9 +159,23 @@ def torch_only_image_tag(docker_client, wheelhouse: Path, logs: Path, tmp_path_f
     dockerfile.write_text(_TORCH_ONLY_DOCKERFILE.format(devel=devel.id))
     client = docker_host.docker_client()
     with open(logs / "torch-only.log", "w") as log:
-        done = subprocess.run([*client.build_prefix(), "--progress", "plain", "--file", str(dockerfile), "--tag", tag,
-                               str(wheelhouse)], env=dict(os.environ, DOCKER_BUILDKIT="1"), stdout=log,
-                              stderr=subprocess.STDOUT, timeout=900, check=False)
+        done = subprocess.run(
+            [
+                *client.build_prefix(),
+                "--progress",
+                "plain",
+                "--file",
+                str(dockerfile),
+                "--tag",
+                tag,
+                str(wheelhouse),
+            ],
+            env=dict(os.environ, DOCKER_BUILDKIT="1"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=900,
+            check=False,
+        )
     assert done.returncode == 0, (logs / "torch-only.log").read_text()[-3000:]
     yield tag
     import docker
@@ -180,7 +200,9 @@ def registry(tmp_path_factory: pytest.TempPathFactory):
 
     binary = shutil.which("docker-registry")
     if not binary:
-        pytest.skip("docker-registry is not installed; run scripts/ensure-docker.sh (apt-get install docker-registry)")
+        pytest.skip(
+            "docker-registry is not installed; run scripts/ensure-docker.sh (apt-get install docker-registry)"
+        )
     where = tmp_path_factory.mktemp("registry")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -191,7 +213,9 @@ def registry(tmp_path_factory: pytest.TempPathFactory):
         f"http:\n  addr: 127.0.0.1:{port}\n  secret: apex-toolchain-tests\n"
     )
     log = open(where / "registry.log", "w")  # noqa: SIM115 - open for the registry's lifetime
-    process = subprocess.Popen([binary, "serve", str(where / "config.yml")], stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [binary, "serve", str(where / "config.yml")], stdout=log, stderr=subprocess.STDOUT
+    )
     deadline = time.monotonic() + 30
     while True:
         try:

@@ -26,23 +26,36 @@ def key_pair(where: Path) -> tuple[ec.EllipticCurvePrivateKey, Path]:
     """A fresh P-256 key and its public half written as cosign.pub (PEM)."""
     key = ec.generate_private_key(ec.SECP256R1())
     public = where / "cosign.pub"
-    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    public.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
     return key, public
 
 
 def payload(repository: str, digest: str) -> bytes:
-    claims = {"critical": {"identity": {"docker-reference": repository}, "image": {"docker-manifest-digest": digest},
-                           "type": "cosign container image signature"}, "optional": None}
+    claims = {
+        "critical": {
+            "identity": {"docker-reference": repository},
+            "image": {"docker-manifest-digest": digest},
+            "type": "cosign container image signature",
+        },
+        "optional": None,
+    }
     return json.dumps(claims, separators=(",", ":")).encode()
 
 
-def sign(host: str, name: str, digest: str, key: ec.EllipticCurvePrivateKey, *, claimed: str | None = None) -> str:
+def sign(
+    host: str, name: str, digest: str, key: ec.EllipticCurvePrivateKey, *, claimed: str | None = None
+) -> str:
     """Push the signature artifact of DIGEST to http://HOST's repository NAME; `claimed` puts another digest
     in the payload (a valid signature of the wrong image). Returns the artifact's tag."""
     body = payload(f"{host}/{name}", claimed or digest)
     signature = base64.b64encode(key.sign(body, ec.ECDSA(hashes.SHA256()))).decode()
-    config = json.dumps({"architecture": "", "os": "", "config": {}, "rootfs": {"type": "layers", "diff_ids": []}}).encode()
+    config = json.dumps(
+        {"architecture": "", "os": "", "config": {}, "rootfs": {"type": "layers", "diff_ids": []}}
+    ).encode()
     manifest = {
         "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "size": len(config),
@@ -51,8 +64,12 @@ def sign(host: str, name: str, digest: str, key: ec.EllipticCurvePrivateKey, *, 
                     "annotations": {"dev.cosignproject.cosign/signature": signature}}],
     }  # fmt: skip
     tag = digest.replace(":", "-") + ".sig"
-    request = urllib.request.Request(f"http://{host}/v2/{name}/manifests/{tag}", data=json.dumps(manifest).encode(),
-                                     method="PUT", headers={"Content-Type": manifest["mediaType"]})
+    request = urllib.request.Request(
+        f"http://{host}/v2/{name}/manifests/{tag}",
+        data=json.dumps(manifest).encode(),
+        method="PUT",
+        headers={"Content-Type": manifest["mediaType"]},
+    )
     urllib.request.urlopen(request, timeout=30).close()
     return tag
 
@@ -64,7 +81,11 @@ def _push_blob(host: str, name: str, data: bytes) -> str:
         location = answer.headers["Location"]
     if location.startswith("/"):
         location = f"http://{host}{location}"
-    put = urllib.request.Request(f"{location}{'&' if '?' in location else '?'}digest={digest}", data=data, method="PUT",
-                                 headers={"Content-Type": "application/octet-stream"})
+    put = urllib.request.Request(
+        f"{location}{'&' if '?' in location else '?'}digest={digest}",
+        data=data,
+        method="PUT",
+        headers={"Content-Type": "application/octet-stream"},
+    )
     urllib.request.urlopen(put, timeout=30).close()
     return digest

@@ -12,16 +12,50 @@ from pathlib import Path
 
 from tests.support import REPO
 
-CELL = ("--cuda", "13.0", "--torch", "2.11.0", "--os", "debian12", "--python", "3.11", "--base-devel",
-        "apex-toolchain/base:bookworm", "--base-runtime", "apex-toolchain/base:bookworm", "--torch-index-url",
-        "https://pypi.org/simple", "--archs", "9.0")
+CELL = (
+    "--cuda",
+    "13.0",
+    "--torch",
+    "2.11.0",
+    "--os",
+    "debian12",
+    "--python",
+    "3.11",
+    "--base-devel",
+    "apex-toolchain/base:bookworm",
+    "--base-runtime",
+    "apex-toolchain/base:bookworm",
+    "--torch-index-url",
+    "https://pypi.org/simple",
+    "--archs",
+    "9.0",
+)
 
 
 def ccache(direction: str, folder: Path, logs: Path) -> subprocess.CompletedProcess:
     # the carried mount: the daemon's shared ccache mount (other builds' objects) stays untouched
-    return subprocess.run([sys.executable, "build.py", "ccache", direction, *CELL, "--dir", str(folder),
-                           "--ccache-mount", "carried", "--logs", str(logs), "--progress", "plain"],
-                          cwd=REPO, capture_output=True, text=True, timeout=900, env=dict(os.environ))
+    return subprocess.run(
+        [
+            sys.executable,
+            "build.py",
+            "ccache",
+            direction,
+            *CELL,
+            "--dir",
+            str(folder),
+            "--ccache-mount",
+            "carried",
+            "--logs",
+            str(logs),
+            "--progress",
+            "plain",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ),
+    )
 
 
 def test_import_replaces_the_mount_and_export_brings_it_back(docker_client, tmp_path: Path) -> None:

@@ -22,15 +22,20 @@ def apex_git_repo(tmp_path: Path) -> tuple[Path, str]:
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-qm", "tree"], check=True)
-    sha = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    sha = subprocess.run(
+        [*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
     return repo, sha
 
 
 def _run_fetch(client, image: str, environment: dict[str, str], volumes: dict) -> tuple[int, str]:
-    script = ("bash /run/apex-toolchain/docker/fetch-apex.sh; code=$?; "
-              "if [ -e /tmp/pwned ]; then echo PWNED; fi; exit $code")
-    container = client.containers.create(image, ["bash", "-c", script], user="0", environment=environment,
-                                         volumes=volumes)
+    script = (
+        "bash /run/apex-toolchain/docker/fetch-apex.sh; code=$?; "
+        "if [ -e /tmp/pwned ]; then echo PWNED; fi; exit $code"
+    )
+    container = client.containers.create(
+        image, ["bash", "-c", script], user="0", environment=environment, volumes=volumes
+    )
     try:
         container.start()
         code = container.wait(timeout=120)["StatusCode"]
@@ -39,19 +44,32 @@ def _run_fetch(client, image: str, environment: dict[str, str], volumes: dict) -
         container.remove(force=True)
 
 
-@pytest.mark.parametrize(("repo_value", "ref_value", "ok"), [
-    ("file:///repo", "{sha}", True),
-    ("--upload-pack=touch /tmp/pwned", "{sha}", False),
-    ("file:///repo", "--upload-pack=touch /tmp/pwned", False),
-], ids=["valid-url", "option-as-repo", "option-as-ref"])
-def test_fetch_apex_never_hands_git_an_option(docker_client, torch_stage_tag: str, apex_git_repo: tuple[Path, str],
-                                             repo_value: str, ref_value: str, ok: bool) -> None:
+@pytest.mark.parametrize(
+    ("repo_value", "ref_value", "ok"),
+    [
+        ("file:///repo", "{sha}", True),
+        ("--upload-pack=touch /tmp/pwned", "{sha}", False),
+        ("file:///repo", "--upload-pack=touch /tmp/pwned", False),
+    ],
+    ids=["valid-url", "option-as-repo", "option-as-ref"],
+)
+def test_fetch_apex_never_hands_git_an_option(
+    docker_client,
+    torch_stage_tag: str,
+    apex_git_repo: tuple[Path, str],
+    repo_value: str,
+    ref_value: str,
+    ok: bool,
+) -> None:
     repo, sha = apex_git_repo
     code, logs = _run_fetch(
-        docker_client, torch_stage_tag,
+        docker_client,
+        torch_stage_tag,
         {"APEX_REPO": repo_value, "APEX_REF": ref_value.format(sha=sha), "APEX_FLAGS": ""},
-        {str(REPO / "docker"): {"bind": "/run/apex-toolchain/docker", "mode": "ro"},
-         str(repo): {"bind": "/repo", "mode": "ro"}},
+        {
+            str(REPO / "docker"): {"bind": "/run/apex-toolchain/docker", "mode": "ro"},
+            str(repo): {"bind": "/repo", "mode": "ro"},
+        },
     )
     assert "PWNED" not in logs
     if ok:

@@ -113,6 +113,12 @@ def test_a_plain_docker_build_of_runtime_slim_is_refused_naming_runtime_os(docke
     said = plain.stdout + plain.stderr
     assert plain.returncode != 0, said
     assert "--target runtime-slim stands on BASE_SLIM_IMAGE" in said and "--build-arg RUNTIME_OS=slim" in said
-    slim = subprocess.run([*command[:-1], "--build-arg=RUNTIME_OS=slim", "."], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=900)
+    slim = subprocess.run(
+        [*command[:-1], "--build-arg=RUNTIME_OS=slim", "."],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert slim.returncode == 0, slim.stdout + slim.stderr

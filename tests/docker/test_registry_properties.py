@@ -53,8 +53,10 @@ def stack(docker_client, registry: dict, tmp_path_factory: pytest.TempPathFactor
     unique = uuid.uuid4().hex[:8]
     where = tmp_path_factory.mktemp("i24-registry-properties")
     matrix = where / "matrix.toml"
-    matrix.write_text(f'[defaults]\npython = "3.12"\narchs = ["9.0"]\n\n[cells.{AMD64}]\ncuda = "13.2"\n'
-                      f'torch = "2.15"\n\n[cells.{ARM64}]\ncuda = "13.2"\ntorch = "2.15"\nplatform = "linux/arm64"\n')
+    matrix.write_text(
+        f'[defaults]\npython = "3.12"\narchs = ["9.0"]\n\n[cells.{AMD64}]\ncuda = "13.2"\n'
+        f'torch = "2.15"\n\n[cells.{ARM64}]\ncuda = "13.2"\ntorch = "2.15"\nplatform = "linux/arm64"\n'
+    )
     from toolchain.image import docker_host
 
     images = {}
@@ -64,22 +66,49 @@ def stack(docker_client, registry: dict, tmp_path_factory: pytest.TempPathFactor
         (context / "Dockerfile").write_text("FROM scratch\nCOPY marker /marker\n")
         (context / "marker").write_text(f"{unique} {platform}")
         images[cell] = f"i24-rest-prop-{cell}-{unique}"
-        built = subprocess.run([*docker_host.docker_client().build_prefix(), "--platform", platform, "--tag",
-                                images[cell], str(context)], env=dict(os.environ, DOCKER_BUILDKIT="1"),
-                               capture_output=True, text=True, timeout=300)
+        built = subprocess.run(
+            [
+                *docker_host.docker_client().build_prefix(),
+                "--platform",
+                platform,
+                "--tag",
+                images[cell],
+                str(context),
+            ],
+            env=dict(os.environ, DOCKER_BUILDKIT="1"),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert built.returncode == 0, built.stdout + built.stderr
     repository = f"{registry['host']}/i24-rest-prop-{unique}"
     out = where / "out"
     for cell, image in images.items():
-        code, stderr = _call(toolchain_cli.main, ["publish", "--matrix", str(matrix), "--cell", cell, "--image",
-                                                  image, "--registry", repository, "--out", str(out)])
+        code, stderr = _call(
+            toolchain_cli.main,
+            [
+                "publish",
+                "--matrix",
+                str(matrix),
+                "--cell",
+                cell,
+                "--image",
+                image,
+                "--registry",
+                repository,
+                "--out",
+                str(out),
+            ],
+        )
         assert code == 0, stderr
     yield {"matrix": matrix, "out": out, "repository": repository, "host": registry["host"]}
     import docker
 
     for image in docker_client.images.list():  # only what this module tagged or pulled
-        if any(n.startswith((repository, "i24-rest-prop-")) for n in (image.tags or []) +
-               (image.attrs.get("RepoDigests") or [])):
+        if any(
+            n.startswith((repository, "i24-rest-prop-"))
+            for n in (image.tags or []) + (image.attrs.get("RepoDigests") or [])
+        ):
             try:
                 docker_client.images.remove(image.id, force=True)
             except docker.errors.ImageNotFound:
@@ -87,13 +116,28 @@ def stack(docker_client, registry: dict, tmp_path_factory: pytest.TempPathFactor
 
 
 OURS = "THE-STACKS-REGISTRY"  # replaced by the real registry's repository in each example
-registry_value = st.one_of(st.just(OURS), st.just(OURS), st.just(OURS),  # registries that never leave this host
-                           st.sampled_from(["127.0.0.1:9/apex", "", " ", "Bad Repo:tag", "--x", "127.0.0.1:99999/x",
-                                            f"{OURS}@sha256:{'0' * 64}", "http://127.0.0.1:9/x"]),
-                           odd_text.map(lambda s: "127.0.0.1:9/" + s))
+registry_value = st.one_of(
+    st.just(OURS),
+    st.just(OURS),
+    st.just(OURS),  # registries that never leave this host
+    st.sampled_from(
+        [
+            "127.0.0.1:9/apex",
+            "",
+            " ",
+            "Bad Repo:tag",
+            "--x",
+            "127.0.0.1:99999/x",
+            f"{OURS}@sha256:{'0' * 64}",
+            "http://127.0.0.1:9/x",
+        ]
+    ),
+    odd_text.map(lambda s: "127.0.0.1:9/" + s),
+)
 
 
 # --- publish-index ---------------------------------------------------------------------------------------
+
 
 def test_every_damaged_record_is_indexed_or_refused(stack: dict) -> None:
     _keeps_checkout(lambda: _publish_index_examples(stack))
@@ -101,27 +145,51 @@ def test_every_damaged_record_is_indexed_or_refused(stack: dict) -> None:
 
 
 @settings(PROPERTY, max_examples=25)
-@given(registry=registry_value, member=st.sampled_from([AMD64, ARM64]), damage=st.sampled_from(DAMAGE),
-       where=st.integers(0, 10**6), raw=raw_json, refs_kind=st.sampled_from(["none", "given", "given", *PATH_KINDS]))
-def _publish_index_examples(stack: dict, registry: str, member: str, damage: str, where: int, raw: str,
-                            refs_kind: str) -> None:
+@given(
+    registry=registry_value,
+    member=st.sampled_from([AMD64, ARM64]),
+    damage=st.sampled_from(DAMAGE),
+    where=st.integers(0, 10**6),
+    raw=raw_json,
+    refs_kind=st.sampled_from(["none", "given", "given", *PATH_KINDS]),
+)
+def _publish_index_examples(
+    stack: dict, registry: str, member: str, damage: str, where: int, raw: str, refs_kind: str
+) -> None:
     registry = registry.replace(OURS, stack["repository"])
     with _sandbox() as root, _own_tempdir(root) as tmp:
         out = root / "given" / "out"
         shutil.copytree(stack["out"], out, symlinks=True)
-        record = next(p for p in out.glob("cells/*/published.json") if (p.parent.name.endswith("arm64"))
-                      == (member == ARM64))
+        record = next(
+            p
+            for p in out.glob("cells/*/published.json")
+            if (p.parent.name.endswith("arm64")) == (member == ARM64)
+        )
         damage_file(record, damage, where, raw)
-        argv = ["publish-index", "--matrix", str(stack["matrix"]), "--registry", registry.replace("\x00", ""),
-                "--out", str(out)]
+        argv = [
+            "publish-index",
+            "--matrix",
+            str(stack["matrix"]),
+            "--registry",
+            registry.replace("\x00", ""),
+            "--out",
+            str(out),
+        ]
         if refs_kind != "none":
-            argv += ["--refs-out", hostile_path(root / "given" / "refs", "missing" if refs_kind == "given"
-                                                else refs_kind, "refs.txt")]
+            argv += [
+                "--refs-out",
+                hostile_path(
+                    root / "given" / "refs", "missing" if refs_kind == "given" else refs_kind, "refs.txt"
+                ),
+            ]
         before = _tree(root)
         code, stderr = _call(toolchain_cli.main, argv)
         _assert_contract(code, stderr, usage_prefix="")
         if code == exit_codes.OK:  # no false success: both records whole, the stack's own registry
-            assert damage in ("none", "a value replaced") and registry == stack["repository"], (damage, stderr)
+            assert damage in ("none", "a value replaced") and registry == stack["repository"], (
+                damage,
+                stderr,
+            )
         if damage in STRUCTURAL and registry == stack["repository"]:
             assert code != exit_codes.OK
         SEEN["publish-index"].add(code)
@@ -132,7 +200,16 @@ def _publish_index_examples(stack: dict, registry: str, member: str, damage: str
 
 # --- pull --------------------------------------------------------------------------------------------
 
-KEY_KINDS = ["garbage", "a certificate", "empty file", "fifo", "dev-zero", "directory", "missing", "dangling symlink"]
+KEY_KINDS = [
+    "garbage",
+    "a certificate",
+    "empty file",
+    "fifo",
+    "dev-zero",
+    "directory",
+    "missing",
+    "dangling symlink",
+]
 
 
 def _key(root: Path, kind: str, garbage: bytes) -> str:
@@ -152,27 +229,104 @@ def test_every_pull_is_refused_or_fails_without_a_false_pass(stack: dict) -> Non
 
 
 @settings(PROPERTY, max_examples=30)
-@given(registry=registry_value, cell=st.sampled_from([AMD64, AMD64, ARM64, "nope"]),
-       damage=st.sampled_from(["none", "none", *DAMAGE]),
-       where=st.integers(0, 10**6), raw=raw_json,
-       policy=st.sampled_from(["none", "no-check", "no-check", "no-check", "key", "identity"]),
-       key_kind=st.sampled_from(KEY_KINDS), garbage=st.binary(max_size=300),
-       identity=st.one_of(st.sampled_from(["(", "[", "^https://x@", "*", "", "a" * 100_000]), odd_text),
-       digest=st.one_of(st.none(), st.none(), st.sampled_from(["sha256:" + "0" * 64, "sha256:xyz", "md5:00", "", "sha256:" +
-                                                    "f" * 63]), odd_text),
-       extra=st.lists(st.sampled_from(["--by-digest", "--no-pull", "--gpu none", "--gpu require", "--gpu auto",
-                                       "--platform linux/arm64", "--platform linux/s390x", "--engine docker"]),
-                      max_size=2))
-@example(registry=OURS, cell=AMD64, damage="none", where=0, raw="1", policy="no-check", key_kind="missing",
-         garbage=b"", identity="", digest=None, extra=[])  # pulled: a FROM-scratch image cannot be verified
-@example(registry=OURS, cell=AMD64, damage="none", where=0, raw="1", policy="no-check", key_kind="missing",
-         garbage=b"", identity="", digest="sha256:" + "0" * 64, extra=[])  # a digest the registry does not hold
-@example(registry=OURS, cell=AMD64, damage="none", where=0, raw="1", policy="key", key_kind="garbage",
-         garbage=b"\xff" * 40, identity="", digest=None, extra=[])
-@example(registry=OURS, cell=AMD64, damage="fifo", where=0, raw="1", policy="no-check", key_kind="missing",
-         garbage=b"", identity="", digest=None, extra=["--by-digest"])
-def _pull_examples(stack: dict, registry: str, cell: str, damage: str, where: int, raw: str, policy: str, key_kind: str,
-                   garbage: bytes, identity: str, digest: str | None, extra: list[str]) -> None:
+@given(
+    registry=registry_value,
+    cell=st.sampled_from([AMD64, AMD64, ARM64, "nope"]),
+    damage=st.sampled_from(["none", "none", *DAMAGE]),
+    where=st.integers(0, 10**6),
+    raw=raw_json,
+    policy=st.sampled_from(["none", "no-check", "no-check", "no-check", "key", "identity"]),
+    key_kind=st.sampled_from(KEY_KINDS),
+    garbage=st.binary(max_size=300),
+    identity=st.one_of(st.sampled_from(["(", "[", "^https://x@", "*", "", "a" * 100_000]), odd_text),
+    digest=st.one_of(
+        st.none(),
+        st.none(),
+        st.sampled_from(["sha256:" + "0" * 64, "sha256:xyz", "md5:00", "", "sha256:" + "f" * 63]),
+        odd_text,
+    ),
+    extra=st.lists(
+        st.sampled_from(
+            [
+                "--by-digest",
+                "--no-pull",
+                "--gpu none",
+                "--gpu require",
+                "--gpu auto",
+                "--platform linux/arm64",
+                "--platform linux/s390x",
+                "--engine docker",
+            ]
+        ),
+        max_size=2,
+    ),
+)
+@example(
+    registry=OURS,
+    cell=AMD64,
+    damage="none",
+    where=0,
+    raw="1",
+    policy="no-check",
+    key_kind="missing",
+    garbage=b"",
+    identity="",
+    digest=None,
+    extra=[],
+)  # pulled: a FROM-scratch image cannot be verified
+@example(
+    registry=OURS,
+    cell=AMD64,
+    damage="none",
+    where=0,
+    raw="1",
+    policy="no-check",
+    key_kind="missing",
+    garbage=b"",
+    identity="",
+    digest="sha256:" + "0" * 64,
+    extra=[],
+)  # a digest the registry does not hold
+@example(
+    registry=OURS,
+    cell=AMD64,
+    damage="none",
+    where=0,
+    raw="1",
+    policy="key",
+    key_kind="garbage",
+    garbage=b"\xff" * 40,
+    identity="",
+    digest=None,
+    extra=[],
+)
+@example(
+    registry=OURS,
+    cell=AMD64,
+    damage="fifo",
+    where=0,
+    raw="1",
+    policy="no-check",
+    key_kind="missing",
+    garbage=b"",
+    identity="",
+    digest=None,
+    extra=["--by-digest"],
+)
+def _pull_examples(
+    stack: dict,
+    registry: str,
+    cell: str,
+    damage: str,
+    where: int,
+    raw: str,
+    policy: str,
+    key_kind: str,
+    garbage: bytes,
+    identity: str,
+    digest: str | None,
+    extra: list[str],
+) -> None:
     registry = registry.replace(OURS, stack["repository"])
     with _sandbox() as root, _own_tempdir(root) as tmp:
         out = root / "given" / "out"
@@ -180,11 +334,23 @@ def _pull_examples(stack: dict, registry: str, cell: str, damage: str, where: in
         for record in out.glob("cells/*/published.json"):
             if record.parent.name.endswith("arm64") == (cell == ARM64):
                 damage_file(record, damage, where, raw)
-        argv = ["pull", "--matrix", str(stack["matrix"]), "--cell", cell, "--registry", registry.replace("\x00", ""),
-                "--out", str(out)]
-        argv += {"none": [], "no-check": ["--no-signature-check"],
-                 "key": ["--signature-key", _key(root / "keys", key_kind, garbage)],
-                 "identity": ["--signature-identity", identity.replace("\x00", "")]}[policy]
+        argv = [
+            "pull",
+            "--matrix",
+            str(stack["matrix"]),
+            "--cell",
+            cell,
+            "--registry",
+            registry.replace("\x00", ""),
+            "--out",
+            str(out),
+        ]
+        argv += {
+            "none": [],
+            "no-check": ["--no-signature-check"],
+            "key": ["--signature-key", _key(root / "keys", key_kind, garbage)],
+            "identity": ["--signature-identity", identity.replace("\x00", "")],
+        }[policy]
         argv += ["--digest", digest.replace("\x00", "")] if digest is not None else []
         for option in extra:
             argv += option.split()
@@ -193,7 +359,11 @@ def _pull_examples(stack: dict, registry: str, cell: str, damage: str, where: in
         _assert_contract(code, stderr, usage_prefix="")
         assert code != exit_codes.OK, (argv, stderr)  # FROM scratch: nothing here can verify it
         if policy == "none" and "--no-pull" not in extra:
-            assert code in (exit_codes.USAGE, exit_codes.ENVIRONMENT), (argv, code, stderr)  # no policy: never pulled
+            assert code in (exit_codes.USAGE, exit_codes.ENVIRONMENT), (
+                argv,
+                code,
+                stderr,
+            )  # no policy: never pulled
         SEEN["pull"].add(code)
         after = _tree(root)
         changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}

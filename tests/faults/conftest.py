@@ -21,7 +21,9 @@ from faultlib import (  # noqa: F401 - fixtures are registered by being names of
 
 
 @pytest.fixture
-def second_daemon(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecondDaemon]:
+def second_daemon(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SecondDaemon]:
     request.getfixturevalue("docker_client")  # skips without the shared engine and its base image
     if os.geteuid() != 0 or not Path(DOCKERD).is_file():
         pytest.skip("a second dockerd needs root and Debian's docker.io")

@@ -27,7 +27,9 @@ DRIVER = Path(__file__).with_name("matrix_driver.py")
 DOCKERD = "/usr/sbin/dockerd"
 DOCKER = "/usr/bin/docker"
 
-_spec = importlib.util.spec_from_file_location("apex_docker_tier_fixtures", REPO / "tests" / "docker" / "conftest.py")
+_spec = importlib.util.spec_from_file_location(
+    "apex_docker_tier_fixtures", REPO / "tests" / "docker" / "conftest.py"
+)
 _docker_tier = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_docker_tier)
 # re-exported so pytest registers them for this directory too (same definitions as the docker tier)
@@ -42,15 +44,27 @@ BASE_IMAGE = _docker_tier.BASE_IMAGE
 CI_TAG = _docker_tier.CI_TAG
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300, cwd: Path = REPO,
-            prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    cwd: Path = REPO,
+    prefix: tuple[str, ...] = (),
+) -> subprocess.CompletedProcess:
     """`python build.py ARGS` as a user runs it: a real process, its exit code and its output."""
-    return subprocess.run([*prefix, sys.executable, str(REPO / "build.py"), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [*prefix, sys.executable, str(REPO / "build.py"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
-def driver_command(out: Path, logs_dir: Path, cells: list[str], *, wheelhouse: Path | None = None,
-                   verify: str = "none") -> list[str]:
+def driver_command(
+    out: Path, logs_dir: Path, cells: list[str], *, wheelhouse: Path | None = None, verify: str = "none"
+) -> list[str]:
     """The matrix runner in a process of its own, for CPU cells (see matrix_driver.py)."""
     command = [sys.executable, str(DRIVER), "--out", str(out), "--logs", str(logs_dir), "--verify", verify]
     if wheelhouse is not None:
@@ -129,11 +143,15 @@ class SecondDaemon:
         for mount in reversed(_mounts_under(self.root)):
             subprocess.run(["umount", "-l", mount], check=False)
         # a RUN container killed with its daemon leaves its veth pair behind, attached to our bridge
-        attached = subprocess.run(["ip", "-o", "link", "show", "master", self.bridge], capture_output=True,
-                                  text=True, check=False).stdout
+        attached = subprocess.run(
+            ["ip", "-o", "link", "show", "master", self.bridge], capture_output=True, text=True, check=False
+        ).stdout
         for line in attached.splitlines():
-            subprocess.run(["ip", "link", "del", line.split(":")[1].strip().split("@")[0]], check=False,
-                           capture_output=True)
+            subprocess.run(
+                ["ip", "link", "del", line.split(":")[1].strip().split("@")[0]],
+                check=False,
+                capture_output=True,
+            )
         subprocess.run(["ip", "link", "del", self.bridge], check=False, capture_output=True)
 
 
@@ -154,5 +172,8 @@ def _shims_of(root: Path) -> list[int]:
 
 
 def _mounts_under(root: Path) -> list[str]:
-    return [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()
-            if line.split()[1].startswith(str(root))]
+    return [
+        line.split()[1]
+        for line in Path("/proc/self/mounts").read_text().splitlines()
+        if line.split()[1].startswith(str(root))
+    ]

@@ -25,7 +25,9 @@ from toolchain.runs.run_request import RunRequest  # noqa: E402
 
 
 def _make_cell():
-    spec = importlib.util.spec_from_file_location("apex_docker_tier_cells", REPO / "tests" / "docker" / "conftest.py")
+    spec = importlib.util.spec_from_file_location(
+        "apex_docker_tier_cells", REPO / "tests" / "docker" / "conftest.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.make_cell
@@ -41,10 +43,18 @@ def main() -> int:
     parser.add_argument("cells", nargs="+", help="TAG or TAG=TORCH_VERSION")
     ns = parser.parse_args()
     make_cell = _make_cell()
-    cells = [make_cell(tag, torch) if torch else make_cell(tag)
-             for tag, _, torch in (spec.partition("=") for spec in ns.cells)]
-    request = RunRequest(out=ns.out, logs=ns.logs, target=ns.target, wheelhouse=ns.wheelhouse, progress="plain",
-                         verify=ns.verify)
+    cells = [
+        make_cell(tag, torch) if torch else make_cell(tag)
+        for tag, _, torch in (spec.partition("=") for spec in ns.cells)
+    ]
+    request = RunRequest(
+        out=ns.out,
+        logs=ns.logs,
+        target=ns.target,
+        wheelhouse=ns.wheelhouse,
+        progress="plain",
+        verify=ns.verify,
+    )
     try:
         matrix_run.check_inputs(request)
         preflight(ns.verify)  # the daemon check build.py makes before the first cell

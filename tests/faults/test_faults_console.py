@@ -34,8 +34,15 @@ def _env(extra_path: Path | None = None, **kw: str) -> dict[str, str]:
 def _shell(command: list[str], redirect: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     """COMMAND REDIRECT as a user types it in bash; stderr is captured."""
     line = " ".join(f"'{word}'" for word in command) + f" {redirect}"
-    return subprocess.run(["bash", "-c", f"exec {line}"], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True, timeout=180)
+    return subprocess.run(
+        ["bash", "-c", f"exec {line}"],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=180,
+    )
 
 
 def _closed_pipe(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
@@ -65,8 +72,10 @@ def test_verify_stdout_faults_keep_the_exit_code_and_print_no_traceback(tmp_path
     assert code == json.loads(report.read_text())["exit_code"] == exit_codes.FAILED  # no Apex here: FAIL
     assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
     if fault == "/dev/full":
-        assert stderr.splitlines() == ["verify: cannot write to stdout (No space left on device); its output is "
-                                       "dropped, the exit code still reports the run"]
+        assert stderr.splitlines() == [
+            "verify: cannot write to stdout (No space left on device); its output is "
+            "dropped, the exit code still reports the run"
+        ]
     else:
         assert stderr == ""
 
@@ -80,28 +89,44 @@ def test_build_py_stdout_faults_keep_the_exit_code_and_print_no_traceback(tmp_pa
         assert "build.py: cannot write to stdout (No space left on device)" in stderr
 
 
-@pytest.mark.parametrize("locale", [{"PYTHONIOENCODING": "ascii"},
-                                    {"LC_ALL": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}])
-def test_an_ascii_only_console_gets_escapes_not_unicode_errors(tmp_path: Path, locale: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    "locale", [{"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}]
+)
+def test_an_ascii_only_console_gets_escapes_not_unicode_errors(
+    tmp_path: Path, locale: dict[str, str]
+) -> None:
     report = tmp_path / "r.json"
-    done = subprocess.run([*VERIFY, "--json", str(report)], cwd=tmp_path, env=_env(**locale), capture_output=True,
-                          timeout=180)
+    done = subprocess.run(
+        [*VERIFY, "--json", str(report)], cwd=tmp_path, env=_env(**locale), capture_output=True, timeout=180
+    )
     assert done.returncode == json.loads(report.read_text())["exit_code"], done.stderr
     assert b"Traceback" not in done.stderr and done.stdout.isascii()
     assert "verify static: FAIL \\u2014" in done.stdout.decode()  # the verdict line's dash, escaped
     matrix = tmp_path / "m.toml"
     matrix.write_text(NON_ASCII_MATRIX, encoding="utf-8")
-    done = subprocess.run([*BUILD_PY, "plan", "--matrix", str(matrix)], cwd=tmp_path, env=_env(**locale),
-                          capture_output=True, timeout=180)
+    done = subprocess.run(
+        [*BUILD_PY, "plan", "--matrix", str(matrix)],
+        cwd=tmp_path,
+        env=_env(**locale),
+        capture_output=True,
+        timeout=180,
+    )
     # a non-ASCII cell name is refused; the refusal names it in escapes, never a UnicodeEncodeError
     assert done.returncode == exit_codes.USAGE, done.stderr
-    assert b"Traceback" not in done.stderr and done.stderr.isascii() and "cell 'caf\\xe9'" in done.stderr.decode()
+    assert (
+        b"Traceback" not in done.stderr
+        and done.stderr.isascii()
+        and "cell 'caf\\xe9'" in done.stderr.decode()
+    )
 
 
 def _command_lines(text: str) -> list[str]:
     """Lines the Actions runner acts on: those that start, after leading whitespace, with `::`."""
-    return [line.lstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-            if line.lstrip().startswith("::")]
+    return [
+        line.lstrip()
+        for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        if line.lstrip().startswith("::")
+    ]
 
 
 HOSTILE = "boom 100%\n::add-mask::x\r\n::warning::y"
@@ -111,29 +136,53 @@ def test_on_github_actions_a_check_summary_cannot_emit_workflow_commands(tmp_pat
     mods = tmp_path / "mods"
     mods.mkdir()
     (mods / "amp_C.py").write_text(f"raise ImportError({HOSTILE!r})\n")
-    done = subprocess.run(VERIFY, cwd=tmp_path, env=_env(mods, GITHUB_ACTIONS="true"), capture_output=True,
-                          text=True, timeout=180)
+    done = subprocess.run(
+        VERIFY,
+        cwd=tmp_path,
+        env=_env(mods, GITHUB_ACTIONS="true"),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == exit_codes.FAILED, done.stderr
     commands = _command_lines(done.stdout + done.stderr)
     assert commands and all(c.startswith("::error title=verify ") for c in commands), commands
     amp = [c for c in commands if c.startswith("::error title=verify extensions.amp_C::")]
-    assert amp == ["::error title=verify extensions.amp_C::import failed: ImportError: boom 100%25%0A::add-mask::x"
-                   "%0D%0A::warning::y (needed by FusedAdam, FusedSGD, FusedLAMB, FusedNovoGrad)"]
-    assert ("FAIL  extensions.amp_C" in done.stdout
-            and "ImportError: boom 100% | ::add-mask::x | ::warning::y (needed by" in done.stdout)
+    assert amp == [
+        "::error title=verify extensions.amp_C::import failed: ImportError: boom 100%25%0A::add-mask::x"
+        "%0D%0A::warning::y (needed by FusedAdam, FusedSGD, FusedLAMB, FusedNovoGrad)"
+    ]
+    assert (
+        "FAIL  extensions.amp_C" in done.stdout
+        and "ImportError: boom 100% | ::add-mask::x | ::warning::y (needed by" in done.stdout
+    )
 
 
 def test_on_github_actions_user_input_in_errors_cannot_emit_workflow_commands(tmp_path: Path) -> None:
     env = _env(GITHUB_ACTIONS="true")
-    done = subprocess.run([*VERIFY, "--require", "FusedAdam\n::add-mask::x"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [*VERIFY, "--require", "FusedAdam\n::add-mask::x"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == exit_codes.USAGE and len(done.stderr.splitlines()) == 1, done.stderr
     assert _command_lines(done.stdout + done.stderr) == []
     matrix = tmp_path / "hostile.toml"
-    matrix.write_text('[cells."a\\n::add-mask::x"]\ncuda = "12.4"\ntorch = "2.8"\n\n[cells.b]\ncuda = "12.4"\n'
-                      'pyhton = "3.11"\n')
-    done = subprocess.run([*BUILD_PY, "validate", "--matrix", str(matrix)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=180)
+    matrix.write_text(
+        '[cells."a\\n::add-mask::x"]\ncuda = "12.4"\ntorch = "2.8"\n\n[cells.b]\ncuda = "12.4"\n'
+        'pyhton = "3.11"\n'
+    )
+    done = subprocess.run(
+        [*BUILD_PY, "validate", "--matrix", str(matrix)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == exit_codes.USAGE, done.stderr
     assert _command_lines(done.stdout + done.stderr) == [f"::error::{matrix}: 6 problems, nothing built"]
     # the hostile name is shown quoted, its line break as \n (the name itself is refused)

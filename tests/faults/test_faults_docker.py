@@ -16,8 +16,20 @@ from toolchain.image import build_log, buildkit_build, docker_host
 from verify.runtime import exit_codes
 
 # a cell of matrix.toml's shape that the local base can start (the devel stage's apt step)
-LOCAL_CELL = ("--cuda", "12.4", "--python", "3.11", "--os", "debian12", "--archs", "8.0",
-              "--base-devel", "apex-toolchain/base:bookworm", "--base-runtime", "apex-toolchain/base:bookworm")
+LOCAL_CELL = (
+    "--cuda",
+    "12.4",
+    "--python",
+    "3.11",
+    "--os",
+    "debian12",
+    "--archs",
+    "8.0",
+    "--base-devel",
+    "apex-toolchain/base:bookworm",
+    "--base-runtime",
+    "apex-toolchain/base:bookworm",
+)
 UNREACHABLE = "127.0.0.1:9"  # the discard port: connection refused, at once
 
 
@@ -61,18 +73,35 @@ def test_socket_not_permitted_is_exit_3(second_daemon, tmp_path: Path) -> None:
     Root ignores file modes, so the run drops CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH, as a plain user has."""
     second_daemon.socket.chmod(0o600)
     os.chown(second_daemon.socket, 65534, 65534)
-    result = run_cli("matrix", "--cell", "cu124", "--out", str(tmp_path / "out"), "--logs", str(tmp_path / "logs"),
-                     env=second_daemon.env(), prefix=("setpriv", "--bounding-set=-dac_override,-dac_read_search"))
+    result = run_cli(
+        "matrix",
+        "--cell",
+        "cu124",
+        "--out",
+        str(tmp_path / "out"),
+        "--logs",
+        str(tmp_path / "logs"),
+        env=second_daemon.env(),
+        prefix=("setpriv", "--bounding-set=-dac_override,-dac_read_search"),
+    )
     assert result.returncode == exit_codes.ENVIRONMENT, result.stdout + result.stderr
     assert f"the Docker socket {second_daemon.host} is not permitted for this user" in result.stderr
     assert "docker group" in result.stderr and not (tmp_path / "logs").exists()
 
 
 def test_no_daemon_is_exit_3_before_any_cell(tmp_path: Path) -> None:
-    result = run_cli("matrix", "--out", str(tmp_path / "out"), "--logs", str(tmp_path / "logs"),
-                     env={"DOCKER_HOST": f"unix://{tmp_path}/dead.sock"})
+    result = run_cli(
+        "matrix",
+        "--out",
+        str(tmp_path / "out"),
+        "--logs",
+        str(tmp_path / "logs"),
+        env={"DOCKER_HOST": f"unix://{tmp_path}/dead.sock"},
+    )
     assert result.returncode == exit_codes.ENVIRONMENT
-    assert re.search(r"^error: no Docker daemon answers at unix://.*dead\.sock .*start it", result.stderr, re.M)
+    assert re.search(
+        r"^error: no Docker daemon answers at unix://.*dead\.sock .*start it", result.stderr, re.M
+    )
     assert not (tmp_path / "logs").exists()
 
 
@@ -85,8 +114,22 @@ def test_gpu_required_without_nvidia_runtime_is_exit_3(verify_image_tag: str, tm
 
 def test_unpullable_base_image_is_retried_then_exit_3(docker_client, tmp_path: Path) -> None:
     base = f"{UNREACHABLE}/nvidia/cuda:12.4.1-devel-ubuntu22.04"
-    result = run_cli("image", *LOCAL_CELL[:8], "--base-devel", base, "--base-runtime", base, "--target", "devel",
-                     "--out", str(tmp_path / "out"), "--logs", str(tmp_path / "logs"), "--progress", "plain")
+    result = run_cli(
+        "image",
+        *LOCAL_CELL[:8],
+        "--base-devel",
+        base,
+        "--base-runtime",
+        base,
+        "--target",
+        "devel",
+        "--out",
+        str(tmp_path / "out"),
+        "--logs",
+        str(tmp_path / "logs"),
+        "--progress",
+        "plain",
+    )
     assert result.returncode == exit_codes.ENVIRONMENT, result.stdout + result.stderr
     assert "a base image could not be pulled" in result.stdout + result.stderr
     log = next((tmp_path / "logs").rglob("build.log")).read_text()
@@ -95,10 +138,23 @@ def test_unpullable_base_image_is_retried_then_exit_3(docker_client, tmp_path: P
 
 
 def test_image_pull_from_unreachable_registry_is_retried_then_exit_3(docker_client, tmp_path: Path) -> None:
-    result = run_cli("pull", "--no-signature-check", "--cuda", "12.4", "--registry", f"{UNREACHABLE}/apex", "--gpu", "auto", "--out",
-                     str(tmp_path / "out"), timeout=180)
+    result = run_cli(
+        "pull",
+        "--no-signature-check",
+        "--cuda",
+        "12.4",
+        "--registry",
+        f"{UNREACHABLE}/apex",
+        "--gpu",
+        "auto",
+        "--out",
+        str(tmp_path / "out"),
+        timeout=180,
+    )
     assert result.returncode == exit_codes.ENVIRONMENT, result.stdout + result.stderr
-    assert re.search(r"pulling 127\.0\.0\.1:9/apex:apex-\S+ failed after 3 attempt\(s\)", result.stderr), result.stderr
+    assert re.search(r"pulling 127\.0\.0\.1:9/apex:apex-\S+ failed after 3 attempt\(s\)", result.stderr), (
+        result.stderr
+    )
     assert "check the registry is reachable" in result.stderr
 
 
@@ -126,8 +182,9 @@ def _fill(where: Path) -> None:
         assert error.errno == 28, error
 
 
-def test_disk_full_writing_reports_is_exit_3_and_nothing_half_written(docker_client, tiny_fs: Path,
-                                                                       tmp_path: Path) -> None:
+def test_disk_full_writing_reports_is_exit_3_and_nothing_half_written(
+    docker_client, tiny_fs: Path, tmp_path: Path
+) -> None:
     out = tiny_fs / "out"
     out.mkdir()
     before = {"report_version": "1", "cells": [{"id": "earlier", "status": "verified"}], "runs": {}}
@@ -135,12 +192,20 @@ def test_disk_full_writing_reports_is_exit_3_and_nothing_half_written(docker_cli
     _fill(tiny_fs)
     result = run_cli("matrix", "--cell", "cu124", "--out", str(out), "--logs", str(tmp_path / "logs"))
     assert result.returncode == exit_codes.ENVIRONMENT, result.stdout + result.stderr
-    assert "error: the disk is full (no space left on device)" in result.stderr and "Traceback" not in result.stderr
+    assert (
+        "error: the disk is full (no space left on device)" in result.stderr
+        and "Traceback" not in result.stderr
+    )
     assert json.loads((out / "matrix-report.json").read_text()) == before, "the earlier report is whole"
     assert not (tmp_path / "logs").exists(), "no build started"
     _no_temp_files(tiny_fs)
-    verify = subprocess.run(["python", "-m", "verify", "--static", "--json", str(tiny_fs / "r.json")], cwd=REPO,
-                            capture_output=True, text=True, timeout=120)
+    verify = subprocess.run(
+        ["python", "-m", "verify", "--static", "--json", str(tiny_fs / "r.json")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert verify.returncode == exit_codes.ENVIRONMENT, verify.stderr
     assert "the disk is full" in verify.stderr and not (tiny_fs / "r.json").exists()
     _no_temp_files(tiny_fs)
@@ -153,10 +218,15 @@ def test_buildkit_no_space_left_maps_to_exit_3(docker_client, tmp_path: Path) ->
     context = tmp_path / "ctx"
     context.mkdir()
     (context / "Dockerfile").write_text(
-        "FROM apex-toolchain/base:bookworm\nRUN dd if=/dev/zero of=/dev/shm/fill bs=1M count=100\n")
+        "FROM apex-toolchain/base:bookworm\nRUN dd if=/dev/zero of=/dev/shm/fill bs=1M count=100\n"
+    )
     log = tmp_path / "build.log"
-    code = buildkit_build._run_build([*docker_host.docker_client().build_prefix(), "--progress", "plain", "--no-cache", str(context)],
-                             dict(os.environ, DOCKER_BUILDKIT="1"), log, "plain")
+    code = buildkit_build._run_build(
+        [*docker_host.docker_client().build_prefix(), "--progress", "plain", "--no-cache", str(context)],
+        dict(os.environ, DOCKER_BUILDKIT="1"),
+        log,
+        "plain",
+    )
     assert code != 0
     text = log.read_text()
     assert "No space left on device" in text

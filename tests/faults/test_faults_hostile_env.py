@@ -43,10 +43,27 @@ export DOCKERD_LOG="/run/work/{HOSTILE_LOG}"
 exec bash /run/work/ensure-docker.sh
 """)
     env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
-    proc = subprocess.run(["unshare", "--mount", "--net", "--pid", "--fork", "--kill-child", "--mount-proc",
-                           "bash", str(inner)], capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--net",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+            "bash",
+            str(inner),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert "starting dockerd" in proc.stdout, proc.stdout + proc.stderr
     assert not (work / "pwned").exists(), "a part of DOCKERD_LOG ran as a command"
     log = work / HOSTILE_LOG
     assert log.is_file() and "API listen on" in log.read_text(), "dockerd's log is not at the literal path"
-    assert "daemon answers" in proc.stdout and proc.returncode == 3, proc.stdout + proc.stderr  # no network: debootstrap
+    assert "daemon answers" in proc.stdout and proc.returncode == 3, (
+        proc.stdout + proc.stderr
+    )  # no network: debootstrap

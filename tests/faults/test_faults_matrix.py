@@ -30,8 +30,9 @@ def _cells(out: Path) -> dict[str, dict]:
     return {c["id"]: c for c in _report(out)["cells"]}
 
 
-def test_truncated_torch_wheel_fails_the_torch_stage_only(verify_image_tag: str, wheelhouse: Path,
-                                                          tmp_path: Path) -> None:
+def test_truncated_torch_wheel_fails_the_torch_stage_only(
+    verify_image_tag: str, wheelhouse: Path, tmp_path: Path
+) -> None:
     out, logs_dir = tmp_path / "out", tmp_path / "logs"
     good = _run(driver_command(out, logs_dir, [GOOD], wheelhouse=wheelhouse))
     assert good.returncode == exit_codes.OK, good.stdout + good.stderr
@@ -55,12 +56,20 @@ def test_truncated_torch_wheel_fails_the_torch_stage_only(verify_image_tag: str,
     assert len(_report(out)["runs"]) == 2
 
 
-def _signal_mid_build(tmp_path: Path, wheelhouse: Path, cells: list[str], send) -> tuple[int, str, str, list[str]]:
+def _signal_mid_build(
+    tmp_path: Path, wheelhouse: Path, cells: list[str], send
+) -> tuple[int, str, str, list[str]]:
     """Run the cells in a session of their own, `send(pid)` once the first build has started: the run's exit
     code and output, and the processes still in its session then (a docker client that was not stopped)."""
     out, logs_dir = tmp_path / "out", tmp_path / "logs"
-    proc = subprocess.Popen(driver_command(out, logs_dir, cells, wheelhouse=wheelhouse), cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        driver_command(out, logs_dir, cells, wheelhouse=wheelhouse),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         wait_for(lambda: log_has(logs_dir, "[internal] load build context"), 120, "the first build to start")
         send(proc.pid)
@@ -72,12 +81,18 @@ def _signal_mid_build(tmp_path: Path, wheelhouse: Path, cells: list[str], send) 
     return proc.returncode, stdout, stderr, left
 
 
-def test_ctrl_c_mid_build_leaves_a_partial_report(verify_image_tag: str, wheelhouse: Path, tmp_path: Path) -> None:
+def test_ctrl_c_mid_build_leaves_a_partial_report(
+    verify_image_tag: str, wheelhouse: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "out"
-    first, second = "apex-ci-sigint-a-torch2.13.0-cpu-py3.11-debian12", "apex-ci-sigint-b-torch2.13.0-cpu-py3.11-debian12"
+    first, second = (
+        "apex-ci-sigint-a-torch2.13.0-cpu-py3.11-debian12",
+        "apex-ci-sigint-b-torch2.13.0-cpu-py3.11-debian12",
+    )
     # what Ctrl-C sends: the whole foreground group, docker client too
-    code, stdout, stderr, left = _signal_mid_build(tmp_path, wheelhouse, [first, second],
-                                                   lambda pid: os.killpg(pid, signal.SIGINT))
+    code, stdout, stderr, left = _signal_mid_build(
+        tmp_path, wheelhouse, [first, second], lambda pid: os.killpg(pid, signal.SIGINT)
+    )
     assert code == exit_codes.FAILED, stdout + stderr
     assert "interrupted during" in stdout + stderr and "Traceback" not in stderr
     report = _report(out)
@@ -90,14 +105,19 @@ def test_ctrl_c_mid_build_leaves_a_partial_report(verify_image_tag: str, wheelho
     assert left == [], "no docker client left running"
 
 
-def test_sigterm_mid_build_leaves_a_partial_report_and_no_docker_client(verify_image_tag: str, wheelhouse: Path,
-                                                                        tmp_path: Path) -> None:
+def test_sigterm_mid_build_leaves_a_partial_report_and_no_docker_client(
+    verify_image_tag: str, wheelhouse: Path, tmp_path: Path
+) -> None:
     """`kill PID` (or a CI runner's cancel) reaches build.py alone, not its docker client: the signal
     arrives as an exception, so the engine stops the client and the runner records the cell."""
     out = tmp_path / "out"
-    first, second = "apex-ci-sigterm-a-torch2.13.0-cpu-py3.11-debian12", "apex-ci-sigterm-b-torch2.13.0-cpu-py3.11-debian12"
-    code, stdout, stderr, left = _signal_mid_build(tmp_path, wheelhouse, [first, second],
-                                                   lambda pid: os.kill(pid, signal.SIGTERM))  # the driver only
+    first, second = (
+        "apex-ci-sigterm-a-torch2.13.0-cpu-py3.11-debian12",
+        "apex-ci-sigterm-b-torch2.13.0-cpu-py3.11-debian12",
+    )
+    code, stdout, stderr, left = _signal_mid_build(
+        tmp_path, wheelhouse, [first, second], lambda pid: os.kill(pid, signal.SIGTERM)
+    )  # the driver only
     assert code == exit_codes.FAILED, stdout + stderr
     assert "interrupted during" in stdout + stderr and "Traceback" not in stderr
     cells = {c["id"]: c for c in _report(out)["cells"]}
@@ -106,16 +126,25 @@ def test_sigterm_mid_build_leaves_a_partial_report_and_no_docker_client(verify_i
     assert left == [], "the docker client was stopped"
 
 
-def test_two_runs_at_once_keep_each_others_cells(verify_image_tag: str, wheelhouse: Path, tmp_path: Path) -> None:
+def test_two_runs_at_once_keep_each_others_cells(
+    verify_image_tag: str, wheelhouse: Path, tmp_path: Path
+) -> None:
     out, logs_dir = tmp_path / "out", tmp_path / "logs"
     a, b = "apex-ci-conc-a-torch2.13.0-cpu-py3.11-debian12", "apex-ci-conc-b-torch2.13.0-cpu-py3.11-debian12"
     held = "apex-ci-conc-held-torch2.13.0-cpu-py3.11-debian12"
     (logs_dir / held).mkdir(parents=True)
     with open(logs_dir / held / ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another run is building this cell right now
-        procs = [subprocess.Popen(driver_command(out, logs_dir, cells, wheelhouse=wheelhouse), cwd=REPO,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for cells in ([a], [b, held])]
+        procs = [
+            subprocess.Popen(
+                driver_command(out, logs_dir, cells, wheelhouse=wheelhouse),
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for cells in ([a], [b, held])
+        ]
         outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert procs[0].returncode == exit_codes.OK, outputs[0]
     assert procs[1].returncode == exit_codes.FAILED, outputs[1]

@@ -32,7 +32,9 @@ from faultlib import REPO
 from verify.runtime import exit_codes
 
 EARLIER = '{"an earlier report": "must survive"}\n'
-STOPPED = "verify: interrupted by {}; child processes stopped; no report written or left half-written (exit 1)"
+STOPPED = (
+    "verify: interrupted by {}; child processes stopped; no report written or left half-written (exit 1)"
+)
 SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
 MOMENTS = 18
 
@@ -63,12 +65,21 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _run(tmp: Path, signal_name: str | None, at_s: float, second: bool, mode: tuple[str, ...] = ("--static",)) -> dict:
+def _run(
+    tmp: Path, signal_name: str | None, at_s: float, second: bool, mode: tuple[str, ...] = ("--static",)
+) -> dict:
     report = tmp / "r.json"
     report.write_text(EARLIER)
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "verify", *mode, "--json", str(report)], cwd=tmp, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "verify", *mode, "--json", str(report)],
+        cwd=tmp,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     seen: set[int] = set()
     while signal_name and time.monotonic() - started < at_s and proc.poll() is None:
         seen |= _descendants(proc.pid)
@@ -89,10 +100,18 @@ def _run(tmp: Path, signal_name: str | None, at_s: float, second: bool, mode: tu
     for pid in left:  # only what this run started, by pid, so a failure leaves nothing behind either
         os.kill(pid, signal.SIGKILL)
     text = report.read_text()
-    return {"signal": signal_name, "at_s": round(at_s, 3), "second_ctrl_c": second, "exit": proc.returncode,
-            "stderr": stderr.strip().splitlines(), "report": "earlier" if text == EARLIER else json.loads(text),
-            "left": left, "temp_files": sorted(p.name for p in tmp.iterdir() if p.name != "r.json"),
-            "wall_s": round(time.monotonic() - started, 3), "stdout_tail": stdout[-300:]}
+    return {
+        "signal": signal_name,
+        "at_s": round(at_s, 3),
+        "second_ctrl_c": second,
+        "exit": proc.returncode,
+        "stderr": stderr.strip().splitlines(),
+        "report": "earlier" if text == EARLIER else json.loads(text),
+        "left": left,
+        "temp_files": sorted(p.name for p in tmp.iterdir() if p.name != "r.json"),
+        "wall_s": round(time.monotonic() - started, 3),
+        "stdout_tail": stdout[-300:],
+    }
 
 
 def _in_interpreter_start(row: dict, name: str) -> bool:
@@ -102,12 +121,19 @@ def _in_interpreter_start(row: dict, name: str) -> bool:
     if row["exit"] == -getattr(signal, name) and row["stderr"] == []:
         return True
     text = "\n".join(row["stderr"])
-    return (name == "SIGINT" and row["exit"] == 1 and text.startswith("Fatal Python error: init_import_site")
-            and "/verify/" not in text and "/toolchain/" not in text)
+    return (
+        name == "SIGINT"
+        and row["exit"] == 1
+        and text.startswith("Fatal Python error: init_import_site")
+        and "/verify/" not in text
+        and "/toolchain/" not in text
+    )
 
 
 @pytest.mark.parametrize("mode, moments", [(("--static",), MOMENTS), ((), 12)], ids=["static", "full-cpu"])
-def test_a_signal_at_any_moment_of_a_real_run_is_handled(tmp_path: Path, mode: tuple[str, ...], moments: int) -> None:
+def test_a_signal_at_any_moment_of_a_real_run_is_handled(
+    tmp_path: Path, mode: tuple[str, ...], moments: int
+) -> None:
     """`--static` (the image gate) and the whole run as a CPU node runs it (no --static: the GPU layers
     find no device and SKIP, as a CPU node's real run is)."""
     runs = [_run(tmp_path, None, 0.0, False, mode) for _ in range(2)]
@@ -123,21 +149,48 @@ def test_a_signal_at_any_moment_of_a_real_run_is_handled(tmp_path: Path, mode: t
         row["fraction"] = round(fraction, 3)
         stopped = row["report"] == "earlier"
         before_start = stopped and _in_interpreter_start(row, name)
-        row["outcome"] = "before verify's first statement" if before_start else (
-            "stopped" if stopped else "finished first")
+        row["outcome"] = (
+            "before verify's first statement"
+            if before_start
+            else ("stopped" if stopped else "finished first")
+        )
         rows.append(row)
         assert before_start or not any("Traceback" in line for line in row["stderr"]), row
         assert row["left"] == [] and row["temp_files"] == [], row
-        if before_start:  # the interpreter's own start (~30 ms): the signal's own end, nothing printed or written
+        if (
+            before_start
+        ):  # the interpreter's own start (~30 ms): the signal's own end, nothing printed or written
             assert fraction < 0.05, row
         elif stopped:
             assert row["exit"] == exit_codes.FAILED, row  # never 130, 134, 143: one path, exit 1
             assert row["stderr"] == [STOPPED.format(name)], row
         else:  # the run was over before the signal: its true result, never a report of false FAILs
             assert row["exit"] == baseline["exit"] and row["report"]["verdict"] == verdict, row
-    if os.environ.get("SIGNAL_SWEEP_OUT") and mode == ("--static",):  # the evidence file is the static sweep's
-        Path(os.environ["SIGNAL_SWEEP_OUT"]).write_text(json.dumps(
-            {"baseline": {k: baseline[k] for k in ("exit", "wall_s")} | {"verdict": verdict}, "runs": [
-                {k: r[k] for k in ("signal", "fraction", "at_s", "second_ctrl_c", "exit", "outcome", "wall_s")}
-                for r in rows]}, indent=1) + "\n")
+    if os.environ.get("SIGNAL_SWEEP_OUT") and mode == (
+        "--static",
+    ):  # the evidence file is the static sweep's
+        Path(os.environ["SIGNAL_SWEEP_OUT"]).write_text(
+            json.dumps(
+                {
+                    "baseline": {k: baseline[k] for k in ("exit", "wall_s")} | {"verdict": verdict},
+                    "runs": [
+                        {
+                            k: r[k]
+                            for k in (
+                                "signal",
+                                "fraction",
+                                "at_s",
+                                "second_ctrl_c",
+                                "exit",
+                                "outcome",
+                                "wall_s",
+                            )
+                        }
+                        for r in rows
+                    ],
+                },
+                indent=1,
+            )
+            + "\n"
+        )
     assert sum(r["outcome"] == "stopped" for r in rows) >= moments // 3, "many moments fall inside the run"

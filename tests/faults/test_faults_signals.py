@@ -92,8 +92,10 @@ def test_a_signal_during_the_import_probe_stops_at_once_and_leaves_no_child(tmp_
     name = how.split()[0]
     assert proc.returncode == exit_codes.FAILED, stdout + stderr
     assert elapsed < 10, f"took {elapsed:.1f} s: the signal waited for the check timeout"
-    assert stderr.splitlines() == [f"verify: interrupted by {name}; child processes stopped; no report written "
-                                   "or left half-written (exit 1)"], stderr
+    assert stderr.splitlines() == [
+        f"verify: interrupted by {name}; child processes stopped; no report written "
+        "or left half-written (exit 1)"
+    ], stderr
     assert len(spawned) == 2, "the import probe child and its grandchild were seen"
     assert left == [], "the probe child and what it started were killed with verify"
     assert report.read_text() == EARLIER
@@ -124,8 +126,14 @@ def test_sigterm_during_the_report_write_leaves_no_temp_file(tmp_path: Path) -> 
     report = reports / "r.json"
     report.write_text(EARLIER)
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", _KILL_DURING_WRITE, str(seen), "--static", "--json", str(report)],
-                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", _KILL_DURING_WRITE, str(seen), "--static", "--json", str(report)],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert seen.exists(), "the signal was sent while the temp file existed"
     assert done.returncode == exit_codes.FAILED, done.stdout + done.stderr
     assert time.monotonic() - t0 < 55, "the signal ended the sleep inside the write"
@@ -147,13 +155,20 @@ def test_sigterm_while_gpu_workers_hang_kills_them_and_starts_no_fresh_one(tmp_p
     two workers hang side by side in their first check; SIGTERM must end both, and no fresh worker may be
     started for the rest of their cases (which is what a dying worker normally gets)."""
     env = _env(VERIFY_FAULT_INJECT="selftest.first:hang,selftest_peer.only:hang", TMPDIR=str(tmp_path))
-    proc = subprocess.Popen([sys.executable, "-c", _HANGING_GROUPS], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HANGING_GROUPS],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     workers: list[int] = []
     try:
+
         def two_workers() -> bool:
             workers[:] = _children(proc.pid)
             return len(workers) == 2
+
         wait_for(two_workers, 60, "two worker processes")
         time.sleep(2)  # both are inside their hanging check by now (a worker starts in well under a second)
         t0 = time.monotonic()
@@ -188,7 +203,8 @@ def test_sigterm_during_verify_bench_writes_nothing(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == exit_codes.FAILED and elapsed < 20, (proc.returncode, elapsed, stderr)
-    assert stderr.splitlines() == ["verify bench: interrupted by SIGTERM; no results written or left half-written"
-                                   " (exit 1)"], stderr
+    assert stderr.splitlines() == [
+        "verify bench: interrupted by SIGTERM; no results written or left half-written (exit 1)"
+    ], stderr
     # no bench.json, no temp file; the --out folder the run made is removed again (verify/runtime/out_dirs.py)
     assert not out.exists() or list(out.iterdir()) == []

@@ -21,7 +21,9 @@ from verify.runtime import exit_codes
 DOCKERFILE = DOCKERFILE_PATH.read_text()
 
 
-def test_an_extension_that_crashes_or_hangs_on_import_is_one_fail_and_the_report_is_written(tmp_path: Path) -> None:
+def test_an_extension_that_crashes_or_hangs_on_import_is_one_fail_and_the_report_is_written(
+    tmp_path: Path,
+) -> None:
     mods = tmp_path / "mods"
     mods.mkdir()
     (mods / "amp_C.py").write_text("import os\nos.abort()  # a .so that dies while loading\n")
@@ -52,9 +54,14 @@ def test_every_shipped_target_runs_as_a_numeric_non_root_user() -> None:
         assert users and users[-1] == "${APP_UID}", target
         assert "APP_UID" in body.args(), f"{target}: USER ${{APP_UID}} would be empty"
         useradd = body  # the stage that creates the user: the target itself or the nearest stage it stands on
-        while 'useradd --create-home --uid "$APP_UID"' not in useradd.with_scripts() and useradd.parent in stages:
+        while (
+            'useradd --create-home --uid "$APP_UID"' not in useradd.with_scripts()
+            and useradd.parent in stages
+        ):
             useradd = stages[useradd.parent]
-        assert 'useradd --create-home --uid "$APP_UID"' in useradd.with_scripts() and "APP_UID" in useradd.args(), target
+        assert (
+            'useradd --create-home --uid "$APP_UID"' in useradd.with_scripts() and "APP_UID" in useradd.args()
+        ), target
 
 
 def test_the_builder_is_given_every_provenance_input() -> None:
@@ -62,9 +69,13 @@ def test_the_builder_is_given_every_provenance_input() -> None:
     the source came from (git URL@resolved commit), the base image and its digest, the wheel hashes."""
     stage = dockerfile().stages["apex-build"]
     body = stage.text
-    for flag, source in (("--apex-ref", '"$APEX_REF"'), ("--apex-source", '"$(cat /src/apex-source.txt)"'),
-                         ("--base-image", '"$BASE_DEVEL_IMAGE"'), ("--base-image-digest", '"$BASE_DEVEL_DIGEST"'),
-                         ("--wheel-hashes", "/opt/apex/inputs/wheels.sha256")):
+    for flag, source in (
+        ("--apex-ref", '"$APEX_REF"'),
+        ("--apex-source", '"$(cat /src/apex-source.txt)"'),
+        ("--base-image", '"$BASE_DEVEL_IMAGE"'),
+        ("--base-image-digest", '"$BASE_DEVEL_DIGEST"'),
+        ("--wheel-hashes", "/opt/apex/inputs/wheels.sha256"),
+    ):
         assert f"{flag} {source}" in body, flag
     for arg in ("APEX_REF", "BASE_DEVEL_IMAGE", "BASE_DEVEL_DIGEST"):
         assert arg in stage.args(), f"{arg} is not declared in apex-build: it would be empty"

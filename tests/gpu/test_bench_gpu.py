@@ -19,10 +19,15 @@ pytestmark = [
 ]
 
 
-
 def test_quick_bench_runs_every_stage_and_kernel(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "verify", "bench", "--quick", "--no-plots", "--out", str(tmp_path)],
-                          cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "verify", "bench", "--quick", "--no-plots", "--out", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads((tmp_path / "bench.json").read_text())
     assert doc["timer"] == "cuda_events" and doc["environment"]["headline"]["gpu"]

@@ -35,8 +35,9 @@ def token(monkeypatch) -> str:
 
 def _layer(**kwargs):
     seed = random.SystemRandom().randrange(2**31)
-    results = run_distributed_layer(requested=True, device_count=COUNT, usable_modules=_usable(), seed=seed,
-                                    **kwargs)
+    results = run_distributed_layer(
+        requested=True, device_count=COUNT, usable_modules=_usable(), seed=seed, **kwargs
+    )
     for check in results.checks:
         print(f"{check.status.value:4} {check.id}: {check.summary}")
     print(f"seed {seed}; block: {results.block and {k: results.block[k] for k in ('world_size', 'wall_s')}}")

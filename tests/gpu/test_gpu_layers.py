@@ -27,11 +27,27 @@ USABLE = importable(("amp_C", "fused_layer_norm_cuda"))
 def compiled_apex() -> None:
     """On a GPU host a missing or broken Apex build is a finding of this tier: every test fails, none skips."""
     if USABLE != {"amp_C", "fused_layer_norm_cuda"}:
-        pytest.fail(f"a GPU host with an Apex that lacks its CUDA extensions (importable: {sorted(USABLE)}): "
-                    "the gpu tier needs Apex built with APEX_CPP_EXT=1 APEX_CUDA_EXT=1")
+        pytest.fail(
+            f"a GPU host with an Apex that lacks its CUDA extensions (importable: {sorted(USABLE)}): "
+            "the gpu tier needs Apex built with APEX_CPP_EXT=1 APEX_CUDA_EXT=1"
+        )
 
-TIMING_KEYS = {"kernel", "case", "device", "fused", "natives", "kernel_time", "host_inclusive", "winner", "verdict",
-               "rounds", "bootstrap", "device_load", "host"}  # host: the timing host's conditions
+
+TIMING_KEYS = {
+    "kernel",
+    "case",
+    "device",
+    "fused",
+    "natives",
+    "kernel_time",
+    "host_inclusive",
+    "winner",
+    "verdict",
+    "rounds",
+    "bootstrap",
+    "device_load",
+    "host",
+}  # host: the timing host's conditions
 
 
 def test_full_gpu_layers_all_pass(monkeypatch):
@@ -49,14 +65,18 @@ def test_full_gpu_layers_all_pass(monkeypatch):
     timing = [c for c in results.checks if c.layer == "timing" and c.name != "device_load"]
     assert len(parity) == 20 and all(c.status is Status.PASS for c in parity)
     assert len(timing) == 5 and all(c.status is Status.INFO for c in timing)
-    load = next(c for c in results.checks if c.id == "timing.device_load")  # an idle GPU: INFO, nothing withheld
+    load = next(
+        c for c in results.checks if c.id == "timing.device_load"
+    )  # an idle GPU: INFO, nothing withheld
     assert load.status is Status.INFO and "withheld" not in load.summary, load.summary
     assert len(results.timings) == 5 and all(set(t) == TIMING_KEYS for t in results.timings)
     for t in results.timings:  # both figures measured, each with a winner, on the named device
         assert t["device"].startswith("cuda:0 (")
         assert all(t["winner"][f] in ("fused", "native", "tie") for f in ("kernel_time", "host_inclusive"))
         assert "marker kernel" in t["fused"]["kernel_time"]["method"]
-    assert all(c.details["seed"] == seed for c in results.checks if c.name != "device_load")  # it draws no inputs
+    assert all(
+        c.details["seed"] == seed for c in results.checks if c.name != "device_load"
+    )  # it draws no inputs
     # the 30 s target is shown by verify's own printed timing (reports/), not asserted here
 
 
@@ -72,8 +92,9 @@ def test_the_smoke_check_runs_on_a_real_device():
 
 def test_a_crash_and_an_oom_stay_in_their_checks(monkeypatch):
     monkeypatch.setenv(FAULT_ENV, "fused_adam.adam.fp32:crash,fused_layer_norm.affine.bf16:oom")
-    results = run_gpu_layers(seed=5, check_timeout_s=120.0, usable_modules=USABLE,
-                             groups=("parity_adam", "parity_norm"))
+    results = run_gpu_layers(
+        seed=5, check_timeout_s=120.0, usable_modules=USABLE, groups=("parity_adam", "parity_norm")
+    )
     by_name = {c.name: c for c in results.checks}
     crashed, oom = by_name["fused_adam.adam.fp32"], by_name["fused_layer_norm.affine.bf16"]
     assert crashed.status is Status.FAIL and "SIGABRT" in crashed.summary

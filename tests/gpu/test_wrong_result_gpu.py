@@ -31,17 +31,37 @@ WRAPPER = Path(__file__).resolve().parent / "wrong_result"
 def compiled_apex() -> None:
     usable = importable(("amp_C", "fused_layer_norm_cuda"))
     if usable != {"amp_C", "fused_layer_norm_cuda"}:
-        pytest.fail(f"a GPU host with an Apex that lacks its CUDA extensions (importable: {sorted(usable)}): "
-                    "the gpu tier needs Apex built with APEX_CPP_EXT=1 APEX_CUDA_EXT=1")
+        pytest.fail(
+            f"a GPU host with an Apex that lacks its CUDA extensions (importable: {sorted(usable)}): "
+            "the gpu tier needs Apex built with APEX_CPP_EXT=1 APEX_CUDA_EXT=1"
+        )
 
 
 def _verify(tmp_path: Path, wrong: str) -> tuple[int, dict[str, dict]]:
     report = tmp_path / f"wrong-{wrong or 'none'}.json"
-    env = dict(os.environ, VERIFY_TEST_WRONG_RESULT=wrong,
-               PYTHONPATH=os.pathsep.join([str(WRAPPER), str(REPO), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-m", "verify", "--json", str(report), "--seed",
-                           str(random.SystemRandom().randrange(2**31)), "--quiet"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900, check=False)
+    env = dict(
+        os.environ,
+        VERIFY_TEST_WRONG_RESULT=wrong,
+        PYTHONPATH=os.pathsep.join([str(WRAPPER), str(REPO), os.environ.get("PYTHONPATH", "")]),
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verify",
+            "--json",
+            str(report),
+            "--seed",
+            str(random.SystemRandom().randrange(2**31)),
+            "--quiet",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     print(done.stdout[-4000:], done.stderr[-2000:])
     data = json.loads(report.read_text())
     return done.returncode, {c["id"]: c for c in data["checks"]}

@@ -109,7 +109,9 @@ def make_project(root: Path, *, broken: bool = False, style: str = "env") -> Pat
     (root / "apex_c.c").write_text(C_MODULE % ("apex_C", "apex_C") + ("syntax error here;" if broken else ""))
     (root / "xentropy.c").write_text(C_MODULE % ("xentropy_cuda", "xentropy_cuda"))
     (root / "probe.c").write_text(C_MODULE % ("_probe", "_probe"))
-    plain = 'from setuptools import Extension, setup\nsetup(name="tinyext", version="0.1", packages=["apex"])\n'
+    plain = (
+        'from setuptools import Extension, setup\nsetup(name="tinyext", version="0.1", packages=["apex"])\n'
+    )
     (root / "setup.py").write_text({"env": SETUP_ENV, "argv": SETUP_ARGV, "none": plain}[style])
     return root
 
@@ -125,15 +127,23 @@ def run_builder(*argv: str, env: dict[str, str] | None = None) -> subprocess.Com
     )
 
 
-def build(tmp_path: Path, flags: dict[str, str], *extra: str, broken: bool = False, style: str = "env",
-          env: dict[str, str] | None = None) -> tuple[int, Path]:
+def build(
+    tmp_path: Path,
+    flags: dict[str, str],
+    *extra: str,
+    broken: bool = False,
+    style: str = "env",
+    env: dict[str, str] | None = None,
+) -> tuple[int, Path]:
     src = make_project(tmp_path / "src", broken=broken, style=style)
     out = tmp_path / "out"
     request = build_request.parse(["--apex-src", str(src), "--out", str(out), "--cell", "c1", *extra])
     env = {**os.environ, **(env or {})}
     versions = {"torch": "2.13.0+cpu", "python": "3", "nvcc_path": shutil.which("nvcc") or "nvcc"}
     started = dt.datetime.now(dt.timezone.utc)
-    code = apex_builder.build_and_gate(request, BuildInputs.of(src, flags), BuildTools(versions), env, started)
+    code = apex_builder.build_and_gate(
+        request, BuildInputs.of(src, flags), BuildTools(versions), env, started
+    )
     return code, out
 
 
@@ -145,13 +155,22 @@ def test_flags_none_and_extras() -> None:
     assert build_inputs.parse_flags("none", None) == {}
     assert build_inputs.parse_flags("APEX_CPP_EXT=1 APEX_CUDA_EXT=0", None) == {"APEX_CPP_EXT": "1"}
     flags = build_inputs.parse_flags("APEX_CPP_EXT,APEX_CUDA_EXT", "xentropy,fast_layer_norm")
-    assert flags == {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1", "APEX_XENTROPY": "1", "APEX_FAST_LAYER_NORM": "1"}
+    assert flags == {
+        "APEX_CPP_EXT": "1",
+        "APEX_CUDA_EXT": "1",
+        "APEX_XENTROPY": "1",
+        "APEX_FAST_LAYER_NORM": "1",
+    }
     assert module_map.modules_for_flags(build_inputs.parse_flags("none", None)) == ()
 
 
 @pytest.mark.parametrize(
     ("flags", "extras", "needle"),
-    [("APEX_CUDA_EX=1", None, "did you mean 'APEX_CUDA_EXT'"), ("none", "xentropi", "APEX_XENTROPY"), ("APEX_CPP_EXT=2", None, "KEY=1")],
+    [
+        ("APEX_CUDA_EX=1", None, "did you mean 'APEX_CUDA_EXT'"),
+        ("none", "xentropi", "APEX_XENTROPY"),
+        ("APEX_CPP_EXT=2", None, "KEY=1"),
+    ],
 )
 def test_bad_flags_exit_2(flags: str | None, extras: str | None, needle: str) -> None:
     with pytest.raises(ToolchainError) as stop:
@@ -208,8 +227,9 @@ def test_build_py_wheel_defaults_to_the_core_flags_of_compat_toml(tmp_path: Path
     no_archs = {"TORCH_CUDA_ARCH_LIST": ""}
     proc = run_build("wheel", "--apex-src", str(src), "--out", str(tmp_path / "o"), env=no_archs)
     assert proc.returncode == exit_codes.USAGE and "--archs is required" in proc.stderr, proc.stderr
-    proc = run_build("wheel", "--apex-src", str(src), "--out", str(tmp_path / "o"), "--flags", "APEX_CPP_EXT",
-                     env=no_archs)  # an explicit --flags still wins over the default
+    proc = run_build(
+        "wheel", "--apex-src", str(src), "--out", str(tmp_path / "o"), "--flags", "APEX_CPP_EXT", env=no_archs
+    )  # an explicit --flags still wins over the default
     assert proc.returncode != exit_codes.USAGE, proc.stderr
     assert "--archs is required" not in proc.stderr and "--flags not given" not in proc.stderr
 
@@ -217,11 +237,22 @@ def test_build_py_wheel_defaults_to_the_core_flags_of_compat_toml(tmp_path: Path
 def test_cli_missing_nvcc_exit_3(tmp_path: Path) -> None:
     src = make_project(tmp_path / "src")
     result = run_builder(
-        "--apex-src", str(src), "--out", str(tmp_path / "o"), "--archs", "9.0", "--flags", CORE_FLAGS,
+        "--apex-src",
+        str(src),
+        "--out",
+        str(tmp_path / "o"),
+        "--archs",
+        "9.0",
+        "--flags",
+        CORE_FLAGS,
         env={"CUDA_HOME": str(tmp_path / "no-cuda")},
     )
     assert result.returncode == exit_codes.ENVIRONMENT, result.stderr
-    assert "nvcc not found" in result.stderr and "CUDA_HOME" in result.stderr and "Traceback" not in result.stderr
+    assert (
+        "nvcc not found" in result.stderr
+        and "CUDA_HOME" in result.stderr
+        and "Traceback" not in result.stderr
+    )
     assert not (tmp_path / "o" / "build-manifest.json").exists()
 
 
@@ -268,7 +299,9 @@ def test_manifest_matches_the_contract(tmp_path: Path) -> None:
     assert manifest["cell"] == "c1" and manifest["apex"]["version"] == "0.1"
     assert manifest["parallelism"]["max_jobs"] >= 1 and manifest["parallelism"]["reason"]
     build_info = manifest["build"]
-    assert build_info["wall_s"] > 0 and build_info["peak_rss_mb"] > 0 and len(build_info["wheel_sha256"]) == 64
+    assert (
+        build_info["wall_s"] > 0 and build_info["peak_rss_mb"] > 0 and len(build_info["wheel_sha256"]) == 64
+    )
     assert (out / build_info["wheel"]).is_file() and (out / "apex-build.log").read_text()
     assert not list(out.glob(".wheel-*")), "the staging directory is removed"
 
@@ -310,7 +343,10 @@ def test_skip_warnings_and_missing_modules_from_log_lines() -> None:
         "building 'apex_C' extension",
     ]
     assert build_outputs.skipped_extensions(log) == [
-        {"module": "cudnn_gbn_lib", "warning": "Skip `--cudnn_gbn` as it requires cuDNN 8500 or later, but cuDNN is not available"}
+        {
+            "module": "cudnn_gbn_lib",
+            "warning": "Skip `--cudnn_gbn` as it requires cuDNN 8500 or later, but cuDNN is not available",
+        }
     ]
     expected = list(module_map.modules_for_flags({"APEX_CPP_EXT": "1", "APEX_CUDNN_GBN": "1"}))
     missing = build_outputs.missing_modules(expected, ["apex_C"], log)
@@ -337,7 +373,9 @@ def test_wheel_hashes_from_sha256sum(tmp_path: Path) -> None:
 
 def test_static_gate_requires_only_the_features_this_build_promises() -> None:
     def gate(flags: str) -> str:
-        return static_gate.gate_required(list(module_map.modules_for_flags(build_inputs.parse_flags(flags, None))))
+        return static_gate.gate_required(
+            list(module_map.modules_for_flags(build_inputs.parse_flags(flags, None)))
+        )
 
     assert gate(CORE_FLAGS) == ",".join(module_map.default_required_features())  # the core CUDA build: all
     assert gate("none") == "" and gate("APEX_CPP_EXT") == ""  # nothing fused promised: only expected_modules
@@ -373,8 +411,10 @@ def _copies_of_facts(source: str, core: set[str], index_host: str) -> list[str]:
 def test_the_builder_holds_no_copy_of_compat_facts() -> None:
     facts = compat.load()
     core, host = set(facts.apex_core_flags), urllib.parse.urlsplit(facts.index_url_pattern).netloc
-    copies = {path.name: _copies_of_facts(path.read_text(), core, host)
-              for path in sorted((REPO / "toolchain" / "builder").glob("*.py"))}
+    copies = {
+        path.name: _copies_of_facts(path.read_text(), core, host)
+        for path in sorted((REPO / "toolchain" / "builder").glob("*.py"))
+    }
     assert {name: found for name, found in copies.items() if found} == {}
     # the check itself finds the copies this file once had
     assert _copies_of_facts('DEFAULT_FLAGS = {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"}', core, host)
@@ -412,8 +452,22 @@ def test_a_second_builder_on_the_same_out_is_refused_while_the_first_holds_it(tm
     out.mkdir()
     held = apex_builder._lock_out(out)
     try:
-        done = subprocess.run([sys.executable, str(REPO / "build.py"), "wheel", "--apex-src", str(src), "--out",
-                               str(out), "--archs", "9.0"], capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(REPO / "build.py"),
+                "wheel",
+                "--apex-src",
+                str(src),
+                "--out",
+                str(out),
+                "--archs",
+                "9.0",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         os.close(held)
     assert done.returncode == 2, done.stdout + done.stderr
@@ -439,8 +493,10 @@ def test_an_nvcc_that_cannot_compile_is_the_environment_before_the_build(tmp_pat
         return
     nvcc = tmp_path / "nvcc"
     body = "exit 0" if stub.startswith("exit 0") else "echo 'nvcc fatal : garbage' >&2; exit 1"
-    nvcc.write_text(f"#!/bin/sh\ncase \"$1\" in --version) echo 'Cuda compilation tools, release 13.0, V13.0.88';; "
-                    f"*) {body};; esac\n")
+    nvcc.write_text(
+        f"#!/bin/sh\ncase \"$1\" in --version) echo 'Cuda compilation tools, release 13.0, V13.0.88';; "
+        f"*) {body};; esac\n"
+    )
     nvcc.chmod(0o755)
     assert build_tools.nvcc_version(nvcc) == ("13.0", "13.0.88")  # it passes the version check
     with pytest.raises(EnvironmentUnavailable, match="cannot compile a one-line kernel") as caught:

@@ -57,7 +57,9 @@ def test_tag_2504_reads_argv_switches(tag2504: Path) -> None:
     assert setup.style == apex_setup.ARGV and setup.env_vars == ()
     assert "reads '--cpp_ext'/'--cuda_ext' from sys.argv" in setup.evidence
     assert setup.parallel == apex_setup.ARGV  # `--parallel N` on its argv, no APEX_PARALLEL_BUILD
-    assert setup.speaks("APEX_FMHA", "--fmha") and setup.speaks("APEX_GPU_DIRECT_STORAGE", "--gpu_direct_storage")
+    assert setup.speaks("APEX_FMHA", "--fmha") and setup.speaks(
+        "APEX_GPU_DIRECT_STORAGE", "--gpu_direct_storage"
+    )
 
 
 @pytest.mark.parametrize("tree", ["head", "tag2504"])
@@ -74,14 +76,27 @@ def test_module_map_agrees_with_each_setup_py(tree: str, request: pytest.Fixture
 
 def test_legacy_apis_of_each_tree_are_named(head: Path, tag2504: Path, tmp_path: Path) -> None:
     """verify's identity layer on the two real Apex packages (file reads only, no GPU)."""
+
     def legacy(tree: Path) -> dict[str, bool]:
         code = "import json; from verify import identity; print(json.dumps(identity.locate()['legacy_apis']))"
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
-                              env={**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{REPO}"}, cwd=tmp_path)
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{REPO}"},
+            cwd=tmp_path,
+        )
         return json.loads(done.stdout)
 
     old = legacy(tag2504)
-    assert old["apex.amp"] and old["apex.parallel"] and old["apex.contrib.fmha"] and old["apex.contrib.multihead_attn"]
+    assert (
+        old["apex.amp"]
+        and old["apex.parallel"]
+        and old["apex.contrib.fmha"]
+        and old["apex.contrib.multihead_attn"]
+    )
     assert old["apex.contrib.gpu_direct_storage"] and old["apex.transformer"]
     assert not any(legacy(head).values())
 
@@ -105,8 +120,18 @@ def test_hardcoded_compute_70_refused_for_nvcc_13_only(head: Path, tag2504: Path
 
 
 def test_builder_refuses_flags_a_tree_lacks(head: Path, tag2504: Path, tmp_path: Path) -> None:
-    result = run_builder("--apex-src", str(head), "--out", str(tmp_path / "o"), "--archs", "9.0",
-                         "--flags", ",".join(CORE), "--extras", "fmha")
+    result = run_builder(
+        "--apex-src",
+        str(head),
+        "--out",
+        str(tmp_path / "o"),
+        "--archs",
+        "9.0",
+        "--flags",
+        ",".join(CORE),
+        "--extras",
+        "fmha",
+    )
     assert result.returncode == exit_codes.USAGE and "Traceback" not in result.stderr
     assert "APEX_FMHA (--fmha)" in result.stderr and "ENV_TO_FLAG has no APEX_FMHA" in result.stderr
     assert "removed in 526871a2" in result.stderr
@@ -144,26 +169,35 @@ def test_all_contrib_becomes_every_switch_of_the_argv_tree(tag2504: Path) -> Non
 
 def test_real_pip_forwards_every_argv_switch(tmp_path: Path) -> None:
     """setup.py sees each switch on its argv only if pip and setuptools forward every --config-settings."""
-    code, out = build(tmp_path, {"APEX_CPP_EXT": "1", "APEX_XENTROPY": "1"}, style="argv",
-                      env={"APEX_PARALLEL_BUILD": "2"})
+    code, out = build(
+        tmp_path, {"APEX_CPP_EXT": "1", "APEX_XENTROPY": "1"}, style="argv", env={"APEX_PARALLEL_BUILD": "2"}
+    )
     assert code == exit_codes.OK
     manifest = json.loads((out / "build-manifest.json").read_text())
     assert manifest["built_modules"] == ["apex._probe", "apex_C", "xentropy_cuda"]
     assert manifest["flag_style"]["style"] == "argv"
     assert manifest["flag_style"]["pip_options"] == [
-        "--use-pep517", "--config-settings=--build-option=--cpp_ext", "--config-settings=--build-option=--xentropy",
-        "--config-settings=--build-option=--parallel", "--config-settings=--build-option=2",
+        "--use-pep517",
+        "--config-settings=--build-option=--cpp_ext",
+        "--config-settings=--build-option=--xentropy",
+        "--config-settings=--build-option=--parallel",
+        "--config-settings=--build-option=2",
     ]
     assert "tiny setup.py: --parallel 2" in (out / "apex-build.log").read_text()
 
 
-def test_argv_build_with_nothing_built_names_the_cause_once(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+def test_argv_build_with_nothing_built_names_the_cause_once(
+    tmp_path: Path, capfd: pytest.CaptureFixture
+) -> None:
     code, out = build(tmp_path, {"APEX_CUDA_EXT": "1"}, style="argv")
     assert code == exit_codes.FAILED
     captured = capfd.readouterr()
     err = captured.err
     assert "none of the 1 expected modules is in the wheel: setup.py at this ref reads argv switches" in err
-    assert "the builder passed --cuda_ext as pip --config-settings=--build-option=..., one setting per switch" in err
+    assert (
+        "the builder passed --cuda_ext as pip --config-settings=--build-option=..., one setting per switch"
+        in err
+    )
     assert "- expected module amp_C (flag APEX_CUDA_EXT) is not in the wheel" in err
     lines = [line for line in (captured.out + err).splitlines() if line.startswith("[apex-builder]")]
     assert len(lines) == len(set(lines)), "a builder line was printed twice"
@@ -180,7 +214,9 @@ def test_env_build_prints_each_missing_module_once(tmp_path: Path, capfd: pytest
 
 def test_cause_when_setup_py_compiled_nothing() -> None:
     log = ["$ python -m pip wheel ... --config-settings=--build-option=--cpp_ext", "running bdist_wheel"]
-    cause = build_outputs.nothing_built_cause("argv", "setup.py line 114 reads '--cpp_ext'", "--cpp_ext as ...", log, "b.log")
+    cause = build_outputs.nothing_built_cause(
+        "argv", "setup.py line 114 reads '--cpp_ext'", "--cpp_ext as ...", log, "b.log"
+    )
     assert cause.startswith("setup.py at this ref reads argv switches (setup.py line 114")
     assert "setup.py compiled nothing" in cause and "the switches never reached it" in cause
     assert "the pip command is log line 1" in cause

@@ -47,7 +47,10 @@ def test_pre_26bba57d_tags_on_cuda_13_are_refused_with_the_fix(ref: str) -> None
     ("overrides", "why"),
     [
         ({"cuda": "12.8", "torch": "2.11", "apex_ref": "25.04"}, "CUDA 12.8 still compiles sm_70"),
-        ({"cuda": "13.0", "torch": "2.11", "apex_ref": "25.04", "apex_flags": "APEX_CPP_EXT"}, "no nvcc compile"),
+        (
+            {"cuda": "13.0", "torch": "2.11", "apex_ref": "25.04", "apex_flags": "APEX_CPP_EXT"},
+            "no nvcc compile",
+        ),
         ({"cuda": "13.0", "torch": "2.11", "apex_ref": HEAD[:7]}, "upstream dropped the hard-coded archs"),
         ({"cuda": "13.0", "torch": "2.11", "apex_ref": "master"}, "a branch is left to the builder"),
         ({"cuda": "13.0", "torch": "2.11", "apex_ref": "25.10"}, "a tag after the known failure"),
@@ -59,7 +62,9 @@ def test_possible_pairs_pass(overrides: dict[str, str], why: str) -> None:
 
 def test_torch_without_an_older_cuda_gets_the_ref_fix_only() -> None:
     # facts where torch 2.11 ships cu130 alone: no CUDA to fall back to, so the fix is the Apex ref
-    only_13 = dataclasses.replace(FACTS, torch={**FACTS.torch, "2.11": dataclasses.replace(FACTS.torch["2.11"], cuda=("13.0",))})
+    only_13 = dataclasses.replace(
+        FACTS, torch={**FACTS.torch, "2.11": dataclasses.replace(FACTS.torch["2.11"], cuda=("13.0",))}
+    )
     with pytest.raises(MatrixError) as stop:
         cli_cell({**BASE, "cuda": "13.0", "torch": "2.11", "apex_ref": "24.04"}, facts=only_13)
     assert "use --cuda" not in str(stop.value) and f"use --apex-ref {HEAD[:12]}" in str(stop.value)
@@ -77,15 +82,22 @@ def test_extras_a_ref_lacks_are_refused() -> None:
 
 def test_matrix_file_refuses_the_pair_with_the_cell_named(tmp_path: Path) -> None:
     path = tmp_path / "m.toml"
-    path.write_text('[defaults]\npython = "3.12"\narchs = ["9.0"]\n\n'
-                    '[cells.ngc]\ncuda = "13.0"\ntorch = "2.11"\napex_ref = "24.04"\n\n'
-                    '[cells.ok]\ncuda = "12.8"\ntorch = "2.11"\napex_ref = "24.04"\n')
+    path.write_text(
+        '[defaults]\npython = "3.12"\narchs = ["9.0"]\n\n'
+        '[cells.ngc]\ncuda = "13.0"\ntorch = "2.11"\napex_ref = "24.04"\n\n'
+        '[cells.ok]\ncuda = "12.8"\ntorch = "2.11"\napex_ref = "24.04"\n'
+    )
     with pytest.raises(MatrixError) as stop:
         load_matrix(path, facts=FACTS)
     assert len(stop.value.problems) == 1 and stop.value.problems[0].cell == "cell ngc"
     assert 'use cuda = "12.8" in [cells.ngc]' in str(stop.value)
-    done = subprocess.run([sys.executable, "build.py", "validate", "--matrix", str(path)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "build.py", "validate", "--matrix", str(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == exit_codes.USAGE and "Traceback" not in done.stderr
     assert "cell ngc: Apex 24.04 does not compile against CUDA 13.0" in done.stderr
 

@@ -36,8 +36,9 @@ def read_rules(text: str) -> dict[str, Rule]:
             break
         room, may, third = (cell.strip() for cell in line.strip("|").split("|"))
         names = lambda cell: frozenset(re.findall(r"`([^`]+)`", cell))  # noqa: E731
-        rules[room.strip("`")] = Rule(room.strip("`"), names(may),
-                                      frozenset(t.strip() for t in third.split(",") if t.strip()))
+        rules[room.strip("`")] = Rule(
+            room.strip("`"), names(may), frozenset(t.strip() for t in third.split(",") if t.strip())
+        )
     return rules
 
 
@@ -95,15 +96,21 @@ def violations(root: Path, rules: dict[str, Rule]) -> list[str]:
                 out += _project_import_problems(f"{rel}:{line}", module, name, own, rule, rooms, root)
             elif top in ("build", "tests"):
                 out.append(f"{rel}:{line}: imports {module}")
-            elif "*" not in rule.third_party and not (top in STDLIB and "stdlib" in rule.third_party) \
-                    and top not in rule.third_party:
-                out.append(f"{rel}:{line}: {own} may not import {top} (third-party allowed: "
-                           f"{', '.join(sorted(rule.third_party)) or 'none'})")
+            elif (
+                "*" not in rule.third_party
+                and not (top in STDLIB and "stdlib" in rule.third_party)
+                and top not in rule.third_party
+            ):
+                out.append(
+                    f"{rel}:{line}: {own} may not import {top} (third-party allowed: "
+                    f"{', '.join(sorted(rule.third_party)) or 'none'})"
+                )
     return out
 
 
-def _project_import_problems(where: str, module: str, name: str | None, own: str, rule: Rule, rooms: set[str],
-                             root: Path) -> list[str]:
+def _project_import_problems(
+    where: str, module: str, name: str | None, own: str, rule: Rule, rooms: set[str], root: Path
+) -> list[str]:
     """An import of verify/ or toolchain/ outside `own`'s row (or of a module in no room)."""
     target = None
     if name is not None:  # `from verify import messages` names a module, `from verify import X` a value
@@ -122,8 +129,14 @@ RULES = read_rules(DOC.read_text())
 
 
 def test_the_table_is_read_whole() -> None:
-    assert {"verify/runtime/", "verify/layers/", "verify/report/", "verify/timing/", "toolchain/builder/",
-            "build.py"} <= set(RULES)
+    assert {
+        "verify/runtime/",
+        "verify/layers/",
+        "verify/report/",
+        "verify/timing/",
+        "toolchain/builder/",
+        "build.py",
+    } <= set(RULES)
     assert RULES["verify/runtime/"].may_import == frozenset()
     assert "*" not in RULES["toolchain/builder/"].third_party
 
@@ -138,16 +151,27 @@ def test_every_room_of_the_table_exists() -> None:
     assert missing == []
 
 
-@pytest.mark.parametrize(("file", "source", "expected"), [
-    ("verify/runtime/bad.py", "from verify.layers import arch\n", "verify/runtime/ may not import verify/layers/"),
-    ("verify/runtime/bad.py", "def f():\n    import toolchain.errors\n", "may not import toolchain/errors.py"),
-    ("verify/layers/bad.py", "import docker\n", "may not import docker"),
-    ("toolchain/builder/bad.py", "import tomllib\n", "may not import tomllib"),
-    ("toolchain/builder/bad.py", "from toolchain.spec import compat\n", "may not import toolchain/spec/"),
-    ("verify/bench/bad.py", "from verify import cli\n", "verify/bench/ may not import verify/cli.py"),
-    ("verify/stray.py", "import os\n", "in no room of the table"),
-    ("verify/layers/bad.py", "from . import arch\n", "relative import"),
-])
+@pytest.mark.parametrize(
+    ("file", "source", "expected"),
+    [
+        (
+            "verify/runtime/bad.py",
+            "from verify.layers import arch\n",
+            "verify/runtime/ may not import verify/layers/",
+        ),
+        (
+            "verify/runtime/bad.py",
+            "def f():\n    import toolchain.errors\n",
+            "may not import toolchain/errors.py",
+        ),
+        ("verify/layers/bad.py", "import docker\n", "may not import docker"),
+        ("toolchain/builder/bad.py", "import tomllib\n", "may not import tomllib"),
+        ("toolchain/builder/bad.py", "from toolchain.spec import compat\n", "may not import toolchain/spec/"),
+        ("verify/bench/bad.py", "from verify import cli\n", "verify/bench/ may not import verify/cli.py"),
+        ("verify/stray.py", "import os\n", "in no room of the table"),
+        ("verify/layers/bad.py", "from . import arch\n", "relative import"),
+    ],
+)
 def test_a_broken_rule_is_found(tmp_path: Path, file: str, source: str, expected: str) -> None:
     """The scan can fail: a copy of the tree with one bad import is caught, named by file and line."""
     for top in ("verify", "toolchain"):

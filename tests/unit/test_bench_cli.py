@@ -23,8 +23,14 @@ NATIVE_STAGES = {"adam-fp32", "native-bf16", "native-tf32"}
 
 
 def _run(args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "verify", "bench", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "verify", "bench", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +119,9 @@ def test_markdown_has_headline_table_and_kernel_tables(smoke: dict) -> None:
     md = smoke["md"]
     assert "| 1 | Adam + FP32 |" in md and "| 5 | native: AdamW(fused)" in md
     assert "SKIP: needs FusedAdam" in md
-    assert "Copy bandwidth ceiling" in md and "### Optimizer step" in md and "### Norm forward + backward" in md
+    assert (
+        "Copy bandwidth ceiling" in md and "### Optimizer step" in md and "### Norm forward + backward" in md
+    )
     assert "CPU smoke run" in md
 
 
@@ -148,10 +156,14 @@ def test_no_plots_and_stage_selection(tmp_path: Path) -> None:
         (["--frobnicate"], "--frobnicate"),
     ],
 )
-def test_bad_flags_exit_2_with_one_line(args: list[str], names: str, capsys: pytest.CaptureFixture,
-                                        tmp_path: Path) -> None:
-    code = cli.main([*args, "--device", "cpu", "--out", str(tmp_path)] if "--device" not in args else
-                    [*args, "--out", str(tmp_path)])
+def test_bad_flags_exit_2_with_one_line(
+    args: list[str], names: str, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    code = cli.main(
+        [*args, "--device", "cpu", "--out", str(tmp_path)]
+        if "--device" not in args
+        else [*args, "--out", str(tmp_path)]
+    )
     err = capsys.readouterr().err
     assert code == exit_codes.USAGE
     assert err.startswith("verify bench: error:") and err.count("\n") == 1, err

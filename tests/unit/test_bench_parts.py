@@ -28,13 +28,25 @@ def test_byte_models() -> None:
     assert micro.adam_step_bytes(1000) == 28_000
     # LayerNorm fp32, 16384 x 1024: 5 activation passes + mean/rstd written and read + 5 parameter vectors
     assert micro.norm_fwd_bwd_bytes(16384, 1024, 4, has_bias=True, stats_per_row=2) == (
-        5 * 16384 * 1024 * 4 + 2 * 2 * 16384 * 4 + 5 * 1024 * 4)
-    assert micro.norm_fwd_bwd_bytes(10, 8, 2, has_bias=False, stats_per_row=1) == 5 * 10 * 8 * 2 + 2 * 10 * 4 + 3 * 8 * 2
+        5 * 16384 * 1024 * 4 + 2 * 2 * 16384 * 4 + 5 * 1024 * 4
+    )
+    assert (
+        micro.norm_fwd_bwd_bytes(10, 8, 2, has_bias=False, stats_per_row=1)
+        == 5 * 10 * 8 * 2 + 2 * 10 * 4 + 3 * 8 * 2
+    )
     assert micro.copy_bytes_moved(2**31) == 2**32
 
 
-@pytest.mark.parametrize(("text", "value"), [("250M", 250_000_000), ("1.5e8", 150_000_000), ("2.5G", 2_500_000_000),
-                                             ("300_000_000", 300_000_000), ("64k", 64_000)])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("250M", 250_000_000),
+        ("1.5e8", 150_000_000),
+        ("2.5G", 2_500_000_000),
+        ("300_000_000", 300_000_000),
+        ("64k", 64_000),
+    ],
+)
 def test_param_counts(text: str, value: int) -> None:
     assert cli.parse_param_count(text) == value
 
@@ -97,45 +109,70 @@ def test_initial_state_is_the_same_for_every_call() -> None:
 
 @pytest.mark.parametrize("precision", ["tf32", "fp32", "bf16"])
 def test_precision_flags_are_restored(precision: str) -> None:
-    before = (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32,
-              torch.backends.cudnn.allow_tf32)
+    before = (
+        torch.get_float32_matmul_precision(),
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+    )
     with pytest.raises(RuntimeError), stages.precision_flags(precision):
         assert torch.backends.cuda.matmul.allow_tf32 is (precision == "tf32")
         assert torch.get_float32_matmul_precision() == ("high" if precision == "tf32" else "highest")
         raise RuntimeError("a stage that fails must not leave TF32 on")
-    after = (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32,
-             torch.backends.cudnn.allow_tf32)
+    after = (
+        torch.get_float32_matmul_precision(),
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+    )
     assert after == before
 
 
 def test_apex_stage_skips_with_every_distinct_reason() -> None:
-    apex = {"FusedAdam": ApexPart("FusedAdam", False, "Apex is not installed"),
-            "FusedLayerNorm": ApexPart("FusedLayerNorm", False, "extension fused_layer_norm_cuda does not import")}
+    apex = {
+        "FusedAdam": ApexPart("FusedAdam", False, "Apex is not installed"),
+        "FusedLayerNorm": ApexPart(
+            "FusedLayerNorm", False, "extension fused_layer_norm_cuda does not import"
+        ),
+    }
     cfg = _cfg()
-    run = stages.run_stage(stages.stage_by_key("fusedadam-fusedln-fp32"), cfg, torch.device("cpu"), {},
-                           torch.zeros(1), apex)
+    run = stages.run_stage(
+        stages.stage_by_key("fusedadam-fusedln-fp32"), cfg, torch.device("cpu"), {}, torch.zeros(1), apex
+    )
     assert run.status == "SKIP"
-    assert run.reason == ("needs FusedAdam: Apex is not installed; "
-                          "needs FusedLayerNorm: extension fused_layer_norm_cuda does not import")
+    assert run.reason == (
+        "needs FusedAdam: Apex is not installed; "
+        "needs FusedLayerNorm: extension fused_layer_norm_cuda does not import"
+    )
 
 
 def _timing(name: str, median: float) -> Timing:
     samples = tuple(median * f for f in (0.98, 0.99, 1.0, 1.0, 1.01, 1.02, 0.995))
-    return Timing(name=name, median_ms=median, p10_ms=median * 0.99, p90_ms=median * 1.01, min_ms=median * 0.98,
-                  iters=len(samples), device="cpu", samples=samples)
+    return Timing(
+        name=name,
+        median_ms=median,
+        p10_ms=median * 0.99,
+        p90_ms=median * 1.01,
+        min_ms=median * 0.98,
+        iters=len(samples),
+        device="cpu",
+        samples=samples,
+    )
 
 
 def test_stage_comparisons_say_who_wins_with_an_interval() -> None:
     def run(key: str, median: float) -> stages.StageRun:
         return stages.StageRun(stages.stage_by_key(key), "OK", timing=_timing(key, median), losses=[1.0])
 
-    out = stages._comparisons({"adam-fp32": run("adam-fp32", 100.0), "fusedadam-fp32": run("fusedadam-fp32", 80.0)})
+    out = stages._comparisons(
+        {"adam-fp32": run("adam-fp32", 100.0), "fusedadam-fp32": run("fusedadam-fp32", 80.0)}
+    )
     assert len(out) == 1 and out[0]["status"] == "OK" and out[0]["figure"] == "host_inclusive"
     assert out[0]["speedup"] == pytest.approx(1.25) and out[0]["winner"] == "fused"
     lo, hi = out[0]["interval"]
     assert lo < 1.25 < hi and lo > 1.1  # well outside the tie band of the host-inclusive figure
     assert out[0]["verdict"].startswith("per training step fusedadam-fp32 is 1.25x faster")
-    tie = stages._comparisons({"adam-fp32": run("adam-fp32", 100.0), "fusedadam-fp32": run("fusedadam-fp32", 99.5)})
+    tie = stages._comparisons(
+        {"adam-fp32": run("adam-fp32", 100.0), "fusedadam-fp32": run("fusedadam-fp32", 99.5)}
+    )
     assert tie[0]["winner"] == "tie" and tie[0]["verdict"].startswith("per training step they tie (1.01x")
 
 
@@ -150,8 +187,15 @@ def _norm_variants(rows: int = 64, hidden: int = 128) -> list:
 def test_compare_times_real_kernels_and_reports_bandwidth_per_figure() -> None:
     cfg = _cfg(micro_rounds=3)
     n_bytes = micro.norm_fwd_bwd_bytes(64, 128, 4, has_bias=True, stats_per_row=2)
-    item = micro._compare("FusedLayerNorm", "(64, 128) fp32", n_bytes, _norm_variants(), cfg, torch.device("cpu"),
-                          copy_gbps=10.0)
+    item = micro._compare(
+        "FusedLayerNorm",
+        "(64, 128) fp32",
+        n_bytes,
+        _norm_variants(),
+        cfg,
+        torch.device("cpu"),
+        copy_gbps=10.0,
+    )
     assert item["status"] == "OK" and item["bytes"] == n_bytes
     assert [i["name"] for i in results.implementations(item)] == ["apex FusedLayerNorm", "torch nn.LayerNorm"]
     for figure in ("kernel_time", "host_inclusive"):
@@ -169,10 +213,13 @@ def test_compare_records_a_failing_implementation() -> None:
     def broken():
         raise RuntimeError("CUDA error: no kernel image is available for execution on the device\nmore")
 
-    variants = [Variant("apex K", "fused", broken), Variant("native K", "native", lambda: (lambda: None))]
+    variants = [Variant("apex K", "fused", broken), Variant("native K", "native", lambda: lambda: None)]
     item = micro._compare("K", "case", 8, variants, cfg, torch.device("cpu"), copy_gbps=None)
     assert item["status"] == "FAIL"
-    assert item["fused"]["reason"] == "RuntimeError: CUDA error: no kernel image is available for execution on the device"
+    assert (
+        item["fused"]["reason"]
+        == "RuntimeError: CUDA error: no kernel image is available for execution on the device"
+    )
     native = item["natives"][0]
     assert native["status"] == "OK" and native["pct_of_copy"]["host_inclusive"] is None
     assert item["verdict"].startswith("no comparison: apex K FAIL (RuntimeError")
@@ -182,18 +229,37 @@ def test_markdown_renders_both_figures_and_the_winners() -> None:
     import datetime
 
     cfg = _cfg(micro_rounds=2)
-    item = micro._compare("FusedLayerNorm", "(64, 128) fp32", 1000, _norm_variants(), cfg, torch.device("cpu"),
-                          copy_gbps=200.0)
-    doc = results.build(cfg_json=cfg.to_json(), environment={"headline": {
-        "device": "cuda:0", "gpu": "H200", "torch": "2.11", "cuda": "13.0", "python": "3.12", "apex_commit": None}},
-        apex={}, timer="cuda_events", copy={"status": "OK", "bytes": 2**31, "GBps": 200.0},
+    item = micro._compare(
+        "FusedLayerNorm", "(64, 128) fp32", 1000, _norm_variants(), cfg, torch.device("cpu"), copy_gbps=200.0
+    )
+    doc = results.build(
+        cfg_json=cfg.to_json(),
+        environment={
+            "headline": {
+                "device": "cuda:0",
+                "gpu": "H200",
+                "torch": "2.11",
+                "cuda": "13.0",
+                "python": "3.12",
+                "apex_commit": None,
+            }
+        },
+        apex={},
+        timer="cuda_events",
+        copy={"status": "OK", "bytes": 2**31, "GBps": 200.0},
         stages={"baseline": None, "loss_rel_tol": 0.05, "stages": [], "comparisons": []},
-        optimizer=[], norms=[item], started=datetime.datetime(2026, 1, 1), duration_s=1.0)
+        optimizer=[],
+        norms=[item],
+        started=datetime.datetime(2026, 1, 1),
+        duration_s=1.0,
+    )
     md = results.markdown(doc)
     assert "| kernel | case | implementation | kernel ms (p10–p90) | loop ms (p10–p90) |" in md
     winners = item["winner"]
-    assert (f"- FusedLayerNorm (64, 128) fp32: {item['verdict']} (winner: kernel {winners['kernel_time']}, "
-            f"loop {winners['host_inclusive']})") in md
+    assert (
+        f"- FusedLayerNorm (64, 128) fp32: {item['verdict']} (winner: kernel {winners['kernel_time']}, "
+        f"loop {winners['host_inclusive']})"
+    ) in md
     kernel_ms = item["natives"][0]["kernel_time"]["median_ms"]
     assert f"| FusedLayerNorm | (64, 128) fp32 | torch nn.LayerNorm | {kernel_ms:.3f} (" in md
     assert "200.0 GB/s (2 GiB device-to-device copy" in md and "Bandwidth is from the kernel time" in md

@@ -16,15 +16,30 @@ from verify.runtime.atomic import write_json
 def _record() -> manifest.BuildManifest:
     return manifest.BuildManifest(
         apex={"commit": "6424da3b" * 5, "ref": "6424da3b", "source": "dir:/src", "version": "0.1"},
-        flags={"APEX_CUDA_EXT": "1"}, expected_modules=("amp_C", "fused_layer_norm_cuda"), built_modules=("amp_C",),
-        absent_at_ref=("fmhalib",), flag_style={"style": "env", "evidence": "setup.py reads os.environ"},
-        skipped_extensions=({"module": "fused_layer_norm_cuda", "warning": "nvcc not found"},), arch_list="9.0",
-        versions=manifest.Versions.from_json({"torch": "2.13.0", "torch_cuda": None, "nvcc": None, "gcc": "12.2",
-                                              "python": "3.11", "cxx11_abi": True}),
-        parallelism=manifest.Parallelism.from_json({"max_jobs": 2, "nvcc_threads": 1, "apex_parallel_build": 1,
-                                                    "reason": "2 cores"}),
-        build=manifest.BuildStats(wall_s=1.5), cell="apex-6424da3-torch2.13.0-cu13.0-py3.11-ubuntu22.04",
-        inputs={"base_image": None, "base_image_digest": None, "torch_wheel_sha256": {}})
+        flags={"APEX_CUDA_EXT": "1"},
+        expected_modules=("amp_C", "fused_layer_norm_cuda"),
+        built_modules=("amp_C",),
+        absent_at_ref=("fmhalib",),
+        flag_style={"style": "env", "evidence": "setup.py reads os.environ"},
+        skipped_extensions=({"module": "fused_layer_norm_cuda", "warning": "nvcc not found"},),
+        arch_list="9.0",
+        versions=manifest.Versions.from_json(
+            {
+                "torch": "2.13.0",
+                "torch_cuda": None,
+                "nvcc": None,
+                "gcc": "12.2",
+                "python": "3.11",
+                "cxx11_abi": True,
+            }
+        ),
+        parallelism=manifest.Parallelism.from_json(
+            {"max_jobs": 2, "nvcc_threads": 1, "apex_parallel_build": 1, "reason": "2 cores"}
+        ),
+        build=manifest.BuildStats(wall_s=1.5),
+        cell="apex-6424da3-torch2.13.0-cu13.0-py3.11-ubuntu22.04",
+        inputs={"base_image": None, "base_image_digest": None, "torch_wheel_sha256": {}},
+    )
 
 
 def test_what_the_writer_writes_the_reader_loads_into_the_same_record(tmp_path: Path) -> None:
@@ -43,7 +58,9 @@ def test_a_newer_builders_keys_ride_along_and_a_sparse_manifest_reads() -> None:
     newer = {**_record().to_json(), "sbom": {"format": "spdx"}}
     record = manifest.BuildManifest.from_json(newer)
     assert record.extra == {"sbom": {"format": "spdx"}} and record.to_json() == newer
-    sparse = manifest.BuildManifest.from_json({"manifest_version": "1", "expected_modules": ["amp_C"], "cell": None})
+    sparse = manifest.BuildManifest.from_json(
+        {"manifest_version": "1", "expected_modules": ["amp_C"], "cell": None}
+    )
     assert sparse.expected_modules == ("amp_C",) and sparse.commit is None and sparse.built_for_torch is None
 
 
@@ -54,13 +71,20 @@ def test_the_record_is_frozen() -> None:
 
 def test_the_parts_are_typed_and_keep_every_key_in_its_place() -> None:
     record = _record()
-    assert (record.versions.torch, record.versions.cxx11_abi, record.parallelism.max_jobs) == ("2.13.0", True, 2)
+    assert (record.versions.torch, record.versions.cxx11_abi, record.parallelism.max_jobs) == (
+        "2.13.0",
+        True,
+        2,
+    )
     newer = manifest.Versions.from_json({"torch": "2.13.0", "nvcc_source": "pypi", "gcc": None})
     assert newer.to_json() == {"torch": "2.13.0", "nvcc_source": "pypi", "gcc": None}
     assert list(newer.updated(gcc="12").to_json()) == ["torch", "nvcc_source", "gcc"]
     inside = record.build.updated(wheel="apex-0.1+x.whl", wheel_sha256=None)
-    assert inside.wheel_sha256 is None and inside.to_json() == {"wall_s": 1.5, "wheel": "apex-0.1+x.whl",
-                                                                 "wheel_sha256": None}
+    assert inside.wheel_sha256 is None and inside.to_json() == {
+        "wall_s": 1.5,
+        "wheel": "apex-0.1+x.whl",
+        "wheel_sha256": None,
+    }
 
 
 MANIFESTS = sorted((REPO / "reports").glob("**/build-manifest.json"))

@@ -12,12 +12,49 @@ from toolchain.builder.request import BuildRequest, Provenance
 from toolchain.commands.parser import build_parser
 from toolchain.runs.run_request import RunRequest
 
-FULL = ["--apex-src", "~/apex", "--out", "dist", "--archs", "8.0;9.0+PTX", "--flags", "APEX_CPP_EXT",
-        "--extras", "xentropy", "--jobs", "8", "--nvcc-threads", "2", "--memory-gib", "32.5", "--no-ccache",
-        "--no-cuda-from-pypi", "--cuda-prefix", "/opt/cuda", "--no-gate", "--ignore-hardcoded-archs", "--install",
-        "--naive", "--keep-build-dir", "--cell", "c1", "--apex-ref", "25.09", "--apex-source", "git+x@y",
-        "--apex-commit", "abc", "--base-image", "base:1", "--base-image-digest", "sha256:00",
-        "--wheel-hashes", "a.sha256", "--wheel-hashes", "b.sha256"]
+FULL = [
+    "--apex-src",
+    "~/apex",
+    "--out",
+    "dist",
+    "--archs",
+    "8.0;9.0+PTX",
+    "--flags",
+    "APEX_CPP_EXT",
+    "--extras",
+    "xentropy",
+    "--jobs",
+    "8",
+    "--nvcc-threads",
+    "2",
+    "--memory-gib",
+    "32.5",
+    "--no-ccache",
+    "--no-cuda-from-pypi",
+    "--cuda-prefix",
+    "/opt/cuda",
+    "--no-gate",
+    "--ignore-hardcoded-archs",
+    "--install",
+    "--naive",
+    "--keep-build-dir",
+    "--cell",
+    "c1",
+    "--apex-ref",
+    "25.09",
+    "--apex-source",
+    "git+x@y",
+    "--apex-commit",
+    "abc",
+    "--base-image",
+    "base:1",
+    "--base-image-digest",
+    "sha256:00",
+    "--wheel-hashes",
+    "a.sha256",
+    "--wheel-hashes",
+    "b.sha256",
+]
 
 
 def test_every_option_is_a_field() -> None:
@@ -53,12 +90,41 @@ def test_json_round_trip() -> None:
 
 def test_run_request_from_each_command_that_builds() -> None:
     parser = build_parser()
-    image = RunRequest.from_args(parser.parse_args(
-        ["image", "--cuda", "12.4", "--out", "o", "--logs", "l", "--target", "runtime-slim", "--wheelhouse", "w",
-         "--extra-ca", "ca.pem", "--progress", "plain", "--verify", "auto"]))
-    assert image == RunRequest(out=Path("o"), logs=Path("l"), target="runtime-slim", wheelhouse=Path("w"),
-                               extra_ca=Path("ca.pem"), progress="plain", verify="auto")
-    assert RunRequest.from_args(parser.parse_args(["matrix"])).verify == "auto"  # the matrix verifies by default
+    image = RunRequest.from_args(
+        parser.parse_args(
+            [
+                "image",
+                "--cuda",
+                "12.4",
+                "--out",
+                "o",
+                "--logs",
+                "l",
+                "--target",
+                "runtime-slim",
+                "--wheelhouse",
+                "w",
+                "--extra-ca",
+                "ca.pem",
+                "--progress",
+                "plain",
+                "--verify",
+                "auto",
+            ]
+        )
+    )
+    assert image == RunRequest(
+        out=Path("o"),
+        logs=Path("l"),
+        target="runtime-slim",
+        wheelhouse=Path("w"),
+        extra_ca=Path("ca.pem"),
+        progress="plain",
+        verify="auto",
+    )
+    assert (
+        RunRequest.from_args(parser.parse_args(["matrix"])).verify == "auto"
+    )  # the matrix verifies by default
     plan = RunRequest.from_args(parser.parse_args(["plan", "--apex-src", "src"]))
     assert plan.verify == "none" and plan.apex_src == Path("src")  # plan has no --verify: it builds nothing
     for request in (image, plan):

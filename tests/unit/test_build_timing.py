@@ -89,13 +89,20 @@ def test_a_ninja_build_records_each_unit_and_prints_wall_over_the_bound(
 ) -> None:
     src = make_tree(tmp_path / "src")
     out = tmp_path / "out"
-    request = build_request.parse(["--apex-src", str(src), "--out", str(out), "--no-ccache", "--memory-gib", "2"])
+    request = build_request.parse(
+        ["--apex-src", str(src), "--out", str(out), "--no-ccache", "--memory-gib", "2"]
+    )
     env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
     for knob in ("MAX_JOBS", "APEX_PARALLEL_BUILD", "NVCC_APPEND_FLAGS"):
         env.pop(knob, None)
     versions = {"torch": "cpu", "python": "3", "nvcc_path": "nvcc"}
-    code = apex_builder.build_and_gate(request, BuildInputs.of(src, {"APEX_CPP_EXT": "1"}), BuildTools(versions), env,
-                                       dt.datetime.now(dt.timezone.utc))
+    code = apex_builder.build_and_gate(
+        request,
+        BuildInputs.of(src, {"APEX_CPP_EXT": "1"}),
+        BuildTools(versions),
+        env,
+        dt.datetime.now(dt.timezone.utc),
+    )
     assert code == exit_codes.OK
     manifest = json.loads((out / "build-manifest.json").read_text())
     timing = manifest["build"]["timing"]
@@ -156,9 +163,25 @@ def test_a_memory_cap_below_one_gib_is_a_usage_error(tmp_path: Path, value: str)
     import subprocess
 
     src = make_tree(tmp_path / "src")
-    result = subprocess.run([sys.executable, "-m", "toolchain.builder.apex_builder", "--apex-src", str(src), "--out",
-                             str(tmp_path / "o"), "--flags", "APEX_CPP_EXT", "--memory-gib", value],
-                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "toolchain.builder.apex_builder",
+            "--apex-src",
+            str(src),
+            "--out",
+            str(tmp_path / "o"),
+            "--flags",
+            "APEX_CPP_EXT",
+            "--memory-gib",
+            value,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == exit_codes.USAGE, result.stderr
     assert "--memory-gib" in result.stderr and "must be 1 or more" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "o").exists()
@@ -179,8 +202,13 @@ def test_a_stored_wheel_is_packed_without_compression(tmp_path: Path) -> None:
     )
     env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
     versions = {"torch": "cpu", "python": "3", "nvcc_path": "nvcc"}
-    code = apex_builder.build_and_gate(request, BuildInputs.of(src, {"APEX_CPP_EXT": "1"}), BuildTools(versions), env,
-                                       dt.datetime.now(dt.timezone.utc))
+    code = apex_builder.build_and_gate(
+        request,
+        BuildInputs.of(src, {"APEX_CPP_EXT": "1"}),
+        BuildTools(versions),
+        env,
+        dt.datetime.now(dt.timezone.utc),
+    )
     assert code == exit_codes.OK
     (wheel,) = out.glob("*.whl")
     assert {m.compress_type for m in zipfile.ZipFile(wheel).infolist()} == {zipfile.ZIP_STORED}

@@ -37,8 +37,9 @@ _BLOCKED_IMPORT = textwrap.dedent(
 
 
 def test_builder_imports_without_tomllib_or_docker() -> None:
-    proc = subprocess.run([sys.executable, "-c", _BLOCKED_IMPORT], cwd=REPO, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", _BLOCKED_IMPORT], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     loaded = set(proc.stdout.split())
     assert "toolchain.builder.apex_builder" in loaded
@@ -49,8 +50,12 @@ def test_builder_imports_without_tomllib_or_docker() -> None:
 
 def test_blocker_really_blocks() -> None:
     """The harness itself can fail: a module that needs tomllib does not import under it."""
-    script = _BLOCKED_IMPORT.replace("import toolchain.builder\n", "import toolchain.spec.compat\nimport toolchain.builder\n")
-    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
+    script = _BLOCKED_IMPORT.replace(
+        "import toolchain.builder\n", "import toolchain.spec.compat\nimport toolchain.builder\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode != 0
     assert "blocked: tomllib" in proc.stderr
 

@@ -41,7 +41,9 @@ def test_command_carries_target_args_secret_and_tag(tmp_path: Path) -> None:
     ca = tmp_path / "ca.pem"
     ca.write_text("x")
     client = docker_host.DockerClient("/usr/bin/docker", False, "20.10.24")
-    command = buildkit_build.build_command(cell(), target="runtime", extra_ca=ca, wheelhouse=tmp_path, client=client)
+    command = buildkit_build.build_command(
+        cell(), target="runtime", extra_ca=ca, wheelhouse=tmp_path, client=client
+    )
     assert command[:2] == ["/usr/bin/docker", "build"] and command[-1] == "."
     assert command[command.index("--target") + 1] == "runtime"
     assert command[command.index("--progress") + 1] == "plain"
@@ -64,22 +66,30 @@ def test_command_carries_the_targets_labels_and_no_label_only_build_arg() -> Non
     for target in ("runtime", "runtime-slim", "verify-runtime"):
         command = buildkit_build.build_command(cell(), target=target, extra_args=provenance, client=client)
         build_args = _pairs(command, "--build-arg")
-        assert _pairs(command, "--label") == image_labels.for_image(target, {**build_args, **provenance,
-                                                                        "BASE_ROUTE": cell().base_route})
+        assert _pairs(command, "--label") == image_labels.for_image(
+            target, {**build_args, **provenance, "BASE_ROUTE": cell().base_route}
+        )
         assert set(_pairs(command, "--label")) == image_labels.BY_TARGET[target]
-        assert not image_labels.LABEL_ONLY_ARGS & set(build_args) and build_args["BASE_DEVEL_DIGEST"] == "sha256:d"
+        assert (
+            not image_labels.LABEL_ONLY_ARGS & set(build_args)
+            and build_args["BASE_DEVEL_DIGEST"] == "sha256:d"
+        )
     runtime = _pairs(buildkit_build.build_command(cell(), extra_args=provenance, client=client), "--label")
     assert runtime[image_labels.OCI + "created"] == "2026-12-01T00:00:00+00:00"
     assert runtime[image_labels.CELL] == cell().id
     assert runtime[image_labels.OCI + "base.digest"] == "sha256:r"
-    torch_stage = buildkit_build.build_command(cell(), target="torch", client=client)  # a stage, not a shipped image
+    torch_stage = buildkit_build.build_command(
+        cell(), target="torch", client=client
+    )  # a stage, not a shipped image
     assert "--label" not in torch_stage
 
 
 def test_a_ca_path_with_commas_stays_one_secret_field(tmp_path: Path) -> None:
     ca = tmp_path / 'corp,env=HOME,"x".pem'  # --secret is a CSV line to docker: a comma would start a field
     ca.write_text("x")
-    command = buildkit_build.build_command(cell(), extra_ca=ca, client=docker_host.DockerClient("/usr/bin/docker", False, "20.10"))
+    command = buildkit_build.build_command(
+        cell(), extra_ca=ca, client=docker_host.DockerClient("/usr/bin/docker", False, "20.10")
+    )
     fields = next(csv.reader([command[command.index("--secret") + 1]]))
     assert fields == ["id=extra_ca", f"src={ca.resolve()}"]
 
@@ -190,11 +200,24 @@ def test_an_unreachable_git_host_is_an_environment_fault(tmp_path) -> None:
     import os
     import subprocess
 
-    script = (Path(buildkit_build.REPO_ROOT) / "docker" / "fetch-apex.sh").read_text().replace("/src", str(tmp_path / "src"))
+    script = (
+        (Path(buildkit_build.REPO_ROOT) / "docker" / "fetch-apex.sh")
+        .read_text()
+        .replace("/src", str(tmp_path / "src"))
+    )
     (tmp_path / "fetch.sh").write_text(script)
-    done = subprocess.run(["bash", str(tmp_path / "fetch.sh")], capture_output=True, text=True, timeout=60,
-                          env={"PATH": os.environ["PATH"], "HOME": str(tmp_path),
-                               "APEX_REPO": "http://127.0.0.1:1/apex.git", "APEX_REF": "6424da3b"})
+    done = subprocess.run(
+        ["bash", str(tmp_path / "fetch.sh")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            "PATH": os.environ["PATH"],
+            "HOME": str(tmp_path),
+            "APEX_REPO": "http://127.0.0.1:1/apex.git",
+            "APEX_REF": "6424da3b",
+        },
+    )
     assert done.returncode == 1 and "cannot reach http://127.0.0.1:1/apex.git" in done.stderr
     message, retry = build_log.environment_fault(done.stderr)
     assert "git host cannot be reached" in message and "--apex-src" in message and not retry

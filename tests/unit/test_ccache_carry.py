@@ -15,7 +15,9 @@ from verify.runtime import exit_codes
 
 
 def test_a_directory_or_nothing_and_a_mount_id_of_safe_characters(tmp_path: Path) -> None:
-    assert ccache_carry.check_dir(None) is None and ccache_carry.check_dir(tmp_path / "new") == tmp_path / "new"
+    assert (
+        ccache_carry.check_dir(None) is None and ccache_carry.check_dir(tmp_path / "new") == tmp_path / "new"
+    )
     (tmp_path / "file").write_text("x")
     with pytest.raises(UsageError, match="--ccache-dir .*file: not a directory") as caught:
         ccache_carry.check_dir(tmp_path / "file")
@@ -28,10 +30,32 @@ def test_a_directory_or_nothing_and_a_mount_id_of_safe_characters(tmp_path: Path
 def test_each_carry_build_gets_a_fresh_id_and_writes_files_not_an_image() -> None:
     first, second = ccache_carry.carry_args("carried"), ccache_carry.carry_args("carried")
     assert first["CCACHE_MOUNT"] == "carried" and first["CCACHE_CARRY_ID"] != second["CCACHE_CARRY_ID"]
-    command = ["docker", "buildx", "build", "--load", "--file", "F", "--tag", "cell", "--build-arg", "A=1", "ctx"]
+    command = [
+        "docker",
+        "buildx",
+        "build",
+        "--load",
+        "--file",
+        "F",
+        "--tag",
+        "cell",
+        "--build-arg",
+        "A=1",
+        "ctx",
+    ]
     out = ccache_carry.local_output(command, Path("/d"))
-    assert out == ["docker", "buildx", "build", "--file", "F", "--build-arg", "A=1", "--output", "type=local,dest=/d",
-                   "ctx"]
+    assert out == [
+        "docker",
+        "buildx",
+        "build",
+        "--file",
+        "F",
+        "--build-arg",
+        "A=1",
+        "--output",
+        "type=local,dest=/d",
+        "ctx",
+    ]
 
 
 def test_the_seed_and_the_swap(tmp_path: Path) -> None:
@@ -53,16 +77,24 @@ def test_the_seed_and_the_swap(tmp_path: Path) -> None:
 
 def test_the_dockerfile_carries_the_mount_the_apex_step_compiles_in() -> None:
     text = (REPO / "docker" / "Dockerfile").read_text()
-    mounts = ("--mount=type=cache,target=/root/.cache/ccache,id=apex-toolchain-ccache",
-              "--mount=type=cache,target=/root/.cache/ccache-carried,id=apex-toolchain-ccache-carried")
-    apex_step = text[text.index("FROM torch AS apex-build"):text.index("FROM devel AS ccache-seed")]
-    assert all(m in apex_step for m in mounts) and "carried) export CCACHE_DIR=/root/.cache/ccache-carried" in apex_step
+    mounts = (
+        "--mount=type=cache,target=/root/.cache/ccache,id=apex-toolchain-ccache",
+        "--mount=type=cache,target=/root/.cache/ccache-carried,id=apex-toolchain-ccache-carried",
+    )
+    apex_step = text[text.index("FROM torch AS apex-build") : text.index("FROM devel AS ccache-seed")]
+    assert (
+        all(m in apex_step for m in mounts)
+        and "carried) export CCACHE_DIR=/root/.cache/ccache-carried" in apex_step
+    )
     assert "ARG CCACHE_MOUNT=shared" in text
     for stage in ("ccache-seed", "ccache-collect"):
-        body = text[text.index(f"AS {stage}"):].split("\nFROM ", 1)[0]
+        body = text[text.index(f"AS {stage}") :].split("\nFROM ", 1)[0]
         assert all(m in body for m in mounts) and "CCACHE_CARRY_ID" in body and "carried) dir=" in body
-    assert "find \"$dir\" -mindepth 1 -delete" in text, "an import replaces the mount's content"
-    assert f"FROM scratch AS {ccache_carry.EXPORT_TARGET}" in text and f"FROM scratch AS {ccache_carry.IMPORT_TARGET}" in text
+    assert 'find "$dir" -mindepth 1 -delete' in text, "an import replaces the mount's content"
+    assert (
+        f"FROM scratch AS {ccache_carry.EXPORT_TARGET}" in text
+        and f"FROM scratch AS {ccache_carry.IMPORT_TARGET}" in text
+    )
     # only the seed stage reads the carried directory: the apex step's cache key does not change with it
     assert text.count(f"source={ccache_carry.SEED.as_posix()}") == 1
     assert "!build-cache/**" in (REPO / "docker" / "Dockerfile.dockerignore").read_text()

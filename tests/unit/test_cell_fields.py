@@ -19,9 +19,18 @@ GRAMMAR_FIELDS = [f for f in cell_fields.FIELDS if f.grammar is not None]
 
 
 def test_every_field_is_a_cell_attribute_and_back() -> None:
-    derived = {"id", "name", "variant", "image_tag", "base_route", "os_cuda_packages",
-               "os_cuda_components"}  # made by the resolver, never written
-    assert {f.name for f in dataclasses.fields(Cell)} - derived == set(cell_fields.CELL_KEYS) - {"tag"}  # tag: the id
+    derived = {
+        "id",
+        "name",
+        "variant",
+        "image_tag",
+        "base_route",
+        "os_cuda_packages",
+        "os_cuda_components",
+    }  # made by the resolver, never written
+    assert {f.name for f in dataclasses.fields(Cell)} - derived == set(cell_fields.CELL_KEYS) - {
+        "tag"
+    }  # tag: the id
 
 
 def test_build_py_has_one_option_per_field(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -32,14 +41,18 @@ def test_build_py_has_one_option_per_field(monkeypatch: pytest.MonkeyPatch) -> N
         assert by_dest[field.name].option_strings == [field.option] and by_dest[field.name].help == field.help
     assert by_dest["base_devel"].default == "mirror/cuda:devel" and by_dest["torch"].default is None
     args = image.parse_args(["--apex-ref", "25.09", "--torch-index-url", "https://x/simple"])
-    assert overrides_from(args) == {"apex_ref": "25.09", "torch_index_url": "https://x/simple",
-                                        "base_devel": "mirror/cuda:devel"}
+    assert overrides_from(args) == {
+        "apex_ref": "25.09",
+        "torch_index_url": "https://x/simple",
+        "base_devel": "mirror/cuda:devel",
+    }
 
 
 @pytest.mark.parametrize("field", GRAMMAR_FIELDS, ids=lambda f: f.name)
 @pytest.mark.parametrize("where", ["cli", "file"])
 def test_a_value_outside_the_grammar_names_the_field_and_the_fix_where_it_was_written(
-        field: cell_fields.CellField, where: str, tmp_path) -> None:
+    field: cell_fields.CellField, where: str, tmp_path
+) -> None:
     bad = "not valid!"
     assert not field.grammar.pattern.fullmatch(bad)
     if where == "cli":

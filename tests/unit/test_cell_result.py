@@ -24,14 +24,25 @@ from toolchain.runs.run_request import RunRequest
 
 
 def _result(status: CellStatus, **extra) -> CellResult:
-    return CellResult(id="apex-x", name="x", run_id="r1", cell=CellFields.from_json({"cuda": "12.4"}), status=status,
-                      **extra)
+    return CellResult(
+        id="apex-x",
+        name="x",
+        run_id="r1",
+        cell=CellFields.from_json({"cuda": "12.4"}),
+        status=status,
+        **extra,
+    )
 
 
 @pytest.mark.parametrize("status", list(CellStatus))
 def test_round_trip_through_json_text(status: CellStatus) -> None:
-    record = _result(status, started_at="2026-01-01T00:00:00+00:00", finished_at="2026-01-01T00:10:00+00:00",
-                     build=BuildRecord(ok=status is not CellStatus.BUILD_FAILED, tag="apex-x"), verify=None)
+    record = _result(
+        status,
+        started_at="2026-01-01T00:00:00+00:00",
+        finished_at="2026-01-01T00:10:00+00:00",
+        build=BuildRecord(ok=status is not CellStatus.BUILD_FAILED, tag="apex-x"),
+        verify=None,
+    )
     data = json.loads(json.dumps(record.to_json()))
     assert data["result_version"] == RESULT_VERSION and data["status"] == status.value
     assert CellResult.from_json(data) == record
@@ -47,10 +58,17 @@ def test_an_unknown_status_is_refused() -> None:
 
 
 def test_status_classes_decide_the_exit_code() -> None:
-    assert {s for s in CellStatus if s.failed} == {CellStatus.BUILD_FAILED, CellStatus.VERIFY_FAILED,
-                                                   CellStatus.ERROR, CellStatus.INTERRUPTED}
-    assert {s for s in CellStatus if s.placeholder} == {CellStatus.PENDING, CellStatus.NOT_RUN,
-                                                        CellStatus.INTERRUPTED}
+    assert {s for s in CellStatus if s.failed} == {
+        CellStatus.BUILD_FAILED,
+        CellStatus.VERIFY_FAILED,
+        CellStatus.ERROR,
+        CellStatus.INTERRUPTED,
+    }
+    assert {s for s in CellStatus if s.placeholder} == {
+        CellStatus.PENDING,
+        CellStatus.NOT_RUN,
+        CellStatus.INTERRUPTED,
+    }
     exit_of = run_loop._exit_code
     assert exit_of([_result(CellStatus.VERIFIED), _result(CellStatus.BUILT)]) == 0
     assert exit_of([_result(CellStatus.VERIFIED), _result(CellStatus.SKIPPED)]) == 1
@@ -63,8 +81,13 @@ def _written_by_a_run(tmp_path: Path) -> list[Path]:
     out = tmp_path / "out"
     a, b = matrix_cells("12.4", "12.6")
     request = RunRequest(out=out, logs=tmp_path / "logs")
-    code = run_loop.run_matrix([a], request, Console(io.StringIO()), matrix_path=REPO / "matrix.toml",
-                               unavailable={a.name: "no base for it"})
+    code = run_loop.run_matrix(
+        [a],
+        request,
+        Console(io.StringIO()),
+        matrix_path=REPO / "matrix.toml",
+        unavailable={a.name: "no base for it"},
+    )
     assert code == 3
     (request.logs / b.id).mkdir(parents=True)
     (request.logs / b.id / "build.log").write_text("#5 building amp_C\n#5 error: nvcc fatal\n")
@@ -95,16 +118,30 @@ def test_a_result_of_an_earlier_release_reads_the_same(tmp_path: Path) -> None:
     written = record.to_json()
     for part in ("build", "verify"):
         assert written[part] == {k: v for k, v in data[part].items() if v is not None}
-    assert {k: v for k, v in written.items() if k not in ("build", "verify")} == \
-        {k: v for k, v in data.items() if k not in ("build", "verify")}
+    assert {k: v for k, v in written.items() if k not in ("build", "verify")} == {
+        k: v for k, v in data.items() if k not in ("build", "verify")
+    }
 
 
 def test_a_verify_record_and_a_pulled_build_round_trip() -> None:
-    verify = VerifyRecord(mode_requested="auto", exit_code=1, report_path="out/cells/x/verify/report.json",
-                          verdict="FAIL", mode="static", summary={"PASS": 1, "FAIL": 6}, status=CellStatus.VERIFY_FAILED)
-    pulled = BuildRecord(ok=True, tag="reg/apex@sha256:" + "a" * 64, digest="sha256:" + "a" * 64, pulled=True,
-                         image_id="sha256:" + "b" * 64, signature={"checked": False, "policy": "off"},
-                         extra={"a_newer_key": 1})
+    verify = VerifyRecord(
+        mode_requested="auto",
+        exit_code=1,
+        report_path="out/cells/x/verify/report.json",
+        verdict="FAIL",
+        mode="static",
+        summary={"PASS": 1, "FAIL": 6},
+        status=CellStatus.VERIFY_FAILED,
+    )
+    pulled = BuildRecord(
+        ok=True,
+        tag="reg/apex@sha256:" + "a" * 64,
+        digest="sha256:" + "a" * 64,
+        pulled=True,
+        image_id="sha256:" + "b" * 64,
+        signature={"checked": False, "policy": "off"},
+        extra={"a_newer_key": 1},
+    )
     for record in (verify, pulled):
         data = json.loads(json.dumps(record.to_json()))
         assert type(record).from_json(data) == record and type(record).from_json(data).to_json() == data

@@ -29,5 +29,7 @@ def test_each_class_name_is_defined_once() -> None:
 
 def test_the_scan_reads_verify_toolchain_and_the_tests() -> None:
     homes = class_homes()
-    assert homes["VerifyRequest"] == ["verify/pipeline.py"] and homes["RunRequest"] == ["toolchain/runs/run_request.py"]
+    assert homes["VerifyRequest"] == ["verify/pipeline.py"] and homes["RunRequest"] == [
+        "toolchain/runs/run_request.py"
+    ]
     assert homes["DockerfileStage"] == ["tests/support.py"]

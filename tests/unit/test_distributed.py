@@ -42,12 +42,17 @@ def _by_name(checks: list[Check]) -> dict[str, Check]:
 
 def _cpu_layer(monkeypatch, ranks: int = 2, **kwargs):
     monkeypatch.setenv(CPU_HOOK_ENV, str(ranks))
-    return run_distributed_layer(requested=True, device_count=0, usable_modules=ALL_MODULES, seed=SEED, **kwargs)
+    return run_distributed_layer(
+        requested=True, device_count=0, usable_modules=ALL_MODULES, seed=SEED, **kwargs
+    )
 
 
 # --- deciding what runs: pure, from real inputs ---------------------------------------------------------------
 
-@pytest.mark.parametrize(("count", "seen"), [(0, "no CUDA device is visible"), (1, "1 CUDA device is visible")])
+
+@pytest.mark.parametrize(
+    ("count", "seen"), [(0, "no CUDA device is visible"), (1, "1 CUDA device is visible")]
+)
 def test_one_gpu_or_none_makes_every_check_skip_with_the_reason(token, count, seen):
     decided = plan(count, ALL_MODULES)
     assert decided.topology is None and decided.to_run == ()
@@ -55,16 +60,18 @@ def test_one_gpu_or_none_makes_every_check_skip_with_the_reason(token, count, se
     for check in decided.skipped:
         assert check.status is Status.SKIP and check.layer == "distributed"
         assert seen in check.summary and "need 2 or more" in check.summary
-    results = run_distributed_layer(requested=True, device_count=count, usable_modules=ALL_MODULES, seed=SEED,
-                                    check_timeout_s=5)
+    results = run_distributed_layer(
+        requested=True, device_count=count, usable_modules=ALL_MODULES, seed=SEED, check_timeout_s=5
+    )
     assert [c.status for c in results.checks] == [Status.SKIP] * len(CASES)
     assert results.block["ran"] is False and seen in results.block["skip_reason"]
     assert leftover_processes(token) == []
 
 
 def test_no_distributed_means_no_checks_and_no_block(token):
-    results = run_distributed_layer(requested=False, device_count=8, usable_modules=ALL_MODULES, seed=SEED,
-                                    check_timeout_s=5)
+    results = run_distributed_layer(
+        requested=False, device_count=8, usable_modules=ALL_MODULES, seed=SEED, check_timeout_s=5
+    )
     assert results.checks == [] and results.block is None
 
 
@@ -83,7 +90,14 @@ def test_several_gpus_run_what_the_build_has_and_skip_the_rest():
 def test_the_cpu_hook_takes_a_rank_count_of_two_or_more():
     assert cpu_hook_ranks({}) is None
     assert cpu_hook_ranks({CPU_HOOK_ENV: "3"}) == 3
-    for bad in ("1", "two", "-2", "17", "100000", "１２"):  # 100000 would start rank processes until the limit
+    for bad in (
+        "1",
+        "two",
+        "-2",
+        "17",
+        "100000",
+        "１２",
+    ):  # 100000 would start rank processes until the limit
         with pytest.raises(ValueError, match=f"{CPU_HOOK_ENV}=.*from 2 to 16"):
             cpu_hook_ranks({CPU_HOOK_ENV: bad})
     decided = plan(8, ALL_MODULES, cpu_ranks=2)
@@ -98,14 +112,21 @@ def test_merge_lets_the_worst_and_first_failing_rank_speak():
 
     ok = merge("x", {0: view(0, Status.PASS, "fine"), 1: view(1, Status.PASS, "fine")}, 2)
     assert (ok.status, ok.summary) == (Status.PASS, "fine (all 2 ranks)")
-    one = merge("x", {0: view(0, Status.PASS, "fine"), 1: view(1, Status.FAIL, "wrong sum"), 2: view(2, Status.PASS, "")}, 3)
+    one = merge(
+        "x",
+        {0: view(0, Status.PASS, "fine"), 1: view(1, Status.FAIL, "wrong sum"), 2: view(2, Status.PASS, "")},
+        3,
+    )
     assert (one.status, one.summary) == (Status.FAIL, "rank 1 FAIL: wrong sum")
     assert [r["status"] for r in one.details["ranks"]] == ["PASS", "FAIL", "PASS"]
-    both = merge("x", {0: view(0, Status.FAIL, "timed out waiting", 4.0), 1: view(1, Status.FAIL, "injected", 0.1)}, 2)
+    both = merge(
+        "x", {0: view(0, Status.FAIL, "timed out waiting", 4.0), 1: view(1, Status.FAIL, "injected", 0.1)}, 2
+    )
     assert both.summary == "injected (rank 1, the first to fail; rank 0 FAILed too)"
 
 
 # --- real rank processes over gloo --------------------------------------------------------------------------
+
 
 def test_two_cpu_ranks_rendezvous_and_every_rank_reports(monkeypatch, token):
     results = _cpu_layer(monkeypatch, check_timeout_s=30)
@@ -114,7 +135,9 @@ def test_two_cpu_ranks_rendezvous_and_every_rank_reports(monkeypatch, token):
     assert correct.status is Status.PASS, correct.summary
     assert [r["rank"] for r in correct.details["ranks"]] == [0, 1]
     cases = correct.details["ranks"][1]["details"]["cases"]
-    assert {(c["dtype"], c["numel"]) for c in cases} == {(d, n) for d in ("fp32", "bf16") for n in (1, 1023, 2**20 + 7)}
+    assert {(c["dtype"], c["numel"]) for c in cases} == {
+        (d, n) for d in ("fp32", "bf16") for n in (1, 1023, 2**20 + 7)
+    }
     assert all(c["wrong"] == 0 for c in cases)
     bandwidth = checks["all_reduce.bandwidth"]
     figures = bandwidth.details["figures"]
@@ -125,7 +148,9 @@ def test_two_cpu_ranks_rendezvous_and_every_rank_reports(monkeypatch, token):
     assert block["ran"] and block["world_size"] == 2 and block["backend"] == "gloo"
     pids = {r["pid"] for r in block["ranks"]}
     assert len(pids) == 2 and os.getpid() not in pids  # two real processes, not this one
-    assert all(r["env"]["NCCL_NVLS_ENABLE"] == "0" for r in block["ranks"])  # as each rank saw its environment
+    assert all(
+        r["env"]["NCCL_NVLS_ENABLE"] == "0" for r in block["ranks"]
+    )  # as each rank saw its environment
     assert [launch["outcome"] for launch in block["launches"]] == ["completed"]
     assert block["all_reduce"] == figures
     assert leftover_processes(token) == []
@@ -139,7 +164,10 @@ def test_a_rank_hanging_in_a_collective_is_one_fail_within_the_timeout(monkeypat
     failed = [c for c in results.checks if c.status is Status.FAIL]
     assert [c.name for c in failed] == ["all_reduce.correctness"]
     hung = failed[0]
-    assert "rank 1 did not finish within 3 s" in hung.summary and "all 2 rank processes were killed" in hung.summary
+    assert (
+        "rank 1 did not finish within 3 s" in hung.summary
+        and "all 2 rank processes were killed" in hung.summary
+    )
     assert hung.details["hung_ranks"] == [1]
     assert hung.duration_s <= 3 + launcher.REPORT_GRACE_S + 2
     assert "injecting fault 'hang'" in hung.details["stderr_tails"]["1"]
@@ -203,12 +231,21 @@ def test_a_rank_that_cannot_start_is_one_setup_fail(monkeypatch, token):
 
 # --- the CLI ------------------------------------------------------------------------------------------------
 
-def _verify(tmp_path: Path, *args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+
+def _verify(
+    tmp_path: Path, *args: str, env_extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in (CPU_HOOK_ENV, FAULT_ENV)}
     env.update(env_extra or {})
     env["PYTHONPATH"] = str(REPO)
-    return subprocess.run([sys.executable, "-m", "verify", "--require", "", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "verify", "--require", "", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _schema_valid(report: dict) -> None:
@@ -217,8 +254,17 @@ def _schema_valid(report: dict) -> None:
 
 
 def test_cli_runs_the_layer_and_writes_it_into_the_report(tmp_path, token):
-    done = _verify(tmp_path, "--distributed", "--check-timeout", "3", "--json", "r.json", "--markdown", "r.md",
-                   env_extra={CPU_HOOK_ENV: "2", FAULT_ENV: "all_reduce.bandwidth@1:hang"})
+    done = _verify(
+        tmp_path,
+        "--distributed",
+        "--check-timeout",
+        "3",
+        "--json",
+        "r.json",
+        "--markdown",
+        "r.md",
+        env_extra={CPU_HOOK_ENV: "2", FAULT_ENV: "all_reduce.bandwidth@1:hang"},
+    )
     assert "Traceback" not in done.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     _schema_valid(report)
@@ -246,12 +292,19 @@ def test_cli_without_gpus_skips_every_check_and_off_leaves_no_trace(tmp_path, to
     assert "distributed" not in off and not [c for c in off["checks"] if c["layer"] == "distributed"]
 
 
-@pytest.mark.parametrize(("args", "env_extra", "says"), [
-    (("--distributed", "--static"), {}, "--distributed with --static"),
-    ((), {CPU_HOOK_ENV: "1"}, f"{CPU_HOOK_ENV}='1': must be a whole number of CPU ranks from 2 to 16"),
-    ((), {CPU_HOOK_ENV: "100000"}, f"{CPU_HOOK_ENV}='100000': must be a whole number"),  # not 100000 processes
-    ((), {CPU_HOOK_ENV: "１２"}, "must be a whole number"),  # a non-ASCII digit
-])
+@pytest.mark.parametrize(
+    ("args", "env_extra", "says"),
+    [
+        (("--distributed", "--static"), {}, "--distributed with --static"),
+        ((), {CPU_HOOK_ENV: "1"}, f"{CPU_HOOK_ENV}='1': must be a whole number of CPU ranks from 2 to 16"),
+        (
+            (),
+            {CPU_HOOK_ENV: "100000"},
+            f"{CPU_HOOK_ENV}='100000': must be a whole number",
+        ),  # not 100000 processes
+        ((), {CPU_HOOK_ENV: "１２"}, "must be a whole number"),  # a non-ASCII digit
+    ],
+)
 def test_cli_usage_errors_are_one_line_and_exit_2(tmp_path, args, env_extra, says):
     done = _verify(tmp_path, *args, "--json", "r.json", env_extra=env_extra)
     assert done.returncode == 2
@@ -260,16 +313,41 @@ def test_cli_usage_errors_are_one_line_and_exit_2(tmp_path, args, env_extra, say
 
 
 def test_a_rank_started_by_hand_says_who_starts_it(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    }
     env["PYTHONPATH"] = str(REPO)
-    done = subprocess.run([sys.executable, "-m", "verify.distributed.rank", "--checks", "all_reduce.correctness",
-                           "--seed", "1", "--timeout", "5", "--backend", "gloo", "--device", "cpu"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verify.distributed.rank",
+            "--checks",
+            "all_reduce.correctness",
+            "--seed",
+            "1",
+            "--timeout",
+            "5",
+            "--backend",
+            "gloo",
+            "--device",
+            "cpu",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
-    assert "RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT not set" in done.stderr and "Traceback" not in done.stderr
+    assert (
+        "RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT not set" in done.stderr and "Traceback" not in done.stderr
+    )
 
 
-def test_a_rank_that_cannot_be_started_stops_the_layer_without_stranding_the_others(monkeypatch, token, tmp_path):
+def test_a_rank_that_cannot_be_started_stops_the_layer_without_stranding_the_others(
+    monkeypatch, token, tmp_path
+):
     # rank 0 starts; the interpreter for rank 1 is gone: a real OSError from Popen
     real_popen = subprocess.Popen
     started: list[subprocess.Popen] = []

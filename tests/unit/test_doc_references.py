@@ -87,8 +87,13 @@ def test_every_code_name_in_the_docs_exists(page: Path) -> None:
 def test_the_checks_see_references_and_catch_stale_ones(tmp_path: Path) -> None:
     assert sum(1 for page in PAGES for s in _spans(page) if _PATH.match(s) and "/" in s) > 50
     page = tmp_path / "p.md"
-    page.write_text("`toolchain/spec/cell.py` `spec/cell.py` `verify.layers.fatbin.needed_libraries` `csrc/x.cu`\n"
-                    "`toolchain/spec/gone.py` `verify.layers.fatbin.no_such_name` `verify.no_such_module` `build.timing`\n")
+    page.write_text(
+        "`toolchain/spec/cell.py` `spec/cell.py` `verify.layers.fatbin.needed_libraries` `csrc/x.cu`\n"
+        "`toolchain/spec/gone.py` `verify.layers.fatbin.no_such_name` `verify.no_such_module` `build.timing`\n"
+    )
     found = [(s, _path_problem(s, page) or _dotted_problem(s)) for s in _spans(page)]
     assert [s for s, problem in found if problem] == [
-        "toolchain/spec/gone.py", "verify.layers.fatbin.no_such_name", "verify.no_such_module"]
+        "toolchain/spec/gone.py",
+        "verify.layers.fatbin.no_such_name",
+        "verify.no_such_module",
+    ]

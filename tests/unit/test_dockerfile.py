@@ -30,7 +30,9 @@ _PROVENANCE = {"BUILD_DATE", "SOURCE_REVISION", "BASE_DEVEL_DIGEST", "BASE_RUNTI
 def test_every_arg_default_is_declared_once_before_the_first_from() -> None:
     names = Counter(name for name, _ in dockerfile().global_args)
     assert [n for n, count in names.items() if count > 1] == []
-    assert all(default is not None for _, default in dockerfile().global_args), "a global ARG without a default"
+    assert all(default is not None for _, default in dockerfile().global_args), (
+        "a global ARG without a default"
+    )
     for stage in dockerfile().stages.values():
         with_default = {name: value for name, value in stage.args().items() if value is not None}
         assert with_default == {}, f"stage {stage.name} gives a default again: {with_default}"
@@ -42,7 +44,9 @@ def test_every_stage_declares_the_args_its_steps_read() -> None:
     known = {name for name, _ in dockerfile().global_args}
     for stage in dockerfile().stages.values():
         read = set(_REF.findall(stage.with_scripts())) & known
-        assert read <= set(stage.args()), f"stage {stage.name} reads {sorted(read - set(stage.args()))} undeclared"
+        assert read <= set(stage.args()), (
+            f"stage {stage.name} reads {sorted(read - set(stage.args()))} undeclared"
+        )
 
 
 def test_build_py_sets_every_pin_and_only_the_dockerfiles_own_knobs_keep_their_default() -> None:
@@ -51,7 +55,9 @@ def test_build_py_sets_every_pin_and_only_the_dockerfiles_own_knobs_keep_their_d
     declared = {name for name, _ in dockerfile().global_args}
     assert passed <= declared, f"build.py passes {sorted(passed - declared)}, which no ARG declares"
     assert declared - passed == _DOCKERFILE_OWN
-    assert not image_labels.LABEL_ONLY_ARGS & declared, "an ARG the labels alone read: build.py does not pass it"
+    assert not image_labels.LABEL_ONLY_ARGS & declared, (
+        "an ARG the labels alone read: build.py does not pass it"
+    )
 
 
 def test_the_dockerfile_sets_no_label() -> None:
@@ -81,13 +87,22 @@ def test_for_image_renders_each_targets_labels_from_the_build_args(target: str) 
     oci = {"title": "apex-toolchain c1" + title, "description": description, "version": "c1",
            "created": "2026-12-01T00:00:00+00:00", "revision": "abc123", "source": "https://x/y", "base.name": base,
            **({"base.digest": digest} if digest else {})}  # fmt: skip
-    own = {"cell": "c1", "target": target, "torch": "2.11.0", "cuda": "13.0", "python": "3.12", "base.route": "local"}
+    own = {
+        "cell": "c1",
+        "target": target,
+        "torch": "2.11.0",
+        "cuda": "13.0",
+        "python": "3.12",
+        "base.route": "local",
+    }
     if target != "verify-runtime":
         own |= {"apex.repo": "https://example.org/apex.git", "apex.ref": "v25.09", "apex.flags": "APEX_CPP_EXT=1",
                 "archs": "9.0", "manifest": "/opt/apex/build-manifest.json"}  # fmt: skip
     rendered = image_labels.for_image(target, args)
     assert set(rendered) == image_labels.BY_TARGET[target]
-    expected = {image_labels.OCI + k: v for k, v in oci.items()} | {image_labels.NAMESPACE + k: v for k, v in own.items()}
+    expected = {image_labels.OCI + k: v for k, v in oci.items()} | {
+        image_labels.NAMESPACE + k: v for k, v in own.items()
+    }
     assert rendered == expected
     assert target in buildkit_build.TARGETS
 
@@ -103,21 +118,40 @@ def test_the_runtime_targets_share_one_runtime_base_whose_os_the_target_names() 
     environment written once); which base it stands on is RUNTIME_OS, which build.py sets per target."""
     stages = dockerfile().stages
     assert stages["runtime-base"].parent == "os-${RUNTIME_OS}"
-    assert {stages["os-runtime"].parent, stages["os-slim"].parent} == {"${BASE_RUNTIME_IMAGE}", "${BASE_SLIM_IMAGE}"}
-    assert stages["verify-runtime"].parent == "runtime-base" and stages["runtime-apex"].parent == "runtime-base"
+    assert {stages["os-runtime"].parent, stages["os-slim"].parent} == {
+        "${BASE_RUNTIME_IMAGE}",
+        "${BASE_SLIM_IMAGE}",
+    }
+    assert (
+        stages["verify-runtime"].parent == "runtime-base" and stages["runtime-apex"].parent == "runtime-base"
+    )
     assert stages["runtime"].parent == "runtime-apex" and stages["runtime-slim"].parent == "runtime-apex"
     # the venv's environment once among the runtime stages (the devel stage has its own, on another base)
     venv_env = [name for name, stage in stages.items() if "VIRTUAL_ENV=/opt/venv" in stage.text]
     assert sorted(venv_env) == ["devel", "runtime-base"]
     # runtime-slim refuses the default RUNTIME_OS in a stage of its own, which its gate step mounts
-    assert "from=slim-guard" in stages["runtime-slim"].text and '"$RUNTIME_OS" = slim' in stages["slim-guard"].text
+    assert (
+        "from=slim-guard" in stages["runtime-slim"].text
+        and '"$RUNTIME_OS" = slim' in stages["slim-guard"].text
+    )
     defaults = dict(dockerfile().global_args)
-    assert defaults["RUNTIME_OS"] == targets.DEFAULT_RUNTIME_OS and set(targets.RUNTIME_OS.values()) == {"slim"}
-    assert {f"os-{value}" for value in (*targets.RUNTIME_OS.values(), targets.DEFAULT_RUNTIME_OS)} <= set(stages)
+    assert defaults["RUNTIME_OS"] == targets.DEFAULT_RUNTIME_OS and set(targets.RUNTIME_OS.values()) == {
+        "slim"
+    }
+    assert {f"os-{value}" for value in (*targets.RUNTIME_OS.values(), targets.DEFAULT_RUNTIME_OS)} <= set(
+        stages
+    )
 
 
-@pytest.mark.parametrize(("target", "runtime_os"), [("runtime", "runtime"), ("runtime-slim", "slim"),
-                                                    ("verify-runtime", "runtime"), ("runtime-devel", "runtime")])
+@pytest.mark.parametrize(
+    ("target", "runtime_os"),
+    [
+        ("runtime", "runtime"),
+        ("runtime-slim", "slim"),
+        ("verify-runtime", "runtime"),
+        ("runtime-devel", "runtime"),
+    ],
+)
 def test_build_py_and_the_bake_file_pass_the_os_each_target_stands_on(target: str, runtime_os: str) -> None:
     cell = cli_cell({"cuda": "13.0", "python": "3.12", "archs": "9.0"}, facts=frozen_facts())
     args = buildkit_build.build_args_for(cell, target=target)

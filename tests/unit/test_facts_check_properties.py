@@ -37,7 +37,11 @@ INDEX = REPO / "tests" / "fixtures" / "pypi-2026-12-01"
 FACT_LINES = [i for i, line in enumerate(FROZEN_FACTS.read_text().splitlines()) if re.match(r"^\w+ = ", line)]
 
 
-SEEN: dict[str, set[int]] = {"index": set(), "facts": set(), "answer": set()}  # exit codes, so no test is vacuous
+SEEN: dict[str, set[int]] = {
+    "index": set(),
+    "facts": set(),
+    "answer": set(),
+}  # exit codes, so no test is vacuous
 
 
 def _offline(text: str) -> bool:
@@ -50,9 +54,29 @@ def _offline(text: str) -> bool:
 
 index_value = st.one_of(
     odd_text.filter(_offline),
-    st.sampled_from(["", " ", "pypi.org", "javascript:alert(1)", "data:,x", "ftp://x", "http://[::1", "http://[:::::]",
-                     "http://127.0.0.1:99999", "https:///x", "file://", "file:///", "file:///dev/zero", "file:///proc",
-                     "file://h/x", "http://127.0.0.1:9", "http://127.0.0.1:9/é", "%00", "file:///nonexistent"]),
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "pypi.org",
+            "javascript:alert(1)",
+            "data:,x",
+            "ftp://x",
+            "http://[::1",
+            "http://[:::::]",
+            "http://127.0.0.1:99999",
+            "https:///x",
+            "file://",
+            "file:///",
+            "file:///dev/zero",
+            "file:///proc",
+            "file://h/x",
+            "http://127.0.0.1:9",
+            "http://127.0.0.1:9/é",
+            "%00",
+            "file:///nonexistent",
+        ]
+    ),
     odd_text.map(lambda s: "http://127.0.0.1:9/" + s),
     odd_text.map(lambda s: "file:///" + s),
 )
@@ -67,8 +91,10 @@ def test_every_index_value_is_read_or_refused() -> None:
 @given(index_value)
 def _index_examples(index: str) -> None:
     with _sandbox() as tmp:
-        code, stderr = _call(toolchain_cli.main, ["facts", "check", "--index", index.replace("\x00", ""),
-                                                  "--facts", str(FROZEN_FACTS)])
+        code, stderr = _call(
+            toolchain_cli.main,
+            ["facts", "check", "--index", index.replace("\x00", ""), "--facts", str(FROZEN_FACTS)],
+        )
         _assert_contract(code, stderr, usage_prefix="error: ")
         assert code in (2, 3), (index, code, stderr)  # nothing here is a PyPI
         SEEN["index"].add(code)
@@ -90,21 +116,42 @@ def _facts_examples(changes: list[tuple[int, Any]]) -> None:
     with _sandbox() as tmp:
         path = tmp / "compat.toml"
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        code, stderr = _call(toolchain_cli.main, ["facts", "check", "--index", INDEX.as_uri(), "--facts", str(path)])
+        code, stderr = _call(
+            toolchain_cli.main, ["facts", "check", "--index", INDEX.as_uri(), "--facts", str(path)]
+        )
         _assert_contract(code, stderr, usage_prefix="error: ")
         assert code in (0, 1, 2), (code, stderr)  # a stored index is always readable: never exit 3
         SEEN["facts"].add(code)
         assert _files_under(tmp) == {Path("compat.toml")}
 
 
-TORCH_PATHS = [("info",), ("info", "requires_dist"), ("info", "version"), ("releases",), ("releases", "2.15.0"),
-               ("releases", "2.15.0", 0), ("releases", "2.14.0", 0, "filename"), ("releases", "2.11.0", 3, "url"),
-               ("releases", "2.11.0", 0, "yanked"), ("releases", "2.6.0", 1, "upload_time"), ("releases", "2.99.0")]
-json_value = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-(10**20), 10**20), odd_text,
-                                    st.floats(allow_nan=False, allow_infinity=False)),
-                          lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                  st.dictionaries(st.sampled_from(["filename", "url", "x"]), inner,
-                                                                  max_size=3)), max_leaves=6)
+TORCH_PATHS = [
+    ("info",),
+    ("info", "requires_dist"),
+    ("info", "version"),
+    ("releases",),
+    ("releases", "2.15.0"),
+    ("releases", "2.15.0", 0),
+    ("releases", "2.14.0", 0, "filename"),
+    ("releases", "2.11.0", 3, "url"),
+    ("releases", "2.11.0", 0, "yanked"),
+    ("releases", "2.6.0", 1, "upload_time"),
+    ("releases", "2.99.0"),
+]
+json_value = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(10**20), 10**20),
+        odd_text,
+        st.floats(allow_nan=False, allow_infinity=False),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.sampled_from(["filename", "url", "x"]), inner, max_size=3),
+    ),
+    max_leaves=6,
+)
 METADATA = sorted(p.name for p in (INDEX / "packages").glob("*.metadata"))
 
 
@@ -120,10 +167,19 @@ def _set(document: Any, path: tuple, value: Any) -> None:
 
 
 @settings(PROPERTY, max_examples=60)
-@given(st.one_of(st.tuples(st.just("json"), st.sampled_from(TORCH_PATHS), json_value),
-                 st.tuples(st.just("metadata"), st.sampled_from(METADATA),
-                           st.one_of(st.binary(max_size=300), odd_text.map(lambda s: "Metadata-Version: 2.4\nName: "
-                                                                           f"torch\nRequires-Dist: {s}\n")))))
+@given(
+    st.one_of(
+        st.tuples(st.just("json"), st.sampled_from(TORCH_PATHS), json_value),
+        st.tuples(
+            st.just("metadata"),
+            st.sampled_from(METADATA),
+            st.one_of(
+                st.binary(max_size=300),
+                odd_text.map(lambda s: f"Metadata-Version: 2.4\nName: torch\nRequires-Dist: {s}\n"),
+            ),
+        ),
+    )
+)
 def _answer_examples(case: tuple) -> None:
     kind, where, value = case
     with _sandbox() as tmp:
@@ -134,11 +190,13 @@ def _answer_examples(case: tuple) -> None:
             _set(data, where, value)
             (mirror / "pypi/torch/json").write_text(json.dumps(data))
         else:
-            (mirror / "packages" / where).write_bytes(value.encode("utf-8", "surrogatepass")
-                                                      if isinstance(value, str) else value)
+            (mirror / "packages" / where).write_bytes(
+                value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
+            )
         before = _files_under(tmp)
-        code, stderr = _call(toolchain_cli.main, ["facts", "check", "--index", mirror.as_uri(),
-                                                  "--facts", str(FROZEN_FACTS)])
+        code, stderr = _call(
+            toolchain_cli.main, ["facts", "check", "--index", mirror.as_uri(), "--facts", str(FROZEN_FACTS)]
+        )
         _assert_contract(code, stderr, usage_prefix="error: ")
         assert code in (0, 1, 3), (case, code, stderr)  # the facts are fine: a broken answer is never exit 2
         SEEN["answer"].add(code)

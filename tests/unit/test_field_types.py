@@ -10,23 +10,33 @@ from hypothesis import strategies as st
 from verify.runtime import field_types as ft
 
 CELL = ft.Record(
-    {"cuda": ft.STR, "archs": ft.ListOf(ft.STR, max_items=4), "apex_flags": ft.MapOf(ft.STR),
-     "gcc": ft.OneOf(ft.INT, ft.STR), "base_devel": ft.Nullable(ft.STR), "jobs": ft.Int(minimum=1),
-     "ratio": ft.FLOAT, "gate": ft.BOOL},
+    {
+        "cuda": ft.STR,
+        "archs": ft.ListOf(ft.STR, max_items=4),
+        "apex_flags": ft.MapOf(ft.STR),
+        "gcc": ft.OneOf(ft.INT, ft.STR),
+        "base_devel": ft.Nullable(ft.STR),
+        "jobs": ft.Int(minimum=1),
+        "ratio": ft.FLOAT,
+        "gate": ft.BOOL,
+    },
     required=("cuda",),
 )
 
 
 def test_a_valid_value_has_no_problems() -> None:
-    data = tomllib.loads('cuda = "12.4"\narchs = ["9.0"]\ngcc = 12\nratio = 2\ngate = true\n'
-                        '[apex_flags]\nAPEX_CPP_EXT = "1"\n')
+    data = tomllib.loads(
+        'cuda = "12.4"\narchs = ["9.0"]\ngcc = 12\nratio = 2\ngate = true\n[apex_flags]\nAPEX_CPP_EXT = "1"\n'
+    )
     assert ft.check(data, CELL, "cells.a", words=ft.TOML) == []
     assert ft.check({"cuda": "12.4", "base_devel": None, "gcc": "12"}, CELL, "c") == []
 
 
 def test_every_problem_is_reported_with_its_path() -> None:
-    data = tomllib.loads('archs = "9.0"\ngcc = [12]\nbase_devel = 3\njobs = 0\nratio = nan\ngate = 1\n'
-                        '[apex_flags]\n"APEX.X" = 1\n')
+    data = tomllib.loads(
+        'archs = "9.0"\ngcc = [12]\nbase_devel = 3\njobs = 0\nratio = nan\ngate = 1\n'
+        '[apex_flags]\n"APEX.X" = 1\n'
+    )
     problems = [str(p) for p in ft.check(data, CELL, "cells.a", words=ft.TOML)]
     assert problems == [
         "cells.a.cuda: missing (required)",
@@ -44,7 +54,9 @@ def test_every_problem_is_reported_with_its_path() -> None:
 def test_records_tables_unknown_keys_and_booleans_are_not_integers() -> None:
     closed = ft.Record({"a": ft.INT}, extra=None)
     assert [str(p) for p in ft.check({"a": True, "b": 1}, closed, "t", words=ft.TOML)] == [
-        "t.a: expected an integer, got a boolean", "t.b: unknown key"]
+        "t.a: expected an integer, got a boolean",
+        "t.b: unknown key",
+    ]
     assert [str(p) for p in ft.check([], closed, "t", words=ft.TOML)] == ["t: expected a table, got a list"]
     assert [str(p) for p in ft.check([], closed, "t")] == ["t: expected an object, got a list"]
 
@@ -68,9 +80,13 @@ def test_depth_and_sizes_are_bounded_everywhere_without_echoing() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-                    max_leaves=40))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+        max_leaves=40,
+    )
+)
 def test_any_decoded_value_gets_a_list_of_problems_never_an_exception(value: object) -> None:
     for shape in (CELL, ft.ListOf(CELL), ft.MapOf(ft.Nullable(ft.FLOAT)), ft.ANY):
         problems = ft.check(value, shape, "x", limits=ft.Limits(max_depth=3))

@@ -23,17 +23,42 @@ REPO = Path(__file__).resolve().parents[2]
 def test_make_passes_the_base_images(where):
     variables = {"BASE_DEVEL_IMAGE": "mirror.local/cuda:devel", "BASE_RUNTIME_IMAGE": "mirror.local/cuda:run"}
     env = dict(os.environ, **(variables if where == "environment" else {}))
-    argv = ["make", "-n", "image", "CUDA=13.0"] + ([f"{k}={v}" for k, v in variables.items()]
-                                                   if where == "command line" else [])
+    argv = ["make", "-n", "image", "CUDA=13.0"] + (
+        [f"{k}={v}" for k, v in variables.items()] if where == "command line" else []
+    )
     line = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout
-    assert "--base-devel 'mirror.local/cuda:devel'" in line and "--base-runtime 'mirror.local/cuda:run'" in line
+    assert (
+        "--base-devel 'mirror.local/cuda:devel'" in line and "--base-runtime 'mirror.local/cuda:run'" in line
+    )
 
 
 def test_build_py_reads_the_base_images_from_the_environment():
-    env = dict(os.environ, BASE_DEVEL_IMAGE="apex-toolchain/base:bookworm", BASE_RUNTIME_IMAGE="apex-toolchain/base:bookworm")
-    out = subprocess.run([sys.executable, "build.py", "plan", "--cuda", "13.0", "--torch", "2.11.0", "--os", "debian12",
-                          "--python", "3.11", "--target", "runtime-slim"], cwd=REPO, env=env,
-                         capture_output=True, text=True)
+    env = dict(
+        os.environ,
+        BASE_DEVEL_IMAGE="apex-toolchain/base:bookworm",
+        BASE_RUNTIME_IMAGE="apex-toolchain/base:bookworm",
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "build.py",
+            "plan",
+            "--cuda",
+            "13.0",
+            "--torch",
+            "2.11.0",
+            "--os",
+            "debian12",
+            "--python",
+            "3.11",
+            "--target",
+            "runtime-slim",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     assert "BASE_DEVEL_IMAGE=apex-toolchain/base:bookworm" in out.stdout
     # runtime-slim on a plain OS base: that base itself, no CUDA runtime image
@@ -42,17 +67,30 @@ def test_build_py_reads_the_base_images_from_the_environment():
 
 def test_slim_base_names_the_os_of_an_nvidia_tag(monkeypatch):
     monkeypatch.delenv("BASE_SLIM_IMAGE", raising=False)
-    assert targets.slim_base("nvidia/cuda:13.0.0-devel-ubuntu24.04", "nvidia/cuda:13.0.0-runtime-ubuntu24.04") == "ubuntu:24.04"
-    assert targets.slim_base("nvidia/cuda:12.4.1-devel-ubuntu22.04", "nvidia/cuda:12.4.1-runtime-ubuntu22.04") == "ubuntu:22.04"
+    assert (
+        targets.slim_base("nvidia/cuda:13.0.0-devel-ubuntu24.04", "nvidia/cuda:13.0.0-runtime-ubuntu24.04")
+        == "ubuntu:24.04"
+    )
+    assert (
+        targets.slim_base("nvidia/cuda:12.4.1-devel-ubuntu22.04", "nvidia/cuda:12.4.1-runtime-ubuntu22.04")
+        == "ubuntu:22.04"
+    )
     monkeypatch.setenv("BASE_SLIM_IMAGE", "my/os:1")
     assert targets.slim_base("nvidia/cuda:13.0.0-devel-ubuntu24.04", "") == "my/os:1"
 
 
 def test_the_pull_error_names_the_local_base_and_the_offline_inputs():
-    message, _ = build_log.environment_fault("ERROR: pull access denied for nvidia/cuda, repository does not exist")
+    message, _ = build_log.environment_fault(
+        "ERROR: pull access denied for nvidia/cuda, repository does not exist"
+    )
     # the fix is the same command on the local base, with the inputs a machine without GitHub needs
     assert "--base local (make: BASE=local)" in message and "--apex-src DIR (make: APEX_SRC=DIR)" in message
-    assert build_log.NO_REGISTRY_COMMAND.split("&& ", 1)[1].replace("python3 build.py", "").strip().startswith("image")
+    assert (
+        build_log.NO_REGISTRY_COMMAND.split("&& ", 1)[1]
+        .replace("python3 build.py", "")
+        .strip()
+        .startswith("image")
+    )
 
 
 def test_build_py_verify_lists_the_failing_checks(tmp_path):
@@ -69,9 +107,15 @@ def test_build_py_report_shows_build_py_verify_results(tmp_path):
     """`build.py verify IMAGE` leaves OUT/verify/<image>/report.json; `build.py report` gives each a row."""
     for image, source in (("img-good", "h200-good.json"), ("img-arch80", "h200-arch80.json")):
         (tmp_path / "verify" / image).mkdir(parents=True)
-        shutil.copy(REPO / "reports" / "h200-2026-11-30" / source, tmp_path / "verify" / image / "report.json")
-    done = subprocess.run([sys.executable, "build.py", "report", "--out", str(tmp_path)], cwd=REPO,
-                          capture_output=True, text=True)
+        shutil.copy(
+            REPO / "reports" / "h200-2026-11-30" / source, tmp_path / "verify" / image / "report.json"
+        )
+    done = subprocess.run(
+        [sys.executable, "build.py", "report", "--out", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     table = (tmp_path / "matrix-report.md").read_text()
     good = next(line for line in table.splitlines() if line.startswith("| img-good "))

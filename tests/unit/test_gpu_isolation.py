@@ -29,7 +29,10 @@ def test_a_healthy_group_runs_every_case_in_one_worker(monkeypatch):
     monkeypatch.delenv(FAULT_ENV, raising=False)
     result = runner.run_group("selftest", SEED, check_timeout_s=30)
     assert [(c.name, c.status) for c in result.checks] == [
-        ("selftest.first", Status.PASS), ("selftest.second", Status.PASS), ("selftest.third", Status.PASS)]
+        ("selftest.first", Status.PASS),
+        ("selftest.second", Status.PASS),
+        ("selftest.third", Status.PASS),
+    ]
     assert len(result.workers) == 1 and result.workers[0]["exit"] == "exit code 0"
     assert all(c.details["seed"] == SEED for c in result.checks)
     # the results crossed the process boundary intact: recompute what each worker case computed
@@ -72,7 +75,9 @@ def test_an_exception_is_one_fail_and_the_worker_goes_on(monkeypatch):
     checks = _by_name(result)
     failed = checks["selftest.second"]
     assert failed.status is Status.FAIL
-    assert failed.summary.startswith("selftest.second raised InjectedFault: injected fault at selftest.second")
+    assert failed.summary.startswith(
+        "selftest.second raised InjectedFault: injected fault at selftest.second"
+    )
     assert "Traceback" in failed.details["traceback_tail"]
     assert checks["selftest.first"].status is checks["selftest.third"].status is Status.PASS
     assert len(result.workers) == 1
@@ -82,7 +87,9 @@ def test_an_exit_in_a_case_reports_the_exit_code(monkeypatch):
     monkeypatch.setenv(FAULT_ENV, "selftest.third:exit")
     result = runner.run_group("selftest", SEED, check_timeout_s=30)
     checks = _by_name(result)
-    assert checks["selftest.third"].status is Status.FAIL and "exit code 7" in checks["selftest.third"].summary
+    assert (
+        checks["selftest.third"].status is Status.FAIL and "exit code 7" in checks["selftest.third"].summary
+    )
     assert checks["selftest.first"].status is Status.PASS
 
 
@@ -90,7 +97,10 @@ def test_a_group_name_targets_its_first_case(monkeypatch):
     monkeypatch.setenv(FAULT_ENV, "selftest:raise")
     checks = _by_name(runner.run_group("selftest", SEED, check_timeout_s=30))
     assert [checks[n].status for n in ("selftest.first", "selftest.second", "selftest.third")] == [
-        Status.FAIL, Status.PASS, Status.PASS]
+        Status.FAIL,
+        Status.PASS,
+        Status.PASS,
+    ]
 
 
 def test_a_worker_that_dies_in_setup_is_one_fail_naming_what_did_not_run(monkeypatch):
@@ -129,15 +139,24 @@ def _worker(*args: str, env_fault: str | None = None) -> subprocess.CompletedPro
     env.pop(FAULT_ENV, None)
     if env_fault:
         env[FAULT_ENV] = env_fault
-    return subprocess.run([sys.executable, "-m", "verify.gpu.worker", *args], capture_output=True, text=True,
-                          env=env, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "verify.gpu.worker", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
 
 
-@pytest.mark.parametrize(("args", "fault", "code", "message"), [
-    (("nope", "--seed", "1"), None, 2, "unknown group 'nope': use one of parity_adam"),
-    (("selftest", "--seed", "1", "--cases", "bogus"), None, 2, "--cases bogus: not in group selftest"),
-    (("selftest", "--seed", "1"), "selftest:explode", 2, "is not TARGET:MODE with MODE one of crash"),
-])
+@pytest.mark.parametrize(
+    ("args", "fault", "code", "message"),
+    [
+        (("nope", "--seed", "1"), None, 2, "unknown group 'nope': use one of parity_adam"),
+        (("selftest", "--seed", "1", "--cases", "bogus"), None, 2, "--cases bogus: not in group selftest"),
+        (("selftest", "--seed", "1"), "selftest:explode", 2, "is not TARGET:MODE with MODE one of crash"),
+    ],
+)
 def test_worker_usage_errors_are_one_line_and_exit_2(args, fault, code, message):
     done = _worker(*args, env_fault=fault)
     assert done.returncode == code
@@ -172,7 +191,11 @@ def test_a_broken_cuda_context_hands_the_rest_to_a_fresh_worker(monkeypatch):
     assert checks["selftest.first"].status is Status.FAIL
     assert "broken after this case" in checks["selftest.first"].details["cuda_context"]
     assert checks["selftest.second"].status is checks["selftest.third"].status is Status.PASS
-    assert len(result.workers) == 2 and result.workers[0]["exit"] == "exit code 1" and "poisoned" in result.workers[0]
+    assert (
+        len(result.workers) == 2
+        and result.workers[0]["exit"] == "exit code 1"
+        and "poisoned" in result.workers[0]
+    )
 
 
 def test_a_held_worker_sets_up_then_waits_for_release(monkeypatch):
@@ -187,7 +210,9 @@ def test_a_held_worker_sets_up_then_waits_for_release(monkeypatch):
         events = [event["event"] for _tag, event in list(worker.events.queue) if event]
         assert events == ["ready"]  # set up, and held: no case started
         started = time.monotonic()
-        result = runner.run_group("selftest", SEED, 30, ["selftest.first", "selftest.second"], first_worker=worker)
+        result = runner.run_group(
+            "selftest", SEED, 30, ["selftest.first", "selftest.second"], first_worker=worker
+        )
     finally:
         worker.kill()
         worker.finish()

@@ -37,7 +37,9 @@ def test_with_everything_usable_everything_runs():
     assert skipped == []
     # one GPU: the report is what it always was, no smoke group (device 0 runs the full layers)
     assert list(to_run) == [g for g in cases.GPU_GROUPS if g != "smoke"]
-    assert sum(len(v) for v in to_run.values()) == sum(len(cases.cases_of(g)) for g in cases.GPU_GROUPS if g != "smoke")
+    assert sum(len(v) for v in to_run.values()) == sum(
+        len(cases.cases_of(g)) for g in cases.GPU_GROUPS if g != "smoke"
+    )
 
 
 def test_every_further_gpu_gets_a_smoke_case_and_a_mismatched_one_is_skipped_by_name():
@@ -59,8 +61,13 @@ def test_a_missing_module_skips_what_needs_it_naming_the_module():
     assert set(to_run) == {"parity_adam", "timing"}
     assert to_run["timing"] == ["fused_adam.fp32"]
     by_id = {c.id: c for c in skipped}
-    assert set(by_id) == {"parity.fused_layer_norm", "parity.fused_rms_norm", "parity.amp_step",
-                          "timing.fused_layer_norm", "timing.fused_rms_norm"}
+    assert set(by_id) == {
+        "parity.fused_layer_norm",
+        "parity.fused_rms_norm",
+        "parity.amp_step",
+        "timing.fused_layer_norm",
+        "timing.fused_rms_norm",
+    }
     for check in skipped:
         assert check.status is Status.SKIP
         assert "needs fused_layer_norm_cuda" in check.summary and "no kernel was run" in check.summary
@@ -70,7 +77,9 @@ def test_a_missing_module_skips_what_needs_it_naming_the_module():
 def test_nothing_usable_skips_every_family_once():
     to_run, skipped = plan(frozenset(), None)
     assert to_run == {}
-    assert len(skipped) == 7  # parity: adam, layer norm, rms norm, amp step; timing: adam, layer norm, rms norm
+    assert (
+        len(skipped) == 7
+    )  # parity: adam, layer norm, rms norm, amp step; timing: adam, layer norm, rms norm
 
 
 def test_on_this_cpu_machine_everything_is_skip_and_nothing_is_spawned():
@@ -84,11 +93,18 @@ def test_on_this_cpu_machine_everything_is_skip_and_nothing_is_spawned():
     assert results.groups == [] and results.timings == []
     assert results.checks and all(c.status is Status.SKIP for c in results.checks)
     assert all("no CUDA device visible to torch" in c.summary for c in results.checks)
-    assert [c.layer for c in results.checks] == sorted((c.layer for c in results.checks), key=["parity", "timing"].index)
+    assert [c.layer for c in results.checks] == sorted(
+        (c.layer for c in results.checks), key=["parity", "timing"].index
+    )
 
 
 def test_results_serialize_with_the_check_contract():
     results = run_gpu_layers(seed=1, check_timeout_s=5, usable_modules=frozenset())
     for check in results.checks:
         data = check.to_json()
-        assert data["id"] == f"{check.layer}.{check.name}" and data["status"] in {"SKIP", "PASS", "FAIL", "INFO"}
+        assert data["id"] == f"{check.layer}.{check.name}" and data["status"] in {
+            "SKIP",
+            "PASS",
+            "FAIL",
+            "INFO",
+        }

@@ -25,8 +25,10 @@ def import_graph() -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in paths else node.module
-                           for a in node.names]
+                targets = [
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in paths else node.module
+                    for a in node.names
+                ]
             else:
                 continue
             graph[name] |= {t for t in targets if t in paths and t != name}
@@ -50,8 +52,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             elif child in stack:
                 low[node] = min(low[node], index[child])
         if low[node] == index[node]:
-            component = stack[stack.index(node):]
-            del stack[stack.index(node):]
+            component = stack[stack.index(node) :]
+            del stack[stack.index(node) :]
             if len(component) > 1:
                 found.append(sorted(component))
 
@@ -72,5 +74,11 @@ def test_the_scan_sees_function_level_imports_and_finds_a_circle() -> None:
     assert "toolchain.image.pull" in graph["toolchain.commands.images"]
     assert "toolchain.image.registry_pull" in graph["toolchain.image.container_engine"]
     graph["toolchain.image.registry_pull"] = graph["toolchain.image.registry_pull"] | {"toolchain.image.pull"}
-    assert cycles(graph) == [["toolchain.image.container_engine", "toolchain.image.container_verify",
-                              "toolchain.image.pull", "toolchain.image.registry_pull"]]
+    assert cycles(graph) == [
+        [
+            "toolchain.image.container_engine",
+            "toolchain.image.container_verify",
+            "toolchain.image.pull",
+            "toolchain.image.registry_pull",
+        ]
+    ]

@@ -55,7 +55,9 @@ def test_size_cap_utf8_position_and_json_errors(tmp_path: Path) -> None:
     big = tmp_path / "big.json"
     big.write_text('"' + "x" * 100 + '"')
     error = _refused(big)
-    assert error.reason == "too_large" and "larger than 64 bytes, the limit for a matrix file" in error.problem
+    assert (
+        error.reason == "too_large" and "larger than 64 bytes, the limit for a matrix file" in error.problem
+    )
     bad = tmp_path / "bad.json"
     bad.write_bytes(b'{"a":\n  "caf\xe9"}')
     error = _refused(bad)
@@ -71,14 +73,22 @@ def test_size_cap_utf8_position_and_json_errors(tmp_path: Path) -> None:
     huge_int.write_text('{"jobs": ' + "1" * 5000 + "}")  # valid JSON; Python refuses > 4300 digits
     assert _refused(huge_int, input_files.MANIFEST).problem == (
         "is not valid JSON here (a value cannot be read: Exceeds the limit (4300 digits) for integer string"
-        " conversion)")
+        " conversion)"
+    )
 
 
 def _cli(*args: str, timeout: int = 60) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("APEX_BUILD_MANIFEST", "GITHUB_ACTIONS")}
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    proc = subprocess.run(
+        [sys.executable, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     assert time.monotonic() - start < timeout - 5
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -91,7 +101,7 @@ def test_matrix_from_a_fifo_dev_zero_bad_bytes_or_deep_nesting_is_exit_2(tmp_pat
     assert "is a FIFO (named pipe)" in _cli("build.py", "validate", "--matrix", str(fifo)).stderr
     assert "/dev/zero: is a character device" in _cli("build.py", "validate", "--matrix", "/dev/zero").stderr
     latin1 = tmp_path / "matrix.toml"
-    latin1.write_bytes((REPO / "matrix.toml").read_bytes() + b'\n# na\xefve comment\n')
+    latin1.write_bytes((REPO / "matrix.toml").read_bytes() + b"\n# na\xefve comment\n")
     err = _cli("build.py", "plan", "--matrix", str(latin1)).stderr
     assert f"{latin1}: is not UTF-8 text (unreadable byte 0xef at line" in err and "save it as UTF-8" in err
     deep = tmp_path / "deep.toml"
@@ -99,12 +109,16 @@ def test_matrix_from_a_fifo_dev_zero_bad_bytes_or_deep_nesting_is_exit_2(tmp_pat
     assert "nested too deeply" in _cli("build.py", "validate", "--matrix", str(deep)).stderr
     big_int = tmp_path / "int.toml"
     big_int.write_text('[cells.a]\ncuda = "12.4"\ngcc = ' + "1" * 5000 + "\n")
-    assert "malformed TOML (a value cannot be read: Exceeds the limit (4300 digits)" in _cli(
-        "build.py", "validate", "--matrix", str(big_int)).stderr
+    assert (
+        "malformed TOML (a value cannot be read: Exceeds the limit (4300 digits)"
+        in _cli("build.py", "validate", "--matrix", str(big_int)).stderr
+    )
     huge = tmp_path / "huge.toml"
     huge.write_text("# " + "x" * (2 << 20) + "\n")
-    assert "is larger than 1 MiB, the limit for a matrix file" in _cli("build.py", "validate", "--matrix",
-                                                                         str(huge)).stderr
+    assert (
+        "is larger than 1 MiB, the limit for a matrix file"
+        in _cli("build.py", "validate", "--matrix", str(huge)).stderr
+    )
 
 
 def test_manifest_from_a_fifo_or_dev_zero_is_exit_2(tmp_path: Path) -> None:
@@ -134,12 +148,14 @@ def test_manifest_with_wrong_types_names_every_field(tmp_path: Path) -> None:
     path.write_text(json.dumps(data))
     err = _cli("-m", "verify", "--static", "--manifest", str(path)).stderr
     assert err.startswith(f"verify: build manifest {path}: ")
-    for needle in ("manifest.versions.torch: expected a string or null, got a list",
-                   "manifest.expected_modules[1]: expected a string, got an integer",
-                   "manifest.apex: expected an object, got a string",
-                   "manifest.skipped_extensions[0].warning: expected a string, got null",
-                   "manifest.flags.APEX_CUDA_EXT: expected a string, got an integer",
-                   "(and 3 more)"):
+    for needle in (
+        "manifest.versions.torch: expected a string or null, got a list",
+        "manifest.expected_modules[1]: expected a string, got an integer",
+        "manifest.apex: expected an object, got a string",
+        "manifest.skipped_extensions[0].warning: expected a string, got null",
+        "manifest.flags.APEX_CUDA_EXT: expected a string, got an integer",
+        "(and 3 more)",
+    ):
         assert needle in err
     assert len(err) < 2000
     data = _good_manifest()

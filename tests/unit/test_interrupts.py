@@ -81,7 +81,9 @@ def test_children_are_in_their_own_group_and_die_with_the_run(tmp_path: Path) ->
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert left == [], "the grandchild died with the child's group"
-    later = entry_point.run("test", lambda: child_processes.reap(child_processes.start([sys.executable, "-c", "pass"])))
+    later = entry_point.run(
+        "test", lambda: child_processes.reap(child_processes.start([sys.executable, "-c", "pass"]))
+    )
     assert later == 0, "the next run may start children again"
 
 

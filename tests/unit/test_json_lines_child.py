@@ -29,12 +29,14 @@ def _alive(pid: int) -> bool:
 
 
 def test_events_then_a_timeout_then_a_kill_described_with_the_stderr_tail() -> None:
-    code = ("import json, sys, time\n"
-            "print('stray text, not protocol', flush=True)\n"
-            "print(json.dumps({'no_event_key': 1}), flush=True)\n"
-            "print(json.dumps({'event': 'ready', 'n': 1}), flush=True)\n"
-            "sys.stderr.write('about to hang\\n'); sys.stderr.flush()\n"
-            "time.sleep(60)\n")
+    code = (
+        "import json, sys, time\n"
+        "print('stray text, not protocol', flush=True)\n"
+        "print(json.dumps({'no_event_key': 1}), flush=True)\n"
+        "print(json.dumps({'event': 'ready', 'n': 1}), flush=True)\n"
+        "sys.stderr.write('about to hang\\n'); sys.stderr.flush()\n"
+        "time.sleep(60)\n"
+    )
     child = JsonLinesChild(_python(code), label="test-hang")
     try:
         assert child.pid in child_processes._live  # registered: a signal to verify kills it too
@@ -51,14 +53,22 @@ def test_events_then_a_timeout_then_a_kill_described_with_the_stderr_tail() -> N
 
 
 def test_events_on_a_passed_fd_with_stdin_and_the_end_of_stream() -> None:
-    code = ("import json, os, sys\n"
-            "out = os.fdopen(int(sys.argv[1]), 'w')\n"
-            "request = sys.stdin.read()\n"
-            "print('extension code printing to stdout')\n"
-            "out.write(json.dumps({'start': request}) + '\\n'); out.flush()\n"
-            "sys.exit(3)\n")
-    child = JsonLinesChild(_python(code), label="test-fd", events_on_fd=True, stdin_pipe=True,
-                           is_event=lambda _message: True, tail_chars=None)
+    code = (
+        "import json, os, sys\n"
+        "out = os.fdopen(int(sys.argv[1]), 'w')\n"
+        "request = sys.stdin.read()\n"
+        "print('extension code printing to stdout')\n"
+        "out.write(json.dumps({'start': request}) + '\\n'); out.flush()\n"
+        "sys.exit(3)\n"
+    )
+    child = JsonLinesChild(
+        _python(code),
+        label="test-fd",
+        events_on_fd=True,
+        stdin_pipe=True,
+        is_event=lambda _message: True,
+        tail_chars=None,
+    )
     child.send_and_close(b"amp_C")
     assert child.next_event(30) == {"start": "amp_C"}
     assert child.next_event(30) is None  # the child exited: its end of the pipe closed
@@ -68,10 +78,12 @@ def test_events_on_a_passed_fd_with_stdin_and_the_end_of_stream() -> None:
 
 
 def test_a_kill_ends_the_whole_process_group() -> None:
-    code = ("import json, subprocess, sys, time\n"
-            "grandchild = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
-            "print(json.dumps({'event': 'ready', 'pid': grandchild.pid}), flush=True)\n"
-            "time.sleep(60)\n")
+    code = (
+        "import json, subprocess, sys, time\n"
+        "grandchild = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print(json.dumps({'event': 'ready', 'pid': grandchild.pid}), flush=True)\n"
+        "time.sleep(60)\n"
+    )
     child = JsonLinesChild(_python(code), label="test-group")
     try:
         grandchild = child.next_event(30)["pid"]
@@ -88,8 +100,12 @@ def test_a_kill_ends_the_whole_process_group() -> None:
 def test_children_share_one_queue_tagged_by_rank() -> None:
     events: queue.Queue = queue.Queue()
     code = "import json, os; print(json.dumps({'event': 'ready', 'rank': os.environ['RANK']}), flush=True)"
-    ranks = [JsonLinesChild(_python(code), label=f"test-rank{r}", env={**verify_env(), "RANK": str(r)},
-                            events=events, tag=r) for r in range(2)]
+    ranks = [
+        JsonLinesChild(
+            _python(code), label=f"test-rank{r}", env={**verify_env(), "RANK": str(r)}, events=events, tag=r
+        )
+        for r in range(2)
+    ]
     seen: dict[int, list] = {0: [], 1: []}
     for _ in range(4):
         tag, event = events.get(timeout=30)
@@ -97,7 +113,9 @@ def test_children_share_one_queue_tagged_by_rank() -> None:
     for rank in ranks:
         rank.finish()
     assert seen == {0: [{"event": "ready", "rank": "0"}, None], 1: [{"event": "ready", "rank": "1"}, None]}
-    assert verify_env()["PYTHONPATH"].split(os.pathsep)[0] == str(REPO)  # the children import this very verify
+    assert verify_env()["PYTHONPATH"].split(os.pathsep)[0] == str(
+        REPO
+    )  # the children import this very verify
 
 
 def test_no_child_starts_once_verify_is_stopping() -> None:

@@ -81,23 +81,32 @@ def test_rounds_alternate_and_both_figures_are_measured(clock: SimulatedClock) -
                 calls.append(name)
                 clock.advance(host_s)  # host time, outside any aten op
                 return a @ a
+
             return call
+
         return make
 
-    variants = [Variant("fused", "fused", recorder("fused", 0.002)), Variant("native", "native", recorder("native", 0.0001))]
+    variants = [
+        Variant("fused", "fused", recorder("fused", 0.002)),
+        Variant("native", "native", recorder("native", 0.0001)),
+    ]
     result = kernel_compare.compare("K", "case", variants, "cpu", PLAN)
     fused, native = result.variants
     assert fused.status == native.status == "OK"
     for v in (fused, native):
-        assert len(v.kernel_ms) == len(v.host_ms) == PLAN.rounds and min(v.kernel_ms) > 0 and min(v.host_ms) > 0
-        assert v.loop_calls >= PLAN.min_calls and v.kernel_calls == PLAN.kernel_calls and v.bound is None  # CPU
+        assert (
+            len(v.kernel_ms) == len(v.host_ms) == PLAN.rounds and min(v.kernel_ms) > 0 and min(v.host_ms) > 0
+        )
+        assert (
+            v.loop_calls >= PLAN.min_calls and v.kernel_calls == PLAN.kernel_calls and v.bound is None
+        )  # CPU
     # host rounds: blocks of loop_calls calls, fused first in even rounds and native first in odd ones
     n = fused.loop_calls
     assert fused.warmup_calls == native.warmup_calls == PLAN.warmup_calls  # warmup_ms=0: one warm-up block
     warm = fused.warmup_calls + native.warmup_calls + 2 * 2  # warm-up, then 2 calibration calls each
     blocks = [calls[warm + i * n] for i in range(2 * PLAN.rounds)]
     assert blocks == ["fused", "native", "native", "fused"] * (PLAN.rounds // 2)
-    assert all(calls[warm + i * n: warm + (i + 1) * n] == [blocks[i]] * n for i in range(2 * PLAN.rounds))
+    assert all(calls[warm + i * n : warm + (i + 1) * n] == [blocks[i]] * n for i in range(2 * PLAN.rounds))
     # 2 ms of host time per fused call: far slower in the loop; the ops themselves are the same
     assert result.host_verdict.winner == "native" and result.host_verdict.ratio < 0.2, result.to_json()
     assert result.kernel_verdict.winner in rules.WINNERS  # CPU op time on a shared CPU: any answer, but one
@@ -108,7 +117,9 @@ def test_rounds_alternate_and_both_figures_are_measured(clock: SimulatedClock) -
     assert data["fused"]["kernel_time"]["method"].startswith("torch.profiler CPU activity")
 
 
-def test_warm_up_lasts_its_time_and_timed_blocks_run_without_the_garbage_collector(clock: SimulatedClock) -> None:
+def test_warm_up_lasts_its_time_and_timed_blocks_run_without_the_garbage_collector(
+    clock: SimulatedClock,
+) -> None:
     gc_seen: list[bool] = []
     x = torch.randn(64, 64)
 
@@ -118,11 +129,18 @@ def test_warm_up_lasts_its_time_and_timed_blocks_run_without_the_garbage_collect
         return x + 1
 
     plan = dataclasses.replace(PLAN, warmup_calls=2, warmup_ms=30.0)
-    host = timing_host.HostConditions(1, (0, 1), "every thread on core 1: a test", 3, 1, timing_host.GC_RULE,
-                                      None).to_json()
+    host = timing_host.HostConditions(
+        1, (0, 1), "every thread on core 1: a test", 3, 1, timing_host.GC_RULE, None
+    ).to_json()
     gc.enable()
-    result = kernel_compare.compare("K", "c", [Variant("f", "fused", lambda: call),
-                                               Variant("n", "native", lambda: call)], "cpu", plan, host)
+    result = kernel_compare.compare(
+        "K",
+        "c",
+        [Variant("f", "fused", lambda: call), Variant("n", "native", lambda: call)],
+        "cpu",
+        plan,
+        host,
+    )
     fused, native = result.variants
     # 1 ms a call, blocks of 2: each implementation warms up for 30 ms of its own time, 15 blocks (16 when
     # the sum of 2 ms steps lands a rounding error short of 30)
@@ -137,7 +155,9 @@ def test_warm_up_lasts_its_time_and_timed_blocks_run_without_the_garbage_collect
 
 def test_host_block_is_the_timer_of_the_rounds(clock: SimulatedClock) -> None:
     calls = []
-    per_call, issued = kernel_compare.host_block(lambda: calls.append(clock.advance(0.002)), 5, torch.device("cpu"))
+    per_call, issued = kernel_compare.host_block(
+        lambda: calls.append(clock.advance(0.002)), 5, torch.device("cpu")
+    )
     assert len(calls) == 5 and per_call == pytest.approx(2.0) and issued == per_call
 
 
@@ -146,8 +166,12 @@ def test_a_native_that_cannot_be_built_is_a_fail_and_the_rest_compare() -> None:
         raise TypeError("AdamW.__init__() got an unexpected keyword argument 'fused'")
 
     x = torch.randn(64, 64)
-    ok = Variant("native ok", "native", lambda: (lambda: x + 1))
-    variants = [Variant("fused", "fused", lambda: (lambda: x * 2)), Variant("native broken", "native", unavailable), ok]
+    ok = Variant("native ok", "native", lambda: lambda: x + 1)
+    variants = [
+        Variant("fused", "fused", lambda: lambda: x * 2),
+        Variant("native broken", "native", unavailable),
+        ok,
+    ]
     result = kernel_compare.compare("K", "c", variants, "cpu", PLAN)
     broken = result.variants[1]
     assert broken.status == "FAIL" and broken.reason.startswith("TypeError: AdamW.__init__()")
@@ -156,8 +180,16 @@ def test_a_native_that_cannot_be_built_is_a_fail_and_the_rest_compare() -> None:
 
 def test_no_fused_kernel_no_verdict_and_an_error_while_timing_fails_the_comparison() -> None:
     x = torch.randn(8)
-    skipped = kernel_compare.compare("K", "c", [Variant("apex K", "fused", None, "Apex is not installed"),
-                                                Variant("n", "native", lambda: (lambda: x + 1))], "cpu", PLAN)
+    skipped = kernel_compare.compare(
+        "K",
+        "c",
+        [
+            Variant("apex K", "fused", None, "Apex is not installed"),
+            Variant("n", "native", lambda: lambda: x + 1),
+        ],
+        "cpu",
+        PLAN,
+    )
     assert skipped.kernel_verdict is None and skipped.host_verdict is None
     assert skipped.sentence == "no comparison: apex K SKIP (Apex is not installed)"
     assert skipped.variants[1].status == "OK" and skipped.variants[1].host_ms  # the native still ran
@@ -170,8 +202,13 @@ def test_no_fused_kernel_no_verdict_and_an_error_while_timing_fails_the_comparis
             raise RuntimeError("CUDA out of memory\nmore")
         return x * 2
 
-    failed = kernel_compare.compare("K", "c", [Variant("f", "fused", lambda: flaky),
-                                               Variant("n", "native", lambda: (lambda: x + 1))], "cpu", PLAN)
+    failed = kernel_compare.compare(
+        "K",
+        "c",
+        [Variant("f", "fused", lambda: flaky), Variant("n", "native", lambda: lambda: x + 1)],
+        "cpu",
+        PLAN,
+    )
     assert [v.status for v in failed.variants] == ["FAIL", "FAIL"]
     assert failed.variants[0].reason == "while timing: RuntimeError: CUDA out of memory"
 
@@ -185,7 +222,10 @@ def test_norm_variants_build_the_same_module_weights_on_both_sides() -> None:
     a, b = fused.make()(), native.make()()
     for ga, gb in zip(a, b, strict=True):
         torch.testing.assert_close(ga, gb)  # same weights and inputs: the same gradients
-    assert kernel_variants.norm_variants("fused_rms_norm", x, dy, weight, None, None, "no Apex")[0].skip_reason == "no Apex"
+    assert (
+        kernel_variants.norm_variants("fused_rms_norm", x, dy, weight, None, None, "no Apex")[0].skip_reason
+        == "no Apex"
+    )
 
 
 def test_adam_variants_step_real_optimizers() -> None:
@@ -194,8 +234,10 @@ def test_adam_variants_step_real_optimizers() -> None:
         p.grad = torch.randn(10, 10)
     before = [p.detach().clone() for p in params]
     fused, foreach, fused_native = kernel_variants.adam_variants(params, None, "Apex is not installed")
-    assert fused.make is None and (foreach.name, fused_native.name) == ("torch AdamW(foreach=True)",
-                                                                        "torch AdamW(fused=True)")
+    assert fused.make is None and (foreach.name, fused_native.name) == (
+        "torch AdamW(foreach=True)",
+        "torch AdamW(fused=True)",
+    )
     foreach.make()()
     assert all(not torch.equal(b, p) for b, p in zip(before, params, strict=True))
 
@@ -203,14 +245,25 @@ def test_adam_variants_step_real_optimizers() -> None:
 def test_timing_layer_and_bench_share_the_module_and_the_names() -> None:
     """One comparison path: both call kernel_compare.compare on kernel_variants' implementations, and no
     other file under verify/ spells an implementation name (so they cannot drift apart again)."""
-    users = {"gpu/kernel_timing.py": VERIFY / "gpu" / "kernel_timing.py", "bench/micro.py": VERIFY / "bench" / "micro.py"}
+    users = {
+        "gpu/kernel_timing.py": VERIFY / "gpu" / "kernel_timing.py",
+        "bench/micro.py": VERIFY / "bench" / "micro.py",
+    }
     for name, path in users.items():
         text = path.read_text()
         assert "kernel_compare.compare(" in text, name
         assert "kernel_variants." in text and "cuda_timer.verdict" not in text, name
-    names = [kernel_variants.FUSED_ADAM, kernel_variants.ADAMW_FOREACH, kernel_variants.ADAMW_FUSED,
-             kernel_variants.FUSED_LAYER_NORM, kernel_variants.LAYER_NORM, kernel_variants.FUSED_RMS_NORM,
-             kernel_variants.RMS_NORM, "torch AdamW foreach", "torch AdamW fused"]
+    names = [
+        kernel_variants.FUSED_ADAM,
+        kernel_variants.ADAMW_FOREACH,
+        kernel_variants.ADAMW_FUSED,
+        kernel_variants.FUSED_LAYER_NORM,
+        kernel_variants.LAYER_NORM,
+        kernel_variants.FUSED_RMS_NORM,
+        kernel_variants.RMS_NORM,
+        "torch AdamW foreach",
+        "torch AdamW fused",
+    ]
     pattern = re.compile("|".join(re.escape(f'"{n}"') for n in names))
     spelled = {str(p.relative_to(VERIFY)) for p in VERIFY.rglob("*.py") if pattern.search(p.read_text())}
     assert spelled == {"timing/kernel_variants.py"}
@@ -219,7 +272,10 @@ def test_timing_layer_and_bench_share_the_module_and_the_names() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_comparison_uses_the_profiler_with_markers() -> None:
     x = torch.randn(4096, 4096, device="cuda")
-    variants = [Variant("big", "fused", lambda: (lambda: x @ x)), Variant("small", "native", lambda: (lambda: x + 1))]
+    variants = [
+        Variant("big", "fused", lambda: lambda: x @ x),
+        Variant("small", "native", lambda: lambda: x + 1),
+    ]
     result = kernel_compare.compare("K", "c", variants, "cuda")
     assert all(kernel_profile.SESSION_MARKED in v.kernel_method for v in result.variants)
     assert result.winners()[rules.KERNEL] == "native"

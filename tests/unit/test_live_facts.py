@@ -14,8 +14,12 @@ def test_the_live_facts_load_validate_and_carry_the_matrix() -> None:
     facts = compat.load()  # schema-checked (verify.runtime.input_files.FACTS): a bad edit is exit 2 here
     assert facts.source == compat.DATA
     raw = load_toml(compat.DATA)
-    rows = [(f"torch {k}", v) for k, v in raw["torch"].items()] + [(f"cuda {k}", v) for k, v in raw["cuda"].items()]
-    rows += [(f"nvcc {r['nvcc']}", r) for r in raw["toolkit"]] + [(f"os {k}", v) for k, v in raw["os"].items()]
+    rows = [(f"torch {k}", v) for k, v in raw["torch"].items()] + [
+        (f"cuda {k}", v) for k, v in raw["cuda"].items()
+    ]
+    rows += [(f"nvcc {r['nvcc']}", r) for r in raw["toolkit"]] + [
+        (f"os {k}", v) for k, v in raw["os"].items()
+    ]
     for where, row in rows:
         assert isinstance(row.get("source"), str) and len(row["source"]) > 10, f"{where}: no source"
         assert all(isinstance(text, str) and text for text in row.get("leads", [])), where
@@ -24,7 +28,9 @@ def test_the_live_facts_load_validate_and_carry_the_matrix() -> None:
         assert release.pypi_cuda is None or release.pypi_cuda in release.cuda, release.minor
         assert set(release.aarch64_cuda) <= set(release.cuda), release.minor
         for cuda in release.cuda:
-            assert facts.toolkit(cuda) is not None, f"torch {release.minor}: CUDA {cuda} has no [[toolkit]] row"
+            assert facts.toolkit(cuda) is not None, (
+                f"torch {release.minor}: CUDA {cuda} has no [[toolkit]] row"
+            )
     assert facts.default_platform == "linux/amd64" and "linux/arm64" in facts.platforms
     # the Apex ref table: each row's evidence is in the repository, each failure names its cause and fix
     builds = apex_refs.rows(facts)

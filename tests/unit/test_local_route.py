@@ -24,13 +24,19 @@ MATRIX = REPO / "matrix.toml"
 _FROZEN = frozen_facts()
 FACTS = dataclasses.replace(
     _FROZEN,
-    os={**_FROZEN.os,
+    os={
+        **_FROZEN.os,
         "debian12": dataclasses.replace(_FROZEN.os["debian12"], glibc="2.36"),
-        "debian13": compat.OsRelease("debian13", "14", ("12", "13", "14"), ("3.13",), glibc="2.41")},
-    local_bases={"debian12": compat.LocalBase("debian12", "apex-toolchain/base:bookworm", "bookworm"),
-                 "debian13": compat.LocalBase("debian13", "apex-toolchain/base:trixie", "trixie")},
-    host_clashes=(compat.HostClash("2.41", "12.9", "cospi clash", "test"),
-                  compat.HostClash("2.42", "13.1", "rsqrt clash", "test")),
+        "debian13": compat.OsRelease("debian13", "14", ("12", "13", "14"), ("3.13",), glibc="2.41"),
+    },
+    local_bases={
+        "debian12": compat.LocalBase("debian12", "apex-toolchain/base:bookworm", "bookworm"),
+        "debian13": compat.LocalBase("debian13", "apex-toolchain/base:trixie", "trixie"),
+    },
+    host_clashes=(
+        compat.HostClash("2.41", "12.9", "cospi clash", "test"),
+        compat.HostClash("2.42", "13.1", "rsqrt clash", "test"),
+    ),
 )
 
 
@@ -45,8 +51,12 @@ def cell(base: str | None = None, **values: str):
 
 def again(current, changes):
     """What build.py's re-resolver does: the cell's own layers (its table, its command line), then the change."""
-    return cli_cell({**_GIVEN.get(current.id, {}), **changes}, matrix_path=MATRIX,
-                    base_cell=None if current.name == "cli" else current.name, facts=FACTS)
+    return cli_cell(
+        {**_GIVEN.get(current.id, {}), **changes},
+        matrix_path=MATRIX,
+        base_cell=None if current.name == "cli" else current.name,
+        facts=FACTS,
+    )
 
 
 def unreachable(ref: str) -> str:
@@ -62,8 +72,11 @@ def choose(c, requested="auto", available=unreachable):
 
 def test_a_debian13_cell_stands_on_the_local_base_with_torch_from_pypi() -> None:
     c = cell(cuda="13.2", torch="2.15", python="3.13", os="debian13", archs="9.0")
-    assert (c.base_route, c.base_devel, c.base_runtime) == ("local", "apex-toolchain/base:trixie",
-                                                           "apex-toolchain/base:trixie")
+    assert (c.base_route, c.base_devel, c.base_runtime) == (
+        "local",
+        "apex-toolchain/base:trixie",
+        "apex-toolchain/base:trixie",
+    )
     assert c.torch_index_url == "https://pypi.org/simple" and c.gcc == "14"
     assert c.id == "apex-6424da3-torch2.15.0-cu13.2-py3.13-debian13-sm90"
     assert cell(cuda="13.2").base_route == "nvidia"
@@ -80,7 +93,11 @@ def test_glibc_2_41_refuses_nvcc_12_with_the_fix() -> None:
 
 def test_glibc_2_42_would_refuse_nvcc_13_1_but_not_13_2() -> None:
     clash = FACTS.host_clashes[1]
-    assert clash.applies("2.42", "13.1") and not clash.applies("2.42", "13.2") and not clash.applies("2.41", "13.1")
+    assert (
+        clash.applies("2.42", "13.1")
+        and not clash.applies("2.42", "13.2")
+        and not clash.applies("2.41", "13.1")
+    )
     assert not clash.applies(None, "12.4")  # an OS whose glibc is not recorded: no rule applies
 
 
@@ -98,8 +115,14 @@ def test_auto_moves_an_unpullable_cell_to_the_local_base_and_says_so_in_one_line
     # no local base packages 3.12: the newest local OS, and its Python (torch 2.11 has cp313 wheels)
     assert moved.base_route == "local" and moved.os == "debian13" and moved.python == "3.13"
     assert (moved.cuda, moved.torch, moved.archs, moved.apex_ref) == (c.cuda, c.torch, c.archs, c.apex_ref)
-    assert moved.torch_index_url == "https://pypi.org/simple" and moved.base_devel == "apex-toolchain/base:trixie"
-    assert "\n" not in note and "nvidia/cuda:13.0.1-devel-ubuntu24.04 cannot be pulled (lookup registry-1" in note
+    assert (
+        moved.torch_index_url == "https://pypi.org/simple"
+        and moved.base_devel == "apex-toolchain/base:trixie"
+    )
+    assert (
+        "\n" not in note
+        and "nvidia/cuda:13.0.1-devel-ubuntu24.04 cannot be pulled (lookup registry-1" in note
+    )
     assert "debian13 with Python 3.13, as none packages the cell's 3.12" in note
     assert "apex-toolchain/base:trixie" in note and moved.id in note and "--base nvidia" in note
     # a Python the cell writes and a local base packages: that base
@@ -118,15 +141,28 @@ def test_auto_stops_with_exit_3_naming_the_index_where_pypi_lacks_the_build() ->
 def test_a_cuda_12_cell_takes_debian13s_own_toolkit_as_nvidias_wheels_hold_no_nvcc_12() -> None:
     c = cell(base="cu124")  # torch 2.6: PyPI's wheel is its CUDA 12.4 build
     moved, note = choose(c)
-    assert (moved.os, moved.python, moved.gcc, moved.cuda, moved.torch) == ("debian13", "3.13", "13", "12.4", "2.6.0")
+    assert (moved.os, moved.python, moved.gcc, moved.cuda, moved.torch) == (
+        "debian13",
+        "3.13",
+        "13",
+        "12.4",
+        "2.6.0",
+    )
     assert moved.os_cuda_packages == ("nvidia-cuda-toolkit",) and moved.archs == c.archs
     assert moved.build_args()["OS_CUDA_COMPONENTS"] == "contrib non-free"
-    assert "CUDA 12.4 from debian13's nvidia-cuda-toolkit" in note and "Python 3.13, as none packages the cell's 3.11" in note
+    assert (
+        "CUDA 12.4 from debian13's nvidia-cuda-toolkit" in note
+        and "Python 3.13, as none packages the cell's 3.11" in note
+    )
     # where no OS archive has the CUDA either: exit 3 saying why each local base refused
     with pytest.raises(EnvironmentUnavailable) as caught:
         choose(cell(base="cu126"))
     text = str(caught.value)
-    assert "no local base fits it" in text and "NVIDIA's wheels hold no nvcc 12.6" in text and "glibc 2.41" in text
+    assert (
+        "no local base fits it" in text
+        and "NVIDIA's wheels hold no nvcc 12.6" in text
+        and "glibc 2.41" in text
+    )
     with pytest.raises(EnvironmentUnavailable):
         choose(cell(cuda="12.6", torch="2.8", python="3.11", os="ubuntu22.04"))
 
@@ -145,11 +181,17 @@ def test_a_written_python_no_local_base_packages_is_exit_3_naming_the_ones_that_
         choose(cell(cuda="13.0", torch="2.11", python="3.12"))
     text = str(caught.value)
     assert caught.value.exit_code == exit_codes.ENVIRONMENT and "no local base fits it" in text
-    assert "debian12 (Python 3.11)" in text and "debian13 (Python 3.13)" in text and "no python3.12 package" in text
+    assert (
+        "debian12 (Python 3.11)" in text
+        and "debian13 (Python 3.13)" in text
+        and "no python3.12 package" in text
+    )
 
 
 def test_given_bases_are_never_moved() -> None:
-    c = cell(cuda="13.0", torch="2.11", base_devel="mirror.local/cuda:devel", base_runtime="mirror.local/cuda:rt")
+    c = cell(
+        cuda="13.0", torch="2.11", base_devel="mirror.local/cuda:devel", base_runtime="mirror.local/cuda:rt"
+    )
     assert c.base_route == "given" and choose(c) == (c, None)
 
 
@@ -166,17 +208,26 @@ def test_progress_counts_units_names_the_slowest_and_estimates_from_costs(tmp_pa
     starts = build_progress.starts_path(times)
     costs = {"amp_C/a.o": 300.0, "amp_C/b.o": 100.0, "fused/c.o": 100.0, "fused/d.o": 100.0}
     assert build_progress.snapshot(costs, times, 1000.0, 1010.0).line() == (
-        "progress: 0/4 nvcc units done, 0 in flight; 0m10s so far, estimate after the first unit")
+        "progress: 0/4 nvcc units done, 0 in flight; 0m10s so far, estimate after the first unit"
+    )
     _append(starts, key="amp_C/a.o", start_s=1000.0)
     _append(starts, key="amp_C/b.o", start_s=1001.0)
     _append(times, key="amp_C/b.o", start_s=1001.0, end_s=1100.0)
     _append(starts, key="fused/c.o", start_s=1100.0)
     starts.open("a").write('{"key": "fused/d.o", "sta')  # a line being appended right now is skipped
     shot = build_progress.snapshot(costs, times, 1000.0, 1200.0)
-    assert (shot.done, shot.total, shot.in_flight, shot.slowest, shot.slowest_s) == (1, 4, 2, "amp_C/a.o", 200.0)
+    assert (shot.done, shot.total, shot.in_flight, shot.slowest, shot.slowest_s) == (
+        1,
+        4,
+        2,
+        "amp_C/a.o",
+        200.0,
+    )
     assert shot.left_s == pytest.approx(200.0 * 500 / 100)  # time so far x cost left / cost done
-    assert shot.line() == ("progress: 1/4 nvcc units done, 2 in flight (slowest: amp_C/a.o, 200 s); "
-                           "3m20s so far, about 16m40s left")
+    assert shot.line() == (
+        "progress: 1/4 nvcc units done, 2 in flight (slowest: amp_C/a.o, 200 s); "
+        "3m20s so far, about 16m40s left"
+    )
 
 
 def test_the_reporter_prints_every_interval_until_stopped(tmp_path: Path) -> None:
@@ -189,10 +240,14 @@ def test_the_reporter_prints_every_interval_until_stopped(tmp_path: Path) -> Non
         now[0] += seconds
         return len(waits) > 3
 
-    with build_progress.Reporter({"x/a.o": 1.0}, tmp_path / "t.jsonl", said.append, clock=lambda: now[0], wait=wait):
+    with build_progress.Reporter(
+        {"x/a.o": 1.0}, tmp_path / "t.jsonl", said.append, clock=lambda: now[0], wait=wait
+    ):
         pass
     assert waits == [30.0] * 4 and len(said) == 3
-    assert said[-1] == "progress: 0/1 nvcc units done, 0 in flight; 1m30s so far, estimate after the first unit"
+    assert (
+        said[-1] == "progress: 0/1 nvcc units done, 0 in flight; 1m30s so far, estimate after the first unit"
+    )
 
 
 def test_the_unit_runner_records_each_start(tmp_path: Path) -> None:
@@ -204,8 +259,11 @@ def test_the_unit_runner_records_each_start(tmp_path: Path) -> None:
     times = tmp_path / "times.jsonl"
     runner = REPO / "toolchain" / "builder" / "unit_runner.py"
     out = tmp_path / "build" / "temp.linux" / "amp_C" / "x.o"
-    done = subprocess.run([sys.executable, str(runner), str(schedule), str(times), "--", "true", "-o", str(out)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(runner), str(schedule), str(times), "--", "true", "-o", str(out)],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     (start,) = [json.loads(line) for line in build_progress.starts_path(times).read_text().splitlines()]
     (end,) = [json.loads(line) for line in times.read_text().splitlines()]
@@ -237,7 +295,9 @@ def test_a_matrix_cell_without_a_base_is_recorded_and_the_run_goes_on(tmp_path: 
 
     c = cell(base="cu126")
     request = RunRequest(out=tmp_path / "out", logs=tmp_path / "logs")
-    code = run_loop.run_matrix([c], request, Console(), matrix_path=MATRIX, unavailable={"cu126": "no local base"})
+    code = run_loop.run_matrix(
+        [c], request, Console(), matrix_path=MATRIX, unavailable={"cu126": "no local base"}
+    )
     assert code == exit_codes.ENVIRONMENT
     result = json.loads(run_loop.result_path(request.out, c.id).read_text())
     assert result["status"] == "environment_unavailable" and result["build"]["error"] == "no local base"

@@ -27,12 +27,25 @@ def _loop_of(kernel_ms: float, host_ms: float) -> float:
     return max(kernel_ms, host_ms) * 1.01
 
 
-def _verdicts(fused_kernel: float, fused_host: float, native_kernel: float, native_host: float, slowdown: float,
-              seed: int) -> tuple[str, str]:
+def _verdicts(
+    fused_kernel: float,
+    fused_host: float,
+    native_kernel: float,
+    native_host: float,
+    slowdown: float,
+    seed: int,
+) -> tuple[str, str]:
     """(plain loop winner, winner under the rule) of one simulated run with the host `slowdown` times slower."""
-    kernel = stats.decide(KERNEL, "apex", "torch", _noisy(fused_kernel, 0.005, seed), _noisy(native_kernel, 0.005, seed + 1))
-    plain = stats.decide(LOOP, "apex", "torch", _noisy(_loop_of(fused_kernel, fused_host * slowdown), 0.03, seed + 2),
-                         _noisy(_loop_of(native_kernel, native_host * slowdown), 0.01, seed + 3))
+    kernel = stats.decide(
+        KERNEL, "apex", "torch", _noisy(fused_kernel, 0.005, seed), _noisy(native_kernel, 0.005, seed + 1)
+    )
+    plain = stats.decide(
+        LOOP,
+        "apex",
+        "torch",
+        _noisy(_loop_of(fused_kernel, fused_host * slowdown), 0.03, seed + 2),
+        _noisy(_loop_of(native_kernel, native_host * slowdown), 0.01, seed + 3),
+    )
     return plain.winner, stats.across_host_speeds(plain, kernel).winner
 
 
@@ -47,14 +60,34 @@ def test_a_gap_made_by_the_host_flips_the_plain_verdict_but_not_the_rule() -> No
     assert {ruled for _, ruled in runs} == {"tie"}
 
 
-@pytest.mark.parametrize(("case", "expected"), [
-    ((0.263, 0.22, 0.173, 0.08), "native"),  # bf16 LayerNorm: torch's kernels are faster, and so is its loop
-    ((0.224, 0.25, 0.152, 0.09), "native"),  # bf16 RMSNorm: at 2.4x even torch's loop (0.22 ms) nears apex's kernels
-    ((0.12, 0.05, 0.20, 0.60), "fused"),  # faster fused kernels, and a host-bound native: fused at any host speed
-    ((0.20, 0.05, 0.20, 0.60), "tie"),  # the same kernels: the native's loss is host time a faster host removes
-    ((0.294, 0.75, 0.294, 0.77), "tie"),  # FusedAdam vs AdamW(fused=True): both host-bound, the same host work
-])
-def test_a_winner_named_by_kernels_and_loop_holds_at_every_host_speed(case: tuple[float, ...], expected: str) -> None:
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        (
+            (0.263, 0.22, 0.173, 0.08),
+            "native",
+        ),  # bf16 LayerNorm: torch's kernels are faster, and so is its loop
+        (
+            (0.224, 0.25, 0.152, 0.09),
+            "native",
+        ),  # bf16 RMSNorm: at 2.4x even torch's loop (0.22 ms) nears apex's kernels
+        (
+            (0.12, 0.05, 0.20, 0.60),
+            "fused",
+        ),  # faster fused kernels, and a host-bound native: fused at any host speed
+        (
+            (0.20, 0.05, 0.20, 0.60),
+            "tie",
+        ),  # the same kernels: the native's loss is host time a faster host removes
+        (
+            (0.294, 0.75, 0.294, 0.77),
+            "tie",
+        ),  # FusedAdam vs AdamW(fused=True): both host-bound, the same host work
+    ],
+)
+def test_a_winner_named_by_kernels_and_loop_holds_at_every_host_speed(
+    case: tuple[float, ...], expected: str
+) -> None:
     assert {_verdicts(*case, s, seed)[1] for seed, s in enumerate(SLOWDOWNS)} == {expected}
 
 
@@ -63,13 +96,21 @@ def test_the_rule_is_recorded_and_the_sentence_says_what_this_run_measured() -> 
     plain = stats.decide(LOOP, "apex FusedLayerNorm", "torch nn.LayerNorm", [0.52] * 16, [0.335] * 16)
     assert plain.winner == "native" and not plain.this_run and not plain.host_gap
     ruled = stats.across_host_speeds(plain, kernel)
-    assert ruled.winner == "tie" and ruled.this_run == "native" and ruled.host_gap and ruled.kernel_winner == "tie"
+    assert (
+        ruled.winner == "tie"
+        and ruled.this_run == "native"
+        and ruled.host_gap
+        and ruled.kernel_winner == "tie"
+    )
     data = ruled.to_json()
     assert data["winner"] == "tie" and data["this_run_winner"] == "native" and data["kernel_winner"] == "tie"
     assert stats.loop_phrase(ruled) == (
         "in a loop they tie: torch nn.LayerNorm was 1.55x faster this run (1.55-1.55) only by host time, "
-        "not by its kernels")
-    faster_kernels = stats.decide(KERNEL, "apex FusedLayerNorm", "torch nn.LayerNorm", [0.263] * 16, [0.173] * 16)
+        "not by its kernels"
+    )
+    faster_kernels = stats.decide(
+        KERNEL, "apex FusedLayerNorm", "torch nn.LayerNorm", [0.263] * 16, [0.173] * 16
+    )
     stands = stats.across_host_speeds(plain, faster_kernels)
     assert stands.winner == "native" and stands.this_run == "native" and not stands.host_gap
     assert stats.decide(LOOP, "a", "b", [1.0] * 16, [1.0] * 16).to_json()["this_run_winner"] == "tie"
@@ -83,20 +124,30 @@ def _result(name: str, role: str, kernel_ms: float, loop_ms: float) -> VariantRe
 
 def test_the_comparison_checks_the_loops_own_pair_on_a_gpu_and_not_on_a_cpu_run() -> None:
     plan = rules.ROUNDS
-    host_bound = [_result("apex FusedRMSNorm", "fused", 0.306, 0.387), _result("torch nn.RMSNorm", "native", 0.312, 0.324)]
+    host_bound = [
+        _result("apex FusedRMSNorm", "fused", 0.306, 0.387),
+        _result("torch nn.RMSNorm", "native", 0.312, 0.324),
+    ]
     gpu = kernel_compare._decide("FusedRMSNorm", "fp32", "cuda:0", host_bound, plan)
     assert gpu.winners() == {KERNEL: "tie", LOOP: "tie"} and gpu.host_verdict.this_run == "native"
     assert "only by host time" in gpu.sentence and gpu.sentence.endswith(
-        "apex FusedRMSNorm is host-bound here (0.08 ms of host time per call beyond its 0.31 ms of kernels)")
+        "apex FusedRMSNorm is host-bound here (0.08 ms of host time per call beyond its 0.31 ms of kernels)"
+    )
     # the loop's fastest native is not the kernels' fastest: a native loop win is checked on its own pair...
-    native_win = [_result("apex X", "fused", 0.30, 0.60), _result("torch slow loop", "native", 0.10, 0.90),
-                  _result("torch fast loop", "native", 0.20, 0.21)]
+    native_win = [
+        _result("apex X", "fused", 0.30, 0.60),
+        _result("torch slow loop", "native", 0.10, 0.90),
+        _result("torch fast loop", "native", 0.20, 0.21),
+    ]
     v = kernel_compare._decide("X", "c", "cuda:0", native_win, plan)
     assert v.kernel_verdict.native == "torch slow loop" and v.host_verdict.native == "torch fast loop"
     assert v.host_verdict.winner == "native" and v.host_verdict.kernel_winner == "native"
     # ...a fused one against the fastest native kernels, which a faster host would bring to the front
-    fused_win = [_result("apex X", "fused", 0.20, 0.21), _result("torch slow kernels", "native", 0.30, 0.40),
-                 _result("torch fast kernels", "native", 0.10, 0.80)]
+    fused_win = [
+        _result("apex X", "fused", 0.20, 0.21),
+        _result("torch slow kernels", "native", 0.30, 0.40),
+        _result("torch fast kernels", "native", 0.10, 0.80),
+    ]
     v = kernel_compare._decide("X", "c", "cuda:0", fused_win, plan)
     assert v.host_verdict.native == "torch slow kernels" and v.host_verdict.this_run == "fused"
     assert v.host_verdict.winner == "tie" and v.host_verdict.kernel_winner == "native"
@@ -104,18 +155,24 @@ def test_the_comparison_checks_the_loops_own_pair_on_a_gpu_and_not_on_a_cpu_run(
     assert kernel_compare._decide("FusedRMSNorm", "fp32", "cpu", cpu, plan).host_verdict.winner == "native"
 
 
-def test_a_native_loop_win_is_redecided_on_its_own_pairs_kernels_when_another_native_has_the_fastest_kernels() -> None:
+def test_a_native_loop_win_is_redecided_on_its_own_pairs_kernels_when_another_native_has_the_fastest_kernels() -> (
+    None
+):
     # data on which the two pairings disagree: the kernels' fastest native ("torch slow loop") beats the fused
     # kernels, but the loop's winner ("torch fast loop") has the fused kernels' speed; its loop win is host
     # time, so the rule calls it a tie. Judged on the kernels' fastest pair instead, it would stand.
-    results = [_result("apex X", "fused", 0.30, 0.60), _result("torch slow loop", "native", 0.10, 0.90),
-               _result("torch fast loop", "native", 0.30, 0.31)]
+    results = [
+        _result("apex X", "fused", 0.30, 0.60),
+        _result("torch slow loop", "native", 0.10, 0.90),
+        _result("torch fast loop", "native", 0.30, 0.31),
+    ]
     v = kernel_compare._decide("X", "c", "cuda:0", results, rules.ROUNDS)
     assert v.kernel_verdict.native == "torch slow loop" and v.kernel_verdict.winner == "native"
     assert v.host_verdict.native == "torch fast loop" and v.host_verdict.this_run == "native"
     assert v.host_verdict.kernel_winner == "tie" and v.host_verdict.winner == "tie", v.host_verdict.to_json()
     wrong_pair = stats.across_host_speeds(
-        stats.decide(LOOP, "apex X", "torch fast loop", [0.60] * 16, [0.31] * 16), v.kernel_verdict)
+        stats.decide(LOOP, "apex X", "torch fast loop", [0.60] * 16, [0.31] * 16), v.kernel_verdict
+    )
     assert wrong_pair.winner == "native"  # what the re-decision exists to prevent
 
 
@@ -128,8 +185,13 @@ def _redecide(timing: dict) -> tuple[str, str]:
     rebuilt = {}
     for figure, verdict in ((LOOP, loop), (KERNEL, kernel)):
         native_ms = natives[verdict["native"]][figure]["median_ms"]
-        rebuilt[figure] = stats.decide(figure, verdict["fused"], verdict["native"],
-                                       [native_ms / r for r in verdict["ratios"]], [native_ms] * len(verdict["ratios"]))
+        rebuilt[figure] = stats.decide(
+            figure,
+            verdict["fused"],
+            verdict["native"],
+            [native_ms / r for r in verdict["ratios"]],
+            [native_ms] * len(verdict["ratios"]),
+        )
     assert rebuilt[KERNEL].winner == kernel["winner"]
     return rebuilt[LOOP].winner, stats.across_host_speeds(rebuilt[LOOP], rebuilt[KERNEL]).winner
 
@@ -154,8 +216,14 @@ THIRD = REPO / "reports" / "h200-2026-12-01-timing3" / "call"
 
 
 def _variant_from_report(row: dict) -> VariantResult:
-    return VariantResult(row["name"], row["role"], row["status"], row["reason"],
-                         kernel_ms=tuple(row[KERNEL]["per_round_ms"]), host_ms=tuple(row[LOOP]["per_round_ms"]))
+    return VariantResult(
+        row["name"],
+        row["role"],
+        row["status"],
+        row["reason"],
+        kernel_ms=tuple(row[KERNEL]["per_round_ms"]),
+        host_ms=tuple(row[LOOP]["per_round_ms"]),
+    )
 
 
 def test_the_committed_eight_runs_keep_their_winners_and_redeciding_them_gives_the_same_verdicts() -> None:
@@ -171,11 +239,17 @@ def test_the_committed_eight_runs_keep_their_winners_and_redeciding_them_gives_t
             key = (t["kernel"], t["case"])
             winners.setdefault(key, set()).add(json.dumps(t["winner"], sort_keys=True))
             this_run.setdefault(key, set()).add(t[LOOP]["this_run_winner"])
-            again = kernel_compare._decide(t["kernel"], t["case"], t["device"],
-                                           [_variant_from_report(t["fused"]), *map(_variant_from_report, t["natives"])],
-                                           rules.ROUNDS)
+            again = kernel_compare._decide(
+                t["kernel"],
+                t["case"],
+                t["device"],
+                [_variant_from_report(t["fused"]), *map(_variant_from_report, t["natives"])],
+                rules.ROUNDS,
+            )
             # (the stored rounds are rounded to 10 ns: an interval's end may move in the last digit, not a winner)
-            assert again.winners() == t["winner"] and again.host_verdict.this_run == t[LOOP]["this_run_winner"], key
+            assert (
+                again.winners() == t["winner"] and again.host_verdict.this_run == t[LOOP]["this_run_winner"]
+            ), key
             assert ("only by host time" in again.sentence) == ("only by host time" in t["verdict"]), key
     assert len(winners) == 5 and all(len(w) == 1 for w in winners.values()), winners
     assert sum(len(w) > 1 for w in this_run.values()) >= 2  # the plain loop verdict alone would have flipped

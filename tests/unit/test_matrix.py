@@ -17,12 +17,21 @@ from verify.layers import module_map
 
 PIN = frozen_facts().apex_default_ref
 CONTRACT_ARGS = {
-    "BASE_DEVEL_IMAGE", "BASE_RUNTIME_IMAGE", "CUDA_VERSION", "PYTHON_VERSION", "TORCH_VERSION",
-    "TORCH_INDEX_URL", "TORCH_CUDA_ARCH_LIST", "APEX_REPO", "APEX_REF", "APEX_FLAGS", "CELL_ID", "GCC_VERSION",
-    "OS_CUDA_PACKAGES", "OS_CUDA_COMPONENTS",
+    "BASE_DEVEL_IMAGE",
+    "BASE_RUNTIME_IMAGE",
+    "CUDA_VERSION",
+    "PYTHON_VERSION",
+    "TORCH_VERSION",
+    "TORCH_INDEX_URL",
+    "TORCH_CUDA_ARCH_LIST",
+    "APEX_REPO",
+    "APEX_REF",
+    "APEX_FLAGS",
+    "CELL_ID",
+    "GCC_VERSION",
+    "OS_CUDA_PACKAGES",
+    "OS_CUDA_COMPONENTS",
 }
-
-
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -33,14 +42,17 @@ def write(tmp_path: Path, text: str) -> Path:
 
 @pytest.fixture
 def simple(tmp_path: Path) -> Path:
-    return write(tmp_path, """
+    return write(
+        tmp_path,
+        """
         format_version = 1
         [defaults]
         python = "3.12"
         archs = ["8.0", "9.0", "10.0"]
         [cells.a]
         cuda = "12.4"
-    """)
+    """,
+    )
 
 
 def test_repo_matrix_is_valid_and_tags_are_docker_tags() -> None:
@@ -61,11 +73,14 @@ def test_cuda_alone_picks_the_newest_torch_that_ships_it() -> None:
     assert cell.torch_index_url == "https://download.pytorch.org/whl/cu124"
     # `make image CUDA=12.4` builds exactly the matrix's cu124 cell (same tag, same cache)
     matrix = frozen_matrix(REPO / "matrix.toml")
-    assert cell.id == matrix.select(names=["cu124"])[0].id == "apex-6424da3-torch2.6.0-cu12.4-py3.11-ubuntu22.04"
+    assert (
+        cell.id == matrix.select(names=["cu124"])[0].id == "apex-6424da3-torch2.6.0-cu12.4-py3.11-ubuntu22.04"
+    )
 
 
-@pytest.mark.parametrize(("cuda", "torch"), [("11.8", "2.7"), ("12.1", "2.5"), ("12.8", "2.11"), ("12.9", "2.8"),
-                                             ("13.0", "2.14")])
+@pytest.mark.parametrize(
+    ("cuda", "torch"), [("11.8", "2.7"), ("12.1", "2.5"), ("12.8", "2.11"), ("12.9", "2.8"), ("13.0", "2.14")]
+)
 def test_newest_torch_per_cuda(cuda: str, torch: str) -> None:
     assert compat.minor_of(frozen_cell({"cuda": cuda}, matrix_path=REPO / "matrix.toml").torch) == torch
 
@@ -97,11 +112,17 @@ def test_default_archs_fitted_to_the_toolkit_give_no_variant(simple: Path) -> No
 
 
 def test_explicit_archs_and_extras_make_a_variant(simple: Path) -> None:
-    cell = frozen_cell({"cuda": "12.4", "archs": "9.0", "extras": "xentropy,fast_layer_norm"}, matrix_path=simple)
+    cell = frozen_cell(
+        {"cuda": "12.4", "archs": "9.0", "extras": "xentropy,fast_layer_norm"}, matrix_path=simple
+    )
     assert cell.archs == ("9.0",)
     assert cell.id.endswith("-sm90-ext.fast_layer_norm.xentropy")
-    assert cell.apex_flags == {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1", "APEX_XENTROPY": "1",
-                               "APEX_FAST_LAYER_NORM": "1"}
+    assert cell.apex_flags == {
+        "APEX_CPP_EXT": "1",
+        "APEX_CUDA_EXT": "1",
+        "APEX_XENTROPY": "1",
+        "APEX_FAST_LAYER_NORM": "1",
+    }
     ptx = frozen_cell({"cuda": "12.4", "archs": "8.0;9.0+PTX"}, matrix_path=simple)
     assert ptx.id.endswith("-sm80_90ptx") and ptx.arch_list == "8.0;9.0+PTX"
 
@@ -110,14 +131,18 @@ def test_extras_accept_names_flags_and_modules_from_the_module_map() -> None:
     names = extra_flag_names()
     contrib_flags = {f for f in module_map.known_flags() if f not in frozen_facts().apex_core_flags}
     assert set(names.values()) == contrib_flags
-    cell = frozen_cell({"cuda": "12.4", "archs": "9.0", "extras": "APEX_XENTROPY xentropy_cuda all"},
-                    matrix_path=REPO / "matrix.toml")
+    cell = frozen_cell(
+        {"cuda": "12.4", "archs": "9.0", "extras": "APEX_XENTROPY xentropy_cuda all"},
+        matrix_path=REPO / "matrix.toml",
+    )
     assert cell.extras == ("xentropy", "all")
     assert cell.apex_flags["APEX_ALL_CONTRIB_EXT"] == "1"
 
 
 def test_layers_defaults_then_cell_then_command_line(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         [defaults]
         python = "3.11"
         archs = "9.0"
@@ -125,7 +150,8 @@ def test_layers_defaults_then_cell_then_command_line(tmp_path: Path) -> None:
         cuda = "12.6"
         python = "3.10"
         os = "ubuntu22.04"
-    """)
+    """,
+    )
     cell = frozen_matrix(path).cells[0]
     assert (cell.python, cell.os, cell.archs) == ("3.10", "ubuntu22.04", ("9.0",))
     over = frozen_cell({"python": "3.11"}, matrix_path=path, base_cell="a")
@@ -133,7 +159,9 @@ def test_layers_defaults_then_cell_then_command_line(tmp_path: Path) -> None:
 
 
 def test_defaults_os_is_adapted_to_what_the_cuda_has_but_a_cell_os_is_not(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         [defaults]
         python = "3.12"
         os = "ubuntu24.04"
@@ -142,7 +170,8 @@ def test_defaults_os_is_adapted_to_what_the_cuda_has_but_a_cell_os_is_not(tmp_pa
         cuda = "12.4"
         [cells.new]
         cuda = "12.8"
-    """)
+    """,
+    )
     cells = {c.name: c for c in frozen_matrix(path).cells}
     assert cells["old"].os == "ubuntu22.04" and cells["new"].os == "ubuntu24.04"
     assert cells["new"].gcc == "13"
@@ -150,7 +179,9 @@ def test_defaults_os_is_adapted_to_what_the_cuda_has_but_a_cell_os_is_not(tmp_pa
 
 def test_gcc_default_is_capped_by_nvcc(tmp_path: Path) -> None:
     # ubuntu22.04's default gcc 11 fits nvcc 12.1 (newest 12); an explicit gcc-12 makes a variant
-    cell = frozen_cell({"cuda": "12.1", "torch": "2.5", "python": "3.11", "archs": "9.0", "os": "ubuntu22.04"})
+    cell = frozen_cell(
+        {"cuda": "12.1", "torch": "2.5", "python": "3.11", "archs": "9.0", "os": "ubuntu22.04"}
+    )
     assert cell.gcc == "11"
     explicit = frozen_cell({"cuda": "12.1", "torch": "2.5", "python": "3.11", "archs": "9.0", "gcc": "12"})
     assert explicit.gcc == "12" and explicit.id.endswith("-gcc12")
@@ -163,8 +194,15 @@ def test_full_cuda_version_is_read_as_its_minor() -> None:
 def test_overlong_variant_is_hashed_to_keep_the_tag_legal() -> None:
     every = ",".join(n for n in extra_flag_names() if n != "all" and not n.endswith(("_cuda", "_lib")))
     # tag 25.04 has every contrib module (the default commit lacks fmha, multihead_attn, gpu_direct_storage)
-    cell = frozen_cell({"cuda": "12.8", "python": "3.12", "archs": "8.0;8.6;9.0;10.0;12.0+PTX", "extras": every,
-                     "apex_ref": "25.04"})
+    cell = frozen_cell(
+        {
+            "cuda": "12.8",
+            "python": "3.12",
+            "archs": "8.0;8.6;9.0;10.0;12.0+PTX",
+            "extras": every,
+            "apex_ref": "25.04",
+        }
+    )
     assert len(cell.id) <= TAG_MAX and TAG_RE.match(cell.id)
     assert cell.variant.startswith("sm80_86_90_100_120ptx-ext.")  # the full variant is kept on the cell
 
@@ -179,7 +217,16 @@ def test_select_filters(simple: Path, tmp_path: Path) -> None:
 
 def test_custom_base_images_with_a_non_cuda_os(tmp_path: Path) -> None:
     """The CPU-only CI tier builds with its own base (debian12): allowed when both bases are given."""
-    cell = frozen_cell({"cuda": "12.6", "torch": "2.7", "python": "3.11", "os": "debian12", "archs": "9.0",
-                     "base_devel": "local/debian:12", "base_runtime": "local/debian:12"})
+    cell = frozen_cell(
+        {
+            "cuda": "12.6",
+            "torch": "2.7",
+            "python": "3.11",
+            "os": "debian12",
+            "archs": "9.0",
+            "base_devel": "local/debian:12",
+            "base_runtime": "local/debian:12",
+        }
+    )
     assert cell.build_args()["BASE_DEVEL_IMAGE"] == "local/debian:12"
     assert (cell.gcc, cell.os) == ("12", "debian12")

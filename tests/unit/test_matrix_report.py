@@ -35,20 +35,42 @@ def test_report_from_real_result_files(tmp_path: Path, verify_report: Path) -> N
     copy = out / "cells" / verified.id / "verify" / "report.json"
     copy.parent.mkdir(parents=True)
     copy.write_text(verify_report.read_text())
-    done = save_result(cell_result(verified, "verify_failed",
-                              {"ok": True, "tag": verified.id, "duration_s": 312.4, "log_path": "logs/x/build.log"},
-                              {"exit_code": 1, "report_path": str(copy), "status": "verify_failed"}, run_id="run1"), out)
+    done = save_result(
+        cell_result(
+            verified,
+            "verify_failed",
+            {"ok": True, "tag": verified.id, "duration_s": 312.4, "log_path": "logs/x/build.log"},
+            {"exit_code": 1, "report_path": str(copy), "status": "verify_failed"},
+            run_id="run1",
+        ),
+        out,
+    )
     overview.update(done)
-    broken = save_result(cell_result(failed, "build_failed",
-                                {"ok": False, "tag": failed.id, "stage_failed": "apex-build", "duration_s": 40.0,
-                                 "log_tail": ["building amp_C", "error: nvcc fatal | Unsupported gpu"]}, run_id="run1"), out)
+    broken = save_result(
+        cell_result(
+            failed,
+            "build_failed",
+            {
+                "ok": False,
+                "tag": failed.id,
+                "stage_failed": "apex-build",
+                "duration_s": 40.0,
+                "log_tail": ["building amp_C", "error: nvcc fatal | Unsupported gpu"],
+            },
+            run_id="run1",
+        ),
+        out,
+    )
     overview.update(broken)
     overview.finish("interrupted", leftover=[never])
 
     data = json.loads((out / "matrix-report.json").read_text())
     assert data["status"] == "interrupted" and data["runs"]["run1"]["status"] == "interrupted"
     assert {c["id"]: c["status"] for c in data["cells"]} == {
-        verified.id: "verify_failed", failed.id: "build_failed", never.id: "not_run"}
+        verified.id: "verify_failed",
+        failed.id: "build_failed",
+        never.id: "not_run",
+    }
     assert result_path(out, failed.id).is_file()
 
     md_path, html_path, rows = report_tables.write(out)
@@ -72,13 +94,25 @@ def test_report_from_real_result_files(tmp_path: Path, verify_report: Path) -> N
 def test_speedups_and_bars_from_timings(tmp_path: Path, verify_report: Path) -> None:
     report = json.loads(verify_report.read_text())
     report["timings"] = [  # schema v2 rows (kernel_time) and a v1 row (top-level speedup) read alike
-        {"kernel": "FusedAdam", "case": "a", "kernel_time": {"speedup": 2.0}, "host_inclusive": {"speedup": 9.0}},
+        {
+            "kernel": "FusedAdam",
+            "case": "a",
+            "kernel_time": {"speedup": 2.0},
+            "host_inclusive": {"speedup": 9.0},
+        },
         {"kernel": "FusedAdam", "case": "b", "kernel_time": {"speedup": 8.0}, "host_inclusive": None},
         {"kernel": "FusedLayerNorm", "case": "a", "speedup": 0.5},
     ]
-    row = matrix_report.Row(id="x", name="x", status=CellStatus.VERIFIED, cell=CellFields(),
-                            build=BuildRecord(ok=True), verify=None,
-                            report=report_reader.parse(report, "report.json"), report_path=None)
+    row = matrix_report.Row(
+        id="x",
+        name="x",
+        status=CellStatus.VERIFIED,
+        cell=CellFields(),
+        build=BuildRecord(ok=True),
+        verify=None,
+        report=report_reader.parse(report, "report.json"),
+        report_path=None,
+    )
     assert report_tables.speedups(row) == pytest.approx({"FusedAdam": 4.0, "FusedLayerNorm": 0.5})
     assert report_tables.kernels_text(row) == "FusedAdam 4.00x; FusedLayerNorm 0.50x"
     assert "bar slow" in report_tables._bars(row)
@@ -109,19 +143,28 @@ def test_a_second_run_does_not_reset_or_void_cells_another_run_finished(tmp_path
     by_id = {c["id"]: c for c in json.loads((out / "matrix-report.json").read_text())["cells"]}
     assert (by_id[a.id]["status"], by_id[a.id]["run_id"]) == ("built", "run-a")
     assert (by_id[b.id]["status"], by_id[b.id]["run_id"]) == ("pending", "run-b")
-    second.update(cell_result(a, "interrupted", {"ok": False, "interrupted": True}, run_id="run-b"))  # Ctrl-C in a
+    second.update(
+        cell_result(a, "interrupted", {"ok": False, "interrupted": True}, run_id="run-b")
+    )  # Ctrl-C in a
     second.finish("interrupted", leftover=[b])
     by_id = {c["id"]: c for c in json.loads((out / "matrix-report.json").read_text())["cells"]}
     assert (by_id[a.id]["status"], by_id[a.id]["run_id"]) == ("built", "run-a")
     assert by_id[b.id]["status"] == "not_run"
-    second.update(cell_result(a, "verified", {"ok": True, "tag": a.id}, run_id="run-b"))  # a real newer result wins
+    second.update(
+        cell_result(a, "verified", {"ok": True, "tag": a.id}, run_id="run-b")
+    )  # a real newer result wins
     by_id = {c["id"]: c for c in json.loads((out / "matrix-report.json").read_text())["cells"]}
     assert (by_id[a.id]["status"], by_id[a.id]["run_id"]) == ("verified", "run-b")
 
 
 def test_report_command_with_nothing_run(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, str(REPO / "build.py"), "report", "--out", str(tmp_path / "out")],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "report", "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "no cells run yet" in (tmp_path / "out" / "matrix-report.md").read_text()
     assert (tmp_path / "out" / "matrix-report.html").is_file()

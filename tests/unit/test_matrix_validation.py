@@ -25,8 +25,12 @@ archs = ["8.0", "9.0"]
 CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "torch_without_wheel_for_cuda": (
         '[cells.old]\ncuda = "12.4"\ntorch = "2.8"\n',
-        ("cell old", "torch 2.8 has no wheel for CUDA 12.4", "it ships cu126, cu128, cu129",
-         'torch = "2.6" in [cells.old]'),
+        (
+            "cell old",
+            "torch 2.8 has no wheel for CUDA 12.4",
+            "it ships cu126, cu128, cu129",
+            'torch = "2.6" in [cells.old]',
+        ),
     ),
     "python_outside_torch_range": (
         '[cells.py38]\ncuda = "12.6"\ntorch = "2.7"\npython = "3.8"\nos = "ubuntu20.04"\n',
@@ -39,8 +43,12 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "python_the_os_does_not_ship": (
         '[cells.jammy]\ncuda = "12.4"\npython = "3.12"\n',
-        ("cell jammy", "ubuntu22.04 has no python3.12 package (it has 3.10, 3.11)", 'python = "3.11"',
-         "an os that has it (ubuntu24.04)"),
+        (
+            "cell jammy",
+            "ubuntu22.04 has no python3.12 package (it has 3.10, 3.11)",
+            'python = "3.11"',
+            "an os that has it (ubuntu24.04)",
+        ),
     ),
     "gcc_newer_than_nvcc_allows": (
         '[cells.gcc]\ncuda = "12.4"\nos = "ubuntu22.04"\ngcc = "14"\n',
@@ -93,11 +101,18 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "tag_too_long": (
         f'[cells.long]\ncuda = "12.4"\ntag = "{"x" * 129}"\n',
-        ("cell long", "is 129 characters long (docker allows 128)",),
+        (
+            "cell long",
+            "is 129 characters long (docker allows 128)",
+        ),
     ),
     "apex_ref_that_cannot_be_a_tag": (
         '[cells.branch]\ncuda = "12.4"\napex_ref = "release/24.04"\n',
-        ("cell branch", "apex_ref 'release/24.04' cannot be part of an image tag", 'tag = "my-tag" in [cells.branch]'),
+        (
+            "cell branch",
+            "apex_ref 'release/24.04' cannot be part of an image tag",
+            'tag = "my-tag" in [cells.branch]',
+        ),
     ),
     "apex_ref_not_a_ref": (
         '[cells.ref]\ncuda = "12.4"\napex_ref = "main branch"\n',
@@ -132,7 +147,6 @@ def write(tmp_path: Path, body: str, header: str = HEADER) -> Path:
     return path
 
 
-
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_problem_names_the_cell_and_the_fix(tmp_path: Path, case: str) -> None:
     body, fragments = CASES[case]
@@ -145,8 +159,16 @@ def test_problem_names_the_cell_and_the_fix(tmp_path: Path, case: str) -> None:
     assert caught.value.exit_code == exit_codes.USAGE
 
 
-@pytest.mark.parametrize("case", ["torch_without_wheel_for_cuda", "unknown_key_in_cell", "invalid_tag_characters",
-                                  "gcc_newer_than_nvcc_allows", "arch_the_toolkit_cannot_compile"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "torch_without_wheel_for_cuda",
+        "unknown_key_in_cell",
+        "invalid_tag_characters",
+        "gcc_newer_than_nvcc_allows",
+        "arch_the_toolkit_cannot_compile",
+    ],
+)
 def test_validate_cli_exits_2_with_one_line_and_no_traceback(tmp_path: Path, case: str) -> None:
     body, fragments = CASES[case]
     proc = run_build("validate", "--matrix", str(write(tmp_path, body)))
@@ -176,7 +198,9 @@ def test_missing_matrix_file(tmp_path: Path) -> None:
 
 
 def test_all_problems_are_reported_together(tmp_path: Path) -> None:
-    path = write(tmp_path, '[cells.a]\ncuda = "12.4"\ntorch = "2.8"\n[cells.b]\ncuda = "12.4"\narchz = "9.0"\n')
+    path = write(
+        tmp_path, '[cells.a]\ncuda = "12.4"\ntorch = "2.8"\n[cells.b]\ncuda = "12.4"\narchz = "9.0"\n'
+    )
     with pytest.raises(MatrixError) as caught:
         frozen_matrix(path)
     assert len(caught.value.problems) == 2
@@ -187,7 +211,11 @@ def test_all_problems_are_reported_together(tmp_path: Path) -> None:
 
 
 def test_defaults_are_checked_once_and_named(tmp_path: Path) -> None:
-    path = write(tmp_path, '[cells.a]\ncuda = "12.4"\n', header='[defaults]\npython = "3.12"\narchs = ["9.0"]\npyton = "3"\n')
+    path = write(
+        tmp_path,
+        '[cells.a]\ncuda = "12.4"\n',
+        header='[defaults]\npython = "3.12"\narchs = ["9.0"]\npyton = "3"\n',
+    )
     with pytest.raises(MatrixError) as caught:
         frozen_matrix(path)
     assert [p.cell for p in caught.value.problems] == ["[defaults]"]
@@ -204,8 +232,12 @@ def test_command_line_problems_name_the_option(tmp_path: Path) -> None:
     # nvcc 12.4 allows GCC 13, but the fix names the newest GCC the OS packages too
     with pytest.raises(MatrixError, match=r"cell a with command-line overrides: GCC 14 .*--gcc 12"):
         frozen_cell({"gcc": "14"}, matrix_path=path, base_cell="a")  # ubuntu22.04: gcc 9-12
-    with pytest.raises(MatrixError, match=r"GCC 14 is newer than nvcc 12.4 allows \(newest: 13\); use --gcc 13"):
-        frozen_cell({"gcc": "14", "os": "ubuntu24.04"}, matrix_path=path, base_cell="a")  # ubuntu24.04: gcc 9-14
+    with pytest.raises(
+        MatrixError, match=r"GCC 14 is newer than nvcc 12.4 allows \(newest: 13\); use --gcc 13"
+    ):
+        frozen_cell(
+            {"gcc": "14", "os": "ubuntu24.04"}, matrix_path=path, base_cell="a"
+        )  # ubuntu24.04: gcc 9-14
 
 
 def test_unknown_cell_name(tmp_path: Path) -> None:

@@ -41,16 +41,53 @@ from toolchain.runs.run_overview import MatrixReport
 from verify.runtime import exit_codes
 
 pytestmark = pytest.mark.property
-SEEN: dict[str, set[int]] = {"wheel": set(), "report": set(), "index": set(), "ccache": set(), "facts": set(),
-                             "zipapp": set()}
+SEEN: dict[str, set[int]] = {
+    "wheel": set(),
+    "report": set(),
+    "index": set(),
+    "ccache": set(),
+    "facts": set(),
+    "zipapp": set(),
+}
 
 # --- hostile paths and file contents, shared by every command here -------------------------------------
 
-PATH_KINDS = ["given", "missing", "empty file", "directory", "fifo", "dev-zero", "symlink to dir", "dangling symlink",
-              "odd bytes", "under a file", "empty string", "tilde user", "dot"]
+PATH_KINDS = [
+    "given",
+    "missing",
+    "empty file",
+    "directory",
+    "fifo",
+    "dev-zero",
+    "symlink to dir",
+    "dangling symlink",
+    "odd bytes",
+    "under a file",
+    "empty string",
+    "tilde user",
+    "dot",
+]
 path_kind = st.sampled_from(PATH_KINDS)
-NUMBERS = ["0", "-1", "1", "4", "1.5", "1e308", "1e999", "inf", "-inf", "nan", "٣", "１２", "99999999999999999999",
-           "0x10", " 2", "2 ", "", "9" * 5000]
+NUMBERS = [
+    "0",
+    "-1",
+    "1",
+    "4",
+    "1.5",
+    "1e308",
+    "1e999",
+    "inf",
+    "-inf",
+    "nan",
+    "٣",
+    "１２",
+    "99999999999999999999",
+    "0x10",
+    " 2",
+    "2 ",
+    "",
+    "9" * 5000,
+]
 number_value = st.one_of(st.sampled_from(NUMBERS), odd_text)
 
 
@@ -129,24 +166,41 @@ def _outside_unchanged(before: dict[str, str], after: dict[str, str], inside: tu
 
 WHEEL_VALUES = {
     "--archs": st.one_of(version_like, odd_text),
-    "--flags": st.one_of(st.sampled_from(["APEX_CPP_EXT=1", "APEX_CPP_EXT", "APEX_CUDA_EXT=1", "X=1", "=", ""]),
-                         odd_text),
+    "--flags": st.one_of(
+        st.sampled_from(["APEX_CPP_EXT=1", "APEX_CPP_EXT", "APEX_CUDA_EXT=1", "X=1", "=", ""]), odd_text
+    ),
     "--extras": st.one_of(st.sampled_from(["all", "xentropy", "fast_layer_norm", "", "none"]), odd_text),
-    "--jobs": number_value, "--nvcc-threads": number_value, "--memory-gib": number_value,
+    "--jobs": number_value,
+    "--nvcc-threads": number_value,
+    "--memory-gib": number_value,
     "--wheel-compression": st.sampled_from(["deflated", "stored", "zip", ""]),
-    "--cell": st.one_of(version_like, odd_text), "--apex-ref": st.one_of(version_like, odd_text),
-    "--apex-source": st.one_of(st.sampled_from(["git+https://github.com/NVIDIA/apex@6424da3", "--upload-pack=x"]),
-                               odd_text),
-    "--apex-commit": st.one_of(st.sampled_from(["6424da3b4faa6c8f062da4a48c424fff3f02d42d", "6424da3", "g" * 40]),
-                               odd_text),
-    "--base-image": odd_text, "--base-image-digest": st.one_of(st.just("sha256:" + "0" * 64), odd_text),
+    "--cell": st.one_of(version_like, odd_text),
+    "--apex-ref": st.one_of(version_like, odd_text),
+    "--apex-source": st.one_of(
+        st.sampled_from(["git+https://github.com/NVIDIA/apex@6424da3", "--upload-pack=x"]), odd_text
+    ),
+    "--apex-commit": st.one_of(
+        st.sampled_from(["6424da3b4faa6c8f062da4a48c424fff3f02d42d", "6424da3", "g" * 40]), odd_text
+    ),
+    "--base-image": odd_text,
+    "--base-image-digest": st.one_of(st.just("sha256:" + "0" * 64), odd_text),
     "--wheel-hashes": odd_text,
 }
-WHEEL_FLAGS = ["--install", "--no-gate", "--naive", "--keep-build-dir", "--ccache", "--no-ccache",
-               "--no-cuda-from-pypi", "--ignore-hardcoded-archs"]  # never --cuda-from-pypi: it would download CUDA
-wheel_option = st.one_of(st.sampled_from(sorted(WHEEL_VALUES)).flatmap(lambda o: st.tuples(st.just(o), WHEEL_VALUES[o])),
-                         st.tuples(st.sampled_from(WHEEL_FLAGS), st.none()),
-                         st.tuples(st.just("--cuda-prefix"), path_kind))
+WHEEL_FLAGS = [
+    "--install",
+    "--no-gate",
+    "--naive",
+    "--keep-build-dir",
+    "--ccache",
+    "--no-ccache",
+    "--no-cuda-from-pypi",
+    "--ignore-hardcoded-archs",
+]  # never --cuda-from-pypi: it would download CUDA
+wheel_option = st.one_of(
+    st.sampled_from(sorted(WHEEL_VALUES)).flatmap(lambda o: st.tuples(st.just(o), WHEEL_VALUES[o])),
+    st.tuples(st.sampled_from(WHEEL_FLAGS), st.none()),
+    st.tuples(st.just("--cuda-prefix"), path_kind),
+)
 
 
 @pytest.fixture(scope="module")
@@ -163,16 +217,25 @@ OUT_KINDS = [k for k in PATH_KINDS if k != "dot"]  # --out . is the sandbox itse
 
 
 @settings(PROPERTY, max_examples=60)
-@given(src_kind=st.sampled_from(["tree", "tree", "tree", *PATH_KINDS]),
-       out_kind=st.sampled_from(["given", "given", *OUT_KINDS]), options=st.lists(wheel_option, max_size=4),
-       cpp_only=st.booleans())
-@example(src_kind="tree", out_kind="fifo", options=[], cpp_only=True)  # found by this test: errno's text, not --out
+@given(
+    src_kind=st.sampled_from(["tree", "tree", "tree", *PATH_KINDS]),
+    out_kind=st.sampled_from(["given", "given", *OUT_KINDS]),
+    options=st.lists(wheel_option, max_size=4),
+    cpp_only=st.booleans(),
+)
+@example(
+    src_kind="tree", out_kind="fifo", options=[], cpp_only=True
+)  # found by this test: errno's text, not --out
 @example(src_kind="tree", out_kind="under a file", options=[], cpp_only=True)
-def _wheel_examples(tree: Path, src_kind: str, out_kind: str, options: list[tuple[str, Any]], cpp_only: bool) -> None:
+def _wheel_examples(
+    tree: Path, src_kind: str, out_kind: str, options: list[tuple[str, Any]], cpp_only: bool
+) -> None:
     with _sandbox() as root, _own_tempdir(root) as tmp:
         src = str(tree) if src_kind == "tree" else hostile_path(root / "src", src_kind)
         out = hostile_path(root / "given", out_kind if out_kind != "given" else "missing", "out")
-        out = os.path.relpath(out) if out.startswith(str(root)) else out  # as typed: relative to the working folder
+        out = (
+            os.path.relpath(out) if out.startswith(str(root)) else out
+        )  # as typed: relative to the working folder
         argv = ["wheel", "--apex-src", src, "--out", out]
         if cpp_only:  # the one flag this tree can build: the run goes on to its environment checks
             argv += ["--flags", "APEX_CPP_EXT=1"]
@@ -184,7 +247,12 @@ def _wheel_examples(tree: Path, src_kind: str, out_kind: str, options: list[tupl
         code, stderr = _call(toolchain_cli.main, argv)
         _assert_contract(code, stderr, usage_prefix="")
         assert code != exit_codes.OK, (argv, stderr)  # this torch has no CUDA: no wheel can be built here
-        if src_kind == "tree" and cpp_only and not options and out_kind in ("empty file", "fifo", "under a file"):
+        if (
+            src_kind == "tree"
+            and cpp_only
+            and not options
+            and out_kind in ("empty file", "fifo", "under a file")
+        ):
             assert code == exit_codes.USAGE and f"--out {out}: " in stderr and "directory" in stderr, stderr
         SEEN["wheel"].add(code)
         _outside_unchanged(before, _tree(root), inside=("given", "src", "cuda"))
@@ -193,15 +261,46 @@ def _wheel_examples(tree: Path, src_kind: str, out_kind: str, options: list[tupl
 
 # --- build.py report -----------------------------------------------------------------------------------
 
-DAMAGE = ["none", "cut", "empty", "not utf-8", "fifo", "directory", "symlink to /dev/zero", "dangling symlink",
-          "not an object", "nested deep", "a value replaced"]
+DAMAGE = [
+    "none",
+    "cut",
+    "empty",
+    "not utf-8",
+    "fifo",
+    "directory",
+    "symlink to /dev/zero",
+    "dangling symlink",
+    "not an object",
+    "nested deep",
+    "a value replaced",
+]
 # the file cannot be read as its record at all (a dangling link reads as no file: an overview or a result a run
 # has not written yet is no error)
 STRUCTURAL = set(DAMAGE) - {"none", "a value replaced", "dangling symlink"}
-RAW_VALUES = ["1e400", "-1e400", "NaN", "Infinity", "9" * 5000, '"١٢.٤"', '"\\ud800"', '"\\u0000"', "[]", "{}", "null",
-              "true", '"' + "x" * 100_000 + '"', "-0", "0.0", '"inf"', '"12.4; rm -rf /"']
-raw_json = st.one_of(st.sampled_from(RAW_VALUES), st.integers(-(10**30), 10**30).map(str),
-                     odd_text.map(lambda s: json.dumps(s.encode("utf-8", "surrogatepass").decode("utf-8", "replace"))))
+RAW_VALUES = [
+    "1e400",
+    "-1e400",
+    "NaN",
+    "Infinity",
+    "9" * 5000,
+    '"١٢.٤"',
+    '"\\ud800"',
+    '"\\u0000"',
+    "[]",
+    "{}",
+    "null",
+    "true",
+    '"' + "x" * 100_000 + '"',
+    "-0",
+    "0.0",
+    '"inf"',
+    '"12.4; rm -rf /"',
+]
+raw_json = st.one_of(
+    st.sampled_from(RAW_VALUES),
+    st.integers(-(10**30), 10**30).map(str),
+    odd_text.map(lambda s: json.dumps(s.encode("utf-8", "surrogatepass").decode("utf-8", "replace"))),
+)
 
 
 def _paths(value: Any, prefix: tuple = ()) -> list[tuple]:
@@ -226,7 +325,7 @@ def damage_file(path: Path, damage: str, where: int, raw: str) -> None:  # noqa:
     elif damage == "empty":
         path.write_text("")
     elif damage == "not utf-8":
-        path.write_bytes(text[:where % 50].encode() + b"\xff\xfe" + text[where % 50:].encode())
+        path.write_bytes(text[: where % 50].encode() + b"\xff\xfe" + text[where % 50 :].encode())
     elif damage == "fifo":
         os.mkfifo(path)
     elif damage == "directory":
@@ -257,9 +356,19 @@ def run_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     built, failed = matrix_cells("12.4", "13.0")
     overview = MatrixReport(out, REPO / "matrix.toml", "run1")
     overview.start([built, failed])
-    overview.update(save_result(cell_result(built, "built", {"ok": True, "tag": built.id, "duration_s": 120.0}), out))
-    overview.update(save_result(cell_result(failed, "build_failed", {"ok": False, "tag": failed.id, "duration_s": 9.5,
-                                                                     "stage_failed": "torch"}), out))
+    overview.update(
+        save_result(cell_result(built, "built", {"ok": True, "tag": built.id, "duration_s": 120.0}), out)
+    )
+    overview.update(
+        save_result(
+            cell_result(
+                failed,
+                "build_failed",
+                {"ok": False, "tag": failed.id, "duration_s": 9.5, "stage_failed": "torch"},
+            ),
+            out,
+        )
+    )
     overview.finish("complete")
     return out
 
@@ -273,7 +382,12 @@ def test_every_damaged_run_folder_is_reported_or_refused(run_out: Path) -> None:
 
 
 @settings(PROPERTY, max_examples=60)
-@given(which=st.sampled_from(REPORT_FILES), damage=st.sampled_from(DAMAGE), where=st.integers(0, 10**6), raw=raw_json)
+@given(
+    which=st.sampled_from(REPORT_FILES),
+    damage=st.sampled_from(DAMAGE),
+    where=st.integers(0, 10**6),
+    raw=raw_json,
+)
 def _report_examples(run_out: Path, which: str, damage: str, where: int, raw: str) -> None:
     with _sandbox() as root, _own_tempdir(root) as tmp:
         out = root / "given" / "out"
@@ -286,7 +400,10 @@ def _report_examples(run_out: Path, which: str, damage: str, where: int, raw: st
         _assert_contract(code, stderr, usage_prefix="error: ")
         assert code in (0, 2), (which, damage, code, stderr[:2000])
         if damage in STRUCTURAL:
-            assert code == exit_codes.USAGE and str(target) in stderr, (damage, stderr[:2000])  # named, never passed
+            assert code == exit_codes.USAGE and str(target) in stderr, (
+                damage,
+                stderr[:2000],
+            )  # named, never passed
         if damage == "none":
             assert code == exit_codes.OK, stderr
         if code == exit_codes.OK or damage in STRUCTURAL:
@@ -298,6 +415,7 @@ def _report_examples(run_out: Path, which: str, damage: str, where: int, raw: st
 
 # --- build.py index ----------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real build.py wheel out/ folder (the builder on the Apex-shaped tree): wheel, manifest, gate report."""
@@ -308,8 +426,17 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 INDEX_FILES = ["wheel", "build-manifest.json", "verify-static.json"]
-WHEEL_DAMAGE = ["none", "cut", "empty", "random bytes", "fifo", "directory", "symlink to /dev/zero", "dangling symlink",
-                "a member replaced"]
+WHEEL_DAMAGE = [
+    "none",
+    "cut",
+    "empty",
+    "random bytes",
+    "fifo",
+    "directory",
+    "symlink to /dev/zero",
+    "dangling symlink",
+    "a member replaced",
+]
 
 
 def damage_wheel(path: Path, damage: str, where: int, data: bytes) -> None:
@@ -357,12 +484,27 @@ def test_every_damaged_wheel_folder_is_published_or_refused(built: Path) -> None
 
 
 @settings(PROPERTY, max_examples=40)
-@given(which=st.sampled_from(INDEX_FILES), wheel_damage=st.sampled_from(WHEEL_DAMAGE),
-       file_damage=st.sampled_from(DAMAGE), where=st.integers(0, 10**6), data=st.binary(max_size=200), raw=raw_json,
-       index_kind=st.sampled_from(["given", "given", "given", *OUT_KINDS]),
-       source_kind=st.sampled_from(["folder", "folder", "wheel file", *PATH_KINDS]))
-def _index_examples(built: Path, which: str, wheel_damage: str, file_damage: str, where: int, data: bytes, raw: str,
-                    index_kind: str, source_kind: str) -> None:
+@given(
+    which=st.sampled_from(INDEX_FILES),
+    wheel_damage=st.sampled_from(WHEEL_DAMAGE),
+    file_damage=st.sampled_from(DAMAGE),
+    where=st.integers(0, 10**6),
+    data=st.binary(max_size=200),
+    raw=raw_json,
+    index_kind=st.sampled_from(["given", "given", "given", *OUT_KINDS]),
+    source_kind=st.sampled_from(["folder", "folder", "wheel file", *PATH_KINDS]),
+)
+def _index_examples(
+    built: Path,
+    which: str,
+    wheel_damage: str,
+    file_damage: str,
+    where: int,
+    data: bytes,
+    raw: str,
+    index_kind: str,
+    source_kind: str,
+) -> None:
     with _sandbox() as root, _own_tempdir(root) as tmp:
         out = root / "src" / "out"
         shutil.copytree(built, out, symlinks=True)
@@ -372,14 +514,20 @@ def _index_examples(built: Path, which: str, wheel_damage: str, file_damage: str
             damage_wheel(wheel, wheel_damage, where, data)
         else:
             damage_file(out / which, file_damage, where, raw)
-        source = {"folder": str(out), "wheel file": str(wheel)}.get(source_kind) or hostile_path(root / "src" / "x",
-                                                                                                 source_kind)
+        source = {"folder": str(out), "wheel file": str(wheel)}.get(source_kind) or hostile_path(
+            root / "src" / "x", source_kind
+        )
         index = hostile_path(root / "given", "missing" if index_kind == "given" else index_kind, "index")
         before = _tree(root)
         code, stderr = _call(toolchain_cli.main, ["index", source, "--index", index])
         _assert_contract(code, stderr, usage_prefix="")
         if code == exit_codes.OK:  # no false success: only a whole wheel, from a real source (. holds it too)
-            assert whole and source_kind in ("folder", "wheel file", "dot"), (which, wheel_damage, file_damage, stderr)
+            assert whole and source_kind in ("folder", "wheel file", "dot"), (
+                which,
+                wheel_damage,
+                file_damage,
+                stderr,
+            )
         SEEN["index"].add(code)
         _outside_unchanged(before, _tree(root), inside=("given",))
         assert not list(tmp.iterdir())
@@ -387,14 +535,18 @@ def _index_examples(built: Path, which: str, wheel_damage: str, file_damage: str
 
 # --- build.py ccache import|export ---------------------------------------------------------------------
 
-CCACHE_VALUES = {"--cell": st.one_of(st.sampled_from(["cu124", "cu130", "cu12.4", "nope"]), odd_text),
-                 "--cuda": st.one_of(version_like, odd_text), "--torch": st.one_of(version_like, odd_text),
-                 "--archs": st.one_of(version_like, odd_text),
-                 "--ccache-mount": st.sampled_from(["shared", "carried", "both", ""]),
-                 "--progress": st.sampled_from(["auto", "plain", "tty", "fancy"])}
-ccache_option = st.one_of(st.sampled_from(sorted(CCACHE_VALUES)).flatmap(lambda o: st.tuples(st.just(o),
-                                                                                             CCACHE_VALUES[o])),
-                          st.tuples(st.just("--extra-ca"), path_kind))
+CCACHE_VALUES = {
+    "--cell": st.one_of(st.sampled_from(["cu124", "cu130", "cu12.4", "nope"]), odd_text),
+    "--cuda": st.one_of(version_like, odd_text),
+    "--torch": st.one_of(version_like, odd_text),
+    "--archs": st.one_of(version_like, odd_text),
+    "--ccache-mount": st.sampled_from(["shared", "carried", "both", ""]),
+    "--progress": st.sampled_from(["auto", "plain", "tty", "fancy"]),
+}
+ccache_option = st.one_of(
+    st.sampled_from(sorted(CCACHE_VALUES)).flatmap(lambda o: st.tuples(st.just(o), CCACHE_VALUES[o])),
+    st.tuples(st.just("--extra-ca"), path_kind),
+)
 
 
 def test_every_ccache_argument_is_checked_before_the_daemon(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -404,8 +556,12 @@ def test_every_ccache_argument_is_checked_before_the_daemon(monkeypatch: pytest.
 
 
 @settings(PROPERTY, max_examples=40)
-@given(st.sampled_from(["import", "export", "import", "export", "imports", ""]),
-       st.sampled_from(["missing", "directory", *PATH_KINDS]), st.lists(ccache_option, max_size=2), st.booleans())
+@given(
+    st.sampled_from(["import", "export", "import", "export", "imports", ""]),
+    st.sampled_from(["missing", "directory", *PATH_KINDS]),
+    st.lists(ccache_option, max_size=2),
+    st.booleans(),
+)
 def _ccache_examples(direction: str, dir_kind: str, options: list[tuple[str, Any]], a_cell: bool) -> None:
     with _sandbox() as root, _own_tempdir(root) as tmp:
         argv = ["ccache", direction, "--dir", hostile_path(root / "given", dir_kind, "cache")]
@@ -424,6 +580,7 @@ def _ccache_examples(direction: str, dir_kind: str, options: list[tuple[str, Any
 
 
 # --- build.py facts check --facts, build.py zipapp --out: hostile paths (their values: their own files) ---------
+
 
 def test_every_facts_path_is_read_or_refused() -> None:
     _keeps_checkout(_facts_path_examples)
@@ -446,10 +603,16 @@ def _facts_path_examples(kind: str) -> None:
         else:
             facts = hostile_path(root / "given", kind, "compat.toml")
         before = _tree(root)
-        code, stderr = _call(toolchain_cli.main, ["facts", "check", "--index", stored.as_uri(), "--facts", facts])
+        code, stderr = _call(
+            toolchain_cli.main, ["facts", "check", "--index", stored.as_uri(), "--facts", facts]
+        )
         _assert_contract(code, stderr, usage_prefix="error: ")
         if kind in ("copy", "symlink to the copy"):
-            assert code in (0, 1), (kind, code, stderr)  # the frozen facts against a stored answer: read, compared
+            assert code in (0, 1), (
+                kind,
+                code,
+                stderr,
+            )  # the frozen facts against a stored answer: read, compared
         else:
             assert code == exit_codes.USAGE, (kind, code, stderr)  # refused before anything is compared
         SEEN["facts"].add(code)
@@ -476,8 +639,14 @@ def _zipapp_path_examples(kind: str) -> None:  # a FIFO --out waits 5 s for its 
             written = Path(out) / "verify.pyz" if Path(out).is_dir() else Path(os.path.realpath(out))
             assert zipfile.is_zipfile(written), written
         else:
-            assert kind in ("empty string", "tilde user", "dev-zero", "under a file", "odd bytes", "dangling symlink"), (
-                kind, code, stderr)
+            assert kind in (
+                "empty string",
+                "tilde user",
+                "dev-zero",
+                "under a file",
+                "odd bytes",
+                "dangling symlink",
+            ), (kind, code, stderr)
         inside = ("given",) if kind != "dot" else ("", "verify.pyz")
         _outside_unchanged(before, _tree(root), inside=inside)
         assert not list(tmp.iterdir())

@@ -26,18 +26,23 @@ def test_host_resources_are_read_from_this_machine() -> None:
 def expected_units(plan: parallelism.Plan) -> int:
     """The concurrency model the rule sizes for: MAX_JOBS for the big extension plus ~TYPICAL files for
     each other extension built beside it (not the product: most extensions have 1-3 files)."""
-    return min(plan.max_jobs * plan.apex_parallel_build,
-               plan.max_jobs + (plan.apex_parallel_build - 1) * parallelism.TYPICAL_FILES_PER_EXTENSION)
+    return min(
+        plan.max_jobs * plan.apex_parallel_build,
+        plan.max_jobs + (plan.apex_parallel_build - 1) * parallelism.TYPICAL_FILES_PER_EXTENSION,
+    )
 
 
 def modelled_peak(plan: parallelism.Plan) -> float:
     """GiB by the documented facts: host part + threads x device part, for every unit in flight."""
-    return expected_units(plan) * (parallelism.GIB_PER_UNIT_HOST + plan.nvcc_threads * parallelism.GIB_PER_NVCC_THREAD)
+    return expected_units(plan) * (
+        parallelism.GIB_PER_UNIT_HOST + plan.nvcc_threads * parallelism.GIB_PER_NVCC_THREAD
+    )
 
 
 def host(cores: int, mem_gib: float) -> parallelism.HostResources:
-    return parallelism.HostResources(cpus_affinity=cores, cpu_quota=None, mem_available_gib=mem_gib,
-                                     mem_source="MemAvailable")
+    return parallelism.HostResources(
+        cpus_affinity=cores, cpu_quota=None, mem_available_gib=mem_gib, mem_source="MemAvailable"
+    )
 
 
 @pytest.mark.parametrize("cores", [2, 4, 16, 64])
@@ -48,8 +53,11 @@ def test_default_plan_fits_the_memory_and_the_cores(cores: int, mem_gib: float, 
     plan = parallelism.plan(res, n_archs=n_archs, n_extensions=12, env={})
     budget = mem_gib * parallelism.MEMORY_FRACTION
     assert 1 <= plan.nvcc_threads <= min(n_archs, parallelism.MAX_NVCC_THREADS)
-    assert 1 <= expected_units(plan) <= max(cores * parallelism.COMPILES_PER_CORE,
-                                            cores * parallelism.MAX_UNITS_PER_CORE)
+    assert (
+        1
+        <= expected_units(plan)
+        <= max(cores * parallelism.COMPILES_PER_CORE, cores * parallelism.MAX_UNITS_PER_CORE)
+    )
     # warned only where not even one unit fits; else the modelled peak is inside the budget
     assert ("WARNING" in plan.reason) == (modelled_peak(plan) > mem_gib)
     if budget >= parallelism.GIB_PER_UNIT_HOST + parallelism.GIB_PER_NVCC_THREAD:
@@ -68,8 +76,14 @@ def test_the_h200_host_starts_every_unit_at_once_with_threads_from_the_archs() -
     assert (five.max_jobs, five.apex_parallel_build, five.nvcc_threads) == (15, 12, 2)
     assert modelled_peak(five) <= 0.8 * 125 and "every extension at once" in five.reason
     # a measured per-thread figure replaces the constant, and the record says where it came from
-    lean = parallelism.plan(host(16, 125), n_archs=5, n_extensions=12, env={}, gib_per_thread=0.4,
-                            gib_from="per-thread memory measured by the last build")
+    lean = parallelism.plan(
+        host(16, 125),
+        n_archs=5,
+        n_extensions=12,
+        env={},
+        gib_per_thread=0.4,
+        gib_from="per-thread memory measured by the last build",
+    )
     assert lean.nvcc_threads == 4 and "measured by the last build" in lean.reason
 
 
@@ -96,12 +110,16 @@ def test_memory_limits_before_cores() -> None:
 
 
 def test_cgroup_quota_caps_cores() -> None:
-    res = parallelism.HostResources(cpus_affinity=64, cpu_quota=2.5, mem_available_gib=500, mem_source="MemAvailable")
+    res = parallelism.HostResources(
+        cpus_affinity=64, cpu_quota=2.5, mem_available_gib=500, mem_source="MemAvailable"
+    )
     assert res.cores == 2
 
 
 def test_overrides_win_in_order() -> None:
-    res = parallelism.HostResources(cpus_affinity=16, cpu_quota=None, mem_available_gib=500, mem_source="MemAvailable")
+    res = parallelism.HostResources(
+        cpus_affinity=16, cpu_quota=None, mem_available_gib=500, mem_source="MemAvailable"
+    )
     two = parallelism.plan(res, n_archs=1, n_extensions=12, jobs=2, env={})
     assert two.max_jobs * two.apex_parallel_build * two.nvcc_threads == 2
     env = {"MAX_JOBS": "3", "APEX_PARALLEL_BUILD": "5", "NVCC_APPEND_FLAGS": "-lineinfo --threads 2"}
@@ -120,8 +138,12 @@ def test_bad_environment_value_is_named() -> None:
 
 
 def test_overcommit_by_override_is_warned() -> None:
-    res = parallelism.HostResources(cpus_affinity=2, cpu_quota=None, mem_available_gib=4, mem_source="MemAvailable")
-    plan = parallelism.plan(res, n_archs=1, n_extensions=12, env={"MAX_JOBS": "8", "APEX_PARALLEL_BUILD": "4"})
+    res = parallelism.HostResources(
+        cpus_affinity=2, cpu_quota=None, mem_available_gib=4, mem_source="MemAvailable"
+    )
+    plan = parallelism.plan(
+        res, n_archs=1, n_extensions=12, env={"MAX_JOBS": "8", "APEX_PARALLEL_BUILD": "4"}
+    )
     assert "WARNING" in plan.reason
 
 

@@ -31,6 +31,7 @@ def on_the_cpu(monkeypatch):
 # ----------------------------------------------------------------------------- FusedAdam's place
 def _torch_adam(after_step=None):
     """A FusedAdam(params, adam_w_mode=..., **hyper) stand-in: torch's Adam/AdamW, then `after_step(params)`."""
+
     def make(params, adam_w_mode: bool, **hyper):
         cls = torch.optim.AdamW if adam_w_mode else torch.optim.Adam
         optimizer = cls(params, foreach=False, **hyper)
@@ -42,13 +43,17 @@ def _torch_adam(after_step=None):
                 with torch.no_grad():
                     after_step(optimizer.param_groups[0]["params"])
                 return result
+
             optimizer.step = perturbed_step
         return optimizer
+
     return make
 
 
 def _adam(mode: str, fused_adam) -> object:
-    check, _timings = parity_adam.run_case(cases.case(f"fused_adam.{mode}.fp32"), seed=7, fused_adam=fused_adam)
+    check, _timings = parity_adam.run_case(
+        cases.case(f"fused_adam.{mode}.fp32"), seed=7, fused_adam=fused_adam
+    )
     return check
 
 
@@ -120,6 +125,7 @@ def test_a_nan_in_the_result_fails() -> None:
 
 def test_the_wrong_weight_decay_mode_fails() -> None:
     """Adam's L2 decay where AdamW's decoupled decay was asked for: every update slightly off."""
+
     def l2_instead(params, adam_w_mode: bool, **hyper):
         return torch.optim.Adam(params, foreach=False, **hyper)
 
@@ -144,6 +150,7 @@ def _torch_norm(factor: float = 1.0):
         cls = torch.nn.LayerNorm if kind == "fused_layer_norm" else torch.nn.RMSNorm
         module = cls(hidden, eps=parity_norm.EPS, elementwise_affine=affine).to(device="cpu", dtype=dtype)
         return module if factor == 1.0 else _Scaled(module, factor)
+
     return make
 
 
@@ -165,13 +172,19 @@ def test_the_tolerance_values_are_pinned_and_each_says_where_it_comes_from() -> 
     """A change to any of these is a change of what verify calls "agrees": it must come with its reason
     (tolerances.py's docstring and comments) and this test changed on purpose."""
     pinned = {
-        ("adam", "fp32"): (1e-5, 1e-6), ("adam", "bf16"): (1.6e-2, 6e-5), ("adam", "fp16"): (2e-3, 8e-6),
-        ("state", "exp_avg"): (1e-4, 1e-8), ("state", "exp_avg_sq"): (1e-4, 1e-12),
-        ("norm", "fp32", "forward"): (1e-5, 1e-5), ("norm", "fp32", "input_grad"): (1e-4, 1e-5),
+        ("adam", "fp32"): (1e-5, 1e-6),
+        ("adam", "bf16"): (1.6e-2, 6e-5),
+        ("adam", "fp16"): (2e-3, 8e-6),
+        ("state", "exp_avg"): (1e-4, 1e-8),
+        ("state", "exp_avg_sq"): (1e-4, 1e-12),
+        ("norm", "fp32", "forward"): (1e-5, 1e-5),
+        ("norm", "fp32", "input_grad"): (1e-4, 1e-5),
         ("norm", "fp32", "param_grad"): (2e-3, 2e-4),
-        ("norm", "bf16", "forward"): (1.6e-2, 3e-4), ("norm", "bf16", "input_grad"): (1.6e-2, 3e-3),
+        ("norm", "bf16", "forward"): (1.6e-2, 3e-4),
+        ("norm", "bf16", "input_grad"): (1.6e-2, 3e-3),
         ("norm", "bf16", "param_grad"): (1.6e-2, 3e-3),
-        ("norm", "fp16", "forward"): (2e-3, 1e-3), ("norm", "fp16", "input_grad"): (1e-3, 1e-3),
+        ("norm", "fp16", "forward"): (2e-3, 1e-3),
+        ("norm", "fp16", "input_grad"): (1e-3, 1e-3),
         ("norm", "fp16", "param_grad"): (1e-3, 1e-3),
     }
     table = {("adam", k): v for k, v in tolerances.ADAM_PARAMS.items()}
@@ -179,7 +192,9 @@ def test_the_tolerance_values_are_pinned_and_each_says_where_it_comes_from() -> 
     table |= {("norm", d, q): v for d, quantities in tolerances.NORM.items() for q, v in quantities.items()}
     assert {k: (t.rtol, t.atol) for k, t in table.items()} == pinned
     assert all(t.why for t in table.values()), [k for k, t in table.items() if not t.why]
-    assert all(set(t.to_json()) == {"rtol", "atol"} for t in table.values())  # the report's shape is unchanged
+    assert all(
+        set(t.to_json()) == {"rtol", "atol"} for t in table.values()
+    )  # the report's shape is unchanged
     assert tolerances.ADAM_UPDATE_AGREEMENT == {"fp32": 1e-4, "bf16": 2e-2, "fp16": 5e-3}
     assert tolerances.AMP_LOSS_RTOL == {"bf16": 2e-2, "fp16": 1e-2}
     assert tolerances.AMP_UPDATE_AGREEMENT == {"bf16": 0.15, "fp16": 0.08}
@@ -195,17 +210,28 @@ def test_the_gpu_tiers_wrong_result_wrapper_wraps_the_real_apex_classes_only_whe
     from tests.support import REPO, unpack_apex
 
     apex_root = unpack_apex("6424da3b", tmp_path)
-    probe = ("import apex.optimizers as o, apex.normalization as n; "
-             "print(o.FusedAdam.step.__qualname__, n.FusedLayerNorm.forward.__qualname__, "
-             "n.FusedRMSNorm.forward.__qualname__)")
+    probe = (
+        "import apex.optimizers as o, apex.normalization as n; "
+        "print(o.FusedAdam.step.__qualname__, n.FusedLayerNorm.forward.__qualname__, "
+        "n.FusedRMSNorm.forward.__qualname__)"
+    )
 
     def qualnames(wrong: str) -> list[str]:
         path = os.pathsep.join([str(REPO / "tests" / "gpu" / "wrong_result"), str(apex_root), str(REPO)])
-        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=False,
-                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": path, "VERIFY_TEST_WRONG_RESULT": wrong})
+        done = subprocess.run(
+            [sys.executable, "-c", probe],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": path, "VERIFY_TEST_WRONG_RESULT": wrong},
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         return done.stdout.split()
 
     assert qualnames("") == ["FusedAdam.step", "FusedLayerNorm.forward", "FusedRMSNorm.forward"]
     assert qualnames("fused_adam,fused_layer_norm") == [
-        "_install.<locals>.step", "_install.<locals>.forward", "FusedRMSNorm.forward"]
+        "_install.<locals>.step",
+        "_install.<locals>.forward",
+        "FusedRMSNorm.forward",
+    ]

@@ -10,8 +10,12 @@ from tests.support import REPO
 
 # 3.11-only modules the code reads, and the backport each one's 3.10 branch imports instead
 BACKPORTS = {"tomllib": "tomli"}
-CHECKED = [REPO / "build.py", *sorted((REPO / "toolchain").rglob("*.py")), *sorted((REPO / "verify").rglob("*.py")),
-           *sorted((REPO / "scripts").rglob("*.py"))]
+CHECKED = [
+    REPO / "build.py",
+    *sorted((REPO / "toolchain").rglob("*.py")),
+    *sorted((REPO / "verify").rglob("*.py")),
+    *sorted((REPO / "scripts").rglob("*.py")),
+]
 
 
 def _imported(node: ast.stmt) -> set[str]:
@@ -24,8 +28,12 @@ def _imported(node: ast.stmt) -> set[str]:
 
 def _is_311_check(test: ast.expr) -> bool:
     """`sys.version_info >= (3, 11)`."""
-    return (isinstance(test, ast.Compare) and ast.unparse(test.left) == "sys.version_info"
-            and isinstance(test.ops[0], ast.GtE) and ast.unparse(test.comparators[0]) == "(3, 11)")
+    return (
+        isinstance(test, ast.Compare)
+        and ast.unparse(test.left) == "sys.version_info"
+        and isinstance(test.ops[0], ast.GtE)
+        and ast.unparse(test.comparators[0]) == "(3, 11)"
+    )
 
 
 def unguarded_imports(source: str) -> list[str]:
@@ -39,11 +47,15 @@ def unguarded_imports(source: str) -> list[str]:
                 for module in _imported(stmt) & set(BACKPORTS):
                     guarded.add(stmt.lineno)
                     if not any(BACKPORTS[module] in _imported(other) for other in node.orelse):
-                        problems.append(f"line {stmt.lineno}: import {module} with no {BACKPORTS[module]} "
-                                        "in the else branch")
+                        problems.append(
+                            f"line {stmt.lineno}: import {module} with no {BACKPORTS[module]} "
+                            "in the else branch"
+                        )
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.stmt) and node.lineno not in guarded:
-            problems += [f"line {node.lineno}: import {m} unguarded" for m in _imported(node) & set(BACKPORTS)]
+            problems += [
+                f"line {node.lineno}: import {m} unguarded" for m in _imported(node) & set(BACKPORTS)
+            ]
     return problems
 
 
@@ -51,9 +63,15 @@ def test_the_rule_finds_an_unguarded_import_and_accepts_the_guarded_one() -> Non
     assert unguarded_imports("import tomllib\n") == ["line 1: import tomllib unguarded"]
     assert unguarded_imports("try:\n    import tomllib\nexcept ImportError:\n    import tomli as tomllib\n")
     assert unguarded_imports("import sys\nif sys.version_info >= (3, 11):\n    import tomllib\n") == [
-        "line 3: import tomllib with no tomli in the else branch"]
-    assert unguarded_imports("import sys\nif sys.version_info >= (3, 11):\n    import tomllib\n"
-                             "else:\n    import tomli as tomllib\n") == []
+        "line 3: import tomllib with no tomli in the else branch"
+    ]
+    assert (
+        unguarded_imports(
+            "import sys\nif sys.version_info >= (3, 11):\n    import tomllib\n"
+            "else:\n    import tomli as tomllib\n"
+        )
+        == []
+    )
 
 
 def test_no_module_needs_python_311() -> None:

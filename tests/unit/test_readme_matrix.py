@@ -28,7 +28,8 @@ def test_the_readme_matrix_table_is_plans_output() -> None:
     assert planned.count("\n") >= 2, planned  # the header, its rule and at least one cell
     assert readme_table() == planned, (
         "README.md's matrix table is stale: paste the output of `python3 build.py plan --markdown` over it\n"
-        + planned)
+        + planned
+    )
 
 
 def test_every_matrix_cell_has_one_row() -> None:

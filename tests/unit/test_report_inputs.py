@@ -30,8 +30,13 @@ def _cells() -> list:
 
 def _report(out: Path) -> subprocess.CompletedProcess:
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, str(REPO / "build.py"), "report", "--out", str(out)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "report", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert time.monotonic() - start < 60 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
     return proc
 
@@ -40,7 +45,9 @@ def _row(md: str, cell_id: str) -> str:
     return next(line for line in md.splitlines() if line.startswith(f"| {cell_id} "))
 
 
-def test_corrupt_results_are_named_and_the_readable_cells_rendered(tmp_path: Path, verify_report: Path) -> None:
+def test_corrupt_results_are_named_and_the_readable_cells_rendered(
+    tmp_path: Path, verify_report: Path
+) -> None:
     out = tmp_path / "out"
     good, cut, typed, fifo = _cells()
     overview = MatrixReport(out, REPO / "matrix.toml", "run1")
@@ -48,9 +55,20 @@ def test_corrupt_results_are_named_and_the_readable_cells_rendered(tmp_path: Pat
     copy = out / "cells" / good.id / "verify" / "report.json"
     copy.parent.mkdir(parents=True)
     copy.write_text(verify_report.read_text())
-    overview.update(save_result(cell_result(good, "verify_failed", {"ok": True, "tag": good.id, "duration_s": 300.0},
-                                        {"exit_code": 1, "report_path": str(copy), "status": "verify_failed"}), out))
-    overview.update(save_result(cell_result(cut, "built", {"ok": True, "tag": cut.id, "duration_s": 120.0}), out))
+    overview.update(
+        save_result(
+            cell_result(
+                good,
+                "verify_failed",
+                {"ok": True, "tag": good.id, "duration_s": 300.0},
+                {"exit_code": 1, "report_path": str(copy), "status": "verify_failed"},
+            ),
+            out,
+        )
+    )
+    overview.update(
+        save_result(cell_result(cut, "built", {"ok": True, "tag": cut.id, "duration_s": 120.0}), out)
+    )
     overview.finish("complete")
     text = result_path(out, cut.id).read_text()
     result_path(out, cut.id).write_text(text[: len(text) // 2])  # cut mid-write by something else
@@ -67,9 +85,11 @@ def test_corrupt_results_are_named_and_the_readable_cells_rendered(tmp_path: Pat
     errors = proc.stderr.strip().splitlines()
     assert len(errors) == 4 and all(line.startswith("error: ") for line in errors)
     assert f"cell result {result_path(out, cut.id)}: is not valid JSON" in proc.stderr
-    assert (f"cell result {result_path(out, typed.id)}: result.json.cell.archs: expected a list, got a string;"
-            " result.json.build: expected an object or null, got a string; result.json.verify.exit_code:"
-            " expected an integer or null, got a string") in proc.stderr
+    assert (
+        f"cell result {result_path(out, typed.id)}: result.json.cell.archs: expected a list, got a string;"
+        " result.json.build: expected an object or null, got a string; result.json.verify.exit_code:"
+        " expected an integer or null, got a string"
+    ) in proc.stderr
     assert f"cell result {result_path(out, fifo.id)}: is a FIFO (named pipe)" in proc.stderr
     assert errors[-1].startswith(f"error: 3 input file(s) under {out} could not be used")
 
@@ -81,7 +101,9 @@ def test_corrupt_results_are_named_and_the_readable_cells_rendered(tmp_path: Pat
     assert (out / "matrix-report.html").read_text().count("<tr class=") == 4
 
 
-def test_a_corrupt_overview_or_verify_report_still_renders_every_cell(tmp_path: Path, verify_report: Path) -> None:
+def test_a_corrupt_overview_or_verify_report_still_renders_every_cell(
+    tmp_path: Path, verify_report: Path
+) -> None:
     out = tmp_path / "out"
     first, second, *_ = _cells()
     report = out / "cells" / first.id / "verify" / "report.json"
@@ -89,18 +111,38 @@ def test_a_corrupt_overview_or_verify_report_still_renders_every_cell(tmp_path: 
     data = json.loads(verify_report.read_text())
     data["extensions"][0]["status"] = ["ok"]
     report.write_text(json.dumps(data))
-    save_result(cell_result(first, "verify_failed", {"ok": True, "tag": first.id},
-                        {"exit_code": 1, "report_path": str(report), "status": "verify_failed"}), out)
+    save_result(
+        cell_result(
+            first,
+            "verify_failed",
+            {"ok": True, "tag": first.id},
+            {"exit_code": 1, "report_path": str(report), "status": "verify_failed"},
+        ),
+        out,
+    )
     (out / "matrix-report.json").write_bytes(b'{"report_version": "1", "cells": [\xff]}')
     proc = _report(out)
     assert proc.returncode == 2
-    assert f"matrix report {out / 'matrix-report.json'}: is not UTF-8 text (unreadable byte 0xff" in proc.stderr
-    assert f"verify report {report}: report.json.extensions[0].status: expected a string, got a list" in proc.stderr
-    assert "exit 1" in _row((out / "matrix-report.md").read_text(), first.id)  # the result's own verify record
+    assert (
+        f"matrix report {out / 'matrix-report.json'}: is not UTF-8 text (unreadable byte 0xff" in proc.stderr
+    )
+    assert (
+        f"verify report {report}: report.json.extensions[0].status: expected a string, got a list"
+        in proc.stderr
+    )
+    assert "exit 1" in _row(
+        (out / "matrix-report.md").read_text(), first.id
+    )  # the result's own verify record
 
-    overview = {"report_version": "1", "runs": {}, "cells": [
-        cell_result(second, "built", {"ok": True, "tag": second.id}).to_json(),
-        {"id": "x" * 10, "status": 3}, json.loads("[" * 50 + "]" * 50)]}
+    overview = {
+        "report_version": "1",
+        "runs": {},
+        "cells": [
+            cell_result(second, "built", {"ok": True, "tag": second.id}).to_json(),
+            {"id": "x" * 10, "status": 3},
+            json.loads("[" * 50 + "]" * 50),
+        ],
+    }
     (out / "matrix-report.json").write_text(json.dumps(overview))
     report.write_text(verify_report.read_text())
     proc = _report(out)
@@ -116,7 +158,9 @@ def test_a_valid_out_directory_still_reports_exit_0(tmp_path: Path) -> None:
     cell = _cells()[0]
     overview = MatrixReport(out, None, "run1")
     overview.start([cell])
-    overview.update(save_result(cell_result(cell, "built", {"ok": True, "tag": cell.id, "duration_s": None}), out))
+    overview.update(
+        save_result(cell_result(cell, "built", {"ok": True, "tag": cell.id, "duration_s": None}), out)
+    )
     overview.finish("complete")
     proc = _report(out)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
@@ -127,7 +171,11 @@ def test_a_run_keeps_going_over_a_corrupt_overview(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     a, b, *_ = _cells()
-    for wrong in ({"runs": [], "cells": []}, {"runs": {}, "cells": "x"}, {"cells": [{"id": 7}], "runs": {"r": 1}}):
+    for wrong in (
+        {"runs": [], "cells": []},
+        {"runs": {}, "cells": "x"},
+        {"cells": [{"id": 7}], "runs": {"r": 1}},
+    ):
         (out / "matrix-report.json").write_text(json.dumps({"report_version": "1", **wrong}))
         MatrixReport(out, None, "run1").start([a])  # a wrong shape, a bad entry: never a TypeError
         data = json.loads((out / "matrix-report.json").read_text())
@@ -168,8 +216,17 @@ def test_a_huge_speedup_and_a_non_ascii_digit_render(tmp_path: Path, verify_repo
     report = json.loads(verify_report.read_text())
     report["timings"] = [{"kernel": "FusedAdam", "kernel_time": {"speedup": 1e308}}]
     copy.write_text(json.dumps(report))
-    overview.update(save_result(cell_result(cell, "verified", {"ok": True, "tag": cell.id, "duration_s": 1.0},
-                                            {"exit_code": 0, "report_path": str(copy), "status": "verified"}), out))
+    overview.update(
+        save_result(
+            cell_result(
+                cell,
+                "verified",
+                {"ok": True, "tag": cell.id, "duration_s": 1.0},
+                {"exit_code": 0, "report_path": str(copy), "status": "verified"},
+            ),
+            out,
+        )
+    )
     overview.finish("complete")
     result = json.loads(result_path(out, cell.id).read_text())
     result["cell"]["cuda"] = "1\u00b2.4"
@@ -179,7 +236,9 @@ def test_a_huge_speedup_and_a_non_ascii_digit_render(tmp_path: Path, verify_repo
     assert (out / "matrix-report.html").is_file() and "FusedAdam" in (out / "matrix-report.html").read_text()
 
 
-def test_a_stored_report_path_whose_file_is_gone_is_named_not_searched_for(tmp_path: Path, verify_report: Path) -> None:
+def test_a_stored_report_path_whose_file_is_gone_is_named_not_searched_for(
+    tmp_path: Path, verify_report: Path
+) -> None:
     """The report is read where the result says it was written (a relative path: from where `build.py` runs);
     a file of that name under out/, where the old lookup also tried, is not used in its place."""
     out = tmp_path / "out"
@@ -187,8 +246,15 @@ def test_a_stored_report_path_whose_file_is_gone_is_named_not_searched_for(tmp_p
     stored = f"{tmp_path.name}-gone/report.json"  # relative to the repository, where _report runs build.py
     (out / stored).parent.mkdir(parents=True)
     (out / stored).write_text(verify_report.read_text())
-    save_result(cell_result(cell, "verify_failed", {"ok": True, "tag": cell.id},
-                            {"exit_code": 1, "report_path": stored, "status": "verify_failed"}), out)
+    save_result(
+        cell_result(
+            cell,
+            "verify_failed",
+            {"ok": True, "tag": cell.id},
+            {"exit_code": 1, "report_path": stored, "status": "verify_failed"},
+        ),
+        out,
+    )
     proc = _report(out)
     assert proc.returncode == 2
     assert f"error: verify report {stored}: does not exist; check the path; run verify again" in proc.stderr

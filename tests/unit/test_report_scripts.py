@@ -20,7 +20,9 @@ from tests.support import REPO, clean_env, unpack_apex
 
 REPORTS = REPO / "reports"
 PROJECT = frozenset({"toolchain", "verify", "tests"})
-_SHELL_IMPORT = re.compile(r"(?m)(?:^|[\s;'\"(])(?:from\s+(?:toolchain|verify)(?:\.\w+)*\s+import\b|import\s+(?:toolchain|verify)\b)")
+_SHELL_IMPORT = re.compile(
+    r"(?m)(?:^|[\s;'\"(])(?:from\s+(?:toolchain|verify)(?:\.\w+)*\s+import\b|import\s+(?:toolchain|verify)\b)"
+)
 
 # script -> the test below that runs it on its stored data
 RUN_HERE = {
@@ -33,20 +35,13 @@ RUN_HERE = {
 _DEVICE = "runs only on the H200 host (CUDA and an installed Apex)"
 _COMPILE = "runs an Apex compile on the H200 host (nvcc, 16 cores) for minutes"
 EXCEPTIONS = {
-    "reports/h200-2026-12-02-idle-context/device_run.sh":
-        "needs the H200; runs verify's own device watch (DeviceWatch, _judge_load) around a stand-in worker",
-    "reports/h200-2026-12-01-timing/independent_check.py":
-        f"{_DEVICE}; its comparison B is verify's own timer on the same callables, so it imports it",
-    "reports/h200-2026-12-01-timing2/independent_check.py":
-        f"{_DEVICE}; its comparisons B and C are verify's own timer and host conditions, so it imports them",
-    "reports/h200-2026-12-01-timing2/host_drift_probe.py":
-        f"{_DEVICE}; it measures what verify's timing_host changes, so it imports it",
-    "reports/h200-2026-12-01-buildspeed/naive_bounded.py":
-        f"{_COMPILE}; its estimate is the builder's own ninja-log reader, so it imports it",
-    "reports/h200-2026-12-01-buildspeed-i16/bounded_build.py":
-        f"{_COMPILE}; it applies and times the builder's own unit schedule, so it imports it",
-    "reports/h200-2026-12-01-buildspeed-i16/run.sh":
-        f"{_COMPILE}; it prints the builder's parallelism plan for the host it runs on",
+    "reports/h200-2026-12-02-idle-context/device_run.sh": "needs the H200; runs verify's own device watch (DeviceWatch, _judge_load) around a stand-in worker",
+    "reports/h200-2026-12-01-timing/independent_check.py": f"{_DEVICE}; its comparison B is verify's own timer on the same callables, so it imports it",
+    "reports/h200-2026-12-01-timing2/independent_check.py": f"{_DEVICE}; its comparisons B and C are verify's own timer and host conditions, so it imports them",
+    "reports/h200-2026-12-01-timing2/host_drift_probe.py": f"{_DEVICE}; it measures what verify's timing_host changes, so it imports it",
+    "reports/h200-2026-12-01-buildspeed/naive_bounded.py": f"{_COMPILE}; its estimate is the builder's own ninja-log reader, so it imports it",
+    "reports/h200-2026-12-01-buildspeed-i16/bounded_build.py": f"{_COMPILE}; it applies and times the builder's own unit schedule, so it imports it",
+    "reports/h200-2026-12-01-buildspeed-i16/run.sh": f"{_COMPILE}; it prints the builder's parallelism plan for the host it runs on",
     # the lead's evidence build runs from this folder; its script is handled with that build
 }
 
@@ -60,11 +55,20 @@ def imports_project(path: Path) -> bool:
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Import) and any(a.name.split(".")[0] in PROJECT for a in node.names):
             return True
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in PROJECT:
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and (node.module or "").split(".")[0] in PROJECT
+        ):
             return True
-        if (isinstance(node, ast.Attribute) and node.attr in ("insert", "append", "extend")
-                and isinstance(node.value, ast.Attribute) and node.value.attr == "path"
-                and isinstance(node.value.value, ast.Name) and node.value.value.id == "sys"):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in ("insert", "append", "extend")
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "path"
+            and isinstance(node.value.value, ast.Name)
+            and node.value.value.id == "sys"
+        ):
             return True
     return False
 
@@ -76,11 +80,14 @@ def scripts() -> list[str]:
 
 def test_every_report_script_is_a_record_or_run_by_a_test() -> None:
     assert len(scripts()) > 20
-    unlisted = [s for s in scripts() if imports_project(REPO / s) and s not in RUN_HERE and s not in EXCEPTIONS]
+    unlisted = [
+        s for s in scripts() if imports_project(REPO / s) and s not in RUN_HERE and s not in EXCEPTIONS
+    ]
     assert unlisted == [], (
         f"{unlisted} import the project's code: make each a plain record (inline what it needs, or run "
         "`python build.py ...` / `python -m verify ...` as a subprocess), or run it on its stored data in a test "
-        "here (RUN_HERE)")
+        "here (RUN_HERE)"
+    )
     stale = [s for s in [*RUN_HERE, *EXCEPTIONS] if not (REPO / s).is_file() or not imports_project(REPO / s)]
     assert stale == [], f"{stale}: listed here but missing, or importing nothing from the project any more"
     assert set(RUN_HERE).isdisjoint(EXCEPTIONS)
@@ -104,8 +111,15 @@ def test_the_rule_sees_each_way_of_importing_the_project(tmp_path: Path) -> None
 
 
 def run_script(script: str, *args: str, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run([sys.executable, str(REPO / script), *args], capture_output=True, text=True, cwd=REPO,
-                          env=clean_env({"PYTHONPATH": str(REPO), **(env or {})}), timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / script), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=clean_env({"PYTHONPATH": str(REPO), **(env or {})}),
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, f"{script} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
     return proc.stdout
 
@@ -118,8 +132,16 @@ def test_redecide_gives_its_stored_verdicts() -> None:
 
 
 def _git(repo: Path, *args: str) -> None:
-    env = clean_env({"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                     "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"})
+    env = clean_env(
+        {
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+            "GIT_CONFIG_GLOBAL": "/dev/null",
+            "GIT_CONFIG_NOSYSTEM": "1",
+        }
+    )
     subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env=env, timeout=60)
 
 
@@ -142,8 +164,11 @@ def test_survey_reads_two_tags_as_its_stored_table(tmp_path: Path) -> None:
     stored = (REPORTS / "apex-tags-2026-12-01" / "survey.txt").read_text().splitlines()
 
     def rows(lines: list[str]) -> dict[str, str]:  # ref -> the columns after the commit and the date
-        return {parts[0]: parts[3] for line in lines if len(parts := line.split(None, 3)) == 4
-                and re.fullmatch(r"\d{4}-\d\d-\d\d", parts[2])}
+        return {
+            parts[0]: parts[3]
+            for line in lines
+            if len(parts := line.split(None, 3)) == 4 and re.fullmatch(r"\d{4}-\d\d-\d\d", parts[2])
+        }
 
     got = rows(out.splitlines())
     assert sorted(got) == ["25.04", "HEAD"]
@@ -154,7 +179,9 @@ def test_unit_costs_from_logs_rebuilds_the_units(tmp_path: Path) -> None:
     """From the stored ninja logs of both calls: the 37 units of the costs file (since refitted from the
     runner's own CPU seconds), nvcc or not as there, and the one-arch total its docstring cites."""
     src = unpack_apex("6424da3b", tmp_path / "src")
-    out = run_script("reports/h200-2026-12-01-buildspeed/unit_costs_from_logs.py", str(src), str(tmp_path / "c.json"))
+    out = run_script(
+        "reports/h200-2026-12-01-buildspeed/unit_costs_from_logs.py", str(src), str(tmp_path / "c.json")
+    )
     rebuilt = json.loads((tmp_path / "c.json").read_text())["units"]
     data = json.loads((REPO / "toolchain" / "data" / "apex_unit_costs.json").read_text())["units"]
     assert sorted(rebuilt) == sorted(data) and len(rebuilt) == 37
@@ -165,8 +192,14 @@ def test_unit_costs_from_logs_rebuilds_the_units(tmp_path: Path) -> None:
 def test_naive_estimate_gives_its_stored_estimate(tmp_path: Path) -> None:
     here = "reports/h200-2026-12-01-buildspeed-i16"
     src = unpack_apex("6424da3b", tmp_path / "src")
-    run_script(f"{here}/naive_estimate.py", f"{here}/call2/naive.json", f"{here}/call1/one-cold/build-manifest.json",
-               f"{here}/call2/five-cold/build-manifest.json", str(tmp_path / "n.json"), env={"APEX_SRC": str(src)})
+    run_script(
+        f"{here}/naive_estimate.py",
+        f"{here}/call2/naive.json",
+        f"{here}/call1/one-cold/build-manifest.json",
+        f"{here}/call2/five-cold/build-manifest.json",
+        str(tmp_path / "n.json"),
+        env={"APEX_SRC": str(src)},
+    )
     stored = json.loads((REPO / here / "call2" / "naive-estimate.json").read_text())
     assert json.loads((tmp_path / "n.json").read_text()) == stored
 
@@ -180,4 +213,3 @@ def test_simulate_schedule_gives_the_reports_figures() -> None:
     assert [round(1 - float(model) / float(measured), 3) for measured, model in phases] == [0.023, 0.045], out
     chosen = re.search(r"^\s+2\s+0\.5 \|\s+[\d.]+ s ([\d.]+) \|\s+[\d.]+ s ([\d.]+)$", out, re.M)
     assert chosen and (round(float(chosen[1]), 2), round(float(chosen[2]), 2)) == (1.03, 1.05), out
-

@@ -32,8 +32,14 @@ ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="making device nodes (m
 
 
 def _python(code: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, timeout=60, check=False,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=REPO,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        **kwargs,
+    )
 
 
 def test_regular_file_is_replaced_atomically_and_no_temp_file_stays(tmp_path: Path) -> None:
@@ -43,7 +49,9 @@ def test_regular_file_is_replaced_atomically_and_no_temp_file_stays(tmp_path: Pa
     assert atomic.write_text(target, "new") == target
     assert target.read_text() == "new" and target.stat().st_ino != before  # a new inode: renamed over
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
-    assert atomic.write_text(tmp_path / "sub" / "dir" / "x.md", "made") and (tmp_path / "sub/dir/x.md").is_file()
+    assert (
+        atomic.write_text(tmp_path / "sub" / "dir" / "x.md", "made") and (tmp_path / "sub/dir/x.md").is_file()
+    )
 
 
 def test_symlinks_are_followed_to_the_final_target_which_is_replaced(tmp_path: Path) -> None:
@@ -105,7 +113,9 @@ def test_a_fifo_is_written_in_place_to_its_reader(tmp_path: Path) -> None:
     assert got == [payload.encode()] and stat.S_ISFIFO(fifo.lstat().st_mode)
 
 
-def test_a_fifo_without_reader_fails_after_a_bounded_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_fifo_without_reader_fails_after_a_bounded_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(atomic, "FIFO_READER_WAIT_S", 0.5)
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
@@ -153,13 +163,17 @@ def test_dev_stdout_writes_this_process_descriptor_in_order(tmp_path: Path) -> N
         done = _python(code, stdout=handle, stderr=subprocess.PIPE, text=True)
     assert done.returncode == 0, done.stderr
     assert redirected.read_text() == "before\nREPORT\nAGAIN\nafter\n" and redirected.stat().st_ino == inode
-    closed = _python("""
+    closed = _python(
+        """
         from verify.runtime import atomic
         try:
             atomic.write_text("/dev/fd/7", "x")
         except atomic.UnwritableTarget as exc:
             print(exc.strerror)
-    """, capture_output=True, text=True)
+    """,
+        capture_output=True,
+        text=True,
+    )
     assert "file descriptor 7, which is not open" in closed.stdout
 
 
@@ -170,7 +184,10 @@ def test_json_never_holds_bare_infinity_or_nan_and_the_schema_still_validates(tm
     report = json.loads(real.read_text())
     # a real v2 timing row (kernel_compare on the CPU), then non-finite values where a broken clock would put them
     a = torch.ones(8, 8)
-    variants = [Variant("fused", "fused", lambda: lambda: a @ a), Variant("native", "native", lambda: lambda: a @ a)]
+    variants = [
+        Variant("fused", "fused", lambda: lambda: a @ a),
+        Variant("native", "native", lambda: lambda: a @ a),
+    ]
     row = kernel_compare.compare("FusedAdam", "fp32", variants, "cpu", timing_rules.CPU_ROUNDS).to_json()
     row["details"] = [math.nan, (1.5,), -math.inf]
     report["timings"] = [row]
@@ -191,8 +208,22 @@ def test_json_never_holds_bare_infinity_or_nan_and_the_schema_still_validates(tm
 
 def test_verify_cli_refuses_a_non_finite_check_timeout(tmp_path: Path) -> None:
     for value in ("inf", "nan"):
-        proc = subprocess.run([sys.executable, "-m", "verify", "--static", "--check-timeout", value, "--json",
-                               str(tmp_path / "r.json")], cwd=REPO, capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "verify",
+                "--static",
+                "--check-timeout",
+                value,
+                "--json",
+                str(tmp_path / "r.json"),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 2 and "--check-timeout" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "r.json").exists()
 
@@ -242,15 +273,23 @@ echo "rc=$rc type=$(stat -c %F /dev/null) same_inode=$([ "$(stat -c %i /dev/null
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
-                    reason="a private mount namespace (unshare --mount) needs root and util-linux's unshare")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None,
+    reason="a private mount namespace (unshare --mount) needs root and util-linux's unshare",
+)
 def test_verify_json_dev_null_in_a_private_mount_namespace(tmp_path: Path) -> None:
     """The issue's case: as root, `verify --json /dev/null` replaced /dev/null with a report. Here /dev is
     a tmpfs of this namespace's own, so the host's /dev/null is never at risk whatever the code does."""
     log = tmp_path / "verify.log"
-    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", _NAMESPACE_SCRIPT],
-                          cwd=REPO, capture_output=True, text=True, timeout=180, check=False,
-                          env={**os.environ, "PYTHON": sys.executable, "LOG": str(log), "PYTHONPATH": str(REPO)})
+    proc = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", _NAMESPACE_SCRIPT],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        env={**os.environ, "PYTHON": sys.executable, "LOG": str(log), "PYTHONPATH": str(REPO)},
+    )
     if proc.returncode != 0 and "Operation not permitted" in proc.stderr:
         pytest.skip(f"no private mount namespace here: {proc.stderr.strip()[:200]}")
     assert proc.returncode == 0, proc.stderr
@@ -260,8 +299,15 @@ def test_verify_json_dev_null_in_a_private_mount_namespace(tmp_path: Path) -> No
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          check=False, env={k: v for k, v in os.environ.items() if k != "GITHUB_ACTIONS"})
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={k: v for k, v in os.environ.items() if k != "GITHUB_ACTIONS"},
+    )
 
 
 def test_bake_output_and_report_follow_links_and_refuse_directories(tmp_path: Path) -> None:
@@ -274,7 +320,8 @@ def test_bake_output_and_report_follow_links_and_refuse_directories(tmp_path: Pa
     assert link.is_symlink() and "target" in json.loads(real.read_text())
     proc = _cli("build.py", "bake", "-o", str(tmp_path))
     assert proc.returncode == 2 and proc.stderr.strip() == (
-        f"error: {tmp_path}: is a directory, not a file; name a file (e.g. DIR/report.json)")
+        f"error: {tmp_path}: is a directory, not a file; name a file (e.g. DIR/report.json)"
+    )
     out = tmp_path / "out"
     out.mkdir()
     (out / "matrix-report.md").symlink_to(tmp_path / "elsewhere" / "table.md")
@@ -287,13 +334,26 @@ def test_bake_output_and_report_follow_links_and_refuse_directories(tmp_path: Pa
 
 
 def test_bench_results_onto_a_device_link_and_a_directory(tmp_path: Path) -> None:
-    args = ("-m", "verify", "bench", "--device", "cpu", "--stages", "none", "--no-micro", "--no-plots", "--out")
+    args = (
+        "-m",
+        "verify",
+        "bench",
+        "--device",
+        "cpu",
+        "--stages",
+        "none",
+        "--no-micro",
+        "--no-plots",
+        "--out",
+    )
     blocked = tmp_path / "blocked"
     (blocked / "bench.json").mkdir(parents=True)
     proc = _cli(*args, str(blocked))
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip() == (f"verify bench: error: cannot write {blocked / 'bench.json'}: is a directory,"
-                                   " not a file; name a file (e.g. DIR/report.json)")
+    assert proc.stderr.strip() == (
+        f"verify bench: error: cannot write {blocked / 'bench.json'}: is a directory,"
+        " not a file; name a file (e.g. DIR/report.json)"
+    )
     if os.geteuid() != 0:
         return  # the device half needs mknod
     null = tmp_path / "null"

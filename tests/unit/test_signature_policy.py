@@ -24,8 +24,13 @@ def policy(**given) -> signature.Policy:
 def test_one_policy_is_required_and_the_message_names_all_three() -> None:
     with pytest.raises(UsageError) as caught:
         policy()
-    assert caught.value.exit_code == exit_codes.USAGE and f"no signature policy for {REPO}" in str(caught.value)
-    assert all(way in str(caught.value) for way in ("--signature-identity", "--signature-key", "--no-signature-check"))
+    assert caught.value.exit_code == exit_codes.USAGE and f"no signature policy for {REPO}" in str(
+        caught.value
+    )
+    assert all(
+        way in str(caught.value)
+        for way in ("--signature-identity", "--signature-key", "--no-signature-check")
+    )
 
 
 def test_the_three_policies_and_their_exclusion(tmp_path: Path) -> None:
@@ -45,7 +50,9 @@ def test_the_three_policies_and_their_exclusion(tmp_path: Path) -> None:
 def test_a_key_that_is_not_cosigns_kind_is_bad_input(tmp_path: Path) -> None:
     rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key()
     path = tmp_path / "rsa.pub"
-    path.write_bytes(rsa_key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    path.write_bytes(
+        rsa_key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     with pytest.raises(UsageError, match="not the ECDSA key cosign makes"):
         signature.check(REPO, "sha256:" + "a" * 64, policy(key=path))
     garbage = tmp_path / "garbage.pub"

@@ -46,7 +46,9 @@ def test_cuda_13_2_alone_is_the_pypi_default_stack() -> None:
 def test_torch_2_14_ships_cu126_cu130_cu132_and_2_15_only_cu132() -> None:
     for cuda in ("12.6", "13.0", "13.2"):
         assert cell(cuda=cuda, torch="2.14").torch == "2.14.1"
-    assert "torch 2.15 has no wheel for CUDA 13.0 (it ships cu132); use --torch 2.14" in problem(cuda="13.0", torch="2.15")
+    assert "torch 2.15 has no wheel for CUDA 13.0 (it ships cu132); use --torch 2.14" in problem(
+        cuda="13.0", torch="2.15"
+    )
     assert cell(cuda="13.0").torch == "2.14.1"  # the newest torch with a cu130 build
     assert cell(cuda="13.2", torch="2.12").torch == "2.12.1"
 
@@ -88,8 +90,12 @@ def test_ptx_on_the_highest_default_arch_only_for_cuda_13_and_only_for_defaults(
 
 def test_ubuntu_26_04_has_python_3_14_and_gcc_15() -> None:
     # NVIDIA's 13.2 images are not published for 26.04: with the cell's own bases the OS facts apply
-    c = cell(cuda="13.2", os="ubuntu26.04", base_devel="nvidia/cuda:13.2.1-devel-ubuntu26.04",
-             base_runtime="nvidia/cuda:13.2.1-runtime-ubuntu26.04")
+    c = cell(
+        cuda="13.2",
+        os="ubuntu26.04",
+        base_devel="nvidia/cuda:13.2.1-devel-ubuntu26.04",
+        base_runtime="nvidia/cuda:13.2.1-runtime-ubuntu26.04",
+    )
     assert (c.python, c.gcc) == ("3.14", "15")  # [defaults] 3.12 is a preference; 26.04 has only 3.14
     assert "NVIDIA publishes no CUDA 13.2 images for ubuntu26.04" in problem(cuda="13.2", os="ubuntu26.04")
     assert "or an os that has it (ubuntu26.04)" in problem(cuda="13.2", python="3.14")
@@ -108,15 +114,21 @@ def test_arm64_cell_id_platform_and_build_command() -> None:
     assert arm.build_args() == {**amd.build_args(), "CELL_ID": arm.id}  # the Dockerfile needs no new ARG
     command = buildkit_build.build_command(arm, client=docker_host.DockerClient("docker", True, "27"))
     assert command[command.index("--platform") + 1] == "linux/arm64"
-    assert "--platform" not in buildkit_build.build_command(amd, client=docker_host.DockerClient("docker", True, "27"))
+    assert "--platform" not in buildkit_build.build_command(
+        amd, client=docker_host.DockerClient("docker", True, "27")
+    )
 
 
 def test_arm64_needs_aarch64_cuda_wheels() -> None:
     assert "torch 2.6 has no aarch64 CUDA wheels in the compatibility facts; use --torch 2.14" in problem(
-        cuda="12.6", torch="2.6", platform="linux/arm64")
+        cuda="12.6", torch="2.6", platform="linux/arm64"
+    )
     assert "torch 2.11 has no aarch64 wheel for CUDA 12.8 (it ships cu130)" in problem(
-        cuda="12.8", torch="2.11", platform="linux/arm64")
-    assert "no torch release ships aarch64 wheels for CUDA 12.4" in problem(cuda="12.4", platform="linux/arm64")
+        cuda="12.8", torch="2.11", platform="linux/arm64"
+    )
+    assert "no torch release ships aarch64 wheels for CUDA 12.4" in problem(
+        cuda="12.4", platform="linux/arm64"
+    )
     assert cell(cuda="12.8", platform="linux/arm64").torch == "2.10.0"  # whl/cu128 has aarch64 wheels of 2.10
     assert "did you mean 'linux/arm64'?" in problem(cuda="13.2", platform="linux/aarch64")
 
@@ -142,7 +154,6 @@ def test_new_matrix_cells_resolve_as_documented() -> None:
     assert cells["cu130"].arch_list == "8.0;8.6;9.0;10.0;12.0+PTX"  # id unchanged: the default list
 
 
-
 def test_build_py_plan_cuda_13_2_and_arm64() -> None:
     proc = run_build("plan", "--cuda", "13.2", "--torch", "2.15", "--json")
     assert proc.returncode == exit_codes.OK, proc.stderr
@@ -152,7 +163,10 @@ def test_build_py_plan_cuda_13_2_and_arm64() -> None:
     proc = run_build("plan", "--cuda", "13.2", "--torch", "2.15", "--platform", "linux/arm64", "--json")
     assert proc.returncode == exit_codes.OK, proc.stderr
     plan = json.loads(proc.stdout)
-    assert plan["tag"].endswith("-arm64") and plan["command"][plan["command"].index("--platform") + 1] == "linux/arm64"
+    assert (
+        plan["tag"].endswith("-arm64")
+        and plan["command"][plan["command"].index("--platform") + 1] == "linux/arm64"
+    )
 
 
 def test_leads_are_loaded_with_their_row() -> None:

@@ -14,7 +14,9 @@ FOLDERS = ("toolchain", "verify", "tests", "scripts", "docs", "docker", "cluster
 FILES = ("README.md", "Makefile", "matrix.toml", "pyproject.toml", "build.py", "conftest.py")
 SUFFIXES = frozenset({".py", ".sh", ".md", ".toml", ".json", ".yml", ".yaml", ".txt", ""})
 # reports/ folders whose scripts are not checked, and why
-NOT_CHECKED = {"cpu-2026-12-01-local-route": "its evidence build runs from it; its scripts are handled with it"}
+NOT_CHECKED = {
+    "cpu-2026-12-01-local-route": "its evidence build runs from it; its scripts are handled with it"
+}
 _TRACKER = re.compile(r"\b[Ii]ssues? ?#?[0-9]+|(?<![\w/.-])\(#[0-9]+\)")
 _MARKER = re.compile(r"<!-- */?section:")
 
@@ -53,7 +55,14 @@ def test_no_section_markers_in_the_docs() -> None:
 def test_the_patterns_catch_what_they_are_for(tmp_path: Path) -> None:
     page = tmp_path / "p.md"
     # written in pieces, so that this file itself passes the check
-    page.write_text("as issue " "22 asked\n" "(#" "23) fixed\n" "Issue #" "7\n"
-                    "upstream NVIDIA/apex#1972 and (NVIDIA/apex#2017)\n<!-- section:ci -->\nan issue with 3 parts\n")
+    page.write_text(
+        "as issue "
+        "22 asked\n"
+        "(#"
+        "23) fixed\n"
+        "Issue #"
+        "7\n"
+        "upstream NVIDIA/apex#1972 and (NVIDIA/apex#2017)\n<!-- section:ci -->\nan issue with 3 parts\n"
+    )
     assert [h.split(":", 2)[1] for h in findings(_TRACKER, [page])] == ["1", "2", "3"]
     assert [h.split(":", 2)[1] for h in findings(_MARKER, [page])] == ["5"]

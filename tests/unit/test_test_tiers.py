@@ -62,9 +62,15 @@ def test_ci_runs_make_test_then_the_apex_image_tier() -> None:
 
 def test_the_suite_installs_only_into_its_own_venv_and_cleans_up_after_itself() -> None:
     script = (REPO / "scripts" / "test.sh").read_text()
-    installs = [line.strip() for line in script.splitlines() if "pip install" in line and not line.lstrip().startswith("#")]
-    assert installs and all(line.startswith('"$VENV/bin/python" -m pip install') for line in installs), installs
-    assert 'test_machine_state.py snapshot' in script and 'test_machine_state.py cleanup' in script
+    installs = [
+        line.strip()
+        for line in script.splitlines()
+        if "pip install" in line and not line.lstrip().startswith("#")
+    ]
+    assert installs and all(line.startswith('"$VENV/bin/python" -m pip install') for line in installs), (
+        installs
+    )
+    assert "test_machine_state.py snapshot" in script and "test_machine_state.py cleanup" in script
     ci = (REPO / ".ci" / "run").read_text()
     assert "TEST_KEEP_ENGINE=1" in ci and "test_machine_state.py cleanup" in ci  # once, after both tiers
     ignored = (REPO / ".gitignore").read_text().split()
@@ -72,7 +78,12 @@ def test_the_suite_installs_only_into_its_own_venv_and_cleans_up_after_itself() 
 
 
 def test_a_bad_cleanup_value_is_a_usage_error_before_anything_is_installed(tmp_path) -> None:
-    done = subprocess.run(["bash", str(REPO / "scripts" / "test.sh")], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "TEST_CLEANUP": "yes please", "TEST_VENV": str(tmp_path / "v")})
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "test.sh")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "TEST_CLEANUP": "yes please", "TEST_VENV": str(tmp_path / "v")},
+    )
     assert done.returncode == 2 and "TEST_CLEANUP=yes please is not 1, 0 or dry-run" in done.stderr
     assert not (tmp_path / "v").exists()

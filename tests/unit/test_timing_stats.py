@@ -41,15 +41,20 @@ def test_the_bootstrap_is_seeded_and_brackets_the_median() -> None:
     assert n_hi - n_lo > 3 * (hi - lo)
 
 
-@pytest.mark.parametrize(("interval", "expected"), [
-    ((1.06, 1.20), "fused"),  # wholly above 1.05
-    ((0.70, 0.90), "native"),  # wholly below 1/1.05
-    ((1.03, 1.08), "tie"),  # overlaps the band: no winner
-    ((0.90, 0.96), "tie"),
-    ((0.99, 1.01), "tie"),
-    ((1.05, 1.30), "tie"),  # touching the edge is not excluding it
-])
-def test_winner_only_when_the_interval_excludes_the_band(interval: tuple[float, float], expected: str) -> None:
+@pytest.mark.parametrize(
+    ("interval", "expected"),
+    [
+        ((1.06, 1.20), "fused"),  # wholly above 1.05
+        ((0.70, 0.90), "native"),  # wholly below 1/1.05
+        ((1.03, 1.08), "tie"),  # overlaps the band: no winner
+        ((0.90, 0.96), "tie"),
+        ((0.99, 1.01), "tie"),
+        ((1.05, 1.30), "tie"),  # touching the edge is not excluding it
+    ],
+)
+def test_winner_only_when_the_interval_excludes_the_band(
+    interval: tuple[float, float], expected: str
+) -> None:
     assert stats.winner(interval, rules.TIE_BANDS[KERNEL]) == expected
 
 
@@ -67,8 +72,13 @@ def test_decide_on_paired_rounds() -> None:
     same = _rounds(0.32, 0.01, 12, seed=2)
     tie = stats.decide(KERNEL, "apex FusedLayerNorm", "torch nn.LayerNorm", fused, same)
     assert tie.winner == "tie" and tie.interval[0] < 1.0 < tie.interval[1] and len(tie.ratios) == 12
-    faster_native = stats.decide(LOOP, "apex FusedLayerNorm", "torch nn.LayerNorm", _rounds(0.53, 0.05, 12, 3),
-                                 _rounds(0.326, 0.02, 12, 4))
+    faster_native = stats.decide(
+        LOOP,
+        "apex FusedLayerNorm",
+        "torch nn.LayerNorm",
+        _rounds(0.53, 0.05, 12, 3),
+        _rounds(0.326, 0.02, 12, 4),
+    )
     assert faster_native.winner == "native" and faster_native.ratio == pytest.approx(0.326 / 0.53, rel=0.05)
     assert faster_native.band is rules.TIE_BANDS[LOOP]
     assert stats.decide(KERNEL, "a", "b", [1.0] * 12, [1.3] * 12).winner == "fused"
@@ -87,8 +97,12 @@ def test_the_same_truth_gives_the_same_winner_in_every_run() -> None:
         (0.40, 1.10, 0.05, LOOP): "fused",
     }
     for (f_ms, n_ms, noise, figure), expected in situations.items():
-        got = {stats.decide(figure, "f", "n", _rounds(f_ms, noise, 12, 10 * run), _rounds(n_ms, noise, 12, 10 * run + 1)
-                            ).winner for run in range(5)}
+        got = {
+            stats.decide(
+                figure, "f", "n", _rounds(f_ms, noise, 12, 10 * run), _rounds(n_ms, noise, 12, 10 * run + 1)
+            ).winner
+            for run in range(5)
+        }
         assert got == {expected}, (f_ms, n_ms, noise, figure, got)
 
 
@@ -101,7 +115,9 @@ def test_one_disturbed_round_does_not_move_the_verdict() -> None:
 
 
 def test_independent_samples() -> None:
-    v = stats.decide_independent(LOOP, "apex-bf16", "native-bf16", _rounds(29.0, 0.02, 20, 1), _rounds(25.3, 0.02, 20, 2))
+    v = stats.decide_independent(
+        LOOP, "apex-bf16", "native-bf16", _rounds(29.0, 0.02, 20, 1), _rounds(25.3, 0.02, 20, 2)
+    )
     assert v.winner == "native" and v.method == "independent samples" and v.ratios == ()
     assert v.interval[0] < 25.3 / 29.0 * 1.02 and v.interval[1] > 25.3 / 29.0 * 0.98
     with pytest.raises(ValueError):
@@ -113,30 +129,62 @@ def test_bound() -> None:
     assert host.kind == "host" and host.host_overhead_ms == pytest.approx(0.21)
     assert stats.bound_of("torch nn.LayerNorm", 0.32, 0.33).kind == "gpu"
     edge = 0.32 * (1 + rules.HOST_BOUND.margin)
-    assert stats.bound_of("x", 0.32, edge * 0.999).kind == "gpu" and stats.bound_of("x", 0.32, edge * 1.001).kind == "host"
+    assert (
+        stats.bound_of("x", 0.32, edge * 0.999).kind == "gpu"
+        and stats.bound_of("x", 0.32, edge * 1.001).kind == "host"
+    )
 
 
 def _verdict(figure: str, ratio: float, interval: tuple[float, float], winner: str) -> stats.FigureVerdict:
-    return stats.FigureVerdict(figure, "apex FusedLayerNorm", "torch nn.LayerNorm", 1.0, ratio, ratio, interval,
-                               winner, rules.TIE_BANDS[figure], (), "interleaved rounds")
+    return stats.FigureVerdict(
+        figure,
+        "apex FusedLayerNorm",
+        "torch nn.LayerNorm",
+        1.0,
+        ratio,
+        ratio,
+        interval,
+        winner,
+        rules.TIE_BANDS[figure],
+        (),
+        "interleaved rounds",
+    )
 
 
 def test_the_sentence_names_both_figures_and_the_host_bound_side() -> None:
     kernel = _verdict(KERNEL, 1.01, (0.98, 1.03), "tie")
     loop = _verdict(LOOP, 1 / 1.5, (1 / 1.6, 1 / 1.4), "native")
-    text = stats.sentence(kernel, loop, [stats.bound_of("apex FusedLayerNorm", 0.32, 0.53),
-                                         stats.bound_of("torch nn.LayerNorm", 0.32, 0.33)])
-    assert text == ("kernels tie (1.01x, 0.98-1.03); in a loop torch nn.LayerNorm is 1.50x faster (1.40-1.60): "
-                    "apex FusedLayerNorm is host-bound here (0.21 ms of host time per call beyond its 0.32 ms of kernels)")
+    text = stats.sentence(
+        kernel,
+        loop,
+        [stats.bound_of("apex FusedLayerNorm", 0.32, 0.53), stats.bound_of("torch nn.LayerNorm", 0.32, 0.33)],
+    )
+    assert text == (
+        "kernels tie (1.01x, 0.98-1.03); in a loop torch nn.LayerNorm is 1.50x faster (1.40-1.60): "
+        "apex FusedLayerNorm is host-bound here (0.21 ms of host time per call beyond its 0.32 ms of kernels)"
+    )
 
 
-@pytest.mark.parametrize(("kernel", "loop", "expected"), [
-    (_verdict(KERNEL, 1.20, (1.18, 1.22), "fused"), _verdict(LOOP, 1.0, (0.97, 1.04), "tie"),
-     "apex FusedLayerNorm's kernels are 1.20x faster (1.18-1.22); in a loop they tie (1.00x, 0.97-1.04)"),
-    (_verdict(KERNEL, 0.5, (0.45, 0.55), "native"), _verdict(LOOP, 1.3, (1.2, 1.4), "fused"),
-     "torch nn.LayerNorm's kernels are 2.00x faster (1.82-2.22); in a loop apex FusedLayerNorm is 1.30x faster (1.20-1.40)"),
-    (None, _verdict(LOOP, 1.0, (0.97, 1.04), "tie"), "kernel time not measured; in a loop they tie (1.00x, 0.97-1.04)"),
-])
+@pytest.mark.parametrize(
+    ("kernel", "loop", "expected"),
+    [
+        (
+            _verdict(KERNEL, 1.20, (1.18, 1.22), "fused"),
+            _verdict(LOOP, 1.0, (0.97, 1.04), "tie"),
+            "apex FusedLayerNorm's kernels are 1.20x faster (1.18-1.22); in a loop they tie (1.00x, 0.97-1.04)",
+        ),
+        (
+            _verdict(KERNEL, 0.5, (0.45, 0.55), "native"),
+            _verdict(LOOP, 1.3, (1.2, 1.4), "fused"),
+            "torch nn.LayerNorm's kernels are 2.00x faster (1.82-2.22); in a loop apex FusedLayerNorm is 1.30x faster (1.20-1.40)",
+        ),
+        (
+            None,
+            _verdict(LOOP, 1.0, (0.97, 1.04), "tie"),
+            "kernel time not measured; in a loop they tie (1.00x, 0.97-1.04)",
+        ),
+    ],
+)
 def test_sentence_wording(kernel, loop, expected: str) -> None:
     assert stats.sentence(kernel, loop) == expected
 
@@ -145,4 +193,5 @@ def test_with_several_natives_a_tie_says_with_which() -> None:
     tie = _verdict(KERNEL, 1.0, (0.99, 1.01), "tie")
     loop = _verdict(LOOP, 1.02, (0.97, 1.06), "tie")
     assert stats.sentence(tie, loop, name_native=True) == (
-        "kernels tie with torch nn.LayerNorm (1.00x, 0.99-1.01); in a loop it ties with torch nn.LayerNorm (1.02x, 0.97-1.06)")
+        "kernels tie with torch nn.LayerNorm (1.00x, 0.99-1.01); in a loop it ties with torch nn.LayerNorm (1.02x, 0.97-1.06)"
+    )

@@ -27,19 +27,43 @@ FETCH_APEX = REPO / "docker" / "fetch-apex.sh"
 # ---------------------------------------------------------------- Arch
 
 
-@pytest.mark.parametrize(("text", "arch"), [
-    ("9.0", Arch(9, 0)), ("8.6", Arch(8, 6)), ("10.0", Arch(10, 0)), ("12.0+PTX", Arch(12, 0, ptx=True)),
-    ("9.0a", Arch(9, 0, "a")), ("10.0f", Arch(10, 0, "f")), ("10.0a+PTX", Arch(10, 0, "a", True)),
-])
+@pytest.mark.parametrize(
+    ("text", "arch"),
+    [
+        ("9.0", Arch(9, 0)),
+        ("8.6", Arch(8, 6)),
+        ("10.0", Arch(10, 0)),
+        ("12.0+PTX", Arch(12, 0, ptx=True)),
+        ("9.0a", Arch(9, 0, "a")),
+        ("10.0f", Arch(10, 0, "f")),
+        ("10.0a+PTX", Arch(10, 0, "a", True)),
+    ],
+)
 def test_arch_parses_every_form_and_renders_it_back(text: str, arch: Arch) -> None:
     assert Arch.parse(text) == arch and str(arch) == text
     assert Arch.parse(f"  {text} ") == arch  # a cell's list entry may carry spaces
 
 
-@pytest.mark.parametrize("text", [
-    "٩.٠", "９.0", "9.٠", "１０.0",  # Unicode digits: Python's \d takes them, nvcc and torch do not
-    "9", "sm_90", "90", "9.0+ptx", "9.0b", "9.10", "9.0 9.0", "", "+PTX", "9.0PTX", "x.y",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "٩.٠",
+        "９.0",
+        "9.٠",
+        "１０.0",  # Unicode digits: Python's \d takes them, nvcc and torch do not
+        "9",
+        "sm_90",
+        "90",
+        "9.0+ptx",
+        "9.0b",
+        "9.10",
+        "9.0 9.0",
+        "",
+        "+PTX",
+        "9.0PTX",
+        "x.y",
+    ],
+)
 def test_arch_refuses_what_nvcc_would_not_read(text: str) -> None:
     with pytest.raises(ValueProblem) as bad:
         Arch.parse(text)
@@ -58,7 +82,10 @@ def test_arch_refusal_suggests_the_ascii_reading() -> None:
 def test_arch_renderings() -> None:
     arch = Arch.parse("9.0a+PTX")
     assert (arch.number, arch.tag_token, arch.sm, arch.compute) == ("9.0", "90aptx", "sm_90a", "compute_90a")
-    assert arch.gencode() == ["-gencode=arch=compute_90a,code=sm_90a", "-gencode=arch=compute_90a,code=compute_90a"]
+    assert arch.gencode() == [
+        "-gencode=arch=compute_90a,code=sm_90a",
+        "-gencode=arch=compute_90a,code=compute_90a",
+    ]
     assert Arch.parse("8.0").gencode() == ["-gencode=arch=compute_80,code=sm_80"]
     assert Arch.from_capability((10, 0)) == Arch(10, 0) and str(Arch.from_capability((9, 0))) == "9.0"
     assert Arch.parse("12.0").with_ptx() == Arch.parse("12.0+PTX")
@@ -72,13 +99,19 @@ def test_nvcc_names_read_back() -> None:
         assert Arch.from_nvcc_name(bad) is None
 
 
-arches = st.builds(Arch, st.integers(1, 13), st.integers(0, 9), st.sampled_from(["", "a", "f"]), st.booleans())
+arches = st.builds(
+    Arch, st.integers(1, 13), st.integers(0, 9), st.sampled_from(["", "a", "f"]), st.booleans()
+)
 
 
 @given(arches)
 def test_every_arch_round_trips_through_each_form(arch: Arch) -> None:
     assert Arch.parse(str(arch)) == arch
-    assert Arch.from_nvcc_name(arch.sm) == Arch.from_nvcc_name(arch.compute) == Arch(arch.major, arch.minor, arch.suffix)
+    assert (
+        Arch.from_nvcc_name(arch.sm)
+        == Arch.from_nvcc_name(arch.compute)
+        == Arch(arch.major, arch.minor, arch.suffix)
+    )
 
 
 @given(st.lists(arches, min_size=1, max_size=6), st.sampled_from([";", ",", " ", "; "]))
@@ -103,8 +136,10 @@ def test_spec_and_builder_take_the_same_archs() -> None:
             built = None
         cell_problems = _cell_problems({"cuda": "13.0", "archs": text})
         if built is None:  # (non-ASCII text is refused before the arch grammar, by the cell's field check)
-            assert any(f"archs {shown(text)}" in p or f"arch {shown(text)}" in p
-                       for p in cell_problems), (text, cell_problems)
+            assert any(f"archs {shown(text)}" in p or f"arch {shown(text)}" in p for p in cell_problems), (
+                text,
+                cell_problems,
+            )
         else:
             assert built == [text] and not cell_problems, (text, cell_problems)
 
@@ -124,10 +159,21 @@ def _cell_problems(values_: dict) -> list[str]:
 # ---------------------------------------------------------------- short sha, against fetch-apex.sh
 
 SHA_CASES = [
-    ("6424da3", True), ("6424da3b4faa6c8f062da4a48c424fff3f02d42d", True), ("abcdef0", True),
-    ("6424da", False), ("6424da3b4faa6c8f062da4a48c424fff3f02d42d0", False), ("6424DA3", False),
-    ("25.09", False), ("master", False), ("", False), ("6424da3\n", False), ("6424da3 ", False),
-    ("٦٤٢٤da3", False), ("g6424da3", False), ("6424da3-x", False), ("abcdefg", False),
+    ("6424da3", True),
+    ("6424da3b4faa6c8f062da4a48c424fff3f02d42d", True),
+    ("abcdef0", True),
+    ("6424da", False),
+    ("6424da3b4faa6c8f062da4a48c424fff3f02d42d0", False),
+    ("6424DA3", False),
+    ("25.09", False),
+    ("master", False),
+    ("", False),
+    ("6424da3\n", False),
+    ("6424da3 ", False),
+    ("٦٤٢٤da3", False),
+    ("g6424da3", False),
+    ("6424da3-x", False),
+    ("abcdefg", False),
 ]
 
 
@@ -142,8 +188,12 @@ def test_fetch_apex_short_sha_rule_is_the_python_rule(locale: str) -> None:
     check = _bash_function("is_commit_sha")
     for text, expected in SHA_CASES:
         assert values.is_commit_sha(text) is expected, text
-        done = subprocess.run(["bash", "-c", f'{check}\nis_commit_sha "$1"', "sh", text],
-                              env={"LC_ALL": locale, "PATH": "/usr/bin:/bin"}, timeout=30, check=False)
+        done = subprocess.run(
+            ["bash", "-c", f'{check}\nis_commit_sha "$1"', "sh", text],
+            env={"LC_ALL": locale, "PATH": "/usr/bin:/bin"},
+            timeout=30,
+            check=False,
+        )
         assert (done.returncode == 0) is expected, (text, locale)
 
 
@@ -153,8 +203,15 @@ def test_dockerfile_full_commit_rule_is_the_python_rule() -> None:
     found = re.search(r"commit=\$\(printf '%s' \"\$APEX_REF\" \| grep -xE '([^']+)'", dockerfile)
     assert found, "docker/Dockerfile's apex-build stage no longer picks the full commit with grep -xE"
     for text, short in SHA_CASES:
-        done = subprocess.run(["grep", "-xE", found.group(1)], input=text, text=True, capture_output=True,
-                              env={"LC_ALL": "C.UTF-8", "PATH": "/usr/bin:/bin"}, timeout=30, check=False)
+        done = subprocess.run(
+            ["grep", "-xE", found.group(1)],
+            input=text,
+            text=True,
+            capture_output=True,
+            env={"LC_ALL": "C.UTF-8", "PATH": "/usr/bin:/bin"},
+            timeout=30,
+            check=False,
+        )
         full = short and len(text) == values.FULL_SHA_LEN
         assert (done.returncode == 0) is full, text
 
@@ -181,7 +238,10 @@ def _trees(root: Path) -> list[tuple[Path, bool]]:
 
     return [
         (tree("good", "setup.py", "apex/__init__.py"), True),
-        (tree("no-init", "setup.py", dirs=("apex",)), False),  # apex/ alone is no package: `import apex` fails
+        (
+            tree("no-init", "setup.py", dirs=("apex",)),
+            False,
+        ),  # apex/ alone is no package: `import apex` fails
         (tree("no-setup", "apex/__init__.py"), False),
         (tree("setup-dir", "apex/__init__.py", dirs=("setup.py",)), False),
         (tree("empty"), False),
@@ -198,7 +258,9 @@ def test_fetch_apex_source_tree_rule_is_the_python_rule(tmp_path: Path) -> None:
             python = True
         except ValueProblem:
             python = False
-        done = subprocess.run(["bash", "-c", f'{check}\nis_apex_tree "$1"', "sh", str(path)], timeout=30, check=False)
+        done = subprocess.run(
+            ["bash", "-c", f'{check}\nis_apex_tree "$1"', "sh", str(path)], timeout=30, check=False
+        )
         assert python is expected and (done.returncode == 0) is expected, path
 
 
@@ -210,17 +272,26 @@ def test_every_caller_uses_the_one_tree_check(tmp_path: Path) -> None:
     (bad / "apex").mkdir(parents=True)
     (bad / "setup.py").write_text("")
     messages = []
-    for call in (lambda: build_inputs.check_apex_source(bad), lambda: buildkit_build.stage_context(tmp_path / "ctx", apex_src=bad)):
+    for call in (
+        lambda: build_inputs.check_apex_source(bad),
+        lambda: buildkit_build.stage_context(tmp_path / "ctx", apex_src=bad),
+    ):
         with pytest.raises(UsageError) as stop:
             call()
         messages.append(str(stop.value))
-    assert messages[0] == messages[1] and "apex/__init__.py" in messages[0] and f"--apex-src {bad}" in messages[0]
+    assert (
+        messages[0] == messages[1]
+        and "apex/__init__.py" in messages[0]
+        and f"--apex-src {bad}" in messages[0]
+    )
 
 
 # ---------------------------------------------------------------- extras: one grammar for matrix, plan, wheel
 
 
-@pytest.mark.parametrize("text", ["all", "xentropy", "XENTROPY", "APEX_XENTROPY", "fast_layer_norm", "xentropy_cuda"])
+@pytest.mark.parametrize(
+    "text", ["all", "xentropy", "XENTROPY", "APEX_XENTROPY", "fast_layer_norm", "xentropy_cuda"]
+)
 def test_matrix_and_wheel_take_the_same_extras(text: str) -> None:
     names = module_map.extra_names()
     flag = values.extra_flag(text, names)
@@ -246,8 +317,10 @@ def test_wheel_extras_all_is_taken(tmp_path: Path) -> None:
     from toolchain.builder import request as build_request
 
     src = unpack_apex("6424da3b", tmp_path)
-    request = build_request.parse(["--apex-src", str(src), "--out", str(tmp_path / "out"), "--extras", "all",
-                                   "--archs", "9.0"], "APEX_CPP_EXT APEX_CUDA_EXT")
+    request = build_request.parse(
+        ["--apex-src", str(src), "--out", str(tmp_path / "out"), "--extras", "all", "--archs", "9.0"],
+        "APEX_CPP_EXT APEX_CUDA_EXT",
+    )
     inputs = build_inputs.resolve(request)
     assert inputs.flags == {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1", "APEX_ALL_CONTRIB_EXT": "1"}
 
@@ -256,14 +329,22 @@ def test_wheel_extras_all_is_taken(tmp_path: Path) -> None:
 
 
 def test_cell_ids_of_real_cells_parse_back() -> None:
-    cases = [{"cuda": "13.0"}, {"cuda": "12.8", "archs": "8.0;9.0+PTX", "extras": "xentropy"},
-             {"cuda": "13.0", "platform": "linux/arm64"}, {"cuda": "12.8", "apex_ref": "25.04"}]
+    cases = [
+        {"cuda": "13.0"},
+        {"cuda": "12.8", "archs": "8.0;9.0+PTX", "extras": "xentropy"},
+        {"cuda": "13.0", "platform": "linux/arm64"},
+        {"cuda": "12.8", "apex_ref": "25.04"},
+    ]
     for case in cases:
         cell = _cell(case)
         made = CellId.parse(cell.id)
         assert made is not None and str(made) == cell.id, cell.id
-        assert (made.torch, made.cuda, made.python, made.apex) == (cell.torch, cell.cuda, cell.python,
-                                                                   values.short_ref(cell.apex_ref))
+        assert (made.torch, made.cuda, made.python, made.apex) == (
+            cell.torch,
+            cell.cuda,
+            cell.python,
+            values.short_ref(cell.apex_ref),
+        )
         assert made.variant == cell.variant and made.os.startswith(cell.os)
 
 
@@ -274,10 +355,16 @@ ids = st.builds(
     python=st.sampled_from(["3.10", "3.11", "3.12", "3.13"]),
     os=st.sampled_from(["ubuntu22.04", "ubuntu24.04", "debian12", "ubuntu24.04-arm64"]),
     apex=st.one_of(st.sampled_from(["6424da3", "25.04", "master"]), st.none()),
-    variant=st.sampled_from(["", "sm80_90ptx", "ext.xentropy", "sm90-ext.fmha.xentropy-flags.cpp_ext", "gcc12",
-                             "v0123456789"]),
-).map(lambda c: c if c.apex is not None else CellId(c.torch, c.cuda, c.python, c.os, None, "verify-runtime",
-                                                   c.variant))
+    variant=st.sampled_from(
+        ["", "sm80_90ptx", "ext.xentropy", "sm90-ext.fmha.xentropy-flags.cpp_ext", "gcc12", "v0123456789"]
+    ),
+).map(
+    lambda c: (
+        c
+        if c.apex is not None
+        else CellId(c.torch, c.cuda, c.python, c.os, None, "verify-runtime", c.variant)
+    )
+)
 
 
 @given(ids)
@@ -286,12 +373,19 @@ def test_every_cell_id_round_trips(cell_id: CellId) -> None:
 
 
 def test_explicit_tags_are_no_cell_id() -> None:
-    for tag in ("my-tag", "latest", "apex-6424da3-torch2.11.0-cu13.0", "torch2.11.0-cu13.0-py3.12-ubuntu24.04"):
+    for tag in (
+        "my-tag",
+        "latest",
+        "apex-6424da3-torch2.11.0-cu13.0",
+        "torch2.11.0-cu13.0-py3.12-ubuntu24.04",
+    ):
         assert CellId.parse(tag) is None
 
 
 def test_a_long_variant_goes_in_hashed_and_reads_back() -> None:
-    made = CellId.for_apex("6424da3b4f", "2.11.0", "13.0", "3.12", "ubuntu24.04", "ext." + ".".join(["xentropy"] * 30))
+    made = CellId.for_apex(
+        "6424da3b4f", "2.11.0", "13.0", "3.12", "ubuntu24.04", "ext." + ".".join(["xentropy"] * 30)
+    )
     assert re.fullmatch(r"v[0-9a-f]{10}", made.variant) and CellId.parse(str(made)) == made
 
 
@@ -319,7 +413,9 @@ def test_every_opt_apex_path_in_docker_is_one_the_layout_names() -> None:
     for path in [docker / "Dockerfile", *sorted(docker.glob("*.sh"))]:
         for found in _paths_in(path.read_text()):
             used.setdefault(found, set()).add(path.name)
-    assert set(used) - named == set(), f"paths docker/ uses that verify/runtime/values.py's IMAGE does not name: {used}"
+    assert set(used) - named == set(), (
+        f"paths docker/ uses that verify/runtime/values.py's IMAGE does not name: {used}"
+    )
     # and every path the layout names is one the image really has (the Dockerfile writes or copies it)
     assert named - set(used) == set(), f"IMAGE names paths docker/ never writes: {named - set(used)}"
 

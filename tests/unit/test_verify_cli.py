@@ -82,8 +82,13 @@ def test_full_mode_without_gpu_skips_gpu_layers(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def pypi_apex(tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = tmp_path_factory.mktemp("pypi-apex")
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
-                           PYPI_APEX], capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), PYPI_APEX],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     if done.returncode != 0:
         pytest.fail(f"could not install the real PyPI {PYPI_APEX}: {done.stderr[-500:]}")
     return target
@@ -121,10 +126,16 @@ def test_bad_arguments_exit_2_with_one_line(args: list[str], needle: str) -> Non
 def _manifest(**overrides) -> dict:
     import torch
 
-    data = {"manifest_version": "1", "apex": {"commit": "6424da3b" + "0" * 32, "ref": "master"},
-            "flags": {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"},
-            "expected_modules": ["apex_C", "amp_C", "fused_layer_norm_cuda"], "built_modules": [],
-            "skipped_extensions": [], "arch_list": "9.0", "versions": {"torch": torch.__version__}}
+    data = {
+        "manifest_version": "1",
+        "apex": {"commit": "6424da3b" + "0" * 32, "ref": "master"},
+        "flags": {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"},
+        "expected_modules": ["apex_C", "amp_C", "fused_layer_norm_cuda"],
+        "built_modules": [],
+        "skipped_extensions": [],
+        "arch_list": "9.0",
+        "versions": {"torch": torch.__version__},
+    }
     data.update(overrides)
     return data
 
@@ -163,8 +174,14 @@ def test_manifest_from_another_image_exit_2(tmp_path: Path) -> None:
 
 def test_manifest_expected_modules_are_checked(tmp_path: Path) -> None:
     path = tmp_path / "m.json"
-    path.write_text(json.dumps(_manifest(skipped_extensions=[{"module": "fast_layer_norm", "warning": "no cuDNN"}],
-                                         expected_modules=["apex_C", "amp_C", "some_future_module"])))
+    path.write_text(
+        json.dumps(
+            _manifest(
+                skipped_extensions=[{"module": "fast_layer_norm", "warning": "no cuDNN"}],
+                expected_modules=["apex_C", "amp_C", "some_future_module"],
+            )
+        )
+    )
     out = run_verify("--static", "--manifest", str(path), "--json", str(tmp_path / "r.json"))
     assert out.returncode == 1
     report = load_report(tmp_path / "r.json")
@@ -202,14 +219,33 @@ def test_default_output_is_the_module_table_then_what_is_not_pass(tmp_path: Path
     out = run_verify("--static", "--markdown", str(tmp_path / "r.md"))
     assert out.returncode == 1, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].split() == ["module", "flag", "imports", "SASS/PTX", "for", "this", "GPU", "runs", "here",
-                                "needed", "by"]
-    assert _row(out.stdout, "amp_C") == ["amp_C", "APEX_CUDA_EXT", "no: not built", "-", "no",
-                                         "FusedAdam, FusedSGD, FusedLAMB, ..."]
+    assert lines[0].split() == [
+        "module",
+        "flag",
+        "imports",
+        "SASS/PTX",
+        "for",
+        "this",
+        "GPU",
+        "runs",
+        "here",
+        "needed",
+        "by",
+    ]
+    assert _row(out.stdout, "amp_C") == [
+        "amp_C",
+        "APEX_CUDA_EXT",
+        "no: not built",
+        "-",
+        "no",
+        "FusedAdam, FusedSGD, FusedLAMB, ...",
+    ]
     assert _row(out.stdout, "fused_layer_norm_cuda")[2] == "no: not built"
     table_end = lines.index("── not PASS ──")
-    assert table_end == 1 + len(json.loads((ROOT / "verify" / "data" / "apex_modules.json").read_text())["modules"])
-    after = lines[table_end + 1:]
+    assert table_end == 1 + len(
+        json.loads((ROOT / "verify" / "data" / "apex_modules.json").read_text())["modules"]
+    )
+    after = lines[table_end + 1 :]
     assert not [ln for ln in after if ln.startswith(("PASS ", "INFO "))]  # PASS and INFO only with --verbose
     assert any(ln.startswith("WARN  environment.gpu") and "CPU-only build" in ln for ln in after)
     assert any(ln.startswith("FAIL  identity.apex") and "not installed" in ln for ln in after), after

@@ -22,17 +22,33 @@ SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 
 
 def _module_source(name: str, body: str = "") -> str:
-    return (f"#include <Python.h>\n{body}\n"
-            f'static struct PyModuleDef def = {{PyModuleDef_HEAD_INIT, "{name}", NULL, -1, NULL}};\n'
-            f"PyMODINIT_FUNC PyInit_{name}(void) {{ return PyModule_Create(&def); }}\n")
+    return (
+        f"#include <Python.h>\n{body}\n"
+        f'static struct PyModuleDef def = {{PyModuleDef_HEAD_INIT, "{name}", NULL, -1, NULL}};\n'
+        f"PyMODINIT_FUNC PyInit_{name}(void) {{ return PyModule_Create(&def); }}\n"
+    )
 
 
 def build_module(directory: Path, name: str, body: str = "", libs: list[str] | None = None) -> Path:
     src = directory / f"{name}.c"
     src.write_text(_module_source(name, body))
     out = directory / f"{name}{SUFFIX}"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(src), f"-I{sysconfig.get_paths()['include']}",
-                    f"-L{directory}", *(libs or [])], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            "gcc",
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(out),
+            str(src),
+            f"-I{sysconfig.get_paths()['include']}",
+            f"-L{directory}",
+            *(libs or []),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return out
 
 
@@ -41,19 +57,31 @@ def broken_modules(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("exts")
     build_module(d, "amp_C")  # imports fine
     # references c10::detail::torchCheckFail(...) with a signature no loaded library provides
-    build_module(d, "fused_layer_norm_cuda",
-                 "void _ZN3c106detail14torchCheckFailEPKcS2_jRKSs(const char*, const char*, unsigned, void*);\n"
-                 "void *keep = (void *)&_ZN3c106detail14torchCheckFailEPKcS2_jRKSs;")
+    build_module(
+        d,
+        "fused_layer_norm_cuda",
+        "void _ZN3c106detail14torchCheckFailEPKcS2_jRKSs(const char*, const char*, unsigned, void*);\n"
+        "void *keep = (void *)&_ZN3c106detail14torchCheckFailEPKcS2_jRKSs;",
+    )
     # linked against a libcudart.so.12 that is then removed, as in an image without the CUDA runtime
     stub = d / "libcudart.so.12"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(stub), "-x", "c", "-", "-Wl,-soname,libcudart.so.12"],
-                   input=b"int cudart_stub(void) { return 0; }\n", check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", str(stub), "-x", "c", "-", "-Wl,-soname,libcudart.so.12"],
+        input=b"int cudart_stub(void) { return 0; }\n",
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     (d / "libcudart.so").symlink_to(stub.name)
     build_module(d, "syncbn", "int cudart_stub(void);\nvoid *keep = (void *)&cudart_stub;", ["-lcudart"])
     stub.unlink()
     (d / "libcudart.so").unlink()
     # segfaults while loading, before Python sees the module
-    build_module(d, "mlp_cuda", "#include <signal.h>\n__attribute__((constructor)) static void boom(void) { raise(SIGSEGV); }")
+    build_module(
+        d,
+        "mlp_cuda",
+        "#include <signal.h>\n__attribute__((constructor)) static void boom(void) { raise(SIGSEGV); }",
+    )
     return d
 
 
@@ -79,7 +107,9 @@ def test_probe_classifies_each_failure_and_survives_a_crash(broken_modules: Path
 
     assert by_name["xentropy_cuda"].status == "missing"
 
-    checks = {c.name: c for c in extensions.extension_checks(list(by_name.values()), expected={"amp_C", "syncbn"})}
+    checks = {
+        c.name: c for c in extensions.extension_checks(list(by_name.values()), expected={"amp_C", "syncbn"})
+    }
     assert checks["amp_C"].status.value == "PASS"
     assert checks["fused_layer_norm_cuda"].status.value == "FAIL"
     assert "built against another torch" in checks["fused_layer_norm_cuda"].summary
@@ -89,18 +119,32 @@ def test_probe_classifies_each_failure_and_survives_a_crash(broken_modules: Path
 
 
 def test_probe_times_out_a_hanging_import(tmp_path: Path, monkeypatch) -> None:
-    build_module(tmp_path, "scaled_softmax_cuda",
-                 "#include <unistd.h>\n__attribute__((constructor)) static void hang(void) { sleep(60); }")
+    build_module(
+        tmp_path,
+        "scaled_softmax_cuda",
+        "#include <unistd.h>\n__attribute__((constructor)) static void hang(void) { sleep(60); }",
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
-    results = extensions.probe([{"id": "s", "op": "import", "target": "scaled_softmax_cuda"},
-                                {"id": "j", "op": "import", "target": "json"}], timeout_s=10)
+    results = extensions.probe(
+        [
+            {"id": "s", "op": "import", "target": "scaled_softmax_cuda"},
+            {"id": "j", "op": "import", "target": "json"},
+        ],
+        timeout_s=10,
+    )
     assert results["s"]["exc_type"] == "Timeout"
     assert results["j"]["status"] == "ok"
 
 
 def test_demangle_fallback_without_cxxfilt() -> None:
-    assert extensions._demangle_name("_ZN3c106detail14torchCheckFailEPKcS2_jRKSs") == "c10::detail::torchCheckFail(...)"
-    assert extensions._demangle_name("_ZN3c1019UndefinedTensorImpl10_singletonE") == "c10::UndefinedTensorImpl::_singleton"
+    assert (
+        extensions._demangle_name("_ZN3c106detail14torchCheckFailEPKcS2_jRKSs")
+        == "c10::detail::torchCheckFail(...)"
+    )
+    assert (
+        extensions._demangle_name("_ZN3c1019UndefinedTensorImpl10_singletonE")
+        == "c10::UndefinedTensorImpl::_singleton"
+    )
     assert extensions._demangle_name("not_mangled") is None
 
 
@@ -115,7 +159,8 @@ def test_a_symbol_reaches_cxxfilt_as_data_never_as_an_option(tmp_path: Path) -> 
     secret = tmp_path / "options"
     secret.write_text("--version\n")  # c++filt @FILE reads its options from FILE
     assert extensions.demangle("_ZN3c106detail14torchCheckFailEPKcS2_jRKSs").startswith(
-        "c10::detail::torchCheckFail(char const*")
+        "c10::detail::torchCheckFail(char const*"
+    )
     for text in (f"@{secret}", "--help", "-n", "--version"):
         assert extensions.demangle(text) == text  # not a usage text, not the file's content
 
@@ -126,12 +171,18 @@ def nvidia_apex_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return unpack_apex("6424da3b", tmp_path_factory.mktemp("apex-src"))  # the checkout root holds the package
 
 
-def test_python_only_nvidia_apex_and_mixed_install(tmp_path: Path, nvidia_apex_source: Path,
-                                                   broken_modules: Path) -> None:
+def test_python_only_nvidia_apex_and_mixed_install(
+    tmp_path: Path, nvidia_apex_source: Path, broken_modules: Path
+) -> None:
     env_path = f"{nvidia_apex_source}:{broken_modules}:{REPO}"
-    done = subprocess.run([sys.executable, "-m", "verify", "--static", "--json", str(tmp_path / "r.json")],
-                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": env_path},
-                          timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "verify", "--static", "--json", str(tmp_path / "r.json")],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": env_path},
+        timeout=120,
+        check=False,
+    )
     import json
 
     report = json.loads((tmp_path / "r.json").read_text())
@@ -157,7 +208,9 @@ def test_identity_locate_without_apex() -> None:
 def test_with_no_apex_installed_a_missing_module_is_not_installed_not_a_fallback():
     results = [extensions.classify("amp_C", {"status": "missing"})]
     absent = extensions.extension_checks(results, {"amp_C"}, "not_installed")[0]
-    assert "not installed: NVIDIA Apex is not installed" in absent.summary and "fallback" not in absent.summary
+    assert (
+        "not installed: NVIDIA Apex is not installed" in absent.summary and "fallback" not in absent.summary
+    )
     unrelated = extensions.extension_checks(results, {"amp_C"}, "pypi_unrelated")[0]
     assert "not NVIDIA Apex" in unrelated.summary
     python_only = extensions.extension_checks(results, {"amp_C"}, "nvidia")[0]

@@ -27,8 +27,23 @@ def fatbin_container(entries: list[tuple[int, int, int]]) -> bytes:
     body = b""
     for kind, arch, flags in entries:
         payload = b"\x7fELF\0\0\0\0" if kind == 2 else b".version"
-        header = struct.pack("<HHIQIIHHIIIQQQ", kind, 0x0101, 64, len(payload), 0, 0, 8 if kind == 2 else 0,
-                             1 if kind == 2 else 9, arch, 0, 0, flags, 0, 0)
+        header = struct.pack(
+            "<HHIQIIHHIIIQQQ",
+            kind,
+            0x0101,
+            64,
+            len(payload),
+            0,
+            0,
+            8 if kind == 2 else 0,
+            1 if kind == 2 else 9,
+            arch,
+            0,
+            0,
+            flags,
+            0,
+            0,
+        )
         body += header + payload
     return struct.pack("<IHHQ", fatbin.FATBIN_MAGIC, 1, 16, len(body)) + body
 
@@ -42,7 +57,14 @@ def elf_with_sections(sections: dict[str, bytes]) -> bytes:
     for name, blob in [*sections.items(), (".shstrtab", names)]:
         pad = -(offset + len(data)) % 8
         data += b"\0" * pad
-        layout.append((names.index(name.encode() + b"\0"), offset + len(data), len(blob), 3 if name == ".shstrtab" else 1))
+        layout.append(
+            (
+                names.index(name.encode() + b"\0"),
+                offset + len(data),
+                len(blob),
+                3 if name == ".shstrtab" else 1,
+            )
+        )
         data += blob
     shoff = offset + len(data) + (-(offset + len(data)) % 8)
     data += b"\0" * (shoff - offset - len(data))
@@ -50,7 +72,9 @@ def elf_with_sections(sections: dict[str, bytes]) -> bytes:
     for name_off, off, size, typ in layout:
         shdrs += struct.pack("<IIQQQQIIQQ", name_off, typ, 0, 0, off, size, 0, 0, 8, 0)
     ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + b"\0" * 8
-    header = ident + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, len(layout) + 1, len(layout))
+    header = ident + struct.pack(
+        "<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, len(layout) + 1, len(layout)
+    )
     return header + data + shdrs
 
 
@@ -134,17 +158,35 @@ def test_mismatch_message_names_archs_and_fix() -> None:
     )
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: the real-.so check runs where it is")
+@pytest.mark.skipif(
+    shutil.which("nvcc") is None, reason="nvcc not installed: the real-.so check runs where it is"
+)
 def test_real_nvcc_shared_library(tmp_path: Path) -> None:
     src = tmp_path / "k.cu"
-    src.write_text("__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\n"
-                   'extern "C" void launch(float* x) { k<<<1, 32>>>(x); }\n')
+    src.write_text(
+        "__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\n"
+        'extern "C" void launch(float* x) { k<<<1, 32>>>(x); }\n'
+    )
     so = tmp_path / "k.so"
     subprocess.run(
-        ["nvcc", "-shared", "-Xcompiler", "-fPIC", "-gencode", "arch=compute_80,code=sm_80",
-         "-gencode", "arch=compute_90a,code=sm_90a", "-gencode", "arch=compute_90,code=compute_90",
-         "-o", str(so), str(src)],
-        check=True, capture_output=True, timeout=120,
+        [
+            "nvcc",
+            "-shared",
+            "-Xcompiler",
+            "-fPIC",
+            "-gencode",
+            "arch=compute_80,code=sm_80",
+            "-gencode",
+            "arch=compute_90a,code=sm_90a",
+            "-gencode",
+            "arch=compute_90,code=compute_90",
+            "-o",
+            str(so),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
     )
     targets = fatbin.read_targets(so)
     assert targets.to_json() == {"sass": ["sm_80", "sm_90a"], "ptx": ["compute_90"]}
@@ -169,14 +211,24 @@ def test_arch_is_checked_on_every_gpu_of_the_node(tmp_path: Path) -> None:
     assert single.checks[0].status.value == "PASS" and "GPUs" not in single.checks[0].summary
     assert "devices" not in single.extensions[0].arch and one[0].arch is None  # a new result; the input stays
     eight = arch_layer([_ext(tmp_path, "amp_C", [(2, 90, 0x11)])], (9, 0), [(9, 0)] * 8)
-    assert eight.checks[0].status.value == "PASS" and eight.checks[0].summary.endswith("; all 8 GPUs can run it")
+    assert eight.checks[0].status.value == "PASS" and eight.checks[0].summary.endswith(
+        "; all 8 GPUs can run it"
+    )
     assert [d["compatible"] for d in eight.extensions[0].arch["devices"]] == [True] * 8
     # a mixed node: cuda:2 is an A100 and the build has sm_90 only
-    mixed = [_ext(tmp_path, "amp_C", [(2, 90, 0x11)]), _ext(tmp_path, "fused_layer_norm_cuda", [(2, 80, 0x11), (2, 90, 0x11)])]
+    mixed = [
+        _ext(tmp_path, "amp_C", [(2, 90, 0x11)]),
+        _ext(tmp_path, "fused_layer_norm_cuda", [(2, 80, 0x11), (2, 90, 0x11)]),
+    ]
     layer = arch_layer(mixed, (9, 0), [(9, 0), (9, 0), (8, 0)])
     checks = {c.name: c for c in layer.checks}
-    assert checks["amp_C"].status.value == "FAIL" and "cuda:2: arch mismatch: built for sm_90 only" in checks["amp_C"].summary
+    assert (
+        checks["amp_C"].status.value == "FAIL"
+        and "cuda:2: arch mismatch: built for sm_90 only" in checks["amp_C"].summary
+    )
     assert checks["fused_layer_norm_cuda"].status.value == "PASS"
     assert layer.extensions[0].arch["compatible"] is True  # GPU 0, where parity and timing run, is fine
     usable = usable_on_devices(layer.extensions, 3)
-    assert usable[0] == usable[1] == {"amp_C", "fused_layer_norm_cuda"} and usable[2] == {"fused_layer_norm_cuda"}
+    assert usable[0] == usable[1] == {"amp_C", "fused_layer_norm_cuda"} and usable[2] == {
+        "fused_layer_norm_cuda"
+    }

@@ -18,7 +18,11 @@ from verify.runtime import input_files
 
 def test_require_default_and_names() -> None:
     assert expectations.parse_required(None) == module_map.default_required_features()
-    assert expectations.parse_required(["fusedadam, amp_C", "FusedRMSNorm"]) == ("FusedAdam", "amp_C", "FusedRMSNorm")
+    assert expectations.parse_required(["fusedadam, amp_C", "FusedRMSNorm"]) == (
+        "FusedAdam",
+        "amp_C",
+        "FusedRMSNorm",
+    )
     assert expectations.parse_required([""]) == ()
     assert expectations.modules_required(("FusedAdam", "FusedRMSNorm")) == {"amp_C", "fused_layer_norm_cuda"}
 
@@ -29,11 +33,25 @@ def test_require_unknown_suggests_closest() -> None:
 
 
 def _report(checks: list[Check], *, unavailable: bool = False) -> dict:
-    return report.build(mode="static", started_at=datetime.datetime.now(datetime.timezone.utc), duration_s=1.25,
-                        environment={"python": {"version": "3.12", "executable": "python"}, "torch": None,
-                                     "driver": {"version": None, "source": None}, "nvcc": None, "gcc": None},
-                        apex={"installed": False, "kind": "not_installed", "path": None}, manifest=None,
-                        extensions=[], checks=checks, timings=[], options={}, environment_unavailable=unavailable)
+    return report.build(
+        mode="static",
+        started_at=datetime.datetime.now(datetime.timezone.utc),
+        duration_s=1.25,
+        environment={
+            "python": {"version": "3.12", "executable": "python"},
+            "torch": None,
+            "driver": {"version": None, "source": None},
+            "nvcc": None,
+            "gcc": None,
+        },
+        apex={"installed": False, "kind": "not_installed", "path": None},
+        manifest=None,
+        extensions=[],
+        checks=checks,
+        timings=[],
+        options={},
+        environment_unavailable=unavailable,
+    )
 
 
 def test_exit_codes_and_verdict() -> None:
@@ -47,8 +65,12 @@ def test_exit_codes_and_verdict() -> None:
 
 def test_terminal_rendering_plain_and_ordered(monkeypatch) -> None:
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
-    rep = _report([Check("expectations", "feature.FusedAdam", Status.FAIL, "amp_C missing"),
-                   Check("environment", "python", Status.INFO, "Python 3.12")])
+    rep = _report(
+        [
+            Check("expectations", "feature.FusedAdam", Status.FAIL, "amp_C missing"),
+            Check("environment", "python", Status.INFO, "Python 3.12"),
+        ]
+    )
     text = render.terminal(rep, verbose=True)  # every check by layer, as before the module table
     lines = text.splitlines()
     assert lines[0] == "── environment ──"
@@ -77,8 +99,9 @@ def test_timings_render_and_validate_against_schema() -> None:
     torch.set_num_threads(1)  # 2 shared CI cores: see tests/unit/test_kernel_compare.py
     x = torch.randn(64, 256, requires_grad=True)
     dy = torch.randn(64, 256)
-    variants = kernel_variants.norm_variants("fused_layer_norm", x, dy, torch.rand(256) + 0.5, torch.rand(256) - 0.5,
-                                             torch.nn.LayerNorm)
+    variants = kernel_variants.norm_variants(
+        "fused_layer_norm", x, dy, torch.rand(256) + 0.5, torch.rand(256) - 0.5, torch.nn.LayerNorm
+    )
     result = kernel_compare.compare("FusedLayerNorm", "64x256 fp32", variants, "cpu")
     rep = _report([Check("timing", "fused_layer_norm.fp32", Status.INFO, result.sentence)])
     rep["timings"] = [result.to_json()]
@@ -99,8 +122,17 @@ def test_a_v1_timing_row_does_not_validate_as_v2() -> None:
     import jsonschema
 
     rep = _report([])
-    rep["timings"] = [{"kernel": "mul", "case": "c", "fused": None, "natives": [], "best_native": None,
-                       "speedup": 1.0, "verdict": "tie"}]
+    rep["timings"] = [
+        {
+            "kernel": "mul",
+            "case": "c",
+            "fused": None,
+            "natives": [],
+            "best_native": None,
+            "speedup": 1.0,
+            "verdict": "tie",
+        }
+    ]
     schema = json.loads(report.SCHEMA_PATH.read_text())
     with pytest.raises(jsonschema.ValidationError, match="'device' is a required property"):
         jsonschema.Draft202012Validator(schema).validate(rep)
@@ -110,8 +142,14 @@ def test_the_gpu_line_names_a_node_of_many_gpus_and_what_differs() -> None:
     from verify.layers import environment
 
     def gpu(i: int, name: str = "NVIDIA H200", cap: str = "9.0") -> dict:
-        return {"index": i, "name": name, "capability": cap, "sm": f"sm_{cap.replace('.', '')}", "memory_gib": 139.8,
-                "multiprocessors": 132}
+        return {
+            "index": i,
+            "name": name,
+            "capability": cap,
+            "sm": f"sm_{cap.replace('.', '')}",
+            "memory_gib": 139.8,
+            "multiprocessors": 132,
+        }
 
     assert environment._other_gpus({"gpus": [gpu(0)]}) == ""  # one GPU: the line is what it always was
     assert environment._other_gpus({"gpus": [gpu(i) for i in range(8)]}).startswith("all 8 alike")
@@ -137,7 +175,10 @@ def test_a_report_verify_wrote_reads_into_the_record_and_writes_back_unchanged(s
     record = reader.read(static_report)
     assert record.to_json() == data
     assert (record.verdict, record.mode, record.exit_code) == ("FAIL", "static", 1)
-    assert record.summary[Status.FAIL] == data["summary"]["FAIL"] and record.torch_version == data["environment"]["torch"]["version"]
+    assert (
+        record.summary[Status.FAIL] == data["summary"]["FAIL"]
+        and record.torch_version == data["environment"]["torch"]["version"]
+    )
     assert {c.id for c in record.failing(Status.FAIL)} >= {"identity.apex"}
     assert reader.read_bytes(static_report.read_bytes(), static_report).to_json() == data
     audited = record.with_block("audit", {"image": "x"}).to_json()
@@ -164,7 +205,9 @@ def test_reports_of_every_schema_version_under_reports_are_read(path: Path) -> N
 def test_the_accepted_shape_is_the_schemas(static_report: Path) -> None:
     shape = reader.read_shape()
     schema = reader.schema()
-    assert set(shape.fields) == set(schema["properties"])  # every top-level field the schema declares, no other
+    assert set(shape.fields) == set(
+        schema["properties"]
+    )  # every top-level field the schema declares, no other
     data = json.loads(static_report.read_text())
     data["checks"][0]["status"] = "BOGUS"  # the schema's status enum is verify's Status
     data["extensions"][0]["status"] = ["ok"]
@@ -173,10 +216,14 @@ def test_the_accepted_shape_is_the_schemas(static_report: Path) -> None:
     with pytest.raises(input_files.InputFileError) as refused:
         reader.parse(data, "out/report.json")
     text = str(refused.value)
-    assert text.startswith("out/report.json: report.json.extensions[0].status: expected a string, got a list; "
-                           "report.json.checks[0].status: expected one of PASS, FAIL, WARN, SKIP, INFO as the value")
+    assert text.startswith(
+        "out/report.json: report.json.extensions[0].status: expected a string, got a list; "
+        "report.json.checks[0].status: expected one of PASS, FAIL, WARN, SKIP, INFO as the value"
+    )
     assert "a_newer_key" not in text and "schema_version" not in text
-    assert [s.value for s in Status] == schema["$defs"]["status"]["enum"]  # one status enum, written twice: kept equal
+    assert [s.value for s in Status] == schema["$defs"]["status"][
+        "enum"
+    ]  # one status enum, written twice: kept equal
     with pytest.raises(input_files.InputFileError, match="expected an object, got a list"):
         reader.parse([], "r.json")
     with pytest.raises(input_files.InputFileError, match="is not UTF-8 text"):

@@ -23,8 +23,13 @@ SCHEMA = json.loads((REPO / "verify" / "schema" / "report.schema.json").read_tex
 @pytest.fixture(scope="module")
 def pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("zipapp") / "verify.pyz"
-    proc = subprocess.run([sys.executable, "build.py", "zipapp", "--out", str(out)], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "build.py", "zipapp", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"sha256 {verify_zipapp.sha256_of(out)}" in proc.stdout
     return out
@@ -37,7 +42,11 @@ def apex_source_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _environ(extra_path: str | None, pythonpath_root: bool) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("APEX_BUILD_MANIFEST", "GITHUB_ACTIONS", "PYTHONPATH")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("APEX_BUILD_MANIFEST", "GITHUB_ACTIONS", "PYTHONPATH")
+    }
     parts = [p for p in (extra_path, str(REPO) if pythonpath_root else None) if p]
     if parts:
         env["PYTHONPATH"] = os.pathsep.join(parts)
@@ -54,8 +63,17 @@ def _run_both(pyz: Path, tmp_path: Path, args: list[str], extra_path: str | None
     ):
         report = tmp_path / f"{name}.json"
         full = [*argv, *args, "--json", str(report)]
-        runs.append(subprocess.run(full, cwd=cwd, env=_environ(extra_path, root_on_path), capture_output=True,
-                                   text=True, timeout=180, check=False))
+        runs.append(
+            subprocess.run(
+                full,
+                cwd=cwd,
+                env=_environ(extra_path, root_on_path),
+                capture_output=True,
+                text=True,
+                timeout=180,
+                check=False,
+            )
+        )
         reports.append(json.loads(report.read_text()) if report.is_file() else None)
     return runs[0], runs[1], reports[0], reports[1]
 
@@ -64,15 +82,19 @@ def _statuses(report: dict) -> list[tuple[str, str]]:
     return [(c["id"], c["status"]) for c in report["checks"]]
 
 
-@pytest.mark.parametrize("case, args, expected_code", [
-    ("no apex, static", ["--static"], 1),
-    ("no apex, full run on a CPU host", [], 1),
-    ("--require-gpu without a GPU", ["--static", "--require-gpu"], 3),
-    ("unknown --require name", ["--static", "--require", "FusedAdamm"], 2),
-    ("missing manifest", ["--static", "--manifest", "/nonexistent/build-manifest.json"], 2),
-])
-def test_zipapp_behaves_like_python_m_verify(pyz: Path, tmp_path: Path, case: str, args: list[str],
-                                             expected_code: int) -> None:
+@pytest.mark.parametrize(
+    "case, args, expected_code",
+    [
+        ("no apex, static", ["--static"], 1),
+        ("no apex, full run on a CPU host", [], 1),
+        ("--require-gpu without a GPU", ["--static", "--require-gpu"], 3),
+        ("unknown --require name", ["--static", "--require", "FusedAdamm"], 2),
+        ("missing manifest", ["--static", "--manifest", "/nonexistent/build-manifest.json"], 2),
+    ],
+)
+def test_zipapp_behaves_like_python_m_verify(
+    pyz: Path, tmp_path: Path, case: str, args: list[str], expected_code: int
+) -> None:
     module, app, module_report, app_report = _run_both(pyz, tmp_path, args)
     assert module.returncode == app.returncode == expected_code, (case, module.stderr, app.stderr)
     assert "Traceback" not in app.stderr
@@ -86,9 +108,12 @@ def test_zipapp_behaves_like_python_m_verify(pyz: Path, tmp_path: Path, case: st
     assert app.stdout.splitlines()[-1].split(" in ")[0] == module.stdout.splitlines()[-1].split(" in ")[0]
 
 
-def test_zipapp_finds_a_python_only_apex_like_python_m_verify(pyz: Path, tmp_path: Path,
-                                                              apex_source_tree: Path) -> None:
-    module, app, module_report, app_report = _run_both(pyz, tmp_path, ["--static"], extra_path=str(apex_source_tree))
+def test_zipapp_finds_a_python_only_apex_like_python_m_verify(
+    pyz: Path, tmp_path: Path, apex_source_tree: Path
+) -> None:
+    module, app, module_report, app_report = _run_both(
+        pyz, tmp_path, ["--static"], extra_path=str(apex_source_tree)
+    )
     assert module.returncode == app.returncode == 1, app.stderr
     assert app_report["apex"]["kind"] == module_report["apex"]["kind"] == "nvidia"
     assert _statuses(app_report) == _statuses(module_report)
@@ -100,7 +125,9 @@ def test_zipapp_holds_verify_only_and_every_module_imports_from_it(pyz: Path, tm
     names = zipfile.ZipFile(pyz).namelist()
     assert "__main__.py" in names and "verify/data/apex_modules.json" in names
     assert "verify/schema/report.schema.json" in names and "verify/gpu/worker.py" in names
-    assert not [n for n in names if not (n == "__main__.py" or n.startswith("verify/"))], "only verify goes in"
+    assert not [n for n in names if not (n == "__main__.py" or n.startswith("verify/"))], (
+        "only verify goes in"
+    )
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert pyz.read_bytes().startswith(b"#!/usr/bin/env python3\n") and os.access(pyz, os.X_OK)
     # every module of the package imports from the zip (not from a checkout or an installed verify),
@@ -114,8 +141,15 @@ def test_zipapp_holds_verify_only_and_every_module_imports_from_it(pyz: Path, tm
         "from verify.runtime import json_lines_child\n"
         "print(len(mods), bad, json_lines_child.verify_env()['PYTHONPATH'].split(':')[0])\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=_environ(None, False),
-                         capture_output=True, text=True, timeout=120, check=True).stdout.split(" ", 1)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=_environ(None, False),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.split(" ", 1)
     assert int(out[0]) > 30
     assert out[1].strip() == f"[] {pyz}"
 
@@ -137,8 +171,15 @@ def test_zipapp_selftest_workers_run_from_the_zip(pyz: Path, tmp_path: Path) -> 
         "r = runner.run_group('selftest', 7, check_timeout_s=60)\n"
         "print(' '.join(c.status.value for c in r.checks), r.workers[0]['exit'])\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=_environ(None, False),
-                         capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=_environ(None, False),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert out.stdout.strip() == "PASS PASS PASS exit code 0", out.stderr
 
 
@@ -147,10 +188,18 @@ def _interpreter(version: str) -> str | None:
     import shutil
 
     pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
-    candidates = [shutil.which(f"python{version}"), *map(str, sorted(pyenv.glob(f"versions/{version}.*/bin/python")))]
+    candidates = [
+        shutil.which(f"python{version}"),
+        *map(str, sorted(pyenv.glob(f"versions/{version}.*/bin/python"))),
+    ]
     for found in filter(None, candidates):
-        ok = subprocess.run([found, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True,
-                            text=True, timeout=30, check=False)
+        ok = subprocess.run(
+            [found, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         if ok.stdout.strip() == version:
             return found
     return None
@@ -161,20 +210,36 @@ def test_zipapp_on_python_3_10_reads_its_data_from_the_zip(pyz: Path, tmp_path: 
     python = _interpreter("3.10")
     if python is None:
         pytest.skip("no Python 3.10 on this host")
-    done = subprocess.run([python, str(pyz), "--static", "--json", str(tmp_path / "r.json")], cwd=tmp_path,
-                          env=_environ(None, False), capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [python, str(pyz), "--static", "--json", str(tmp_path / "r.json")],
+        cwd=tmp_path,
+        env=_environ(None, False),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 1, done.stderr  # this 3.10 has no torch: a FAIL finding, not a crash
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["environment"]["python"]["version"].startswith("3.10")
     assert dict(_statuses(report))["environment.torch"] == "FAIL"
-    assert any(c["id"].startswith("extensions.") for c in report["checks"]), "the module map was read from the zip"
+    assert any(c["id"].startswith("extensions.") for c in report["checks"]), (
+        "the module map was read from the zip"
+    )
 
 
 def test_zipapp_on_an_older_python_is_one_line_and_exit_3(pyz: Path, tmp_path: Path) -> None:
     python = _interpreter("3.9") or _interpreter("3.8")
     if python is None:
         pytest.skip("no Python older than 3.10 on this host")
-    done = subprocess.run([python, str(pyz), "--static"], cwd=tmp_path, env=_environ(None, False),
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [python, str(pyz), "--static"],
+        cwd=tmp_path,
+        env=_environ(None, False),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 3 and done.stdout == ""
     assert len(done.stderr.splitlines()) == 1 and "needs Python >= 3.10" in done.stderr

@@ -24,24 +24,45 @@ STACK = f"torch{MINOR}-{CUDA}"
 VERSION = f"0.1+g6424da3.{CUDA}.torch{MINOR}"
 
 
-@pytest.mark.parametrize(("commit", "ref", "torch_version", "cuda", "version", "stack"), [
-    ("6424da3b4faa6c8f062da4a48c424fff3f02d42d", None, "2.11.0+cu130", "13.0", "0.1+g6424da3.cu130.torch2.11",
-     "torch2.11-cu130"),
-    (None, "6424da3b4faa6c8f062da4a48c424fff3f02d42d", "2.11.0", "13.0", "0.1+g6424da3.cu130.torch2.11", "torch2.11-cu130"),
-    (None, "25.04", "2.7.1+cu126", "12.6", "0.1+25.04.cu126.torch2.7", "torch2.7-cu126"),
-    (None, None, "2.13.0+cpu", None, "0.1+cpu.torch2.13", "torch2.13-cpu"),
-])
+@pytest.mark.parametrize(
+    ("commit", "ref", "torch_version", "cuda", "version", "stack"),
+    [
+        (
+            "6424da3b4faa6c8f062da4a48c424fff3f02d42d",
+            None,
+            "2.11.0+cu130",
+            "13.0",
+            "0.1+g6424da3.cu130.torch2.11",
+            "torch2.11-cu130",
+        ),
+        (
+            None,
+            "6424da3b4faa6c8f062da4a48c424fff3f02d42d",
+            "2.11.0",
+            "13.0",
+            "0.1+g6424da3.cu130.torch2.11",
+            "torch2.11-cu130",
+        ),
+        (None, "25.04", "2.7.1+cu126", "12.6", "0.1+25.04.cu126.torch2.7", "torch2.7-cu126"),
+        (None, None, "2.13.0+cpu", None, "0.1+cpu.torch2.13", "torch2.13-cpu"),
+    ],
+)
 def test_identity_names_commit_cuda_and_torch_minor(commit, ref, torch_version, cuda, version, stack) -> None:
     ident = wheel_identity.identity("0.1", commit, ref, torch_version, cuda)
-    assert (ident.version, ident.stack, ident.torch_requirement) == (version, stack,
-                                                                     f"torch=={torch_version.rsplit('.', 1)[0]}.*")
+    assert (ident.version, ident.stack, ident.torch_requirement) == (
+        version,
+        stack,
+        f"torch=={torch_version.rsplit('.', 1)[0]}.*",
+    )
 
 
 def test_metadata_gets_one_torch_pin_in_place_of_setup_pys() -> None:
     before = "Metadata-Version: 2.1\nName: apex\nVersion: 0.1\nRequires-Dist: torch>=2.6.0\nRequires-Dist: packaging>20.6\n\nbody\n"
     after = wheel_identity.metadata_with(before, "0.1+g6424da3.cu130.torch2.11", "torch==2.11.*")
-    assert after == ("Metadata-Version: 2.1\nName: apex\nVersion: 0.1+g6424da3.cu130.torch2.11\n"
-                     "Requires-Dist: torch==2.11.*\nRequires-Dist: packaging>20.6\n\nbody\n")
+    assert after == (
+        "Metadata-Version: 2.1\nName: apex\nVersion: 0.1+g6424da3.cu130.torch2.11\n"
+        "Requires-Dist: torch==2.11.*\nRequires-Dist: packaging>20.6\n\nbody\n"
+    )
 
 
 def test_the_installed_wheels_manifest_allows_another_patch_but_not_another_minor_or_cuda() -> None:
@@ -51,7 +72,9 @@ def test_the_installed_wheels_manifest_allows_another_patch_but_not_another_mino
     assert m.torch_mismatch(record, "2.11.1+cu130", m.INSTALLED_ORIGIN) is None
     assert "built for torch 2.11.0+cu130" in m.torch_mismatch(record, "2.12.0+cu130", m.INSTALLED_ORIGIN)
     assert "this torch's stack" in m.torch_mismatch(record, "2.11.0+cu128", m.INSTALLED_ORIGIN)
-    assert "another image" in m.torch_mismatch(record, "2.11.1+cu130", "--manifest")  # a named manifest: exact
+    assert "another image" in m.torch_mismatch(
+        record, "2.11.1+cu130", "--manifest"
+    )  # a named manifest: exact
 
 
 @pytest.fixture(scope="module")
@@ -59,12 +82,18 @@ def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """out/ folders of the builder's runs: a good one, a newer build of it, a gate that fails, one linking zlib."""
     root = tmp_path_factory.mktemp("wheel-index-builds")
     python = wb.torch_venv(root / "venv")
-    runs = {"good": {}, "newer": {"started": "2026-12-02T08:00:00+00:00"}, "broken": {"module": wb.BROKEN_MODULE},
-            "zlib": {"module": wb.ZLIB_MODULE, "libraries": ("z",)}}
+    runs = {
+        "good": {},
+        "newer": {"started": "2026-12-02T08:00:00+00:00"},
+        "broken": {"module": wb.BROKEN_MODULE},
+        "zlib": {"module": wb.ZLIB_MODULE, "libraries": ("z",)},
+    }
     outs = {}
     for name, options in runs.items():
         done = wb.build_stamped(root / name, python, **options)
-        assert (done.returncode == exit_codes.FAILED) if name == "broken" else (done.returncode == 0), done.stderr[-3000:]
+        assert (done.returncode == exit_codes.FAILED) if name == "broken" else (done.returncode == 0), (
+            done.stderr[-3000:]
+        )
         outs[name] = root / name / "out"
     return outs
 
@@ -74,7 +103,9 @@ def _wheel(out: Path) -> Path:
     return wheel
 
 
-def test_the_wheel_names_its_stack_pins_torch_and_carries_manifest_and_gate_report(builds: dict[str, Path]) -> None:
+def test_the_wheel_names_its_stack_pins_torch_and_carries_manifest_and_gate_report(
+    builds: dict[str, Path],
+) -> None:
     wheel = _wheel(builds["good"])
     assert wheel.name == f"{wheel_identity.parse_name(wheel.name)[0]}-{VERSION}-{wheel.name.split('-', 2)[2]}"
     files = wheel_identity.read_dist_info(wheel)
@@ -83,8 +114,12 @@ def test_the_wheel_names_its_stack_pins_torch_and_carries_manifest_and_gate_repo
     assert "Requires-Dist: packaging>20.6" in metadata  # setup.py's own requirements stay
     inside = json.loads(files["build-manifest.json"])
     beside = json.loads((builds["good"] / "build-manifest.json").read_text())
-    assert inside["wheel_identity"] == {"version": VERSION, "local": VERSION.split("+")[1],
-                                        "torch_requirement": f"torch=={MINOR}.*", "stack": STACK}
+    assert inside["wheel_identity"] == {
+        "version": VERSION,
+        "local": VERSION.split("+")[1],
+        "torch_requirement": f"torch=={MINOR}.*",
+        "stack": STACK,
+    }
     assert inside["build"]["wheel"] == beside["build"]["wheel"] == wheel.name
     assert inside["build"]["wheel_sha256"] is None  # the copy inside cannot hold its own wheel's hash
     for written in (inside, beside):  # the builder's record reads back into the same JSON
@@ -105,7 +140,9 @@ def wb_sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_index_writes_pep503_691_658_per_stack_and_a_second_run_changes_nothing(builds, tmp_path: Path) -> None:
+def test_index_writes_pep503_691_658_per_stack_and_a_second_run_changes_nothing(
+    builds, tmp_path: Path
+) -> None:
     index = tmp_path / "index"
     done = run_build("index", str(builds["good"]), "--index", str(index))
     assert done.returncode == 0, done.stderr
@@ -120,16 +157,27 @@ def test_index_writes_pep503_691_658_per_stack_and_a_second_run_changes_nothing(
     folder = project / entry["url"].replace("%2B", "+")
     assert folder.resolve().read_bytes() == wheel.read_bytes()
     metadata = folder.resolve().with_name(wheel.name + ".metadata").read_bytes()
-    assert entry["core-metadata"] == {"sha256": wb_sha_bytes(metadata)} and f'data-core-metadata="sha256={wb_sha_bytes(metadata)}"' in page
+    assert (
+        entry["core-metadata"] == {"sha256": wb_sha_bytes(metadata)}
+        and f'data-core-metadata="sha256={wb_sha_bytes(metadata)}"' in page
+    )
     beside = folder.resolve().parent
-    assert {p.name for p in beside.iterdir()} == {wheel.name, wheel.name + ".metadata", "build-manifest.json",
-                                                  "verify-static.json", "verify-static.md", "wheel-check.json"}
+    assert {p.name for p in beside.iterdir()} == {
+        wheel.name,
+        wheel.name + ".metadata",
+        "build-manifest.json",
+        "verify-static.json",
+        "verify-static.md",
+        "wheel-check.json",
+    }
     check = json.loads((beside / "wheel-check.json").read_text())
     assert check["gate"] == "PASS" and check["needed_libraries"] == {
-        n: [] for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".so")}  # setuptools' C module: no DT_NEEDED
+        n: [] for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".so")
+    }  # setuptools' C module: no DT_NEEDED
     stacks = json.loads((index / "stacks.json").read_text())["stacks"]
     assert [(s["stack"], s["verify"], s["apex_commits"], s["built"]) for s in stacks] == [
-        (STACK, ["PASS"], [wb.COMMIT], "2026-12-01")]
+        (STACK, ["PASS"], [wb.COMMIT], "2026-12-01")
+    ]
     assert STACK in (index / "index.html").read_text()
 
     before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in index.rglob("*") if p.is_file()}
@@ -157,7 +205,9 @@ def wb_sha_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def test_a_newer_build_of_the_same_stack_and_commit_replaces_the_older_and_an_older_one_does_not(builds, tmp_path) -> None:
+def test_a_newer_build_of_the_same_stack_and_commit_replaces_the_older_and_an_older_one_does_not(
+    builds, tmp_path
+) -> None:
     index = tmp_path / "index"
     assert run_build("index", str(builds["good"]), "--index", str(index)).returncode == 0
     newer = run_build("index", str(builds["newer"]), "--index", str(index))
@@ -169,24 +219,50 @@ def test_a_newer_build_of_the_same_stack_and_commit_replaces_the_older_and_an_ol
     assert [f.name for f in (index / STACK / "files").iterdir()] == [folders[0].name]
 
 
-def test_index_refuses_each_unverified_wheel_by_name_and_still_publishes_the_good_one(builds, tmp_path) -> None:
+def test_index_refuses_each_unverified_wheel_by_name_and_still_publishes_the_good_one(
+    builds, tmp_path
+) -> None:
     plain = tmp_path / "plain"  # setup.py's own wheel: no identity, no manifest, no gate
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    str(wb.apex_shaped_tree(tmp_path / "src")), "-w", str(plain)], check=True,
-                   env=wb.isolated_pip_env({"APEX_CPP_EXT": "1"}), capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            str(wb.apex_shaped_tree(tmp_path / "src")),
+            "-w",
+            str(plain),
+        ],
+        check=True,
+        env=wb.isolated_pip_env({"APEX_CPP_EXT": "1"}),
+        capture_output=True,
+    )
     tampered = tmp_path / "tampered"
     shutil.copytree(builds["good"], tampered)
     manifest = json.loads((tampered / "build-manifest.json").read_text())
     manifest["cell"] = "another-cell"
     (tampered / "build-manifest.json").write_text(json.dumps(manifest))
     index = tmp_path / "index"
-    done = run_build("index", str(plain), str(builds["broken"]), str(builds["zlib"]), str(tampered),
-                     str(builds["good"]), "--index", str(index))
+    done = run_build(
+        "index",
+        str(plain),
+        str(builds["broken"]),
+        str(builds["zlib"]),
+        str(tampered),
+        str(builds["good"]),
+        "--index",
+        str(index),
+    )
     assert done.returncode == exit_codes.FAILED, done.stdout + done.stderr
     refused = [line for line in done.stderr.splitlines() if line.startswith("build.py index: refused")]
     assert len(refused) == 4, done.stderr
-    by_source = {src: next(line for line in refused if str(src) in line)
-                 for src in (plain, builds["broken"], builds["zlib"], tampered)}
+    by_source = {
+        src: next(line for line in refused if str(src) in line)
+        for src in (plain, builds["broken"], builds["zlib"], tampered)
+    }
     assert "no build-manifest.json" in by_source[plain] and "build.py wheel --install" in by_source[plain]
     assert "static gate failed (verdict FAIL" in by_source[builds["broken"]]
     assert "libz.so.1" in by_source[builds["zlib"]]
@@ -196,13 +272,19 @@ def test_index_refuses_each_unverified_wheel_by_name_and_still_publishes_the_goo
     assert len(json.loads((index / STACK / "simple" / "apex" / "index.json").read_text())["files"]) == 1
 
 
-def test_a_damaged_published_folder_is_named_left_out_and_made_whole_by_the_next_run(builds, tmp_path) -> None:
+def test_a_damaged_published_folder_is_named_left_out_and_made_whole_by_the_next_run(
+    builds, tmp_path
+) -> None:
     index = tmp_path / "index"
     assert run_build("index", str(builds["good"]), "--index", str(index)).returncode == 0
     (folder,) = (index / STACK / "files").iterdir()
     (folder / "verify-static.json").write_text("{not json")
     done = run_build("index", str(builds["good"]), "--index", str(index))
-    assert done.returncode == 0 and "is not a whole published wheel" in done.stderr and "Traceback" not in done.stderr
+    assert (
+        done.returncode == 0
+        and "is not a whole published wheel" in done.stderr
+        and "Traceback" not in done.stderr
+    )
     assert json.loads((folder / "verify-static.json").read_text())["verdict"] == "PASS"
     assert len(json.loads((index / STACK / "simple" / "apex" / "index.json").read_text())["files"]) == 1
 
@@ -210,13 +292,19 @@ def test_a_damaged_published_folder_is_named_left_out_and_made_whole_by_the_next
 def test_index_of_nothing_or_a_missing_path_is_a_usage_error(tmp_path: Path) -> None:
     for args in ([str(tmp_path / "nope")], [str(tmp_path)]):
         done = run_build("index", *args, "--index", str(tmp_path / "index"))
-        assert done.returncode == exit_codes.USAGE and "build.py index:" in done.stderr and "Traceback" not in done.stderr
+        assert (
+            done.returncode == exit_codes.USAGE
+            and "build.py index:" in done.stderr
+            and "Traceback" not in done.stderr
+        )
 
 
 def test_a_runs_cell_that_did_not_build_is_named_and_skipped(builds, tmp_path: Path) -> None:
     run = tmp_path / "out"
     (run / "cells" / "cu130").mkdir(parents=True)
-    (run / "cells" / "cu130" / "result.json").write_text(json.dumps({"status": "build_failed", "build": None}))
+    (run / "cells" / "cu130" / "result.json").write_text(
+        json.dumps({"status": "build_failed", "build": None})
+    )
     done = run_build("index", str(run), str(builds["good"]), "--index", str(tmp_path / "index"))
     assert done.returncode == 0, done.stderr
     assert "cu130: status build_failed, no image to take a wheel from; skipped" in done.stderr
@@ -225,9 +313,15 @@ def test_a_runs_cell_that_did_not_build_is_named_and_skipped(builds, tmp_path: P
 
 class Served:
     def __init__(self, index: Path, *command: str) -> None:
-        self.proc = subprocess.Popen([*command, str(index)] if command else
-                                     [sys.executable, "-m", "toolchain.index.serve", str(index), "--port", "0"],
-                                     cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.proc = subprocess.Popen(
+            [*command, str(index)]
+            if command
+            else [sys.executable, "-m", "toolchain.index.serve", str(index), "--port", "0"],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         line = self.proc.stdout.readline()
         self.url = line.rsplit(" ", 1)[-1].strip()
 
@@ -245,18 +339,32 @@ def served(builds, tmp_path_factory):
     server.close()
 
 
-def test_pip_installs_it_from_the_served_index_and_verify_static_passes_from_the_wheels_own_manifest(served, tmp_path):
+def test_pip_installs_it_from_the_served_index_and_verify_static_passes_from_the_wheels_own_manifest(
+    served, tmp_path
+):
     python = wb.torch_venv(tmp_path / "venv")
     env = wb.isolated_pip_env()
-    done = subprocess.run([str(python), "-m", "pip", "install", "apex", "--index-url", f"{served.url}{STACK}/simple"],
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and f"Successfully installed apex-{VERSION}" in done.stdout, done.stdout + done.stderr
+    done = subprocess.run(
+        [str(python), "-m", "pip", "install", "apex", "--index-url", f"{served.url}{STACK}/simple"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and f"Successfully installed apex-{VERSION}" in done.stdout, (
+        done.stdout + done.stderr
+    )
     assert ".metadata" in done.stdout  # PEP 658: pip read the metadata before the wheel
     # no --manifest, no $APEX_BUILD_MANIFEST: verify reads the manifest in the installed .dist-info
     report = tmp_path / "report.json"
-    check = subprocess.run([str(python), "-m", "verify", "--static", "--require=", "--json", str(report)],
-                           cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
-                           timeout=300)
+    check = subprocess.run(
+        [str(python), "-m", "verify", "--static", "--require=", "--json", str(report)],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     data = json.loads(report.read_text())
     assert data["verdict"] == "PASS" and data["apex"]["distribution"]["version"] == VERSION
@@ -267,15 +375,62 @@ def test_pip_and_uv_refuse_it_where_no_torch_of_its_minor_can_be_had(served, tmp
     bare = tmp_path / "bare"  # no torch in reach: the wheel's pin must stop both resolvers
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
     url, env = f"{served.url}{STACK}/simple", wb.isolated_pip_env()
-    pip = subprocess.run([sys.executable, "-m", "pip", "--python", str(bare / "bin" / "python"), "install", "apex",
-                          "--index-url", url], env=env, capture_output=True, text=True, timeout=300)
-    assert pip.returncode == 1 and f"No matching distribution found for torch=={MINOR}.*" in pip.stderr, pip.stderr
-    uv = subprocess.run([wb.uv_binary(), "pip", "install", "--python", str(bare / "bin" / "python"), "apex",
-                         "--index-url", url], env=env, capture_output=True, text=True, timeout=300)
+    pip = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(bare / "bin" / "python"),
+            "install",
+            "apex",
+            "--index-url",
+            url,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert pip.returncode == 1 and f"No matching distribution found for torch=={MINOR}.*" in pip.stderr, (
+        pip.stderr
+    )
+    uv = subprocess.run(
+        [
+            wb.uv_binary(),
+            "pip",
+            "install",
+            "--python",
+            str(bare / "bin" / "python"),
+            "apex",
+            "--index-url",
+            url,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert uv.returncode != 0 and f"depend on torch=={MINOR}.*" in uv.stderr, uv.stderr
     # uv reads no venv's system site-packages, so it resolves against this Python itself, without installing
-    ok = subprocess.run([wb.uv_binary(), "pip", "install", "--python", sys.executable, "--system",
-                         "--dry-run", "apex", "--index-url", url], env=env, capture_output=True, text=True, timeout=300)
+    ok = subprocess.run(
+        [
+            wb.uv_binary(),
+            "pip",
+            "install",
+            "--python",
+            sys.executable,
+            "--system",
+            "--dry-run",
+            "apex",
+            "--index-url",
+            url,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ok.returncode == 0 and f"+ apex=={VERSION}" in ok.stderr, ok.stderr
 
 
@@ -287,13 +442,42 @@ def test_a_plain_static_server_serves_the_same_index_as_html(served, tmp_path) -
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     index = Path(served.proc.args[3])
-    plain = subprocess.Popen([sys.executable, "-u", "-m", "http.server", str(port), "--bind", "127.0.0.1",
-                              "--directory", str(index)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    plain = subprocess.Popen(
+        [
+            sys.executable,
+            "-u",
+            "-m",
+            "http.server",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+            str(index),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert "Serving HTTP" in plain.stdout.readline()
-        done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(tmp_path / "got"), "apex",
-                               "--index-url", f"http://127.0.0.1:{port}/{STACK}/simple"],
-                              env=wb.isolated_pip_env(), capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "-d",
+                str(tmp_path / "got"),
+                "apex",
+                "--index-url",
+                f"http://127.0.0.1:{port}/{STACK}/simple",
+            ],
+            env=wb.isolated_pip_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         (got,) = (tmp_path / "got").glob("*.whl")
         assert got.name.startswith(f"apex-{VERSION}-")

@@ -39,7 +39,8 @@ def test_escaping_follows_the_actions_toolkit() -> None:
     assert wc.escape_data("a%b\rc\nd:e,f") == "a%25b%0Dc%0Ad:e,f"
     assert wc.escape_property("a%b\rc\nd:e,f") == "a%25b%0Dc%0Ad%3Ae%2Cf"
     assert wc.command("error", HOSTILE, title="build x: a,b") == (
-        "::error title=build x%3A a%2Cb::50%25 done%0A::add-mask::x%0D%0A  ::warning::y%0Dz")
+        "::error title=build x%3A a%2Cb::50%25 done%0A::add-mask::x%0D%0A  ::warning::y%0Dz"
+    )
     assert wc.command("endgroup") == "::endgroup::"
     assert runner_commands(wc.command("error", HOSTILE, title=HOSTILE)) == ["error"]
 
@@ -58,8 +59,11 @@ def test_inert_fences_only_lines_that_would_be_commands(monkeypatch: pytest.Monk
     assert runner_commands(log) == ["add-mask", "warning"]
     fenced = wc.inert(log)
     assert runner_commands(fenced) == []
-    assert [ln for ln in fenced.splitlines() if "stop-commands" not in ln and not re.fullmatch(r"::[0-9a-f]{32}::", ln)
-            ] == log.splitlines()
+    assert [
+        ln
+        for ln in fenced.splitlines()
+        if "stop-commands" not in ln and not re.fullmatch(r"::[0-9a-f]{32}::", ln)
+    ] == log.splitlines()
     tokens = re.findall(r"::stop-commands::([0-9a-f]{32})", fenced)
     assert len(tokens) == 2 and len(set(tokens)) == 2, "a fresh token for every fence"
     assert wc.inert("no command here\n") == "no command here\n"
@@ -82,7 +86,9 @@ def test_the_toolchain_console_on_github_actions(monkeypatch: pytest.MonkeyPatch
 def test_a_multi_line_error_cannot_run_commands(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     stream = io.StringIO()
-    code = report(BuildFailed("pip wheel failed (exit 1)\n--- last lines ---\n::add-mask::x\nerror: x.cu"), stream)
+    code = report(
+        BuildFailed("pip wheel failed (exit 1)\n--- last lines ---\n::add-mask::x\nerror: x.cu"), stream
+    )
     assert code == 1 and runner_commands(stream.getvalue()) == []
     assert stream.getvalue().startswith("error: pip wheel failed (exit 1)\n--- last lines ---\n")
     assert stream.getvalue().endswith("error: x.cu\n")

@@ -26,12 +26,31 @@ from toolchain import cli as toolchain_cli
 pytestmark = pytest.mark.property
 SEEN: set[int] = set()
 
+
 def _stays_inside(value: str) -> bool:  # the run's folder is sandbox/work: ".." may climb one level, no more
     return not os.path.isabs(value) and not os.path.normpath(os.path.join("work", value)).startswith("..")
 
 
-out_value = st.one_of(odd_text, st.sampled_from(["", " ", ".", "..", "dir", "dir/", "link", "dangling", "a/b/c.pyz",
-                                                 "file.pyz", "dir/verify.pyz", "-x", "--help"])).filter(_stays_inside)
+out_value = st.one_of(
+    odd_text,
+    st.sampled_from(
+        [
+            "",
+            " ",
+            ".",
+            "..",
+            "dir",
+            "dir/",
+            "link",
+            "dangling",
+            "a/b/c.pyz",
+            "file.pyz",
+            "dir/verify.pyz",
+            "-x",
+            "--help",
+        ]
+    ),
+).filter(_stays_inside)
 
 
 def test_every_zipapp_out_is_written_or_refused() -> None:

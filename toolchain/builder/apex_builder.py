@@ -65,7 +65,12 @@ from verify.runtime.atomic import write_json
 from verify.runtime.messages import bounded
 from verify.runtime.out_dirs import OutputDirs
 
-__all__ = ["build", "build_and_gate", "gate_required", "main"]  # gate_required: the Dockerfile's runtime stage
+__all__ = [
+    "build",
+    "build_and_gate",
+    "gate_required",
+    "main",
+]  # gate_required: the Dockerfile's runtime stage
 
 
 def _say(message: str) -> None:
@@ -101,14 +106,19 @@ def _os_error_message(err: OSError, out: Path) -> str:
     path = err.filename or out
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         return f"no space left on device writing {path}; free space, or pass --out on another filesystem"
-    name, given = os.path.abspath(str(err.filename or "")), os.path.abspath(out)  # a relative --out is OUT too
+    name, given = (
+        os.path.abspath(str(err.filename or "")),
+        os.path.abspath(out),
+    )  # a relative --out is OUT too
     if err.filename and not (name.startswith(given) or given.startswith(name)):  # not OUT, inside or above it
         return f"{path}: {err.strerror or err}; check that it exists and this user can read and write it"
     if err.errno in (errno.EEXIST, errno.ENOTDIR):  # OUT, or a folder above it, is a file, a FIFO, a device
         which = f"{path} exists and is not" if err.errno == errno.EEXIST else f"a part of {path} is not"
         return f"--out {out}: {which} a directory; pass a directory (it is created when missing), e.g. --out ./dist"
-    return (f"--out {out}: cannot write {path} ({err.strerror or err}); pass a directory you can create "
-            "and write, e.g. --out ./dist")
+    return (
+        f"--out {out}: cannot write {path} ({err.strerror or err}); pass a directory you can create "
+        "and write, e.g. --out ./dist"
+    )
 
 
 def build(request: BuildRequest) -> int:
@@ -136,8 +146,10 @@ def _lock_out(out: Path) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise UsageError(f"--out {out}: another build.py wheel is writing there now (it holds a lock on the folder); "
-                         "wait for it to end, or pass another --out") from None
+        raise UsageError(
+            f"--out {out}: another build.py wheel is writing there now (it holds a lock on the folder); "
+            "wait for it to end, or pass another --out"
+        ) from None
     return fd
 
 
@@ -157,8 +169,13 @@ class Compiled:
     env: dict[str, str]  # the environment pip ran in (the install after the gate runs in it too)
 
 
-def build_and_gate(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, env: Mapping[str, str],
-                   started: dt.datetime) -> int:
+def build_and_gate(
+    request: BuildRequest,
+    inputs: BuildInputs,
+    tools: BuildTools,
+    env: Mapping[str, str],
+    started: dt.datetime,
+) -> int:
     """After the checks: size, build, list, write the manifest, gate (and install + verify). `env`: the
     environment after the checks' steps (build_env.py); the flags' step and the compile's go on it here."""
     out = request.out_dir
@@ -173,16 +190,25 @@ def build_and_gate(request: BuildRequest, inputs: BuildInputs, tools: BuildTools
     wheel, manifest = _with_identity(compiled.wheel, manifest)
     manifest_path = write_json(out / MANIFEST_NAME, manifest.to_json())
     stats = compiled.stats
-    _say(f"wheel {wheel} ({stats['wall_s']} s, peak {stats['peak_rss_mb']:.0f} MiB); manifest {manifest_path}")
+    _say(
+        f"wheel {wheel} ({stats['wall_s']} s, peak {stats['peak_rss_mb']:.0f} MiB); manifest {manifest_path}"
+    )
     _say(f"built modules: {', '.join(built) or 'none'}")
     _say(build_timing.timing_line(manifest.build.to_json()))
 
     missing = build_outputs.missing_modules(inputs.expected, built, log_lines)
     if missing:
         setup = inputs.setup
-        cause = build_outputs.nothing_built_cause(setup.style, setup.evidence, compiled.passed, log_lines, log_path)
-        print(build_outputs.gate_report(missing, inputs.expected, cause, log_path,
-                                        "warning" if request.no_gate else "error"), file=sys.stderr, flush=True)
+        cause = build_outputs.nothing_built_cause(
+            setup.style, setup.evidence, compiled.passed, log_lines, log_path
+        )
+        print(
+            build_outputs.gate_report(
+                missing, inputs.expected, cause, log_path, "warning" if request.no_gate else "error"
+            ),
+            file=sys.stderr,
+            flush=True,
+        )
     if missing and not request.no_gate:
         return exit_codes.FAILED
     if request.install:
@@ -199,17 +225,29 @@ def _with_identity(raw: Path, manifest: BuildManifest) -> tuple[Path, BuildManif
     A build whose torch version says no MAJOR.MINOR keeps setup.py's name, and `build.py index` refuses it."""
     versions = manifest.versions
     try:
-        ident = wheel_identity.identity(manifest.apex.get("version") or "0.1", manifest.commit, manifest.apex.get("ref"),
-                                        str(versions.torch or ""), versions.torch_cuda)
+        ident = wheel_identity.identity(
+            manifest.apex.get("version") or "0.1",
+            manifest.commit,
+            manifest.apex.get("ref"),
+            str(versions.torch or ""),
+            versions.torch_cuda,
+        )
     except ValueError as error:
         _say(f"WARNING: the wheel keeps setup.py's name {raw.name} (no stack identity: {error})")
         return raw, manifest
     target = raw.with_name(wheel_identity.final_name(raw.name, ident))
-    inside = dataclasses.replace(manifest, wheel_identity=ident.to_json(),
-                                 build=manifest.build.updated(wheel=target.name, wheel_sha256=None,
-                                                              wheel_as_built=raw.name))
-    wheel_identity.stamp(raw, target, ident.version, ident.torch_requirement,
-                         {wheel_identity.MANIFEST_FILE: _json_bytes(inside)})
+    inside = dataclasses.replace(
+        manifest,
+        wheel_identity=ident.to_json(),
+        build=manifest.build.updated(wheel=target.name, wheel_sha256=None, wheel_as_built=raw.name),
+    )
+    wheel_identity.stamp(
+        raw,
+        target,
+        ident.version,
+        ident.torch_requirement,
+        {wheel_identity.MANIFEST_FILE: _json_bytes(inside)},
+    )
     if target != raw:
         raw.unlink()
     _say(f"wheel identity: {ident.version} (requires {ident.torch_requirement}; index stack {ident.stack})")
@@ -220,15 +258,24 @@ def _carry_gate_report(wheel: Path, manifest: BuildManifest, out: Path, env: Map
     """After the gate: its report goes into the wheel's dist-info (whatever its verdict: `build.py index`
     reads it and refuses a failed one), the manifest beside it gets the new sha256, and the venv gets the
     wheel as published."""
-    reports = {name: (out / name).read_bytes() for name in wheel_identity.VERIFY_FILES if (out / name).is_file()}
+    reports = {
+        name: (out / name).read_bytes() for name in wheel_identity.VERIFY_FILES if (out / name).is_file()
+    }
     if not reports:
         return
     inside = wheel_identity.read_dist_info(wheel, (wheel_identity.MANIFEST_FILE,))
     assert manifest.wheel_identity is not None  # _with_identity named the wheel before the gate ran
-    wheel_identity.stamp(wheel, wheel, str(manifest.wheel_identity["version"]),
-                         str(manifest.wheel_identity["torch_requirement"]), {**inside, **reports})
-    write_json(out / MANIFEST_NAME, dataclasses.replace(
-        manifest, build=manifest.build.updated(wheel_sha256=sha256_of(wheel))).to_json())
+    wheel_identity.stamp(
+        wheel,
+        wheel,
+        str(manifest.wheel_identity["version"]),
+        str(manifest.wheel_identity["torch_requirement"]),
+        {**inside, **reports},
+    )
+    write_json(
+        out / MANIFEST_NAME,
+        dataclasses.replace(manifest, build=manifest.build.updated(wheel_sha256=sha256_of(wheel))).to_json(),
+    )
     install_wheel(wheel, env, out / LOG_NAME)
 
 
@@ -247,19 +294,33 @@ def _flag_env(inputs: BuildInputs) -> EnvStep:
     return EnvStep.of("flags", sets, unsets=[*module_map.known_flags(), "TORCH_CUDA_ARCH_LIST"])
 
 
-def _size(request: BuildRequest, inputs: BuildInputs,
-          env: Mapping[str, str]) -> tuple[dict, unit_schedule.Schedule | None, bool, EnvStep]:
+def _size(
+    request: BuildRequest, inputs: BuildInputs, env: Mapping[str, str]
+) -> tuple[dict, unit_schedule.Schedule | None, bool, EnvStep]:
     """Step 3: the parallelism (MAX_JOBS, nvcc --threads, extensions at once); its record, the unit schedule
     (slowest units first, unit_schedule.py), whether the user chose nvcc --threads, and its env step."""
     setup = inputs.setup
     if request.naive:
-        step = EnvStep.of("parallelism", {"MAX_JOBS": "4"}, unsets=("APEX_PARALLEL_BUILD", "NVCC_APPEND_FLAGS"))
-        return {"max_jobs": 4, "nvcc_threads": 1, "apex_parallel_build": 1,
+        step = EnvStep.of(
+            "parallelism", {"MAX_JOBS": "4"}, unsets=("APEX_PARALLEL_BUILD", "NVCC_APPEND_FLAGS")
+        )
+        return (
+            {
+                "max_jobs": 4,
+                "nvcc_threads": 1,
+                "apex_parallel_build": 1,
                 "reason": "--naive: the published guides' MAX_JOBS=4, one extension at a time, no nvcc --threads, "
-                "no unit schedule; the arch list from --archs, else setup.py's"}, None, False, step
+                "no unit schedule; the arch list from --archs, else setup.py's",
+            },
+            None,
+            False,
+            step,
+        )
     resources = parallelism.host_resources()
     if request.memory_gib is not None and request.memory_gib <= resources.mem_available_gib:
-        resources = dataclasses.replace(resources, mem_available_gib=request.memory_gib, mem_source="--memory-gib")
+        resources = dataclasses.replace(
+            resources, mem_available_gib=request.memory_gib, mem_source="--memory-gib"
+        )
     gib_per_thread, gib_from = build_timing.measured_gib_per_thread(request.out_dir / MANIFEST_NAME)
     n_ext = len(inputs.expected) if setup.parallel != "none" else 1
     n_archs = len(inputs.archs or [1])
@@ -280,8 +341,11 @@ def _size(request: BuildRequest, inputs: BuildInputs,
     except ValueError as error:
         raise UsageError(str(error)) from None
     user_threads = request.nvcc_threads is not None or parallelism.env_nvcc_threads(env) is not None
-    schedule = unit_schedule.for_build(inputs.expected, n_archs, resources.cores, plan.nvcc_threads,
-                                       plan.scheduled) if first else None
+    schedule = (
+        unit_schedule.for_build(inputs.expected, n_archs, resources.cores, plan.nvcc_threads, plan.scheduled)
+        if first
+        else None
+    )
     step = EnvStep.of("parallelism", plan.env(dict(env)))
     par = plan.to_json()
     par["unit_schedule"] = schedule.to_json() if schedule else None
@@ -296,8 +360,12 @@ def _passed(inputs: BuildInputs) -> str:
     """How the flags reach setup.py, in words (the manifest's flag_style.passed)."""
     switches = inputs.switches
     if inputs.setup.style == apex_setup.ARGV:
-        return (f"{' '.join(switches) or 'no switch'} as pip --config-settings=--build-option=..., one setting per "
-                "switch" if switches else "no switch (Python-only)")
+        return (
+            f"{' '.join(switches) or 'no switch'} as pip --config-settings=--build-option=..., one setting per "
+            "switch"
+            if switches
+            else "no switch (Python-only)"
+        )
     return f"{' '.join(f'{f}=1' for f in inputs.flags) or 'no APEX_* variable'} in pip's environment"
 
 
@@ -310,15 +378,17 @@ def _progress(schedule: unit_schedule.Schedule | None, env: Mapping[str, str], t
     return build_progress.Reporter(costs, times, _say)
 
 
-def _compile(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, build_env: BuildEnv,
-             log_path: Path) -> Compiled:
+def _compile(
+    request: BuildRequest, inputs: BuildInputs, tools: BuildTools, build_env: BuildEnv, log_path: Path
+) -> Compiled:
     """Steps 3-4: size, then `pip wheel` through ccache into OUT."""
     src, setup = inputs.src, inputs.setup
     par, schedule, user_threads, sized = _size(request, inputs, build_env.vars())
     build_env = build_env.plus(sized)
     _say(f"parallelism: {par['reason']}")
-    options = apex_setup.pip_options(setup, inputs.switches, int(par["apex_parallel_build"]),
-                                     request.wheel_compression)
+    options = apex_setup.pip_options(
+        setup, inputs.switches, int(par["apex_parallel_build"]), request.wheel_compression
+    )
     passed = _passed(inputs)
     if not shutil.which("ninja", path=build_env.vars()["PATH"]):
         _say("WARNING: ninja not found: torch compiles one file at a time without it (pip install ninja)")
@@ -326,27 +396,46 @@ def _compile(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, buil
         cc_env, cache = ccache.ccache_env(request.ccache, build_env.vars(), src, tools.nvcc_path, Path(work))
         build_env = build_env.plus(EnvStep.of("ccache", cc_env))
         if schedule:  # every nvcc unit through the unit runner: its niceness, threads and CPU seconds
-            nvcc = unit_schedule.route_nvcc(schedule, build_env.vars(), tools.nvcc_path, cache.get("binary"),
-                                            Path(work), request.out_dir / build_timing.TIMES_NAME, user_threads)
+            nvcc = unit_schedule.route_nvcc(
+                schedule,
+                build_env.vars(),
+                tools.nvcc_path,
+                cache.get("binary"),
+                Path(work),
+                request.out_dir / build_timing.TIMES_NAME,
+                user_threads,
+            )
             build_env = build_env.plus(EnvStep.of("unit schedule", {"PYTORCH_NVCC": nvcc}))
         env = build_env.vars()
         before = ccache.ccache_stats(env) if cache["used"] else {}
         if not request.keep_build_dir:
-            shutil.rmtree(src / "build", ignore_errors=True)  # a clean build: no stale objects from another config
-        _say(f"building {src} flags={' '.join(inputs.flags) or 'none (Python-only)'} "
-             f"TORCH_CUDA_ARCH_LIST={env.get('TORCH_CUDA_ARCH_LIST', '(unset)')}")
+            shutil.rmtree(
+                src / "build", ignore_errors=True
+            )  # a clean build: no stale objects from another config
+        _say(
+            f"building {src} flags={' '.join(inputs.flags) or 'none (Python-only)'} "
+            f"TORCH_CUDA_ARCH_LIST={env.get('TORCH_CUDA_ARCH_LIST', '(unset)')}"
+        )
         _say(f"flag style: {setup.style} ({setup.evidence}); passing {passed}")
         with _progress(schedule, env, request.out_dir / build_timing.TIMES_NAME):
             wheel, stats = build_wheel(src, request.out_dir, env, log_path, options, setup)
         if cache["used"]:
             after = ccache.ccache_stats(env)
             cache["stats"] = {k: after[k] - before.get(k, 0) for k in after}
-    return Compiled(parallelism=par, pip_options=options, passed=passed, wheel=wheel, stats=stats, ccache=cache,
-                    env=env)
+    return Compiled(
+        parallelism=par, pip_options=options, passed=passed, wheel=wheel, stats=stats, ccache=cache, env=env
+    )
 
 
-def _manifest(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, compiled: Compiled, built: list[str],
-              log_lines: list[str], started: dt.datetime) -> BuildManifest:
+def _manifest(
+    request: BuildRequest,
+    inputs: BuildInputs,
+    tools: BuildTools,
+    compiled: Compiled,
+    built: list[str],
+    log_lines: list[str],
+    started: dt.datetime,
+) -> BuildManifest:
     """Step 5: the record verify and the bench read (verify/layers/manifest.py)."""
     setup, stats, given = inputs.setup, compiled.stats, request.provenance
     cores = len(os.sched_getaffinity(0))
@@ -357,30 +446,42 @@ def _manifest(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, com
         built_modules=tuple(built),
         # the flags' modules this ref's setup.py does not have (older tags lack some), so not expected
         absent_at_ref=tuple(inputs.absent),
-        flag_style={"style": setup.style, "evidence": setup.evidence, "passed": compiled.passed,
-                    "pip_options": compiled.pip_options},
+        flag_style={
+            "style": setup.style,
+            "evidence": setup.evidence,
+            "passed": compiled.passed,
+            "pip_options": compiled.pip_options,
+        },
         skipped_extensions=tuple(build_outputs.skipped_extensions(log_lines)),
         # a build with no CUDA module compiles for no arch, whatever the environment says
-        arch_list=compiled.env.get("TORCH_CUDA_ARCH_LIST") if any(module_map.module(m).cuda for m in inputs.expected) else None,
+        arch_list=compiled.env.get("TORCH_CUDA_ARCH_LIST")
+        if any(module_map.module(m).cuda for m in inputs.expected)
+        else None,
         versions=Versions.from_json({k: v for k, v in tools.versions.items() if k != "nvcc_path"}),
         parallelism=Parallelism.from_json(compiled.parallelism),
-        build=BuildStats.from_json({
-            "started_at": started.isoformat(timespec="seconds"),
-            **stats,
-            "peak_rss_method": "summed RSS of the pip process tree sampled from /proc every 0.5 s "
-            "(peak_rss_single_process_mb: getrusage ru_maxrss of the largest child)",
-            "host": socket.gethostname(),
-            "cores": cores,
-            "wheel": compiled.wheel.name,
-            "wheel_sha256": sha256_of(compiled.wheel),
-            "log": LOG_NAME,
-            "ccache": compiled.ccache,
-            "naive_recipe": bool(request.naive),
-            "cuda_from_pypi": tools.cuda_from_pypi,
-            "timing": build_timing.compile_timing(inputs.src / "build", stats, cores,
-                                                  int(compiled.parallelism["nvcc_threads"]),
-                                                  request.out_dir / build_timing.TIMES_NAME),
-        }),
+        build=BuildStats.from_json(
+            {
+                "started_at": started.isoformat(timespec="seconds"),
+                **stats,
+                "peak_rss_method": "summed RSS of the pip process tree sampled from /proc every 0.5 s "
+                "(peak_rss_single_process_mb: getrusage ru_maxrss of the largest child)",
+                "host": socket.gethostname(),
+                "cores": cores,
+                "wheel": compiled.wheel.name,
+                "wheel_sha256": sha256_of(compiled.wheel),
+                "log": LOG_NAME,
+                "ccache": compiled.ccache,
+                "naive_recipe": bool(request.naive),
+                "cuda_from_pypi": tools.cuda_from_pypi,
+                "timing": build_timing.compile_timing(
+                    inputs.src / "build",
+                    stats,
+                    cores,
+                    int(compiled.parallelism["nvcc_threads"]),
+                    request.out_dir / build_timing.TIMES_NAME,
+                ),
+            }
+        ),
         cell=given.cell,
         inputs={
             "base_image": given.base_image,
@@ -390,5 +491,7 @@ def _manifest(request: BuildRequest, inputs: BuildInputs, tools: BuildTools, com
     )
 
 
-if __name__ == "__main__":  # the Dockerfile's apex-build stage; build.py wheel calls main() under the same rules
+if (
+    __name__ == "__main__"
+):  # the Dockerfile's apex-build stage; build.py wheel calls main() under the same rules
     raise SystemExit(entry_point.run("apex-builder", main))

@@ -28,7 +28,9 @@ _SWITCH = re.compile(r"""["'](--[a-z0-9_]+)["']""")
 _ARGV_TEST = re.compile(r"""["']--(?:cpp|cuda)_ext["']\s+in\s+sys\.argv""")
 # CUDAExtension(name="amp_C", ...), CppExtension("apex_C", [...]), name='permutation_search_cuda'
 _MODULE = re.compile(r"""(?:\bname\s*=\s*|\b(?:Cpp|CUDA)?Extension\(\s*)["']([A-Za-z_][A-Za-z0-9_]*)["']""")
-_COMPUTE = re.compile(r"compute_[0-9]+")  # nvcc's names (verify.runtime.values.Arch.from_nvcc_name reads them)
+_COMPUTE = re.compile(
+    r"compute_[0-9]+"
+)  # nvcc's names (verify.runtime.values.Arch.from_nvcc_name reads them)
 _ARCH_LOOP = re.compile(r"for\s+(\w+)\s+in\s+\[([\d,\s]+)\]")
 # setup.py's own helpers, not extensions
 _NOT_MODULES = {"apex", "_nccl_version_getter"}
@@ -98,7 +100,9 @@ def _top_level_blocks(lines: list[str]) -> list[tuple[int, int]]:
     while i < len(lines):
         if lines[i].startswith("if "):
             j = i + 1
-            while j < len(lines) and (not lines[j].strip() or lines[j][0] in " \t#" or lines[j].startswith(("elif", "else"))):
+            while j < len(lines) and (
+                not lines[j].strip() or lines[j][0] in " \t#" or lines[j].startswith(("elif", "else"))
+            ):
                 j += 1
             spans.append((i, j))
             i = j
@@ -151,7 +155,10 @@ def read(src: Path) -> SetupPy:
         if argv_line:
             style, evidence = ARGV, f"{path} line {argv_line} reads '--cpp_ext'/'--cuda_ext' from sys.argv"
         else:
-            style, evidence = UNKNOWN, f"{path} has no ENV_TO_FLAG and never tests '--cpp_ext' or '--cuda_ext' in sys.argv"
+            style, evidence = (
+                UNKNOWN,
+                f"{path} has no ENV_TO_FLAG and never tests '--cpp_ext' or '--cuda_ext' in sys.argv",
+            )
     blocks = []
     for start, end in _top_level_blocks(lines):
         switches = tuple(dict.fromkeys(_SWITCH.findall(lines[start])))
@@ -179,8 +186,11 @@ def flag_switches(setup: SetupPy, flags: dict[str, str]) -> list[str]:
     switches: list[str] = []
     for flag in flags:
         if flag == module_map.contrib_all_flag():
-            switches += [module_map.switch_for(f) for f in module_map.known_flags()
-                         if f not in core and f != flag and setup.speaks(f, module_map.switch_for(f))]
+            switches += [
+                module_map.switch_for(f)
+                for f in module_map.known_flags()
+                if f not in core and f != flag and setup.speaks(f, module_map.switch_for(f))
+            ]
         else:
             switches.append(module_map.switch_for(flag))
     return list(dict.fromkeys(switches))
@@ -196,18 +206,24 @@ def check_flags(setup: SetupPy, flags: dict[str, str], src: Path) -> None:
             continue
         mods = [m for m in module_map.modules() if m.flag == flag]
         history = "; ".join(
-            f"{m.name}: " + (f"first in tag {m.since}" if m.since else "") + (
-                f"{', ' if m.since else ''}last in tag {m.until}, removed in {m.removed}" if m.until else "")
-            for m in mods if m.since or m.until
+            f"{m.name}: "
+            + (f"first in tag {m.since}" if m.since else "")
+            + (f"{', ' if m.since else ''}last in tag {m.until}, removed in {m.removed}" if m.until else "")
+            for m in mods
+            if m.since or m.until
         )
-        spoken = f"ENV_TO_FLAG has no {flag}" if setup.style == ENV else f"no block tests {switch!r} in sys.argv"
+        spoken = (
+            f"ENV_TO_FLAG has no {flag}" if setup.style == ENV else f"no block tests {switch!r} in sys.argv"
+        )
         raise UsageError(
             f"{flag} ({switch}): Apex at --apex-src {src} cannot build it: its setup.py reads {describe(setup)} and "
             f"{spoken}{f' ({history})' if history else ''}; drop it from --flags/--extras or use an Apex ref that has it"
         )
 
 
-def check_archs(setup: SetupPy, switches: list[str], supported: set[str], nvcc_release: str, src: Path) -> None:
+def check_archs(
+    setup: SetupPy, switches: list[str], supported: set[str], nvcc_release: str, src: Path
+) -> None:
     """Refuse (exit 2) a build whose setup.py hard-codes a GPU arch this nvcc no longer compiles: nvcc would
     stop with "Unsupported gpu architecture" minutes into the build."""
     for switch in switches:
@@ -226,7 +242,9 @@ def check_archs(setup: SetupPy, switches: list[str], supported: set[str], nvcc_r
 
 
 def describe(setup: SetupPy) -> str:
-    return {ENV: "APEX_* environment variables", ARGV: "argv switches"}.get(setup.style, "no known flag style")
+    return {ENV: "APEX_* environment variables", ARGV: "argv switches"}.get(
+        setup.style, "no known flag style"
+    )
 
 
 def check_style(setup: SetupPy, src: Path) -> None:
@@ -238,7 +256,9 @@ def check_style(setup: SetupPy, src: Path) -> None:
         )
 
 
-def pip_options(setup: SetupPy, switches: list[str], parallel: int, compression: str = "deflated") -> list[str]:
+def pip_options(
+    setup: SetupPy, switches: list[str], parallel: int, compression: str = "deflated"
+) -> list[str]:
     """pip wheel options that hand the switches to setup.py: none for the env style (the variables do it);
     for the argv style `--config-settings=--build-option=SWITCH`, one setting per switch (pip >= 23.1 keeps
     repeated keys as a list, which setuptools appends to `setup.py bdist_wheel`). `--parallel N` goes the
@@ -247,11 +267,16 @@ def pip_options(setup: SetupPy, switches: list[str], parallel: int, compression:
     rebuild: 157 MB of .so deflated to 43 MB; reports/h200-2026-12-01-buildspeed-i16)."""
     options: list[str] = []
     if setup.style == ARGV or compression != "deflated":
-        options.append("--use-pep517")  # tags before 23.07 have no pyproject.toml: config settings need PEP 517
+        options.append(
+            "--use-pep517"
+        )  # tags before 23.07 have no pyproject.toml: config settings need PEP 517
     if setup.style == ARGV:
         options += [f"--config-settings=--build-option={switch}" for switch in switches]
     if setup.parallel == ARGV and parallel > 1:
-        options += ["--config-settings=--build-option=--parallel", f"--config-settings=--build-option={parallel}"]
+        options += [
+            "--config-settings=--build-option=--parallel",
+            f"--config-settings=--build-option={parallel}",
+        ]
     if compression != "deflated":
         options.append(f"--config-settings=--build-option=--compression={compression}")
     return options

@@ -26,13 +26,24 @@ class BuildInputs:
     src: Path
     setup: apex_setup.SetupPy
     flags: dict[str, str]
-    archs: tuple[str, ...] | None  # None: no TORCH_CUDA_ARCH_LIST (a Python-only build, or --naive without --archs)
+    archs: (
+        tuple[str, ...] | None
+    )  # None: no TORCH_CUDA_ARCH_LIST (a Python-only build, or --naive without --archs)
 
     @classmethod
-    def of(cls, src: Path, flags: dict[str, str], archs: list[str] | tuple[str, ...] | None = None,
-           setup: apex_setup.SetupPy | None = None) -> BuildInputs:
-        return cls(src=src, setup=setup or apex_setup.read(src), flags=dict(flags),
-                   archs=tuple(archs) if archs else None)
+    def of(
+        cls,
+        src: Path,
+        flags: dict[str, str],
+        archs: list[str] | tuple[str, ...] | None = None,
+        setup: apex_setup.SetupPy | None = None,
+    ) -> BuildInputs:
+        return cls(
+            src=src,
+            setup=setup or apex_setup.read(src),
+            flags=dict(flags),
+            archs=tuple(archs) if archs else None,
+        )
 
     @property
     def expected(self) -> list[str]:
@@ -58,8 +69,11 @@ def resolve(request: BuildRequest) -> BuildInputs:
     apex_setup.check_flags(setup, flags, src)
     expected, _ = expected_modules(setup, flags)
     needs_cuda = any(module_map.module(m).cuda for m in expected)
-    for name, value in (("--jobs", request.jobs), ("--nvcc-threads", request.nvcc_threads),
-                        ("--memory-gib", request.memory_gib)):
+    for name, value in (
+        ("--jobs", request.jobs),
+        ("--nvcc-threads", request.nvcc_threads),
+        ("--memory-gib", request.memory_gib),
+    ):
         if value is not None and not value >= 1:
             raise UsageError(f"{name} {value}: must be 1 or more")
     arch_text = request.archs or os.environ.get("TORCH_CUDA_ARCH_LIST")
@@ -130,7 +144,6 @@ def check_apex_source(src: Path) -> None:
         raise UsageError(f"--apex-src {src}: {bad}") from None
 
 
-
 def expected_modules(setup: apex_setup.SetupPy, flags: dict[str, str]) -> tuple[list[str], list[str]]:
     """(modules the flags build at this ref, modules of those flags that this setup.py does not have):
     older tags lack some core modules (fused_rotary_positional_embedding is there from 24.02)."""
@@ -139,5 +152,3 @@ def expected_modules(setup: apex_setup.SetupPy, flags: dict[str, str]) -> tuple[
     for name in module_map.modules_for_flags(flags):
         (expected if name in setup.modules(module_map.module(name).switch) else absent).append(name)
     return expected, absent
-
-

@@ -122,24 +122,32 @@ def _first_line(log_lines: list[str], needle: str) -> int | None:
     return next((i for i, line in enumerate(log_lines, 1) if needle in line), None)
 
 
-def nothing_built_cause(style: str, evidence: str, passed: str, log_lines: list[str], log_path: str | Path) -> str:
+def nothing_built_cause(
+    style: str, evidence: str, passed: str, log_lines: list[str], log_path: str | Path
+) -> str:
     """Why no expected module is in the wheel, from the flag style and the log: names how the switches were
     passed and whether setup.py ever compiled (`running build_ext`)."""
-    said = {"argv": "reads argv switches", "env": "reads APEX_* environment variables"}.get(style, "speaks no known flag style")
+    said = {"argv": "reads argv switches", "env": "reads APEX_* environment variables"}.get(
+        style, "speaks no known flag style"
+    )
     build_ext = _first_line(log_lines, "running build_ext")
     pip_line = _first_line(log_lines, "$ ") or 1
     if build_ext is None:
-        seen = ("the switches never reached it: pip >= 23.1 and setuptools >= 64 forward --config-settings "
-                "--build-option to `setup.py bdist_wheel`" if style == "argv" else
-                "it did not act on the variables: look for its '[apex] Detected APEX_...' lines")
+        seen = (
+            "the switches never reached it: pip >= 23.1 and setuptools >= 64 forward --config-settings "
+            "--build-option to `setup.py bdist_wheel`"
+            if style == "argv"
+            else "it did not act on the variables: look for its '[apex] Detected APEX_...' lines"
+        )
         what = f"setup.py compiled nothing (no 'running build_ext' in {log_path}): {seen}; the pip command is log line {pip_line}"
     else:
         what = f"setup.py ran build_ext (log line {build_ext} of {log_path}) yet built none of them"
     return f"setup.py at this ref {said} ({evidence}); the builder passed {passed}; {what}"
 
 
-def gate_report(missing: list[MissingModule], expected: list[str], cause: str, log_path: str | Path,
-                level: str) -> str:
+def gate_report(
+    missing: list[MissingModule], expected: list[str], cause: str, log_path: str | Path, level: str
+) -> str:
     """The gate's verdict as one block, each line once: a headline (with the cause when nothing at all was
     built), then one line per missing module."""
     if not missing:

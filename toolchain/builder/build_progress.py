@@ -56,9 +56,15 @@ class Snapshot:
 
     def line(self) -> str:
         slowest = f" (slowest: {self.slowest}, {self.slowest_s:.0f} s)" if self.slowest else ""
-        left = f", about {_minutes(self.left_s)} left" if self.left_s is not None else ", estimate after the first unit"
-        return (f"progress: {self.done}/{self.total} nvcc units done, {self.in_flight} in flight{slowest}; "
-                f"{_minutes(self.elapsed_s)} so far{left}")
+        left = (
+            f", about {_minutes(self.left_s)} left"
+            if self.left_s is not None
+            else ", estimate after the first unit"
+        )
+        return (
+            f"progress: {self.done}/{self.total} nvcc units done, {self.in_flight} in flight{slowest}; "
+            f"{_minutes(self.elapsed_s)} so far{left}"
+        )
 
 
 def _minutes(seconds: float) -> str:
@@ -77,17 +83,37 @@ def snapshot(costs: dict[str, float], times_path: Path, started_at: float, now: 
     left_cost = sum(c for k, c in costs.items() if k not in ended)
     elapsed = now - started_at
     left = elapsed * left_cost / done_cost if done_cost > 0 else None
-    return Snapshot(done=len(ended), total=total, in_flight=len(flying), slowest=slowest,
-                    slowest_s=flying.get(slowest, 0.0) if slowest else 0.0, elapsed_s=elapsed, left_s=left)
+    return Snapshot(
+        done=len(ended),
+        total=total,
+        in_flight=len(flying),
+        slowest=slowest,
+        slowest_s=flying.get(slowest, 0.0) if slowest else 0.0,
+        elapsed_s=elapsed,
+        left_s=left,
+    )
 
 
 class Reporter:
     """Prints a snapshot every `interval_s` from a thread until stopped (a context manager)."""
 
-    def __init__(self, costs: dict[str, float], times_path: Path, say: Callable[[str], None], *,
-                 interval_s: float = INTERVAL_S, clock: Callable[[], float] = time.time,
-                 wait: Callable[[float], bool] | None = None) -> None:
-        self._costs, self._times, self._say, self._interval, self._clock = costs, times_path, say, interval_s, clock
+    def __init__(
+        self,
+        costs: dict[str, float],
+        times_path: Path,
+        say: Callable[[str], None],
+        *,
+        interval_s: float = INTERVAL_S,
+        clock: Callable[[], float] = time.time,
+        wait: Callable[[float], bool] | None = None,
+    ) -> None:
+        self._costs, self._times, self._say, self._interval, self._clock = (
+            costs,
+            times_path,
+            say,
+            interval_s,
+            clock,
+        )
         self._stop = threading.Event()
         self._wait = wait or self._stop.wait  # returns True when stopped
         self._thread = threading.Thread(target=self._run, name="apex-build-progress", daemon=True)

@@ -106,8 +106,9 @@ def measured_gib_per_thread(manifest_path: Path) -> tuple[float | None, str]:
     hits = stats.get("direct_cache_hit", 0) + stats.get("preprocessed_cache_hit", 0)
     if hits > stats.get("cache_miss", 0) or not 0.1 <= value <= 64:
         return None, ""
-    return round(value * 1.25, 2), f"per-thread memory {value} GiB measured by the cold build in {manifest_path} (+25%)"
-
+    return round(
+        value * 1.25, 2
+    ), f"per-thread memory {value} GiB measured by the cold build in {manifest_path} (+25%)"
 
 
 def timing_line(build: Mapping[str, Any]) -> str:
@@ -116,9 +117,9 @@ def timing_line(build: Mapping[str, Any]) -> str:
     bound = timing.get("lower_bound")
     if not bound:
         return f"wall {build['wall_s']} s; lower bound unknown: {timing.get('note', 'no timing')}"
-    return (f"wall {build['wall_s']} s / lower bound {bound['lower_bound_s']} s = {bound['wall_over_bound']} "
-            f"(chain {bound['chain_s']} s: {bound['chain_unit']} + link; work {bound['work_s']} s: "
-            f"{bound['work_from']}; {len(timing['units'])} units, at most {timing['in_flight']['peak_units']} "
-            f"in flight, {timing['in_flight']['mean_units']} on average)")
-
-
+    return (
+        f"wall {build['wall_s']} s / lower bound {bound['lower_bound_s']} s = {bound['wall_over_bound']} "
+        f"(chain {bound['chain_s']} s: {bound['chain_unit']} + link; work {bound['work_s']} s: "
+        f"{bound['work_from']}; {len(timing['units'])} units, at most {timing['in_flight']['peak_units']} "
+        f"in flight, {timing['in_flight']['mean_units']} on average)"
+    )

@@ -37,12 +37,16 @@ class BuildTools:
         return self.versions["nvcc_path"]
 
 
-def check(request: BuildRequest, inputs: BuildInputs, env: Mapping[str, str], say: Callable[[str], None]) -> BuildTools:
+def check(
+    request: BuildRequest, inputs: BuildInputs, env: Mapping[str, str], say: Callable[[str], None]
+) -> BuildTools:
     """The toolchain for this request: an index CUDA where one is needed (the tools' env step then points
     CUDA_HOME at it), torch/nvcc/archs/packages checked, argv passing and setup.py's hard-coded archs checked."""
     pypi = pypi_cuda(request.cuda_from_pypi, request.cuda_prefix, say)
-    step = EnvStep.of("cuda from the index", {"CUDA_HOME": str(pypi.home),
-                                              "PATH": path_first(env, str(pypi.home / "bin"))} if pypi else None)
+    step = EnvStep.of(
+        "cuda from the index",
+        {"CUDA_HOME": str(pypi.home), "PATH": path_first(env, str(pypi.home / "bin"))} if pypi else None,
+    )
     versions = check_build_tools(step.applied(env), inputs.archs, str(pypi.home) if pypi else None)
     versions["nvcc_source"] = "pypi" if pypi else "system"
     if pypi:
@@ -50,8 +54,13 @@ def check(request: BuildRequest, inputs: BuildInputs, env: Mapping[str, str], sa
     if inputs.setup.style == apex_setup.ARGV:
         check_argv_passing()
     if not request.ignore_hardcoded_archs:
-        apex_setup.check_archs(inputs.setup, inputs.switches, nvcc_archs(Path(versions["nvcc_path"])),
-                               versions["nvcc"].rsplit(".", 1)[0], inputs.src)
+        apex_setup.check_archs(
+            inputs.setup,
+            inputs.switches,
+            nvcc_archs(Path(versions["nvcc_path"])),
+            versions["nvcc"].rsplit(".", 1)[0],
+            inputs.src,
+        )
     return BuildTools(versions=versions, cuda_from_pypi=pypi.manifest() if pypi else None, env=step)
 
 
@@ -79,7 +88,9 @@ def nvcc_version(nvcc: Path) -> tuple[str, str]:
     try:
         out = _run([str(nvcc), "--version"])
     except (subprocess.CalledProcessError, OSError) as error:
-        raise EnvironmentUnavailable(f"{nvcc} --version failed ({error}); check the CUDA toolkit install") from None
+        raise EnvironmentUnavailable(
+            f"{nvcc} --version failed ({error}); check the CUDA toolkit install"
+        ) from None
     release = re.search(r"release (\d+\.\d+)", out)
     full = re.search(r"V(\d+\.\d+\.\d+)", out)
     if not release:
@@ -100,16 +111,29 @@ def nvcc_compiles(nvcc: Path, env: dict[str, str]) -> None:
         source, obj = Path(work) / "probe.cu", Path(work) / "probe.o"
         source.write_text("__global__ void apex_toolchain_probe() {}\n")
         try:
-            done = subprocess.run([str(nvcc), "-c", str(source), "-o", str(obj)], capture_output=True, text=True,
-                                  errors="replace", env=env, cwd=work, timeout=NVCC_PROBE_TIMEOUT_S)
+            done = subprocess.run(
+                [str(nvcc), "-c", str(source), "-o", str(obj)],
+                capture_output=True,
+                text=True,
+                errors="replace",
+                env=env,
+                cwd=work,
+                timeout=NVCC_PROBE_TIMEOUT_S,
+            )
         except (OSError, subprocess.TimeoutExpired) as error:
-            raise EnvironmentUnavailable(f"{nvcc} cannot compile a one-line kernel ({type(error).__name__}: {error}); "
-                                         "check the CUDA toolkit install (CUDA_HOME) and its host compiler") from None
+            raise EnvironmentUnavailable(
+                f"{nvcc} cannot compile a one-line kernel ({type(error).__name__}: {error}); "
+                "check the CUDA toolkit install (CUDA_HOME) and its host compiler"
+            ) from None
         if done.returncode != 0 or not obj.is_file() or obj.stat().st_size == 0:
-            said = " | ".join(line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip())[-400:]
+            said = " | ".join(
+                line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()
+            )[-400:]
             what = f"exit {done.returncode}" if done.returncode else "exit 0 but no object file"
-            raise EnvironmentUnavailable(f"{nvcc} cannot compile a one-line kernel ({what}{': ' + said if said else ''}); "
-                                         "check the CUDA toolkit install (CUDA_HOME) and its host compiler")
+            raise EnvironmentUnavailable(
+                f"{nvcc} cannot compile a one-line kernel ({what}{': ' + said if said else ''}); "
+                "check the CUDA toolkit install (CUDA_HOME) and its host compiler"
+            )
 
 
 def nvcc_archs(nvcc: Path) -> set[str]:
@@ -118,7 +142,9 @@ def nvcc_archs(nvcc: Path) -> set[str]:
         out = _run([str(nvcc), "--list-gpu-arch"])
     except (subprocess.CalledProcessError, OSError):
         return set()  # nvcc older than 11.0 has no --list-gpu-arch: let nvcc itself judge
-    return {arch.number for arch in filter(None, map(Arch.from_nvcc_name, re.findall(r"compute_[0-9]+", out)))}
+    return {
+        arch.number for arch in filter(None, map(Arch.from_nvcc_name, re.findall(r"compute_[0-9]+", out)))
+    }
 
 
 def torch_info() -> dict:
@@ -205,7 +231,6 @@ def check_build_tools(env: dict[str, str], archs: Sequence[str] | None, cuda_hom
     }
 
 
-
 def pypi_cuda(mode: str, prefix: Path | None, say: Callable[[str], None]) -> cuda_from_pypi.PypiCuda | None:
     """A CUDA_HOME from the package index when asked (--cuda-from-pypi) or when torch is a CUDA build and
     the system nvcc is missing or another CUDA (said on stdout); `check` makes it the build's CUDA_HOME."""
@@ -256,5 +281,3 @@ def check_argv_passing() -> None:
                 f"{package} {have} in {sys.executable} {why}, so an Apex tree that reads argv switches would build "
                 f"without them; {sys.executable} -m pip install '{package}>={'.'.join(map(str, minimum))}'",
             )
-
-

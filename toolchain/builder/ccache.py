@@ -67,11 +67,11 @@ def ccache_env(
 def ccache_stats(env: dict[str, str]) -> dict[str, int]:
     """Hits and misses from `ccache --print-stats` (ccache >= 4.4); {} when unavailable."""
     try:
-        out = subprocess.run(["ccache", "--print-stats"], check=True, capture_output=True, text=True,
-                             env=env).stdout
+        out = subprocess.run(
+            ["ccache", "--print-stats"], check=True, capture_output=True, text=True, env=env
+        ).stdout
     except (subprocess.CalledProcessError, OSError):
         return {}
     stats = dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
     keys = ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")
     return {k: int(stats[k]) for k in keys if stats.get(k, "").isdigit()}
-

@@ -28,8 +28,14 @@ from pathlib import Path
 from toolchain.errors import BuildFailed, EnvironmentUnavailable, UsageError
 
 # toolchain/data/, also from a stage folder below toolchain/ (the module may move there)
-FACTS_PATH = next((d / "data" / "cuda_wheels.json" for d in Path(__file__).resolve().parents[:2]
-                   if (d / "data" / "cuda_wheels.json").is_file()), Path(__file__).resolve().parent / "data" / "cuda_wheels.json")
+FACTS_PATH = next(
+    (
+        d / "data" / "cuda_wheels.json"
+        for d in Path(__file__).resolve().parents[:2]
+        if (d / "data" / "cuda_wheels.json").is_file()
+    ),
+    Path(__file__).resolve().parent / "data" / "cuda_wheels.json",
+)
 RECORD_NAME = "wheels.json"
 
 
@@ -136,8 +142,10 @@ def reason_needed(nvcc_release: str | None, nvcc_path: str | None, torch_cuda: s
     if nvcc_release is None:
         return f"no nvcc found ({nvcc_path}); using CUDA {torch_cuda} from the package index"
     if nvcc_release != torch_cuda:
-        return (f"nvcc {nvcc_release} ({nvcc_path}) does not match torch's CUDA {torch_cuda}; "
-                f"using CUDA {torch_cuda} from the package index instead")
+        return (
+            f"nvcc {nvcc_release} ({nvcc_path}) does not match torch's CUDA {torch_cuda}; "
+            f"using CUDA {torch_cuda} from the package index instead"
+        )
     return None
 
 
@@ -155,13 +163,20 @@ def assemble(cuda: str, prefix: Path, reason: str, say=print) -> PypiCuda:
     for name, what, origin in rows:
         version = what if origin == "torch" else versions[name].version if name in versions else None
         if version is None:
-            raise BuildFailed(f"--cuda-from-pypi: {name} is missing from {root / 'site'} after pip install; remove {root} and retry")
+            raise BuildFailed(
+                f"--cuda-from-pypi: {name} is missing from {root / 'site'} after pip install; remove {root} and retry"
+            )
         wheels.append(CudaWheel(name, version, origin))
     home = root / "cuda"
     if not (home / "bin" / "nvcc").exists():
-        _link_home(home, [root / "site"], site, [w.name for w in wheels if w.origin == "torch"], installed(site))
-    say(f"CUDA from the package index: CUDA_HOME={home} ("
-        + ", ".join(f"{w.name} {w.version}{' (torch)' if w.origin == 'torch' else ''}" for w in wheels) + ")")
+        _link_home(
+            home, [root / "site"], site, [w.name for w in wheels if w.origin == "torch"], installed(site)
+        )
+    say(
+        f"CUDA from the package index: CUDA_HOME={home} ("
+        + ", ".join(f"{w.name} {w.version}{' (torch)' if w.origin == 'torch' else ''}" for w in wheels)
+        + ")"
+    )
     return PypiCuda(major_minor, home, tuple(wheels), reason)
 
 
@@ -185,8 +200,18 @@ def _install(root: Path, requirements: list[str], say) -> None:
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
     try:
-        cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-               "--target", str(staging / "site"), *requirements]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "--target",
+            str(staging / "site"),
+            *requirements,
+        ]
         say("installing CUDA wheels: " + " ".join(requirements))
         # pip's own temporary folders (unpacked wheels: ~300 MB) inside the staging folder, which this
         # `finally` removes: a pip killed by a signal cannot leave them in /tmp
@@ -194,8 +219,11 @@ def _install(root: Path, requirements: list[str], say) -> None:
         env = {**os.environ, "TMPDIR": str(staging / "tmp")}
         done = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env)
         if done.returncode != 0:
-            tail = " | ".join(line for line in done.stderr.splitlines() if line.strip()
-                              and not line.startswith("WARNING: Location"))[-600:]
+            tail = " | ".join(
+                line
+                for line in done.stderr.splitlines()
+                if line.strip() and not line.startswith("WARNING: Location")
+            )[-600:]
             raise EnvironmentUnavailable(
                 f"--cuda-from-pypi: pip could not install {' '.join(requirements)} (exit {done.returncode}: {tail}); "
                 "reach a package index that has NVIDIA's CUDA wheels (PIP_INDEX_URL) or install the CUDA toolkit and set CUDA_HOME",
@@ -209,7 +237,9 @@ def _install(root: Path, requirements: list[str], say) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _component_roots(site: Path, dists: dict[str, importlib.metadata.Distribution], names: list[str]) -> list[Path]:
+def _component_roots(
+    site: Path, dists: dict[str, importlib.metadata.Distribution], names: list[str]
+) -> list[Path]:
     """nvidia/<component> folders the named wheels install into (cu13: one shared nvidia/cu13)."""
     roots: list[Path] = []
     for name in names:
@@ -220,8 +250,13 @@ def _component_roots(site: Path, dists: dict[str, importlib.metadata.Distributio
     return roots
 
 
-def _link_home(home: Path, prefix_sites: list[Path], site: Path, torch_names: list[str],
-               torch_dists: dict[str, importlib.metadata.Distribution]) -> None:
+def _link_home(
+    home: Path,
+    prefix_sites: list[Path],
+    site: Path,
+    torch_names: list[str],
+    torch_dists: dict[str, importlib.metadata.Distribution],
+) -> None:
     """One CUDA_HOME of symlinks: the prefix's components first, then torch's; lib -> lib64 (where
     cpp_extension looks) with unversioned .so links for the linker (the wheels ship libcudart.so.13 only)."""
     staging = home.with_name(home.name + ".tmp")

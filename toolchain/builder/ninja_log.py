@@ -183,7 +183,9 @@ def lower_bound(
     if all_units:
         slow = max(all_units, key=lambda u: alone(u) + links_s.get(u.extension, 0.0))
         chain, chain_unit = alone(slow) + links_s.get(slow.extension, 0.0), unit_key(slow)
-        chain_from = "its CPU seconds / its nvcc threads" if unit_key(slow) in floors_s else "its wall in this build"
+        chain_from = (
+            "its CPU seconds / its nvcc threads" if unit_key(slow) in floors_s else "its wall in this build"
+        )
     else:
         chain, chain_unit, chain_from = max(links_s.values(), default=0.0), "-", "no units"
     if cpu_s is not None:

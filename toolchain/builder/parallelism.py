@@ -180,7 +180,11 @@ def unit_gib(threads: int, gib_per_thread: float | None = None) -> float:
 
 
 def all_in_flight(
-    res: HostResources, *, n_archs: int, n_extensions: int, gib_per_thread: float | None = None,
+    res: HostResources,
+    *,
+    n_archs: int,
+    n_extensions: int,
+    gib_per_thread: float | None = None,
     scheduled_extra_threads: int | None = None,
 ) -> tuple[int, int, int, str] | None:
     """(MAX_JOBS, APEX_PARALLEL_BUILD, nvcc threads, why) that start every unit at once; None where even
@@ -197,15 +201,19 @@ def all_in_flight(
         peak = units * unit_gib(1, gib_per_thread) + scheduled_extra_threads * per_thread
         if peak > budget:
             return None
-        why = (f"every extension at once, MAX_JOBS = amp_C's {LARGEST_EXTENSION_UNITS} units: ~{units} units in "
-               f"flight, ranked by the unit schedule; --threads 1 for the bulk, {scheduled_extra_threads} more "
-               f"threads for the costliest units: modelled {peak:.0f} GiB of {budget:.0f}")
+        why = (
+            f"every extension at once, MAX_JOBS = amp_C's {LARGEST_EXTENSION_UNITS} units: ~{units} units in "
+            f"flight, ranked by the unit schedule; --threads 1 for the bulk, {scheduled_extra_threads} more "
+            f"threads for the costliest units: modelled {peak:.0f} GiB of {budget:.0f}"
+        )
         return LARGEST_EXTENSION_UNITS, n_extensions, 1, why
     top = max(1, min(n_archs, MAX_NVCC_THREADS))
     threads = max(t for t in range(1, top + 1) if units * unit_gib(t, gib_per_thread) <= budget)
-    why = (f"every extension at once, MAX_JOBS = amp_C's {LARGEST_EXTENSION_UNITS} units: ~{units} units in flight, "
-           f"the slowest from the start; --threads {threads} is the most of {top} whose modelled peak fits "
-           f"{budget:.0f} GiB")
+    why = (
+        f"every extension at once, MAX_JOBS = amp_C's {LARGEST_EXTENSION_UNITS} units: ~{units} units in flight, "
+        f"the slowest from the start; --threads {threads} is the most of {top} whose modelled peak fits "
+        f"{budget:.0f} GiB"
+    )
     return LARGEST_EXTENSION_UNITS, n_extensions, threads, why
 
 
@@ -225,33 +233,55 @@ def plan(
     NVCC_APPEND_FLAGS from `env`, then the memory-and-cores rule. Raises ValueError on bad env values."""
     env = dict(os.environ if env is None else env)
     fits = max(1, math.floor(res.mem_available_gib * MEMORY_FRACTION / GIB_PER_COMPILE))
-    overridden = jobs is not None or nvcc_threads is not None or any(
-        env.get(k, "").strip() for k in ("MAX_JOBS", "APEX_PARALLEL_BUILD")) or env_nvcc_threads(env) is not None
+    overridden = (
+        jobs is not None
+        or nvcc_threads is not None
+        or any(env.get(k, "").strip() for k in ("MAX_JOBS", "APEX_PARALLEL_BUILD"))
+        or env_nvcc_threads(env) is not None
+    )
     why = _host_reasons(res, fits, overridden, gib_per_thread)
     slots = _slots(res, jobs, fits, overridden, why)
     threads, threads_from = _nvcc_threads(nvcc_threads, env, n_archs, slots)
     sized_here = jobs is None and nvcc_threads is None and env_nvcc_threads(env) is None
-    split = _split(res, env, threads=threads, threads_from=threads_from, per_thread=max(1, slots // threads),
-                   n_archs=n_archs, n_extensions=n_extensions, sized_here=sized_here, gib_per_thread=gib_per_thread,
-                   gib_from=gib_from, scheduled_extra_threads=scheduled_extra_threads)
+    split = _split(
+        res,
+        env,
+        threads=threads,
+        threads_from=threads_from,
+        per_thread=max(1, slots // threads),
+        n_archs=n_archs,
+        n_extensions=n_extensions,
+        sized_here=sized_here,
+        gib_per_thread=gib_per_thread,
+        gib_from=gib_from,
+        scheduled_extra_threads=scheduled_extra_threads,
+    )
     why.append(
         f"nvcc --threads {split.threads} ({split.threads_from}); MAX_JOBS={split.max_jobs} x "
         f"APEX_PARALLEL_BUILD={split.parallel} ({split.split_from})"
     )
     why += _peak_reasons(res, split, gib_per_thread)
-    return Plan(max_jobs=split.max_jobs, nvcc_threads=split.threads, apex_parallel_build=split.parallel,
-                reason="; ".join(why), scheduled=split.scheduled)
+    return Plan(
+        max_jobs=split.max_jobs,
+        nvcc_threads=split.threads,
+        apex_parallel_build=split.parallel,
+        reason="; ".join(why),
+        scheduled=split.scheduled,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class _Split:
     """How the compile slots split into ninja jobs x extensions side by side, and why."""
+
     max_jobs: int
     parallel: int
     split_from: str
     threads: int
     threads_from: str
-    extra_threads: int = 0  # the unit schedule's threads above --threads, where the all-in-flight rule counted them
+    extra_threads: int = (
+        0  # the unit schedule's threads above --threads, where the all-in-flight rule counted them
+    )
     scheduled: bool = False
 
 
@@ -261,9 +291,12 @@ def _host_reasons(res: HostResources, fits: int, overridden: bool, gib_per_threa
         f"{res.cores} cores (affinity {res.cpus_affinity}, cgroup quota "
         f"{'none' if res.cpu_quota is None else f'{res.cpu_quota:g}'})",
         f"{res.mem_available_gib:.1f} GiB available ({res.mem_source})"
-        + (f": {fits} compiles of ~{GIB_PER_COMPILE} GiB fit in {int(MEMORY_FRACTION * 100)}%" if overridden else
-           f": per unit {GIB_PER_UNIT_HOST} GiB + {gib_per_thread or GIB_PER_NVCC_THREAD:.2f} GiB per nvcc thread "
-           f"must fit in {int(MEMORY_FRACTION * 100)}%"),
+        + (
+            f": {fits} compiles of ~{GIB_PER_COMPILE} GiB fit in {int(MEMORY_FRACTION * 100)}%"
+            if overridden
+            else f": per unit {GIB_PER_UNIT_HOST} GiB + {gib_per_thread or GIB_PER_NVCC_THREAD:.2f} GiB per nvcc thread "
+            f"must fit in {int(MEMORY_FRACTION * 100)}%"
+        ),
     ]
 
 
@@ -289,9 +322,20 @@ def _nvcc_threads(nvcc_threads: int | None, env: dict[str, str], n_archs: int, s
     return max(1, min(n_archs, MAX_NVCC_THREADS, slots)), f"{n_archs} arch(s)"
 
 
-def _split(res: HostResources, env: dict[str, str], *, threads: int, threads_from: str, per_thread: int,
-           n_archs: int, n_extensions: int, sized_here: bool, gib_per_thread: float | None, gib_from: str,
-           scheduled_extra_threads: int | None) -> _Split:
+def _split(
+    res: HostResources,
+    env: dict[str, str],
+    *,
+    threads: int,
+    threads_from: str,
+    per_thread: int,
+    n_archs: int,
+    n_extensions: int,
+    sized_here: bool,
+    gib_per_thread: float | None,
+    gib_from: str,
+    scheduled_extra_threads: int | None,
+) -> _Split:
     """MAX_JOBS x APEX_PARALLEL_BUILD: from the environment, else every extension at once when it fits,
     else the memory model (nothing given), else the slots (--jobs or --nvcc-threads given)."""
     n_ext = max(1, n_extensions)
@@ -300,12 +344,24 @@ def _split(res: HostResources, env: dict[str, str], *, threads: int, threads_fro
         return _Split(*from_env, threads, threads_from)
     if not sized_here:
         return _split_by_slots(res, per_thread, n_ext, n_extensions, threads, threads_from)
-    every = all_in_flight(res, n_archs=n_archs, n_extensions=n_ext, gib_per_thread=gib_per_thread,
-                          scheduled_extra_threads=scheduled_extra_threads)
+    every = all_in_flight(
+        res,
+        n_archs=n_archs,
+        n_extensions=n_ext,
+        gib_per_thread=gib_per_thread,
+        scheduled_extra_threads=scheduled_extra_threads,
+    )
     if every:
         max_jobs, parallel, every_threads, note = every
-        return _Split(max_jobs, parallel, f"{note}{f'; {gib_from}' if gib_from else ''}", every_threads,
-                      f"{n_archs} arch(s), memory", scheduled_extra_threads or 0, scheduled_extra_threads is not None)
+        return _Split(
+            max_jobs,
+            parallel,
+            f"{note}{f'; {gib_from}' if gib_from else ''}",
+            every_threads,
+            f"{n_archs} arch(s), memory",
+            scheduled_extra_threads or 0,
+            scheduled_extra_threads is not None,
+        )
     return _split_by_memory(res, n_archs, n_ext, n_extensions, gib_per_thread)
 
 
@@ -321,8 +377,9 @@ def _split_from_env(env: dict[str, str], n_ext: int, per_thread: int) -> tuple[i
     return None
 
 
-def _split_by_memory(res: HostResources, n_archs: int, n_ext: int, n_extensions: int,
-                     gib_per_thread: float | None) -> _Split:
+def _split_by_memory(
+    res: HostResources, n_archs: int, n_ext: int, n_extensions: int, gib_per_thread: float | None
+) -> _Split:
     """The slot rule on the memory model: as many units as cores x 2 and memory allow at one thread, then
     the most threads that still fit (a small host gets units for its cores before threads)."""
     budget = res.mem_available_gib * MEMORY_FRACTION
@@ -339,8 +396,9 @@ def _split_by_memory(res: HostResources, n_archs: int, n_ext: int, n_extensions:
     return _Split(max_jobs, parallel, split_from, threads, f"{n_archs} arch(s), memory")
 
 
-def _split_by_slots(res: HostResources, per_thread: int, n_ext: int, n_extensions: int, threads: int,
-                    threads_from: str) -> _Split:
+def _split_by_slots(
+    res: HostResources, per_thread: int, n_ext: int, n_extensions: int, threads: int, threads_from: str
+) -> _Split:
     """The slots each nvcc thread leaves: ninja jobs per extension first, the rest extensions side by side."""
     max_jobs = min(per_thread, max(MIN_JOBS_PER_EXTENSION, res.cores // 2))
     parallel = max(1, min(n_ext, 1 + (per_thread - max_jobs) // TYPICAL_FILES_PER_EXTENSION))
@@ -354,13 +412,16 @@ def _split_by_slots(res: HostResources, per_thread: int, n_ext: int, n_extension
 def _peak_reasons(res: HostResources, split: _Split, gib_per_thread: float | None) -> list[str]:
     """The modelled peak memory (memory-sized plans), and a warning when it exceeds what is available."""
     why = []
-    expected = min(split.max_jobs * split.parallel,
-                   split.max_jobs + (split.parallel - 1) * TYPICAL_FILES_PER_EXTENSION)
+    expected = min(
+        split.max_jobs * split.parallel, split.max_jobs + (split.parallel - 1) * TYPICAL_FILES_PER_EXTENSION
+    )
     if split.threads_from.endswith("memory"):
         unit = unit_gib(split.threads, gib_per_thread)
         peak = expected * unit + split.extra_threads * (gib_per_thread or GIB_PER_NVCC_THREAD)
-        why.append(f"modelled peak {peak:.0f} GiB ({expected} units x {unit:.2f} GiB"
-                   + (f" + {split.extra_threads} scheduled threads)" if split.extra_threads else ")"))
+        why.append(
+            f"modelled peak {peak:.0f} GiB ({expected} units x {unit:.2f} GiB"
+            + (f" + {split.extra_threads} scheduled threads)" if split.extra_threads else ")")
+        )
     else:
         peak = expected * split.threads * GIB_PER_COMPILE
     if peak > res.mem_available_gib:

@@ -63,12 +63,27 @@ def run_logged(
 
 def pip_wheel_command(src: Path, staging: Path, options: list[str]) -> list[str]:
     """`pip wheel --no-build-isolation --no-deps -v SRC -w STAGING` plus the flag style's options."""
-    return [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v", *options, str(src),
-            "-w", str(staging)]
+    return [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-build-isolation",
+        "--no-deps",
+        "-v",
+        *options,
+        str(src),
+        "-w",
+        str(staging),
+    ]
 
 
 def build_wheel(
-    src: Path, out: Path, env: dict[str, str], log_path: Path, options: list[str] | None = None,
+    src: Path,
+    out: Path,
+    env: dict[str, str],
+    log_path: Path,
+    options: list[str] | None = None,
     setup: apex_setup.SetupPy | None = None,
 ) -> tuple[Path, dict]:
     """`pip wheel --no-build-isolation --no-deps -v SRC` into a fresh directory (so a stale wheel in
@@ -122,17 +137,31 @@ def _failure_summary(log_path: Path, code: int, setup: apex_setup.SetupPy | None
     if unsupported and rejected:
         arch = rejected.number
         where_set = next(
-            (f"setup.py line {line} hard-codes it for {block.switches[0]}" for block in (setup.blocks if setup else ())
-             for a, line in block.hardcoded_archs if a == arch),
+            (
+                f"setup.py line {line} hard-codes it for {block.switches[0]}"
+                for block in (setup.blocks if setup else ())
+                for a, line in block.hardcoded_archs
+                if a == arch
+            ),
             "it is not in your --archs",
         )
-        hint += (f" nvcc rejects {unsupported.group(1)}: {where_set}; this Apex ref cannot be built with this CUDA"
-                 " toolkit: use an older toolkit (and a torch built for it) or a newer Apex ref.")
+        hint += (
+            f" nvcc rejects {unsupported.group(1)}: {where_set}; this Apex ref cannot be built with this CUDA"
+            " toolkit: use an older toolkit (and a torch built for it) or a newer Apex ref."
+        )
     # a compiler's `error:` first (not setup.py's "this is not an error." banner), else any error/fatal word
-    first_error = next((i for pattern in (r"\b(?:fatal )?error\b\s*(?:\[[^]]*\]\s*)?:", r"\berror\b|\bfatal\b")
-                        for i, line in enumerate(lines, 1) if re.search(pattern, line, re.I)), None)
-    where = (f"first error at log line {first_error}: {lines[first_error - 1].strip()[:300]}"
-             if first_error else "no line says 'error'")
+    first_error = next(
+        (
+            i
+            for pattern in (r"\b(?:fatal )?error\b\s*(?:\[[^]]*\]\s*)?:", r"\berror\b|\bfatal\b")
+            for i, line in enumerate(lines, 1)
+            if re.search(pattern, line, re.I)
+        ),
+        None,
+    )
+    where = (
+        f"first error at log line {first_error}: {lines[first_error - 1].strip()[:300]}"
+        if first_error
+        else "no line says 'error'"
+    )
     return f"pip wheel failed (exit {code}); {where} (log {log_path}).{hint}"
-
-

@@ -25,8 +25,9 @@ def sha256_of(path: Path) -> str:
 def apex_identity(src: Path, ref: str | None, source: str | None, commit: str | None) -> dict:
     if commit is None and (src / ".git").exists() and shutil.which("git"):
         try:
-            commit = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], check=True, capture_output=True,
-                                    text=True).stdout.strip()
+            commit = subprocess.run(
+                ["git", "-C", str(src), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+            ).stdout.strip()
         except subprocess.CalledProcessError:
             commit = None
     version = re.search(r"""version\s*=\s*["']([^"']+)""", (src / "setup.py").read_text(errors="replace"))
@@ -53,5 +54,3 @@ def wheel_hashes(paths: list[str]) -> dict[str, str]:
                 raise UsageError(f"--wheel-hashes {path}: {line!r} is not a `sha256sum` line (HASH  FILE)")
             hashes[Path(name.lstrip("*")).name] = digest
     return hashes
-
-

@@ -96,16 +96,24 @@ def build_parser(default_flags: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="build.py wheel", description=DESCRIPTION)
     p.add_argument("--apex-src", required=True, type=path_value, help="root of an NVIDIA/apex checkout")
     p.add_argument(
-        "--out", required=True, type=path_value, help="directory for the wheel, build-manifest.json and the log"
+        "--out",
+        required=True,
+        type=path_value,
+        help="directory for the wheel, build-manifest.json and the log",
     )
     p.add_argument(
         "--archs", help="TORCH_CUDA_ARCH_LIST, e.g. 9.0 or '8.0;9.0+PTX' (required for CUDA flags)"
     )
-    default = (f"default: {default_flags}, the core flags of toolchain/data/compat.toml" if default_flags else
-               "required when run directly; build.py wheel fills in the core flags of toolchain/data/compat.toml")
+    default = (
+        f"default: {default_flags}, the core flags of toolchain/data/compat.toml"
+        if default_flags
+        else "required when run directly; build.py wheel fills in the core flags of toolchain/data/compat.toml"
+    )
     p.add_argument(
-        "--flags", default=default_flags, help=f"APEX_* flags, comma or space separated ({default}); 'none' = "
-        "Python-only; passed as setup.py's argv switches (--cpp_ext ...) to Apex trees before tag 25.09"
+        "--flags",
+        default=default_flags,
+        help=f"APEX_* flags, comma or space separated ({default}); 'none' = "
+        "Python-only; passed as setup.py's argv switches (--cpp_ext ...) to Apex trees before tag 25.09",
     )
     p.add_argument("--extras", help="contrib extensions to add, e.g. xentropy,fast_layer_norm")
     p.add_argument("--jobs", type=int, help="concurrent compiles in total (default: from cores and memory)")
@@ -113,8 +121,9 @@ def build_parser(default_flags: str | None = None) -> argparse.ArgumentParser:
         "--nvcc-threads", type=int, help="nvcc --threads per file (default: one per arch, at most 4)"
     )
     p.add_argument(
-        "--memory-gib", type=float, help="size for at most this much memory (emulates a smaller host; with "
-        "taskset -c 0-3 for 4 cores)"
+        "--memory-gib",
+        type=float,
+        help="size for at most this much memory (emulates a smaller host; with taskset -c 0-3 for 4 cores)",
     )
     cc = p.add_mutually_exclusive_group()
     cc.add_argument("--ccache", dest="ccache", action="store_const", const="on", help="require ccache")
@@ -122,33 +131,45 @@ def build_parser(default_flags: str | None = None) -> argparse.ArgumentParser:
     p.set_defaults(ccache="auto")
     pypi = p.add_mutually_exclusive_group()
     pypi.add_argument(
-        "--cuda-from-pypi", dest="cuda_from_pypi", action="store_const", const="always",
+        "--cuda-from-pypi",
+        dest="cuda_from_pypi",
+        action="store_const",
+        const="always",
         help="assemble CUDA_HOME from NVIDIA's wheels for torch's CUDA (default: only when nvcc is missing or "
         "not torch's CUDA)",
     )
     pypi.add_argument(
-        "--no-cuda-from-pypi", dest="cuda_from_pypi", action="store_const", const="never",
+        "--no-cuda-from-pypi",
+        dest="cuda_from_pypi",
+        action="store_const",
+        const="never",
         help="never: a missing or mismatched nvcc stops the build (exit 3)",
     )
     p.set_defaults(cuda_from_pypi="auto")
     p.add_argument(
-        "--cuda-prefix", type=path_value,
+        "--cuda-prefix",
+        type=path_value,
         help="where the index CUDA goes (default: $XDG_CACHE_HOME/apex-toolchain/cuda-from-pypi)",
     )
     p.add_argument("--no-gate", action="store_true", help="report missing modules but exit 0")
     p.add_argument(
-        "--ignore-hardcoded-archs", action="store_true",
+        "--ignore-hardcoded-archs",
+        action="store_true",
         help="build even when setup.py hard-codes a GPU arch this nvcc dropped (to see the compiler's own error)",
     )
     p.add_argument(
         "--install", action="store_true", help="pip install the wheel and gate with verify --static"
     )
     p.add_argument(
-        "--naive", action="store_true", help="the guides' recipe for comparison: MAX_JOBS=4, one extension at a time "
-        "(no APEX_PARALLEL_BUILD, no nvcc --threads); --archs as given"
+        "--naive",
+        action="store_true",
+        help="the guides' recipe for comparison: MAX_JOBS=4, one extension at a time "
+        "(no APEX_PARALLEL_BUILD, no nvcc --threads); --archs as given",
     )
     p.add_argument(
-        "--wheel-compression", choices=("deflated", "stored"), default="deflated",
+        "--wheel-compression",
+        choices=("deflated", "stored"),
+        default="deflated",
         help="stored: pack the wheel without compressing it (seconds faster, a few times bigger)",
     )
     p.add_argument(
@@ -163,7 +184,9 @@ def build_parser(default_flags: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--base-image", help="base image reference (provenance)")
     p.add_argument("--base-image-digest", help="base image digest (provenance)")
     p.add_argument(
-        "--wheel-hashes", action="append", default=[], help="`sha256sum` output of the installed wheels (provenance)"
+        "--wheel-hashes",
+        action="append",
+        default=[],
+        help="`sha256sum` output of the installed wheels (provenance)",
     )
     return p
-

@@ -40,8 +40,14 @@ def install_wheel(wheel: Path, env: Mapping[str, str], log: Path) -> None:
         raise BuildFailed(f"pip install {wheel.name} failed (exit {code}); see {log}")
 
 
-def install_and_verify(wheel: Path, manifest: Path, expected_modules: list[str], out: Path, env: dict[str, str],
-                       say: Callable[[str], None]) -> int:
+def install_and_verify(
+    wheel: Path,
+    manifest: Path,
+    expected_modules: list[str],
+    out: Path,
+    env: dict[str, str],
+    say: Callable[[str], None],
+) -> int:
     """Install the wheel, then let `verify --static` (imports, archs, expectations) be the gate: the
     manifest's expected_modules plus the default features those modules provide."""
     log = out / build_outputs.LOG_NAME
@@ -65,5 +71,3 @@ def install_and_verify(wheel: Path, manifest: Path, expected_modules: list[str],
     if code != 0:
         say(f"static gate: verify --static exited {code}; see {out / values.STATIC_MARKDOWN_NAME}")
     return code
-
-

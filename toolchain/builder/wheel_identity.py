@@ -43,8 +43,12 @@ class WheelIdentity:
         return self.version.partition("+")[2]
 
     def to_json(self) -> dict[str, str]:
-        return {"version": self.version, "local": self.local, "torch_requirement": self.torch_requirement,
-                "stack": self.stack}
+        return {
+            "version": self.version,
+            "local": self.local,
+            "torch_requirement": self.torch_requirement,
+            "stack": self.stack,
+        }
 
 
 def torch_minor(torch_version: str) -> str:
@@ -76,13 +80,17 @@ def source_label(commit: str | None, ref: str | None) -> str | None:
     return None
 
 
-def identity(base_version: str, commit: str | None, ref: str | None, torch_version: str,
-             torch_cuda: str | None) -> WheelIdentity:
+def identity(
+    base_version: str, commit: str | None, ref: str | None, torch_version: str, torch_cuda: str | None
+) -> WheelIdentity:
     """The local version from the build's facts; base_version is setup.py's ('0.1')."""
     minor, cuda = torch_minor(torch_version), cuda_tag(torch_cuda)
     parts = [p for p in (source_label(commit, ref), cuda, f"torch{minor}") if p]
-    return WheelIdentity(version=f"{base_version.partition('+')[0]}+{'.'.join(parts)}",
-                         torch_requirement=f"torch=={minor}.*", stack=f"torch{minor}-{cuda}")
+    return WheelIdentity(
+        version=f"{base_version.partition('+')[0]}+{'.'.join(parts)}",
+        torch_requirement=f"torch=={minor}.*",
+        stack=f"torch{minor}-{cuda}",
+    )
 
 
 def parse_name(wheel_name: str) -> tuple[str, str, str]:
@@ -100,7 +108,9 @@ def final_name(raw_wheel_name: str, ident: WheelIdentity) -> str:
 
 def dist_info_dir(archive: zipfile.ZipFile) -> str:
     """The one top-level `*.dist-info/` folder of a wheel."""
-    found = sorted({n.split("/", 1)[0] for n in archive.namelist() if n.split("/", 1)[0].endswith(".dist-info")})
+    found = sorted(
+        {n.split("/", 1)[0] for n in archive.namelist() if n.split("/", 1)[0].endswith(".dist-info")}
+    )
     if len(found) != 1:
         raise ValueError(f"a wheel holds one .dist-info folder; this one holds {len(found)}: {found}")
     return found[0]
@@ -129,7 +139,9 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def stamp(wheel: Path, target: Path, version: str, torch_requirement: str, extra: Mapping[str, bytes]) -> Path:
+def stamp(
+    wheel: Path, target: Path, version: str, torch_requirement: str, extra: Mapping[str, bytes]
+) -> Path:
     """Write `target`: `wheel` with its dist-info renamed for `version`, METADATA's Version and torch pin set,
     `extra` files (name -> bytes) added to the dist-info (replacing same-named ones) and a fresh RECORD.
     Written beside the target and renamed over it: a reader never sees half a wheel. `wheel` may be `target`."""
@@ -162,8 +174,14 @@ def stamp(wheel: Path, target: Path, version: str, torch_requirement: str, extra
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as out:
             for info, data in entries:
                 out.writestr(info, data, compress_type=info.compress_type)
-            out.writestr(_renamed(zipfile.ZipInfo(f"{new_info}/RECORD", date_time=(1980, 1, 1, 0, 0, 0)),
-                                  f"{new_info}/RECORD", 0o644), record)
+            out.writestr(
+                _renamed(
+                    zipfile.ZipInfo(f"{new_info}/RECORD", date_time=(1980, 1, 1, 0, 0, 0)),
+                    f"{new_info}/RECORD",
+                    0o644,
+                ),
+                record,
+            )
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
     except BaseException:
@@ -174,8 +192,11 @@ def stamp(wheel: Path, target: Path, version: str, torch_requirement: str, extra
 
 def _renamed(info: zipfile.ZipInfo, filename: str, mode: int | None = None) -> zipfile.ZipInfo:
     new = zipfile.ZipInfo(filename, date_time=info.date_time)
-    new.compress_type = info.compress_type if info.compress_type in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) \
+    new.compress_type = (
+        info.compress_type
+        if info.compress_type in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
         else zipfile.ZIP_DEFLATED
+    )
     new.external_attr = (mode << 16) if mode is not None else info.external_attr
     return new
 
@@ -184,7 +205,9 @@ def _csv(path: str) -> str:
     return f'"{path}"' if "," in path or '"' in path else path
 
 
-def read_dist_info(wheel: Path, names: tuple[str, ...] = (MANIFEST_FILE, *VERIFY_FILES, "METADATA")) -> dict[str, bytes]:
+def read_dist_info(
+    wheel: Path, names: tuple[str, ...] = (MANIFEST_FILE, *VERIFY_FILES, "METADATA")
+) -> dict[str, bytes]:
     """The named files of a wheel's dist-info that it has (name -> bytes)."""
     with zipfile.ZipFile(wheel) as archive:
         info = dist_info_dir(archive)

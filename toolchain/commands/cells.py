@@ -25,10 +25,11 @@ def default_matrix_path() -> Path:
     return local if local.exists() else REPO_ROOT / "matrix.toml"
 
 
-
 def overrides_from(args: argparse.Namespace) -> dict[str, str]:
     """The cell fields given on the command line (each option's dest is its matrix key)."""
-    return {f.name: value for f in cell_fields.FIELDS if (value := getattr(args, f.name, None)) not in (None, "")}
+    return {
+        f.name: value for f in cell_fields.FIELDS if (value := getattr(args, f.name, None)) not in (None, "")
+    }
 
 
 def resolve_cells(args: argparse.Namespace, *, all_when_empty: bool) -> list[matrix_mod.Cell]:
@@ -38,7 +39,9 @@ def resolve_cells(args: argparse.Namespace, *, all_when_empty: bool) -> list[mat
     if overrides or args.cell or not all_when_empty:
         if not overrides and not args.cell:
             what = "IMAGE, or a cell" if args.command == "verify" else "a cell"
-            raise UsageError(f"{args.command}: no {what} given; pass --cuda 12.4 (or --cell NAME from {path})")
+            raise UsageError(
+                f"{args.command}: no {what} given; pass --cuda 12.4 (or --cell NAME from {path})"
+            )
         return [matrix_mod.cli_cell(overrides, matrix_path=path, base_cell=args.cell)]
     return list(matrix_mod.load_matrix(path).cells)
 
@@ -67,9 +70,15 @@ def _reresolver(args: argparse.Namespace) -> Any:
     return again
 
 
-def route(cells: list[matrix_mod.Cell], request: RunRequest, args: argparse.Namespace,
-          console: Console, *, ask_engine: bool = True,
-          unavailable: dict[str, str] | None = None) -> list[matrix_mod.Cell]:
+def route(
+    cells: list[matrix_mod.Cell],
+    request: RunRequest,
+    args: argparse.Namespace,
+    console: Console,
+    *,
+    ask_engine: bool = True,
+    unavailable: dict[str, str] | None = None,
+) -> list[matrix_mod.Cell]:
     """Each cell on the bases --base picks (toolchain/image/base_route.py); the one line when a cell moves.
     With `unavailable` (matrix), a cell that has no base is recorded there ({name: why}) instead of
     stopping the run; without it (image) that is exit 3."""
@@ -153,9 +162,16 @@ def plan_for(cell: matrix_mod.Cell, request: RunRequest) -> dict[str, Any]:
 def build_command(cell: matrix_mod.Cell, request: RunRequest, log_path: Path) -> list[str]:
     """The exact command the engine runs for this cell (the engine owns it)."""
     buildkit_build = load_part("image.buildkit_build")
-    return list(buildkit_build.build_command(cell, target=request.target, apex_src=request.apex_src,
-                                     wheelhouse=request.wheelhouse, extra_ca=request.extra_ca,
-                                     progress=request.progress))
+    return list(
+        buildkit_build.build_command(
+            cell,
+            target=request.target,
+            apex_src=request.apex_src,
+            wheelhouse=request.wheelhouse,
+            extra_ca=request.extra_ca,
+            progress=request.progress,
+        )
+    )
 
 
 def _wrap_command(command: list[str]) -> list[str]:
@@ -220,8 +236,10 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     for problem in problems:  # each names its file; the table above still has every readable cell
         print(f"error: {problem}", file=sys.stderr)
     if problems:
-        raise UsageError(f"{len(problems)} input file(s) under {args.out} could not be used (listed above); "
-                         "the report shows every cell that could be read")
+        raise UsageError(
+            f"{len(problems)} input file(s) under {args.out} could not be used (listed above); "
+            "the report shows every cell that could be read"
+        )
     return exit_codes.OK
 
 
@@ -231,5 +249,3 @@ def selected(args: argparse.Namespace) -> list[matrix_mod.Cell]:
     if not cells:
         raise UsageError(f"no cell of {path} matches --cell/--cuda/--torch; `build.py plan` lists them")
     return cells
-
-

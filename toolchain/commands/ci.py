@@ -28,8 +28,14 @@ def cmd_bake(args: argparse.Namespace, console: Console) -> int:
         raise UsageError("--push-by-digest needs --registry (the repository the digests are pushed to)")
     if args.cache == "registry" and not (args.cache_ref or args.registry):
         raise UsageError("--cache registry needs --registry or --cache-ref (where the cache images go)")
-    definition = ci_matrix.bake(selected(args), registry=args.registry, target=args.target, cache=args.cache,
-                                cache_ref=args.cache_ref, push_by_digest=args.push_by_digest)
+    definition = ci_matrix.bake(
+        selected(args),
+        registry=args.registry,
+        target=args.target,
+        cache=args.cache,
+        cache_ref=args.cache_ref,
+        push_by_digest=args.push_by_digest,
+    )
     text = atomic.json_dumps(definition, indent=2) + "\n"
     if args.output:
         atomic.write_text(args.output, text)
@@ -44,7 +50,9 @@ def cmd_facts_check(args: argparse.Namespace, console: Console) -> int:
 
     path = args.facts or compat.DATA
     if not path.exists() and not path.is_symlink():
-        raise UsageError(f"--facts {path}: no such file; pass a compat.toml (default toolchain/data/compat.toml)")
+        raise UsageError(
+            f"--facts {path}: no such file; pass a compat.toml (default toolchain/data/compat.toml)"
+        )
     index = facts_check.index_base(args.index)  # exit 2 before anything is read
     try:
         facts = compat.load(path)  # the bounded reader, then compat_shape: every bad field at once, exit 2
@@ -53,20 +61,26 @@ def cmd_facts_check(args: argparse.Namespace, console: Console) -> int:
     console.line(f"facts check: {path} against {index}")
     result = facts_check.run(facts, facts_check.urllib_fetcher(), index)
     for finding in result.findings:
-        console.status("DRIFT", "fail", f"{finding.kind}: {finding.subject}: {finding.problem}; {finding.fix}")
+        console.status(
+            "DRIFT", "fail", f"{finding.kind}: {finding.subject}: {finding.problem}; {finding.fix}"
+        )
         if console.github:
             console.error(f"{finding.subject}: {finding.problem}; {finding.fix}", title="facts drift")
     if result.not_visible:
-        console.status("INFO", "info", f"the index serves no METADATA (neither PEP 658 .metadata nor range reads) "
-                       f"for torch {', '.join(result.not_visible)}: their CUDA not compared")
+        console.status(
+            "INFO",
+            "info",
+            f"the index serves no METADATA (neither PEP 658 .metadata nor range reads) "
+            f"for torch {', '.join(result.not_visible)}: their CUDA not compared",
+        )
     for lead in facts.leads:
         console.status("LEAD", "warn", f"{lead.where}: {lead.text} (unconfirmed: not used as a fact)")
     if result.findings:
         kinds = {k: sum(f.kind == k for f in result.findings) for k in ("missing", "wrong")}
-        console.line(f"facts check: {len(result.findings)} problems ({kinds['missing']} missing, {kinds['wrong']} wrong) "
-                     f"- update {path} - exit 1")
+        console.line(
+            f"facts check: {len(result.findings)} problems ({kinds['missing']} missing, {kinds['wrong']} wrong) "
+            f"- update {path} - exit 1"
+        )
         return exit_codes.FAILED
     console.line(f"facts check: current ({'; '.join(result.checked)}) - exit 0")
     return exit_codes.OK
-
-

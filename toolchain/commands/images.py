@@ -26,8 +26,11 @@ def failing_checks(report_path: Path | str | None, limit: int = 20) -> list[str]
         report = verify_report.read(report_path)
     except input_files.InputFileError:
         return []
-    lines = [f"{c.status.value}  {c.id}  {c.summary}" for c in report.checks
-             if c.status in (Status.FAIL, Status.WARN)]
+    lines = [
+        f"{c.status.value}  {c.id}  {c.summary}"
+        for c in report.checks
+        if c.status in (Status.FAIL, Status.WARN)
+    ]
     return lines[:limit] + ([f"... {len(lines) - limit} more in the report"] if len(lines) > limit else [])
 
 
@@ -39,16 +42,19 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
 
     out_dir = args.out / "verify" / _safe_name(args.image)
     with console.group(f"verify {args.image}"):
-        code, report_path = container_verify.verify_image(args.image, out_dir=out_dir, gpu=args.gpu,
-                                                          verify_from=args.verify_from, engine=args.engine)
+        code, report_path = container_verify.verify_image(
+            args.image, out_dir=out_dir, gpu=args.gpu, verify_from=args.verify_from, engine=args.engine
+        )
     word, kind = ("PASS", "ok") if code == exit_codes.OK else ("FAIL", "fail")
     console.status(word, kind, f"{args.image}: verify exit {code}; report {report_path}")
     for line in failing_checks(report_path) if code != exit_codes.OK else ():
         console.line(f"  {line}")
     audit = _audit_of(out_dir)
     if audit:
-        console.line(f"  audited {audit['image']} (image id {audit['image_id']}, digest {audit['digest'] or 'none: local'})"
-                     f" with {audit['engine']}, verify from {audit['verify_from']}")
+        console.line(
+            f"  audited {audit['image']} (image id {audit['image_id']}, digest {audit['digest'] or 'none: local'})"
+            f" with {audit['engine']}, verify from {audit['verify_from']}"
+        )
     return code
 
 
@@ -81,17 +87,24 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
         from toolchain.image import publish
 
         if publish.read_record(args.out, cell.id) is None:
-            raise UsageError("pull: no registry; pass --registry ghcr.io/OWNER/apex (or set APEX_IMAGE_REGISTRY), "
-                             "or --no-pull to verify a local image")
+            raise UsageError(
+                "pull: no registry; pass --registry ghcr.io/OWNER/apex (or set APEX_IMAGE_REGISTRY), "
+                "or --no-pull to verify a local image"
+            )
     signed: dict | None = None
     if args.no_pull:
         ref, digest, record = ci_matrix.image_ref(cell, args.registry), None, None
     else:
-        ref, digest, record = pull.resolve(cell.id, args.registry, digest=args.digest, by_digest=args.by_digest,
-                                           out=args.out)
+        ref, digest, record = pull.resolve(
+            cell.id, args.registry, digest=args.digest, by_digest=args.by_digest, out=args.out
+        )
         policy = signature.Policy.from_options(
-            identity=args.signature_identity, issuer=args.signature_issuer, key=args.signature_key,
-            off=args.no_signature_check, repository=registry_pull.split_ref(ref)[0])
+            identity=args.signature_identity,
+            issuer=args.signature_issuer,
+            key=args.signature_key,
+            off=args.no_signature_check,
+            repository=registry_pull.split_ref(ref)[0],
+        )
     load_part("image.container_verify")
     require_engine(args.engine)
     if not args.no_pull:
@@ -100,26 +113,47 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
     started = now()
     expected_id = (record or {}).get("image_id") if record and digest == record.get("digest") else None
     with console.group(f"{'verify' if args.no_pull else 'pull and verify'} {ref}"):
-        code, report_path, image_id = pull.pull_and_verify(ref, out_dir=out_dir, gpu=args.gpu,
-                                                           pull_first=not args.no_pull, engine=args.engine,
-                                                           expected_image_id=expected_id)
+        code, report_path, image_id = pull.pull_and_verify(
+            ref,
+            out_dir=out_dir,
+            gpu=args.gpu,
+            pull_first=not args.no_pull,
+            engine=args.engine,
+            expected_image_id=expected_id,
+        )
     # recorded like a matrix cell, so `build.py report` shows what this node verified
     status = CellStatus.VERIFIED if code == exit_codes.OK else CellStatus.VERIFY_FAILED
-    verify = run_loop.with_report(VerifyRecord(exit_code=code, mode_requested=args.gpu, status=status), report_path)
-    run_loop.save_result(CellResult(
-        id=cell.id, name=cell.name, run_id="pull", cell=CellFields.from_json(cell.to_json()), status=status,
-        started_at=started, finished_at=now(), verify=verify,
-        build=BuildRecord(ok=True, tag=ref, digest=digest, pulled=not args.no_pull, image_id=image_id, signature=signed),
-    ), args.out)
+    verify = run_loop.with_report(
+        VerifyRecord(exit_code=code, mode_requested=args.gpu, status=status), report_path
+    )
+    run_loop.save_result(
+        CellResult(
+            id=cell.id,
+            name=cell.name,
+            run_id="pull",
+            cell=CellFields.from_json(cell.to_json()),
+            status=status,
+            started_at=started,
+            finished_at=now(),
+            verify=verify,
+            build=BuildRecord(
+                ok=True, tag=ref, digest=digest, pulled=not args.no_pull, image_id=image_id, signature=signed
+            ),
+        ),
+        args.out,
+    )
     if code == exit_codes.OK:
         console.status("READY", "ok", f"{ref} (report {report_path})")
     else:
-        console.error(f"{ref} is not ready: verify exit {code}; report {report_path}", title=f"pull {cell.id}")
+        console.error(
+            f"{ref} is not ready: verify exit {code}; report {report_path}", title=f"pull {cell.id}"
+        )
     return code
 
 
-def _signature_first(ref: str, digest: str | None, policy: signature.Policy, console: Console
-                     ) -> tuple[str, str | None, dict]:
+def _signature_first(
+    ref: str, digest: str | None, policy: signature.Policy, console: Console
+) -> tuple[str, str | None, dict]:
     """Check the signature of what is about to be pulled; a tag is first resolved to its digest, and that
     digest is what gets pulled (the tag may move in between)."""
     from toolchain.image import registry_api, registry_pull
@@ -132,11 +166,17 @@ def _signature_first(ref: str, digest: str | None, policy: signature.Policy, con
         try:
             digest = registry_api.Registry(repository).get_manifest(registry_pull.split_ref(ref)[1]).digest
         except registry_api.NotFound:
-            raise UsageError(f"{ref}: the registry has no such tag; check --registry and the cell, or publish it") from None
+            raise UsageError(
+                f"{ref}: the registry has no such tag; check --registry and the cell, or publish it"
+            ) from None
         ref = f"{repository}@{digest}"
     found = signature.check(repository, digest, policy)
-    console.status("SIGNED", "ok", f"{ref}: {found['policy']} signature verified"
-                   + (f" ({found['identity']})" if found.get("identity") else f" ({found.get('key')})"))
+    console.status(
+        "SIGNED",
+        "ok",
+        f"{ref}: {found['policy']} signature verified"
+        + (f" ({found['identity']})" if found.get("identity") else f" ({found.get('key')})"),
+    )
     return ref, digest, found
 
 
@@ -145,11 +185,19 @@ def cmd_publish(args: argparse.Namespace, console: Console) -> int:
 
     cell = resolve_cells(args, all_when_empty=False)[0]
     if not args.registry:
-        raise UsageError("publish: no registry; pass --registry ghcr.io/OWNER/apex (or set APEX_IMAGE_REGISTRY)")
+        raise UsageError(
+            "publish: no registry; pass --registry ghcr.io/OWNER/apex (or set APEX_IMAGE_REGISTRY)"
+        )
     repository = args.registry.rstrip("/")
     if args.bake_metadata:
-        record = publish.from_bake_metadata(cell.id, ci_matrix.bake_target_name(cell), repository, args.bake_metadata,
-                                            out=args.out, platform=cell.platform)
+        record = publish.from_bake_metadata(
+            cell.id,
+            ci_matrix.bake_target_name(cell),
+            repository,
+            args.bake_metadata,
+            out=args.out,
+            platform=cell.platform,
+        )
     else:
         with console.group(f"publish {cell.id} to {repository}"):
             record = publish.push(cell.id, repository, out=args.out, local=args.image, platform=cell.platform)
@@ -165,7 +213,9 @@ def cmd_publish_index(args: argparse.Namespace, console: Console) -> int:
 
     check_registry(args)
     if not args.registry:
-        raise UsageError("publish-index: no registry; pass --registry ghcr.io/OWNER/apex (or set APEX_IMAGE_REGISTRY)")
+        raise UsageError(
+            "publish-index: no registry; pass --registry ghcr.io/OWNER/apex (or set APEX_IMAGE_REGISTRY)"
+        )
     repository = args.registry.rstrip("/")
     made, problems = publish.publish_indexes(selected(args), repository, out=args.out)
     for index in made:
@@ -187,16 +237,29 @@ def cmd_ccache(args: argparse.Namespace, console: Console) -> int:
     require_docker()
     log_path = args.logs / cell.id / f"ccache-{args.direction}.log"
     with console.group(f"ccache {args.direction} {cell.id} ({args.dir})"):
-        result = buildkit_build.carry_ccache(cell, args.direction, ccache_dir=args.dir, mount=args.ccache_mount,
-                                     log_path=log_path, extra_ca=args.extra_ca, progress=args.progress)
+        result = buildkit_build.carry_ccache(
+            cell,
+            args.direction,
+            ccache_dir=args.dir,
+            mount=args.ccache_mount,
+            log_path=log_path,
+            extra_ca=args.extra_ca,
+            progress=args.progress,
+        )
     carried = result.ccache_carried or {}
     seen = carried.get("after" if args.direction == "export" else "before") or {}
     if not result.ok:
-        console.error(f"ccache {args.direction} failed in {result.stage_failed or 'the build'}; see {log_path}",
-                      title=f"ccache {cell.id}")
+        console.error(
+            f"ccache {args.direction} failed in {result.stage_failed or 'the build'}; see {log_path}",
+            title=f"ccache {cell.id}",
+        )
         return exit_codes.FAILED
-    console.status("OK", "ok", f"ccache {args.direction}: {seen.get('files', 0)} files, {seen.get('bytes', 0)} bytes "
-                   f"in {args.dir} ({carried.get('mount')} cache mount, {result.duration_s} s)")
+    console.status(
+        "OK",
+        "ok",
+        f"ccache {args.direction}: {seen.get('files', 0)} files, {seen.get('bytes', 0)} bytes "
+        f"in {args.dir} ({carried.get('mount')} cache mount, {result.duration_s} s)",
+    )
     return exit_codes.OK
 
 
@@ -204,14 +267,16 @@ def cmd_zipapp(args: argparse.Namespace, console: Console) -> int:
     from toolchain.image import verify_zipapp
 
     if args.out.exists() and not args.out.is_dir() and not args.out.is_file():
-        raise UsageError(f"--out {args.out}: not a regular file or directory; pass a path like DIR/verify.pyz")
+        raise UsageError(
+            f"--out {args.out}: not a regular file or directory; pass a path like DIR/verify.pyz"
+        )
     app = verify_zipapp.build(args.out)
-    console.line(f"{app.path}: verify zipapp, {len(app.files)} files, {app.size_bytes} bytes, sha256 {app.sha256}")
+    console.line(
+        f"{app.path}: verify zipapp, {len(app.files)} files, {app.size_bytes} bytes, sha256 {app.sha256}"
+    )
     console.line(f"  run it with any Python >= 3.10 that has torch: python {app.path} --static")
     return exit_codes.OK
 
 
-
 def _safe_name(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "_.-" else "_" for ch in text)
-

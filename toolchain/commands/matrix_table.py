@@ -9,8 +9,9 @@ from __future__ import annotations
 from toolchain.spec import compat
 from toolchain.spec.cell import Cell
 
-HEADER = ("| cell | CUDA | torch | Python | OS (GCC), platform | archs | image tag |\n"
-          "|---|---|---|---|---|---|---|")
+HEADER = (
+    "| cell | CUDA | torch | Python | OS (GCC), platform | archs | image tag |\n|---|---|---|---|---|---|---|"
+)
 
 
 def render(cells: list[Cell]) -> str:

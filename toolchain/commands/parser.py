@@ -35,8 +35,14 @@ def build_parser() -> Parser:
         "3 environment unavailable (no Docker daemon, no GPU when required).",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    shared = _SharedOptions(common=_common_options(), cell=_cell_options(), build=_build_options(),
-                            engine=_engine_option(), select=_select_options(), registry=_registry_option())
+    shared = _SharedOptions(
+        common=_common_options(),
+        cell=_cell_options(),
+        build=_build_options(),
+        engine=_engine_option(),
+        select=_select_options(),
+        registry=_registry_option(),
+    )
     for add_command in _COMMANDS:  # in the order `build.py --help` lists them
         add_command(sub, shared)
     parser.commands = sub.choices  # for "did you mean" on a mistyped command or option
@@ -46,6 +52,7 @@ def build_parser() -> Parser:
 @dataclasses.dataclass(frozen=True)
 class _SharedOptions:
     """The option groups several commands take (argparse parents)."""
+
     common: Parser  # --matrix, --out, --logs
     cell: Parser  # --cell and one option per cell field
     build: Parser  # what a build takes
@@ -56,8 +63,12 @@ class _SharedOptions:
 
 def _common_options() -> Parser:
     common = Parser(add_help=False)
-    common.add_argument("--matrix", type=path_value, default=None, help="matrix file (default: ./matrix.toml)")
-    common.add_argument("--out", type=path_value, default=Path("out"), help="reports directory (default: out)")
+    common.add_argument(
+        "--matrix", type=path_value, default=None, help="matrix file (default: ./matrix.toml)"
+    )
+    common.add_argument(
+        "--out", type=path_value, default=Path("out"), help="reports directory (default: out)"
+    )
     common.add_argument("--logs", type=path_value, default=Path("logs"), help="per-cell logs (default: logs)")
     return common
 
@@ -67,35 +78,67 @@ def _cell_options() -> Parser:
     group = cell.add_argument_group("cell (layered over [defaults] and --cell)")
     group.add_argument("--cell", help="start from this [cells.NAME] of the matrix")
     for field in cell_fields.FIELDS:  # one option per matrix key (dest == key)
-        group.add_argument(field.option, help=field.help, default=os.environ.get(field.env) if field.env else None)
+        group.add_argument(
+            field.option, help=field.help, default=os.environ.get(field.env) if field.env else None
+        )
     return cell
 
 
 def _build_options() -> Parser:
     build = Parser(add_help=False)
     bgroup = build.add_argument_group("build")
-    bgroup.add_argument("--target", default="runtime", help="Dockerfile stage: runtime (default), runtime-devel (with nvcc), runtime-slim (no CUDA base: "
-                        "torch's CUDA wheels), verify-runtime")
-    bgroup.add_argument("--apex-src", type=path_value, help="local Apex source instead of git (offline builds)")
-    bgroup.add_argument("--wheelhouse", type=path_value, help="directory of wheels to install torch from (offline)")
-    bgroup.add_argument("--extra-ca", type=path_value, default=_host_ca(),
-                        help="CA bundle for a TLS-intercepting proxy (BuildKit secret); default $APEX_EXTRA_CA, else the "
-                        "bundle this host's pip trusts ($PIP_CERT), so the build reaches the index the host reaches")
-    bgroup.add_argument("--base", choices=("auto", "nvidia", "local"), default="auto",
-                        help="auto (default): NVIDIA's CUDA images when the engine has them or a registry serves them, "
-                        "else the local Debian base with CUDA from NVIDIA's wheels; nvidia or local: only that one")
-    bgroup.add_argument("--progress", default="auto", choices=("auto", "plain", "tty"), help="BuildKit progress")
-    bgroup.add_argument("--ccache-dir", type=path_value, help="carry the compiler cache: import DIR before the build, "
-                        "export it back after (for CI caches; created when missing)")
-    bgroup.add_argument("--ccache-mount", choices=("shared", "carried"), help="the build's ccache mount: carried "
-                        "(default with --ccache-dir: exactly DIR's content) or shared (every build's)")
+    bgroup.add_argument(
+        "--target",
+        default="runtime",
+        help="Dockerfile stage: runtime (default), runtime-devel (with nvcc), runtime-slim (no CUDA base: "
+        "torch's CUDA wheels), verify-runtime",
+    )
+    bgroup.add_argument(
+        "--apex-src", type=path_value, help="local Apex source instead of git (offline builds)"
+    )
+    bgroup.add_argument(
+        "--wheelhouse", type=path_value, help="directory of wheels to install torch from (offline)"
+    )
+    bgroup.add_argument(
+        "--extra-ca",
+        type=path_value,
+        default=_host_ca(),
+        help="CA bundle for a TLS-intercepting proxy (BuildKit secret); default $APEX_EXTRA_CA, else the "
+        "bundle this host's pip trusts ($PIP_CERT), so the build reaches the index the host reaches",
+    )
+    bgroup.add_argument(
+        "--base",
+        choices=("auto", "nvidia", "local"),
+        default="auto",
+        help="auto (default): NVIDIA's CUDA images when the engine has them or a registry serves them, "
+        "else the local Debian base with CUDA from NVIDIA's wheels; nvidia or local: only that one",
+    )
+    bgroup.add_argument(
+        "--progress", default="auto", choices=("auto", "plain", "tty"), help="BuildKit progress"
+    )
+    bgroup.add_argument(
+        "--ccache-dir",
+        type=path_value,
+        help="carry the compiler cache: import DIR before the build, "
+        "export it back after (for CI caches; created when missing)",
+    )
+    bgroup.add_argument(
+        "--ccache-mount",
+        choices=("shared", "carried"),
+        help="the build's ccache mount: carried "
+        "(default with --ccache-dir: exactly DIR's content) or shared (every build's)",
+    )
     return build
 
 
 def _engine_option() -> Parser:
     engine_opt = Parser(add_help=False)
-    engine_opt.add_argument("--engine", choices=("docker", "podman"), default=None,
-                            help="container engine (default: $APEX_CONTAINER_ENGINE, else docker)")
+    engine_opt.add_argument(
+        "--engine",
+        choices=("docker", "podman"),
+        default=None,
+        help="container engine (default: $APEX_CONTAINER_ENGINE, else docker)",
+    )
     return engine_opt
 
 
@@ -110,28 +153,39 @@ def _select_options() -> Parser:
 
 def _registry_option() -> Parser:
     registry = Parser(add_help=False)
-    registry.add_argument("--registry", default=os.environ.get("APEX_IMAGE_REGISTRY"),
-                          help="image repository, e.g. ghcr.io/OWNER/apex (default: $APEX_IMAGE_REGISTRY)")
+    registry.add_argument(
+        "--registry",
+        default=os.environ.get("APEX_IMAGE_REGISTRY"),
+        help="image repository, e.g. ghcr.io/OWNER/apex (default: $APEX_IMAGE_REGISTRY)",
+    )
     return registry
 
 
 def _plan(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser("plan", parents=[o.common, o.cell, o.build], help="resolved build args and command; nothing built")
+    p = sub.add_parser(
+        "plan", parents=[o.common, o.cell, o.build], help="resolved build args and command; nothing built"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--markdown", action="store_true", help="the README's matrix table: one row per cell")
     p.set_defaults(func=cells.cmd_plan)
 
 
 def _validate(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser("validate", parents=[o.common, o.cell], help="check every cell against the compatibility facts")
+    p = sub.add_parser(
+        "validate", parents=[o.common, o.cell], help="check every cell against the compatibility facts"
+    )
     p.set_defaults(func=cells.cmd_validate)
 
 
 def _image(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     p = sub.add_parser("image", parents=[o.common, o.cell, o.build], help="build one image")
-    p.add_argument("--verify", choices=("none", "auto", "require"), default="auto",
-                   help="verify the built image, as matrix does (default auto: GPU if the daemon has one, else "
-                   "static); none: only the build's own gate, whose result the report still shows")
+    p.add_argument(
+        "--verify",
+        choices=("none", "auto", "require"),
+        default="auto",
+        help="verify the built image, as matrix does (default auto: GPU if the daemon has one, else "
+        "static); none: only the build's own gate, whose result the report still shows",
+    )
     p.set_defaults(func=cells.cmd_image)
 
 
@@ -140,17 +194,27 @@ def _matrix(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     p.add_argument("--cell", action="append", default=[], help="only this cell (name or id); repeatable")
     p.add_argument("--cuda", action="append", default=[], help="only cells with this CUDA; repeatable")
     p.add_argument("--torch", action="append", default=[], help="only cells with this torch; repeatable")
-    p.add_argument("--verify", choices=("none", "auto", "require"), default="auto",
-                   help="verify each built image (default auto: GPU if the daemon has one, else static)")
+    p.add_argument(
+        "--verify",
+        choices=("none", "auto", "require"),
+        default="auto",
+        help="verify each built image (default auto: GPU if the daemon has one, else static)",
+    )
     p.set_defaults(func=cells.cmd_matrix)
 
 
 def _verify(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser("verify", parents=[o.common, o.cell, o.engine], help="run verify inside an image (any image)")
+    p = sub.add_parser(
+        "verify", parents=[o.common, o.cell, o.engine], help="run verify inside an image (any image)"
+    )
     p.add_argument("image", nargs="?", help="image tag, id or REPO@sha256:DIGEST (default: the cell's tag)")
     p.add_argument("--gpu", choices=("auto", "require", "none"), default="auto")
-    p.add_argument("--verify-from", choices=("auto", "image", "zipapp"), default="auto",
-                   help="auto (default): the image's own verify if this toolchain built it, else the zipapp")
+    p.add_argument(
+        "--verify-from",
+        choices=("auto", "image", "zipapp"),
+        default="auto",
+        help="auto (default): the image's own verify if this toolchain built it, else the zipapp",
+    )
     p.set_defaults(func=images.cmd_verify)
 
 
@@ -166,78 +230,149 @@ def _report(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
 
 
 def _gh_matrix(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser("gh-matrix", parents=[o.common, o.select, o.registry],
-                       help="JSON for a GitHub Actions matrix (fromJson)")
+    p = sub.add_parser(
+        "gh-matrix",
+        parents=[o.common, o.select, o.registry],
+        help="JSON for a GitHub Actions matrix (fromJson)",
+    )
     p.add_argument("--pretty", action="store_true", help="indented JSON")
-    p.add_argument("--stacks", action="store_true",
-                   help="one entry per registry tag (its cells, one per platform) for the index job, not per cell")
+    p.add_argument(
+        "--stacks",
+        action="store_true",
+        help="one entry per registry tag (its cells, one per platform) for the index job, not per cell",
+    )
     p.set_defaults(func=ci.cmd_gh_matrix)
 
 
 def _bake(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser("bake", parents=[o.common, o.select, o.registry], help="docker-bake.json of the matrix")
+    p = sub.add_parser(
+        "bake", parents=[o.common, o.select, o.registry], help="docker-bake.json of the matrix"
+    )
     p.add_argument("--target", default="runtime", help="Dockerfile stage for every target")
-    p.add_argument("--cache", choices=ci_matrix.CACHE_KINDS, default="none",
-                   help="BuildKit cache per cell: gha (GitHub Actions), registry, none")
+    p.add_argument(
+        "--cache",
+        choices=ci_matrix.CACHE_KINDS,
+        default="none",
+        help="BuildKit cache per cell: gha (GitHub Actions), registry, none",
+    )
     p.add_argument("--cache-ref", help="registry cache repository (default: <registry>-cache)")
-    p.add_argument("--push-by-digest", action="store_true",
-                   help="push each platform's image untagged (CI); build.py publish-index then tags the stack's index")
-    p.add_argument("--output", "-o", type=path_value, help="write here instead of stdout (e.g. docker-bake.json)")
+    p.add_argument(
+        "--push-by-digest",
+        action="store_true",
+        help="push each platform's image untagged (CI); build.py publish-index then tags the stack's index",
+    )
+    p.add_argument(
+        "--output", "-o", type=path_value, help="write here instead of stdout (e.g. docker-bake.json)"
+    )
     p.set_defaults(func=ci.cmd_bake)
 
 
 def _pull(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser("pull", parents=[o.common, o.cell, o.registry, o.engine],
-                       help="pull a cell's published image and verify it on this node's GPU")
-    p.add_argument("--gpu", choices=("require", "auto", "none"), default="require",
-                   help="require (default): no GPU runtime is exit 3; auto: static verify without one")
+    p = sub.add_parser(
+        "pull",
+        parents=[o.common, o.cell, o.registry, o.engine],
+        help="pull a cell's published image and verify it on this node's GPU",
+    )
+    p.add_argument(
+        "--gpu",
+        choices=("require", "auto", "none"),
+        default="require",
+        help="require (default): no GPU runtime is exit 3; auto: static verify without one",
+    )
     p.add_argument("--no-pull", action="store_true", help="verify the local image, do not pull")
-    p.add_argument("--digest", help="pull REGISTRY@DIGEST (default: the digest build.py publish recorded, if any)")
-    p.add_argument("--by-digest", action="store_true", help="refuse to pull by tag: a digest must be recorded or given")
+    p.add_argument(
+        "--digest", help="pull REGISTRY@DIGEST (default: the digest build.py publish recorded, if any)"
+    )
+    p.add_argument(
+        "--by-digest", action="store_true", help="refuse to pull by tag: a digest must be recorded or given"
+    )
     sig = p.add_argument_group("signature (checked before the pull; one policy is required)")
-    sig.add_argument("--signature-identity", default=os.environ.get("APEX_SIGNATURE_IDENTITY"),
-                     help="keyless: the signing certificate's identity, a regex (images.yml's workflow), checked by "
-                     "cosign (default: $APEX_SIGNATURE_IDENTITY)")
-    sig.add_argument("--signature-issuer", default=None, help="keyless: the OIDC issuer (default: GitHub Actions')")
-    sig.add_argument("--signature-key", type=path_value, default=os.environ.get("APEX_SIGNATURE_KEY"),
-                     help="a cosign public key (cosign.pub) the image was signed with (default: $APEX_SIGNATURE_KEY)")
-    sig.add_argument("--no-signature-check", action="store_true",
-                     help="pull unsigned images (a private registry without signing); recorded as not checked")
+    sig.add_argument(
+        "--signature-identity",
+        default=os.environ.get("APEX_SIGNATURE_IDENTITY"),
+        help="keyless: the signing certificate's identity, a regex (images.yml's workflow), checked by "
+        "cosign (default: $APEX_SIGNATURE_IDENTITY)",
+    )
+    sig.add_argument(
+        "--signature-issuer", default=None, help="keyless: the OIDC issuer (default: GitHub Actions')"
+    )
+    sig.add_argument(
+        "--signature-key",
+        type=path_value,
+        default=os.environ.get("APEX_SIGNATURE_KEY"),
+        help="a cosign public key (cosign.pub) the image was signed with (default: $APEX_SIGNATURE_KEY)",
+    )
+    sig.add_argument(
+        "--no-signature-check",
+        action="store_true",
+        help="pull unsigned images (a private registry without signing); recorded as not checked",
+    )
     p.set_defaults(func=images.cmd_pull)
 
 
 def _publish(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser("publish", parents=[o.common, o.cell, o.registry],
-                       help="push a built cell's image and record its digest (out/cells/<id>/published.json)")
+    p = sub.add_parser(
+        "publish",
+        parents=[o.common, o.cell, o.registry],
+        help="push a built cell's image and record its digest (out/cells/<id>/published.json)",
+    )
     p.add_argument("--image", help="local image to push (default: the cell's tag)")
-    p.add_argument("--bake-metadata", type=path_value,
-                   help="record what `buildx bake --push --metadata-file FILE` pushed instead of pushing here")
+    p.add_argument(
+        "--bake-metadata",
+        type=path_value,
+        help="record what `buildx bake --push --metadata-file FILE` pushed instead of pushing here",
+    )
     p.set_defaults(func=images.cmd_publish)
 
 
 def _publish_index(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser("publish-index", parents=[o.common, o.select, o.registry],
-                       help="put each stack's platforms under its one tag: an OCI index of the published digests")
-    p.add_argument("--refs-out", type=path_value, help="write each index made as REPO@sha256:... (one a line), for signing")
+    p = sub.add_parser(
+        "publish-index",
+        parents=[o.common, o.select, o.registry],
+        help="put each stack's platforms under its one tag: an OCI index of the published digests",
+    )
+    p.add_argument(
+        "--refs-out",
+        type=path_value,
+        help="write each index made as REPO@sha256:... (one a line), for signing",
+    )
     p.set_defaults(func=images.cmd_publish_index)
 
 
 def _zipapp(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     p = sub.add_parser("zipapp", help="write verify as a self-contained zipapp (python verify.pyz [flags])")
-    p.add_argument("--out", type=path_value, default=Path("out") / "verify.pyz",
-                   help="file to write, or a directory to write verify.pyz into (default: out/verify.pyz)")
+    p.add_argument(
+        "--out",
+        type=path_value,
+        default=Path("out") / "verify.pyz",
+        help="file to write, or a directory to write verify.pyz into (default: out/verify.pyz)",
+    )
     p.set_defaults(func=images.cmd_zipapp)
 
 
 def _ccache(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser("ccache", parents=[o.common, o.cell],
-                       help="carry the Apex build's ccache between CI runs: import DIR into BuildKit, or export it")
-    p.add_argument("direction", choices=("import", "export"), help="import: DIR -> cache mount (before the build); "
-                   "export: cache mount -> DIR (after it)")
-    p.add_argument("--dir", type=path_value, required=True, help="the directory the CI cache restores and saves")
-    p.add_argument("--ccache-mount", choices=("shared", "carried"), default="shared",
-                   help="the mount bake's build compiles in: shared (default; what bake uses) or carried")
-    p.add_argument("--extra-ca", type=path_value, help="CA bundle for a TLS-intercepting proxy (BuildKit secret)")
+    p = sub.add_parser(
+        "ccache",
+        parents=[o.common, o.cell],
+        help="carry the Apex build's ccache between CI runs: import DIR into BuildKit, or export it",
+    )
+    p.add_argument(
+        "direction",
+        choices=("import", "export"),
+        help="import: DIR -> cache mount (before the build); export: cache mount -> DIR (after it)",
+    )
+    p.add_argument(
+        "--dir", type=path_value, required=True, help="the directory the CI cache restores and saves"
+    )
+    p.add_argument(
+        "--ccache-mount",
+        choices=("shared", "carried"),
+        default="shared",
+        help="the mount bake's build compiles in: shared (default; what bake uses) or carried",
+    )
+    p.add_argument(
+        "--extra-ca", type=path_value, help="CA bundle for a TLS-intercepting proxy (BuildKit secret)"
+    )
     p.add_argument("--progress", default="auto", choices=("auto", "plain", "tty"), help="BuildKit progress")
     p.set_defaults(func=images.cmd_ccache)
 
@@ -247,30 +382,66 @@ def _wheel(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
 
 
 def _index(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser("index", help="checked wheels -> a PEP 503/691 index per stack (INDEX/torch2.11-cu130/simple)")
-    p.add_argument("wheels", nargs="*", type=path_value, default=[],
-                   help="wheel files or folders holding them (build.py wheel's --out, a matrix run's out/)")
-    p.add_argument("--image", action="append", default=[], help="also the wheel in this image's /opt/apex; repeatable")
-    p.add_argument("--index", type=path_value, default=Path("out") / "index", help="index folder (default: out/index)")
+    p = sub.add_parser(
+        "index", help="checked wheels -> a PEP 503/691 index per stack (INDEX/torch2.11-cu130/simple)"
+    )
+    p.add_argument(
+        "wheels",
+        nargs="*",
+        type=path_value,
+        default=[],
+        help="wheel files or folders holding them (build.py wheel's --out, a matrix run's out/)",
+    )
+    p.add_argument(
+        "--image", action="append", default=[], help="also the wheel in this image's /opt/apex; repeatable"
+    )
+    p.add_argument(
+        "--index", type=path_value, default=Path("out") / "index", help="index folder (default: out/index)"
+    )
     p.set_defaults(func=wheel_index.cmd_index)
 
 
 def _facts(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     p = sub.add_parser("facts", help="the compatibility facts: `facts check` compares them with PyPI")
     facts_sub = p.add_subparsers(dest="facts_command", metavar="ACTION")
-    check = facts_sub.add_parser("check", help="exit 1 when PyPI publishes torch releases or CUDA toolkits the "
-                                 "facts lack or contradict; 3 when the index cannot be read")
-    check.add_argument("--index", default="https://pypi.org",
-                       help="PyPI, or a mirror of its JSON API and its wheels' METADATA (https://, http:// or "
-                       "file:// of a folder; default https://pypi.org)")
-    check.add_argument("--facts", type=path_value, default=None, help="facts file (default: toolchain/data/compat.toml)")
+    check = facts_sub.add_parser(
+        "check",
+        help="exit 1 when PyPI publishes torch releases or CUDA toolkits the "
+        "facts lack or contradict; 3 when the index cannot be read",
+    )
+    check.add_argument(
+        "--index",
+        default="https://pypi.org",
+        help="PyPI, or a mirror of its JSON API and its wheels' METADATA (https://, http:// or "
+        "file:// of a folder; default https://pypi.org)",
+    )
+    check.add_argument(
+        "--facts", type=path_value, default=None, help="facts file (default: toolchain/data/compat.toml)"
+    )
     check.set_defaults(func=ci.cmd_facts_check)
     p.set_defaults(func=_facts_without_action)
 
 
 # one function per command, in the order `build.py --help` lists them
-_COMMANDS = (_plan, _validate, _image, _matrix, _verify, _inspect, _report, _gh_matrix, _bake, _pull, _publish,
-             _publish_index, _zipapp, _ccache, _wheel, _index, _facts)
+_COMMANDS = (
+    _plan,
+    _validate,
+    _image,
+    _matrix,
+    _verify,
+    _inspect,
+    _report,
+    _gh_matrix,
+    _bake,
+    _pull,
+    _publish,
+    _publish_index,
+    _zipapp,
+    _ccache,
+    _wheel,
+    _index,
+    _facts,
+)
 
 
 def _host_ca() -> Path | None:

@@ -19,7 +19,9 @@ def load_part(name: str) -> types.ModuleType:
         return importlib.import_module(f"toolchain.{name}")
     except ImportError as err:
         if getattr(err, "name", None) == "docker":
-            raise EnvironmentUnavailable("the Docker SDK is not installed; pip install -e '.[build]'") from None
+            raise EnvironmentUnavailable(
+                "the Docker SDK is not installed; pip install -e '.[build]'"
+            ) from None
         raise EnvironmentUnavailable(f"toolchain.{name} is not available in this checkout ({err})") from None
 
 
@@ -46,9 +48,7 @@ def require_engine(name: str | None) -> None:
         container_engine.PodmanEngine()  # exit 3 when podman is not installed
 
 
-
 def check_registry(args: argparse.Namespace) -> None:
     from_env = args.registry is not None and args.registry == os.environ.get("APEX_IMAGE_REGISTRY")
     ci_matrix.check_repository(args.registry, "$APEX_IMAGE_REGISTRY" if from_env else "--registry")
     ci_matrix.check_repository(getattr(args, "cache_ref", None), "--cache-ref")
-

@@ -43,11 +43,16 @@ def wheels_in(sources: list[Path]) -> list[Path]:
         if source.is_file() and source.name.endswith(".whl"):
             found.append(source)
         elif source.is_dir():
-            found += sorted(p for p in source.rglob("*.whl")
-                            if not any(part.startswith(".") for part in p.relative_to(source).parts))
+            found += sorted(
+                p
+                for p in source.rglob("*.whl")
+                if not any(part.startswith(".") for part in p.relative_to(source).parts)
+            )
         else:
-            raise UsageError(f"build.py index: {source} is neither a .whl file nor a folder; pass built wheels, "
-                             "a build's --out folder or --image TAG")
+            raise UsageError(
+                f"build.py index: {source} is neither a .whl file nor a folder; pass built wheels, "
+                "a build's --out folder or --image TAG"
+            )
     return list(dict.fromkeys(found))
 
 
@@ -56,8 +61,10 @@ def cmd_index(args: argparse.Namespace, console: Console) -> int:
         sources = list(args.wheels)
         missing = [s for s in sources if not s.exists()]
         if missing:
-            raise UsageError(f"build.py index: {missing[0]} does not exist; pass built wheels, a build's --out "
-                             "folder, a matrix run's out/ or --image TAG")
+            raise UsageError(
+                f"build.py index: {missing[0]} does not exist; pass built wheels, a build's --out "
+                "folder, a matrix run's out/ or --image TAG"
+            )
         from_cells, notes = cell_images(sources)
         for note in notes:
             print(f"build.py index: {note}", file=sys.stderr)
@@ -65,18 +72,25 @@ def cmd_index(args: argparse.Namespace, console: Console) -> int:
             sources.append(load_part("image.image_wheels").copy_out(tag, Path(work) / str(n)))
         wheels = wheels_in(sources)
         if not wheels:
-            raise UsageError(f"build.py index: no .whl in {', '.join(map(str, sources)) or 'the arguments'}; pass "
-                             "built wheels, a build's --out folder or --image TAG")
+            raise UsageError(
+                f"build.py index: no .whl in {', '.join(map(str, sources)) or 'the arguments'}; pass "
+                "built wheels, a build's --out folder or --image TAG"
+            )
         allowed = wheel_check.allowed_libraries()
         results = [wheel_check.check(w, allowed) for w in wheels]
         passed = [r for r in results if isinstance(r, wheel_check.CheckedWheel)]
         refused = [r for r in results if isinstance(r, wheel_check.Refusal)]
         outcomes = publish.add(args.index, passed) if passed else []
     for outcome in outcomes:
-        print(f"{outcome.action:9} {outcome.stack}/{outcome.wheel}" + (f" ({outcome.detail})" if outcome.detail else ""))
+        print(
+            f"{outcome.action:9} {outcome.stack}/{outcome.wheel}"
+            + (f" ({outcome.detail})" if outcome.detail else "")
+        )
     for refusal in refused:
         print(f"build.py index: refused {refusal.message()}", file=sys.stderr)
     if passed:
-        print(f"index {args.index}: pip install apex --index-url <where it is served>/<stack>/simple "
-              f"(stacks: {', '.join(sorted({w.stack for w in passed}))}; see {args.index / 'index.html'})")
+        print(
+            f"index {args.index}: pip install apex --index-url <where it is served>/<stack>/simple "
+            f"(stacks: {', '.join(sorted({w.stack for w in passed}))}; see {args.index / 'index.html'})"
+        )
     return exit_codes.FAILED if refused else exit_codes.OK

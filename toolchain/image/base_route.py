@@ -56,8 +56,13 @@ def engine_availability() -> Availability:
     return why_not
 
 
-def choose(cell: Cell, requested: str, reresolve: Reresolve, available: Availability,
-           facts: compat_mod.Compat | None = None) -> tuple[Cell, str | None]:
+def choose(
+    cell: Cell,
+    requested: str,
+    reresolve: Reresolve,
+    available: Availability,
+    facts: compat_mod.Compat | None = None,
+) -> tuple[Cell, str | None]:
     """(the cell as it will be built, the one line that says it moved to the local base, or None)."""
     facts = facts or compat_mod.load()
     if requested not in ROUTES:
@@ -66,14 +71,19 @@ def choose(cell: Cell, requested: str, reresolve: Reresolve, available: Availabi
         if cell.base_route == "local":
             published = facts.cuda[cell.cuda].os if cell.cuda in facts.cuda else ()
             fix = f"use --os {published[0]} (a Python it packages)" if published else "use another CUDA"
-            raise UsageError(f"--base nvidia: NVIDIA publishes no CUDA {cell.cuda} image for {cell.os}; {fix}, "
-                             "or --base auto")
+            raise UsageError(
+                f"--base nvidia: NVIDIA publishes no CUDA {cell.cuda} image for {cell.os}; {fix}, "
+                "or --base auto"
+            )
         return cell, None
     if cell.base_route != "nvidia":  # a local base already, or base images the user named
         return cell, None
     if requested == "auto":
-        missing = [(ref, why) for ref in dict.fromkeys((cell.base_devel, cell.base_runtime))
-                   if (why := available(ref)) is not None]
+        missing = [
+            (ref, why)
+            for ref in dict.fromkeys((cell.base_devel, cell.base_runtime))
+            if (why := available(ref)) is not None
+        ]
         if not missing:
             return cell, None
         reason = f"{missing[0][0]} cannot be pulled ({missing[0][1]})"
@@ -87,28 +97,43 @@ def choose(cell: Cell, requested: str, reresolve: Reresolve, available: Availabi
             f"cell {cell.name}: {reason}; the local base needs torch {cell.torch} built for CUDA {cell.cuda}, which "
             f"PyPI does not carry (PyPI's torch {compat_mod.minor_of(cell.torch)} is {pypi}): it is on "
             f"{cell.torch_index_url}; pass --base local --torch-index-url {cell.torch_index_url} (or a mirror of it; "
-            "make: BASE=local), or make the NVIDIA image available")
+            "make: BASE=local), or make the NVIDIA image available"
+        )
     moved, local, refused = _on_a_local_base(cell, reresolve, facts)
     if moved is None or local is None:
-        offered = ", ".join(f"{b.os} (Python {'/'.join(facts.os[b.os].python)})" for b in facts.local_bases.values())
+        offered = ", ".join(
+            f"{b.os} (Python {'/'.join(facts.os[b.os].python)})" for b in facts.local_bases.values()
+        )
         raise EnvironmentUnavailable(
             f"cell {cell.name}: {reason}, and no local base fits it ({offered}; {' / '.join(refused)}); make the "
             "NVIDIA image available (docker load, or --base-devel/--base-runtime with your mirror; make: BASE_DEVEL_IMAGE=), "
-            "or change what the refusals name")
-    python = f" with Python {moved.python}, as none packages the cell's {cell.python}" if moved.python != cell.python else ""
-    cuda_from = (f"{local.os}'s {' '.join(moved.os_cuda_packages)}" if moved.os_cuda_packages else "NVIDIA's wheels")
-    note = (f"cell {cell.name}: {reason}: building it on the local base {local.image} ({local.os}{python}, CUDA "
-            f"{moved.cuda} from {cuda_from}, torch {moved.torch} from {moved.torch_index_url}) as {moved.id}"
-            + ("; --base nvidia to insist" if requested == "auto" else ""))
+            "or change what the refusals name"
+        )
+    python = (
+        f" with Python {moved.python}, as none packages the cell's {cell.python}"
+        if moved.python != cell.python
+        else ""
+    )
+    cuda_from = (
+        f"{local.os}'s {' '.join(moved.os_cuda_packages)}" if moved.os_cuda_packages else "NVIDIA's wheels"
+    )
+    note = (
+        f"cell {cell.name}: {reason}: building it on the local base {local.image} ({local.os}{python}, CUDA "
+        f"{moved.cuda} from {cuda_from}, torch {moved.torch} from {moved.torch_index_url}) as {moved.id}"
+        + ("; --base nvidia to insist" if requested == "auto" else "")
+    )
     return moved, note
 
 
-def _on_a_local_base(cell: Cell, reresolve: Reresolve, facts: compat_mod.Compat
-                     ) -> tuple[Cell | None, compat_mod.LocalBase | None, list[str]]:
+def _on_a_local_base(
+    cell: Cell, reresolve: Reresolve, facts: compat_mod.Compat
+) -> tuple[Cell | None, compat_mod.LocalBase | None, list[str]]:
     """The cell resolved again on the first local base that takes it: the one packaging its Python first,
     then the newest; a Python the cell did not write is the OS's (validation says when one does not fit)."""
-    order = sorted(facts.local_bases.values(),
-                   key=lambda b: (cell.python not in facts.os[b.os].python, -list(facts.local_bases).index(b.os)))
+    order = sorted(
+        facts.local_bases.values(),
+        key=lambda b: (cell.python not in facts.os[b.os].python, -list(facts.local_bases).index(b.os)),
+    )
     refused: list[str] = []
     for local in order:
         try:
@@ -118,8 +143,11 @@ def _on_a_local_base(cell: Cell, reresolve: Reresolve, facts: compat_mod.Compat
     return None, None, refused
 
 
-def ensure_local_base(cell: Cell, facts: compat_mod.Compat | None = None,
-                      run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str | None:
+def ensure_local_base(
+    cell: Cell,
+    facts: compat_mod.Compat | None = None,
+    run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
+) -> str | None:
     """Make the cell's local base when the engine lacks it (debootstrap + docker import, about a minute);
     returns what was done, or None when nothing was needed. Failing is exit 3 naming the script."""
     facts = facts or compat_mod.load()
@@ -140,5 +168,6 @@ def ensure_local_base(cell: Cell, facts: compat_mod.Compat | None = None,
         raise EnvironmentUnavailable(
             f"the local base {base.image} ({base.suite}) could not be made (scripts/ensure-docker.sh exit "
             f"{done.returncode}, output above); run `BASE_IMAGE={base.image} BASE_SUITE={base.suite} bash "
-            "scripts/ensure-docker.sh` as root, or load the image (docker load)")
+            "scripts/ensure-docker.sh` as root, or load the image (docker load)"
+        )
     return f"made the local base {base.image} with debootstrap {base.suite}"

@@ -39,8 +39,18 @@ INPUTS = "docker/build-inputs"
 WHEELHOUSE_NAME, APEX_SRC_NAME = "wheelhouse", "apex-src"
 TAIL_LINES = 30
 PROGRESS = "[apex-builder] progress: "  # toolchain/builder/build_progress.py, every 30 s of a compile
-TARGETS = ("runtime", "runtime-devel", "runtime-slim", "verify-runtime", "apex-build", "torch", "devel", "apex-src")
+TARGETS = (
+    "runtime",
+    "runtime-devel",
+    "runtime-slim",
+    "verify-runtime",
+    "apex-build",
+    "torch",
+    "devel",
+    "apex-src",
+)
 CARRY_TARGETS = (ccache_carry.IMPORT_TARGET, ccache_carry.EXPORT_TARGET)  # no image: files to --output
+
 
 @dataclasses.dataclass(frozen=True)
 class BuildResult:
@@ -71,8 +81,14 @@ def _progress(progress: str) -> str:
     return "plain" if (os.environ.get("CI") or not sys.stdout.isatty()) else "tty"
 
 
-def build_args_for(cell: Cell, *, target: str = "runtime", apex_src: Path | None = None,
-                   wheelhouse: Path | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
+def build_args_for(
+    cell: Cell,
+    *,
+    target: str = "runtime",
+    apex_src: Path | None = None,
+    wheelhouse: Path | None = None,
+    extra: dict[str, str] | None = None,
+) -> dict[str, str]:
     args = targets.build_args(cell.build_args(), target, cell.base_route)
     if wheelhouse is not None:
         args["TORCH_WHEELHOUSE"] = WHEELHOUSE_NAME
@@ -82,26 +98,52 @@ def build_args_for(cell: Cell, *, target: str = "runtime", apex_src: Path | None
     return args
 
 
-def build_command(cell: Cell, *, target: str = "runtime", apex_src: Path | str | None = None,
-                  wheelhouse: Path | str | None = None, extra_ca: Path | str | None = None,
-                  progress: str = "auto", context: Path | str = ".",
-                  extra_args: dict[str, str] | None = None, client: DockerClient | None = None) -> list[str]:
+def build_command(
+    cell: Cell,
+    *,
+    target: str = "runtime",
+    apex_src: Path | str | None = None,
+    wheelhouse: Path | str | None = None,
+    extra_ca: Path | str | None = None,
+    progress: str = "auto",
+    context: Path | str = ".",
+    extra_args: dict[str, str] | None = None,
+    client: DockerClient | None = None,
+) -> list[str]:
     """The exact build command for a cell (what `build.py plan` prints; `build_image` runs it): the build
     args, and the target's labels (toolchain/spec/image_labels.py) rendered from the same args."""
     if target not in TARGETS + CARRY_TARGETS:
-        raise UsageError(f"--target {target!r}: no such Dockerfile stage to ship; use one of {', '.join(TARGETS)}")
+        raise UsageError(
+            f"--target {target!r}: no such Dockerfile stage to ship; use one of {', '.join(TARGETS)}"
+        )
     _progress(progress)  # validates the value
     prefix = (client or client_or_default()).build_prefix()
-    command = [*prefix, "--file", str(Path(context) / DOCKERFILE), "--target", target, "--progress", "plain",
-               "--tag", cell.id]
+    command = [
+        *prefix,
+        "--file",
+        str(Path(context) / DOCKERFILE),
+        "--target",
+        target,
+        "--progress",
+        "plain",
+        "--tag",
+        cell.id,
+    ]
     if cell.platform != DEFAULT_PLATFORM:  # e.g. linux/arm64: native on an arm64 builder, else QEMU
         command += ["--platform", cell.platform]
-    args = build_args_for(cell, target=target, apex_src=Path(apex_src) if apex_src else None,
-                          wheelhouse=Path(wheelhouse) if wheelhouse else None, extra=extra_args)
+    args = build_args_for(
+        cell,
+        target=target,
+        apex_src=Path(apex_src) if apex_src else None,
+        wheelhouse=Path(wheelhouse) if wheelhouse else None,
+        extra=extra_args,
+    )
     for key, value in args.items():
         if key not in image_labels.LABEL_ONLY_ARGS:
             command += ["--build-arg", f"{key}={value}"]
-    for key, value in image_labels.for_image(target, args).items():  # labels are build.py's, not the Dockerfile's
+    for key, value in image_labels.for_image(
+        target, args
+    ).items():  # labels are build.py's, not the Dockerfile's
         command += ["--label", f"{key}={value}"]
     if extra_ca is not None:
         command += ["--secret", _csv_fields("id=extra_ca", f"src={Path(extra_ca).resolve()}")]
@@ -119,8 +161,13 @@ def _csv_fields(*fields: str) -> str:
 
 
 def _copy_tree(src: Path, dest: Path, ignore: Iterable[str] = ()) -> None:
-    shutil.copytree(src, dest, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *ignore),
-                    dirs_exist_ok=True)
+    shutil.copytree(
+        src,
+        dest,
+        symlinks=True,
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *ignore),
+        dirs_exist_ok=True,
+    )
 
 
 def _link_or_copy(src: Path, dest: Path) -> None:
@@ -145,8 +192,10 @@ def stage_context(dest: Path, *, apex_src: Path | None = None, wheelhouse: Path 
     if wheelhouse is not None:
         wheels = sorted(Path(wheelhouse).glob("*.whl"))
         if not wheels:
-            raise UsageError(f"--wheelhouse {wheelhouse}: no .whl files there; fill it with `pip download` "
-                             "(torch, its dependencies, setuptools, packaging, ninja)")
+            raise UsageError(
+                f"--wheelhouse {wheelhouse}: no .whl files there; fill it with `pip download` "
+                "(torch, its dependencies, setuptools, packaging, ninja)"
+            )
         (inputs / WHEELHOUSE_NAME).mkdir()
         for wheel in wheels:
             _link_or_copy(wheel, inputs / WHEELHOUSE_NAME / wheel.name)
@@ -176,8 +225,9 @@ def _image_digest(name: str) -> str:
 
 def _source_revision() -> str:
     try:
-        return subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
     except OSError:
         return ""
 
@@ -187,8 +237,15 @@ def _run_build(command: list[str], env: dict[str, str], log_path: Path, show: st
     with open(log_path, "a", encoding="utf-8", buffering=1) as log:
         log.write("$ " + " ".join(command) + "\n")
         log.flush()
-        proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", bufsize=1)
+        proc = subprocess.Popen(
+            command,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+        )
         shown: set[str] = set()
         try:
             assert proc.stdout is not None
@@ -196,7 +253,12 @@ def _run_build(command: list[str], env: dict[str, str], log_path: Path, show: st
                 log.write(line)
                 step = STEP.match(line)
                 # tty: each step's header once, errors, and the builder's progress lines (a compile is long)
-                if show == "plain" or "ERROR" in line or PROGRESS in line or (step and step.group(1) not in shown):
+                if (
+                    show == "plain"
+                    or "ERROR" in line
+                    or PROGRESS in line
+                    or (step and step.group(1) not in shown)
+                ):
                     sys.stdout.write(workflow_commands.inert(line))
                     if step:
                         shown.add(step.group(1))
@@ -215,21 +277,35 @@ def _daemon_still_there(cell: Cell, log_path: Path) -> None:
     except EnvironmentUnavailable as error:
         with open(log_path, "a", encoding="utf-8") as log:
             log.write(f"[engine] after the failed build: {error}\n")
-        raise EnvironmentUnavailable(f"building {cell.id}: the Docker daemon stopped answering during the "
-                                     f"build ({error}); see {log_path}") from None
+        raise EnvironmentUnavailable(
+            f"building {cell.id}: the Docker daemon stopped answering during the "
+            f"build ({error}); see {log_path}"
+        ) from None
 
 
-def build_image(cell: Cell, *, target: str = "runtime", log_path: Path | str, apex_src: Path | str | None = None,
-                wheelhouse: Path | str | None = None, extra_ca: Path | str | None = None, progress: str = "auto",
-                extra_args: dict[str, str] | None = None, retries: int = 1, ccache_dir: Path | None = None,
-                ccache_mount: str | None = None) -> BuildResult:
+def build_image(
+    cell: Cell,
+    *,
+    target: str = "runtime",
+    log_path: Path | str,
+    apex_src: Path | str | None = None,
+    wheelhouse: Path | str | None = None,
+    extra_ca: Path | str | None = None,
+    progress: str = "auto",
+    extra_args: dict[str, str] | None = None,
+    retries: int = 1,
+    ccache_dir: Path | None = None,
+    ccache_mount: str | None = None,
+) -> BuildResult:
     """Build one cell's image (tag == cell.id). A broken cell returns ok=False with the failing stage
     and the log's last lines; a missing environment (daemon, disk, registry) raises
     EnvironmentUnavailable, after `retries` more tries where a retry can help. With `ccache_dir` the
     compiler cache is imported from it before and exported to it after a successful build (ccache_carry.py)."""
     show = _progress(progress)
     if extra_ca is not None and not Path(extra_ca).is_file():
-        raise UsageError(f"--extra-ca {extra_ca}: no such file; pass a PEM file with the proxy's CA certificate")
+        raise UsageError(
+            f"--extra-ca {extra_ca}: no such file; pass a PEM file with the proxy's CA certificate"
+        )
     client = docker_client()
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -249,16 +325,37 @@ def build_image(cell: Cell, *, target: str = "runtime", log_path: Path | str, ap
     start = time.monotonic()
     carried: dict[str, Any] = {}  # with --ccache-dir: its counts before and after, and the mount
     with tempfile.TemporaryDirectory(prefix="apex-context-") as tmp:
-        context = stage_context(Path(tmp), apex_src=Path(apex_src) if apex_src else None,
-                                wheelhouse=Path(wheelhouse) if wheelhouse else None)
+        context = stage_context(
+            Path(tmp),
+            apex_src=Path(apex_src) if apex_src else None,
+            wheelhouse=Path(wheelhouse) if wheelhouse else None,
+        )
         all_args = {**provenance, **carry, **(extra_args or {})}
-        command = build_command(cell, target=target, apex_src=apex_src, wheelhouse=wheelhouse, extra_ca=extra_ca,
-                                context=context, extra_args=all_args, client=client)
+        command = build_command(
+            cell,
+            target=target,
+            apex_src=apex_src,
+            wheelhouse=wheelhouse,
+            extra_ca=extra_ca,
+            context=context,
+            extra_args=all_args,
+            client=client,
+        )
         code = 0
         if ccache_dir is not None:
             carried = {"before": ccache_carry.count(ccache_dir).to_json(), "mount": carry["CCACHE_MOUNT"]}
-            code = _carry(ccache_carry.IMPORT_TARGET, cell, context, ccache_dir, all_args, client, env, log_path,
-                          show, extra_ca)
+            code = _carry(
+                ccache_carry.IMPORT_TARGET,
+                cell,
+                context,
+                ccache_dir,
+                all_args,
+                client,
+                env,
+                log_path,
+                show,
+                extra_ca,
+            )
         for attempt in range(retries + 1 if code == 0 else 0):
             code = _run_build(command, env, log_path, show)
             if code == 0:
@@ -274,27 +371,63 @@ def build_image(cell: Cell, *, target: str = "runtime", log_path: Path | str, ap
             time.sleep(5)
         if code == 0 and ccache_dir is not None:
             # the image is built either way: a failed export leaves DIR as it was and is reported, not fatal
-            exported = _carry(ccache_carry.EXPORT_TARGET, cell, context, ccache_dir, all_args, client, env, log_path,
-                              show, extra_ca)
+            exported = _carry(
+                ccache_carry.EXPORT_TARGET,
+                cell,
+                context,
+                ccache_dir,
+                all_args,
+                client,
+                env,
+                log_path,
+                show,
+                extra_ca,
+            )
             carried["after"] = ccache_carry.count(ccache_dir).to_json()
             if exported != 0:
                 carried["export_failed"] = f"the ccache export build exited {exported}; see {log_path}"
     lines = log_path.read_text(errors="replace").splitlines()
     stage, step = (None, None) if code == 0 else failed_step(lines)
-    return BuildResult(ok=code == 0, tag=cell.id, stage_failed=stage, log_tail=lines[-TAIL_LINES:],
-                       duration_s=round(time.monotonic() - start, 1), log_path=str(log_path),
-                       step_failed=step, target=target, ccache_carried=carried or None)
+    return BuildResult(
+        ok=code == 0,
+        tag=cell.id,
+        stage_failed=stage,
+        log_tail=lines[-TAIL_LINES:],
+        duration_s=round(time.monotonic() - start, 1),
+        log_path=str(log_path),
+        step_failed=step,
+        target=target,
+        ccache_carried=carried or None,
+    )
 
 
-def _carry(target: str, cell: Cell, context: Path, ccache_dir: Path, args: dict[str, str], client: DockerClient,
-           env: dict[str, str], log_path: Path, show: str, extra_ca: Path | str | None) -> int:
+def _carry(
+    target: str,
+    cell: Cell,
+    context: Path,
+    ccache_dir: Path,
+    args: dict[str, str],
+    client: DockerClient,
+    env: dict[str, str],
+    log_path: Path,
+    show: str,
+    extra_ca: Path | str | None,
+) -> int:
     """One carry build in the image build's builder: import (DIR staged into the context -> cache mount) or
     export (cache mount -> a sibling of DIR, swapped in when complete). The build's exit code."""
     if target == ccache_carry.IMPORT_TARGET:
         ccache_carry.stage_seed(context, ccache_dir)
-    dest = ccache_carry.export_dest(ccache_dir) if target == ccache_carry.EXPORT_TARGET else context / ".imported"
+    dest = (
+        ccache_carry.export_dest(ccache_dir)
+        if target == ccache_carry.EXPORT_TARGET
+        else context / ".imported"
+    )
     command = ccache_carry.local_output(
-        build_command(cell, target=target, extra_ca=extra_ca, context=context, extra_args=args, client=client), dest)
+        build_command(
+            cell, target=target, extra_ca=extra_ca, context=context, extra_args=args, client=client
+        ),
+        dest,
+    )
     try:
         code = _run_build(command, env, log_path, show)
         if code == 0 and target == ccache_carry.EXPORT_TARGET:
@@ -306,8 +439,16 @@ def _carry(target: str, cell: Cell, context: Path, ccache_dir: Path, args: dict[
             shutil.rmtree(dest, ignore_errors=True)
 
 
-def carry_ccache(cell: Cell, direction: str, *, ccache_dir: Path, mount: str, log_path: Path | str,
-                 extra_ca: Path | str | None = None, progress: str = "auto") -> BuildResult:
+def carry_ccache(
+    cell: Cell,
+    direction: str,
+    *,
+    ccache_dir: Path,
+    mount: str,
+    log_path: Path | str,
+    extra_ca: Path | str | None = None,
+    progress: str = "auto",
+) -> BuildResult:
     """`build.py ccache import|export` for CI, where bake builds the image between the two: the same carry
     builds build_image runs around its own build, in the default builder (bake's, under setup-buildx)."""
     show = _progress(progress)
@@ -322,10 +463,27 @@ def carry_ccache(cell: Cell, direction: str, *, ccache_dir: Path, mount: str, lo
     before = ccache_carry.count(ccache_dir).to_json()
     with tempfile.TemporaryDirectory(prefix="apex-context-") as tmp:
         context = stage_context(Path(tmp))
-        code = _carry(target, cell, context, ccache_dir, args, client, dict(os.environ, DOCKER_BUILDKIT="1"),
-                      log_path, show, extra_ca)
+        code = _carry(
+            target,
+            cell,
+            context,
+            ccache_dir,
+            args,
+            client,
+            dict(os.environ, DOCKER_BUILDKIT="1"),
+            log_path,
+            show,
+            extra_ca,
+        )
     lines = log_path.read_text(errors="replace").splitlines()
     carried = {"before": before, "mount": mount, "after": ccache_carry.count(ccache_dir).to_json()}
-    return BuildResult(ok=code == 0, tag=cell.id, stage_failed=None if code == 0 else failed_step(lines)[0],
-                       log_tail=lines[-TAIL_LINES:], duration_s=round(time.monotonic() - start, 1),
-                       log_path=str(log_path), target=target, ccache_carried=carried)
+    return BuildResult(
+        ok=code == 0,
+        tag=cell.id,
+        stage_failed=None if code == 0 else failed_step(lines)[0],
+        log_tail=lines[-TAIL_LINES:],
+        duration_s=round(time.monotonic() - start, 1),
+        log_path=str(log_path),
+        target=target,
+        ccache_carried=carried,
+    )

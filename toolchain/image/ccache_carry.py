@@ -56,8 +56,10 @@ def check_dir(path: Path | None, option: str = "--ccache-dir") -> Path | None:
     if path is None:
         return None
     if path.exists() and not path.is_dir():
-        raise UsageError(f"{option} {path}: not a directory; pass the directory the CI cache restores "
-                         "(it is created when missing)")
+        raise UsageError(
+            f"{option} {path}: not a directory; pass the directory the CI cache restores "
+            "(it is created when missing)"
+        )
     return path
 
 

@@ -100,24 +100,39 @@ class DockerEngine:
 
     def image(self, ref: str) -> ImageInfo:
         image = docker_host.local_image(self._client, ref)
-        return ImageInfo(ref, image.id, tuple(image.attrs.get("RepoDigests") or ()),
-                         dict((image.attrs.get("Config") or {}).get("Labels") or {}))
+        return ImageInfo(
+            ref,
+            image.id,
+            tuple(image.attrs.get("RepoDigests") or ()),
+            dict((image.attrs.get("Config") or {}).get("Labels") or {}),
+        )
 
     def pull(self, ref: str) -> ImageInfo:
         docker_pull(ref)  # retries, permanent-error wording
         return self.image(ref)
 
-    def run(self, ref: str, command: list[str], *, gpu: bool, files_in: dict[str, bytes], collect: str,
-            timeout_s: float) -> RunResult:
+    def run(
+        self,
+        ref: str,
+        command: list[str],
+        *,
+        gpu: bool,
+        files_in: dict[str, bytes],
+        collect: str,
+        timeout_s: float,
+    ) -> RunResult:
         from docker.errors import APIError, NotFound
         from docker.types import DeviceRequest
 
         requests = [DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpu else None
         try:
-            container = self._client.containers.create(ref, command=command, device_requests=requests, detach=True)
+            container = self._client.containers.create(
+                ref, command=command, device_requests=requests, detach=True
+            )
         except APIError as error:
-            raise EnvironmentUnavailable(f"the Docker daemon refused to create a container of {ref}: "
-                                         f"{error.explanation or error}") from None
+            raise EnvironmentUnavailable(
+                f"the Docker daemon refused to create a container of {ref}: {error.explanation or error}"
+            ) from None
         try:
             if files_in:
                 container.put_archive("/", _tar_of(files_in))
@@ -126,8 +141,9 @@ class DockerEngine:
             except APIError as error:
                 if _DOCKER_NO_GPU in str(error):
                     raise NoGpuRuntime(error.explanation or str(error)) from None
-                raise EnvironmentUnavailable(f"the Docker daemon refused to run {ref}: "
-                                             f"{error.explanation or error}") from None
+                raise EnvironmentUnavailable(
+                    f"the Docker daemon refused to run {ref}: {error.explanation or error}"
+                ) from None
             timed_out = False
             try:
                 status = container.wait(timeout=timeout_s)["StatusCode"]
@@ -161,8 +177,13 @@ def docker_pull(ref: str, *, attempts: int = PULL_ATTEMPTS, backoff_s: float = 5
                 raise _StreamError(str(event["error"]))
         return str(client.images.get(ref).id)
 
-    return with_retries(ref, attempt, errors=(APIError, DockerException, OSError, _StreamError), attempts=attempts,
-                        backoff_s=backoff_s)
+    return with_retries(
+        ref,
+        attempt,
+        errors=(APIError, DockerException, OSError, _StreamError),
+        attempts=attempts,
+        backoff_s=backoff_s,
+    )
 
 
 class _StreamError(Exception):
@@ -178,19 +199,23 @@ class PodmanEngine:
     def __init__(self, path: str | None = None) -> None:
         found = path or os.environ.get("PODMAN") or shutil.which("podman")
         if not found:
-            raise EnvironmentUnavailable("podman is not installed; install it (apt-get install podman) or use "
-                                         "--engine docker")
+            raise EnvironmentUnavailable(
+                "podman is not installed; install it (apt-get install podman) or use --engine docker"
+            )
         self.path = found
         self.tls_verify = os.environ.get("APEX_PODMAN_TLS_VERIFY", "true")  # "false" for an http registry
 
-    def _podman(self, *args: str, timeout: float = 600, check: bool = True, stdin: bytes | None = None
-                ) -> subprocess.CompletedProcess:
+    def _podman(
+        self, *args: str, timeout: float = 600, check: bool = True, stdin: bytes | None = None
+    ) -> subprocess.CompletedProcess:
         try:
             done = subprocess.run([self.path, *args], input=stdin, capture_output=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise EnvironmentUnavailable(f"podman {args[0]} did not finish within {timeout:.0f} s") from None
         if check and done.returncode != 0:
-            raise _PodmanError(done.stderr.decode("utf-8", errors="replace").strip() or f"exit {done.returncode}")
+            raise _PodmanError(
+                done.stderr.decode("utf-8", errors="replace").strip() or f"exit {done.returncode}"
+            )
         return done
 
     def image(self, ref: str) -> ImageInfo:
@@ -199,10 +224,16 @@ class PodmanEngine:
         try:
             data = json.loads(self._podman("image", "inspect", ref, timeout=60).stdout)[0]
         except _PodmanError as error:
-            raise UsageError(f"image {ref!r} is not in podman's local store ({error.first_line}); pull it "
-                             "(build.py pull --engine podman) or podman load it") from None
-        return ImageInfo(ref, "sha256:" + data["Id"].removeprefix("sha256:"), tuple(data.get("RepoDigests") or ()),
-                         dict((data.get("Config") or {}).get("Labels") or data.get("Labels") or {}))
+            raise UsageError(
+                f"image {ref!r} is not in podman's local store ({error.first_line}); pull it "
+                "(build.py pull --engine podman) or podman load it"
+            ) from None
+        return ImageInfo(
+            ref,
+            "sha256:" + data["Id"].removeprefix("sha256:"),
+            tuple(data.get("RepoDigests") or ()),
+            dict((data.get("Config") or {}).get("Labels") or data.get("Labels") or {}),
+        )
 
     def pull(self, ref: str) -> ImageInfo:
         def attempt() -> None:
@@ -211,8 +242,16 @@ class PodmanEngine:
         with_retries(ref, attempt, errors=(_PodmanError,))
         return self.image(ref)
 
-    def run(self, ref: str, command: list[str], *, gpu: bool, files_in: dict[str, bytes], collect: str,
-            timeout_s: float) -> RunResult:
+    def run(
+        self,
+        ref: str,
+        command: list[str],
+        *,
+        gpu: bool,
+        files_in: dict[str, bytes],
+        collect: str,
+        timeout_s: float,
+    ) -> RunResult:
         name = f"apex-verify-{uuid.uuid4().hex[:12]}"
         # no network: verify needs none, and a node may have no CNI/netavark configured for podman
         create = ["create", "--name", name, "--network=none", *_own_ulimits()]
@@ -223,7 +262,9 @@ class PodmanEngine:
         except _PodmanError as error:
             if gpu and any(word in str(error) for word in _PODMAN_NO_GPU):
                 raise NoGpuRuntime(error.first_line) from None
-            raise EnvironmentUnavailable(f"podman could not create a container of {ref}: {error.first_line}") from None
+            raise EnvironmentUnavailable(
+                f"podman could not create a container of {ref}: {error.first_line}"
+            ) from None
         try:
             if files_in:  # `podman cp -` takes a tar on stdin, like Docker's put_archive
                 self._podman("cp", "-", f"{name}:/", stdin=_tar_of(files_in), timeout=120)

@@ -32,7 +32,8 @@ VERIFY_FROM = ("auto", "image", "zipapp")
 # The image's own interpreter: python3 first (Debian-style images have only that), then python.
 _RUN_ZIPAPP = (
     'for py in python3 python; do if command -v "$py" >/dev/null 2>&1; then exec "$py" '
-    + ZIPAPP_PATH + ' "$@"; fi; done; '
+    + ZIPAPP_PATH
+    + ' "$@"; fi; done; '
     'echo "verify: this image has no python3 or python on PATH; verify needs the image\'s Python and torch" >&2; '
     "exit 3"
 )
@@ -89,15 +90,26 @@ def _audit_block(info: container_engine.ImageInfo, runtime, verify_from: str, ap
 
 def _audit_markdown(audit: dict) -> str:
     digest = audit["digest"] or "none (a local image, never pushed or pulled)"
-    source = (f"the zipapp of this checkout (sha256 `{audit['zipapp_sha256']}`)" if audit["verify_from"] == "zipapp"
-              else "the image's own verify")
-    return (f"> Audited image `{audit['image']}`: image id `{audit['image_id']}`, repo digest `{digest}`; "
-            f"engine {audit['engine']}; verify from {source}.\n\n")
+    source = (
+        f"the zipapp of this checkout (sha256 `{audit['zipapp_sha256']}`)"
+        if audit["verify_from"] == "zipapp"
+        else "the image's own verify"
+    )
+    return (
+        f"> Audited image `{audit['image']}`: image id `{audit['image_id']}`, repo digest `{digest}`; "
+        f"engine {audit['engine']}; verify from {source}.\n\n"
+    )
 
 
-def verify_image(tag: str, *, out_dir: Path | str, gpu: str = "auto", timeout_s: float = 3600,
-                 verify_from: str = "auto", engine: str | DockerEngine | PodmanEngine | None = None
-                 ) -> tuple[int, Path]:
+def verify_image(
+    tag: str,
+    *,
+    out_dir: Path | str,
+    gpu: str = "auto",
+    timeout_s: float = 3600,
+    verify_from: str = "auto",
+    engine: str | DockerEngine | PodmanEngine | None = None,
+) -> tuple[int, Path]:
     """Verify `tag` in a container. gpu: "auto" (GPUs if the engine has a GPU runtime, else --static),
     "require" (exit 3 without it), "none" (--static). Returns (exit code, report path)."""
     if gpu not in GPU_MODES:
@@ -107,18 +119,33 @@ def verify_image(tag: str, *, out_dir: Path | str, gpu: str = "auto", timeout_s:
     source = _resolve_verify_from(verify_from, info.labels)
     out_dir = Path(out_dir)  # made by the first file written into it: a run refused here leaves no folder
     files_in, app = _zipapp_files(source)
-    run = {"image": tag, "engine": runtime.name, "verify_from": source, "gpu_requested": gpu != "none",
-           "gpu_runtime": None, "mode": "full", "note": None}
+    run = {
+        "image": tag,
+        "engine": runtime.name,
+        "verify_from": source,
+        "gpu_requested": gpu != "none",
+        "gpu_runtime": None,
+        "mode": "full",
+        "note": None,
+    }
 
     def go(static: bool, with_gpu: bool, require: bool) -> container_engine.RunResult:
-        return runtime.run(tag, command(source, static, require), gpu=with_gpu, files_in=files_in,
-                           collect=REPORT_DIR, timeout_s=timeout_s)
+        return runtime.run(
+            tag,
+            command(source, static, require),
+            gpu=with_gpu,
+            files_in=files_in,
+            collect=REPORT_DIR,
+            timeout_s=timeout_s,
+        )
 
     result = _run_with_gpu_or_static(go, gpu, runtime.name, run)
     write_text(out_dir / "verify.log", result.log)
     if result.timed_out:
-        raise EnvironmentUnavailable(f"verify in {tag} did not finish within {timeout_s:.0f} s; its output is in "
-                                     f"{out_dir / 'verify.log'}")
+        raise EnvironmentUnavailable(
+            f"verify in {tag} did not finish within {timeout_s:.0f} s; its output is in "
+            f"{out_dir / 'verify.log'}"
+        )
     status = result.status
     run["exit_code"] = status
     audit = _audit_block(info, runtime, source, app)
@@ -126,8 +153,11 @@ def verify_image(tag: str, *, out_dir: Path | str, gpu: str = "auto", timeout_s:
     write_json(out_dir / "container-run.json", run)
     if "report.json" not in result.files:
         _note(f"verify wrote no report (exit {status}); its output is in {out_dir / 'verify.log'}")
-        return (status if status in (exit_codes.FAILED, exit_codes.USAGE, exit_codes.ENVIRONMENT)
-                else exit_codes.FAILED), out_dir / "verify.log"
+        return (
+            status
+            if status in (exit_codes.FAILED, exit_codes.USAGE, exit_codes.ENVIRONMENT)
+            else exit_codes.FAILED
+        ), out_dir / "verify.log"
     return _keep_report(result, out_dir, audit)
 
 
@@ -140,8 +170,9 @@ def _zipapp_files(source: str) -> tuple[dict[str, bytes], verify_zipapp.Zipapp |
         return {ZIPAPP_PATH: app.path.read_bytes()}, app
 
 
-def _run_with_gpu_or_static(go: Callable[[bool, bool, bool], container_engine.RunResult], gpu: str, engine_name: str,
-                            run: dict) -> container_engine.RunResult:
+def _run_with_gpu_or_static(
+    go: Callable[[bool, bool, bool], container_engine.RunResult], gpu: str, engine_name: str, run: dict
+) -> container_engine.RunResult:
     """Run verify with the GPUs, or --static where the engine has no GPU runtime (gpu "auto") or none is
     asked for; `run` (container-run.json) records which it was and why."""
     if gpu == "none":
@@ -154,9 +185,14 @@ def _run_with_gpu_or_static(go: Callable[[bool, bool, bool], container_engine.Ru
     except NoGpuRuntime as error:
         run["gpu_runtime"] = False
         what = "the Docker daemon has" if engine_name == "docker" else "podman has"
-        fix = ("install the NVIDIA Container Toolkit" if engine_name == "docker" else
-               "install the NVIDIA Container Toolkit and generate its CDI spec (nvidia-ctk cdi generate)")
-        message = f"{what} no NVIDIA GPU runtime ({str(error).splitlines()[0][:200]}); {fix} to run the GPU checks"
+        fix = (
+            "install the NVIDIA Container Toolkit"
+            if engine_name == "docker"
+            else "install the NVIDIA Container Toolkit and generate its CDI spec (nvidia-ctk cdi generate)"
+        )
+        message = (
+            f"{what} no NVIDIA GPU runtime ({str(error).splitlines()[0][:200]}); {fix} to run the GPU checks"
+        )
         if gpu == "require":
             raise EnvironmentUnavailable(message) from None
         _note(message + "; running verify --static instead")
@@ -178,6 +214,9 @@ def _keep_report(result: container_engine.RunResult, out_dir: Path, audit: dict)
     # which image this report is about: only the host knows its digest; written once, with it
     write_json(report_path, report.with_block("audit", audit).to_json())
     if "report.md" in result.files:
-        write_text(out_dir / "report.md", _audit_markdown(audit) + result.files["report.md"].decode("utf-8", "replace"))
+        write_text(
+            out_dir / "report.md",
+            _audit_markdown(audit) + result.files["report.md"].decode("utf-8", "replace"),
+        )
     # the tool's own codes are 0-3; anything else (a crash, OOM kill: 137) is a failure, never passed through
     return (status if status in exit_codes.MEANINGS else exit_codes.FAILED), report_path

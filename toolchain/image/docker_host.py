@@ -31,8 +31,9 @@ class DockerClient:
 
 def _client_version(path: str) -> str | None:
     try:
-        out = subprocess.run([path, "version", "--format", "{{.Client.Version}}"], capture_output=True,
-                             text=True, timeout=30)
+        out = subprocess.run(
+            [path, "version", "--format", "{{.Client.Version}}"], capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     match = re.search(r"\d+\.\d+[\w.+~-]*", out.stdout)  # the client line prints even without a daemon
@@ -77,13 +78,17 @@ def local_image(client, tag: str):
     try:
         return client.images.get(tag)
     except ImageNotFound:
-        raise UsageError(f"image {tag!r} is not in the local Docker store; build it (build.py image) or docker pull it") from None
+        raise UsageError(
+            f"image {tag!r} is not in the local Docker store; build it (build.py image) or docker pull it"
+        ) from None
     except APIError as err:  # e.g. `invalid reference format`: the daemon names what is wrong with the tag
         raise UsageError(f"image {tag!r}: {err.explanation or err}; pass a valid image tag or id") from None
     except (DockerException, OSError) as err:  # requests' ConnectionError / timeouts are OSErrors
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise EnvironmentUnavailable(f"the Docker daemon did not answer while looking up image {tag!r} ({reason}); "
-                                     "check that it is running (scripts/ensure-docker.sh) or DOCKER_HOST") from None
+        raise EnvironmentUnavailable(
+            f"the Docker daemon did not answer while looking up image {tag!r} ({reason}); "
+            "check that it is running (scripts/ensure-docker.sh) or DOCKER_HOST"
+        ) from None
 
 
 def check_docker_host(value: str) -> None:
@@ -96,8 +101,10 @@ def check_docker_host(value: str) -> None:
         parse_host(value)
     except (ValueError, DockerException) as error:
         why = (str(error).splitlines() or [type(error).__name__])[0][:200]
-        raise UsageError(f"DOCKER_HOST={value[:200]!r} is not a Docker host ({why}); unset it, or write "
-                         "unix:///var/run/docker.sock, tcp://HOST:2375 or ssh://USER@HOST") from None
+        raise UsageError(
+            f"DOCKER_HOST={value[:200]!r} is not a Docker host ({why}); unset it, or write "
+            "unix:///var/run/docker.sock, tcp://HOST:2375 or ssh://USER@HOST"
+        ) from None
 
 
 def ping(timeout: int = 10) -> None:

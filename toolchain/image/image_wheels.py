@@ -29,8 +29,14 @@ def copy_out(tag: str, dest: Path) -> Path:
         except NotFound:
             raise UsageError(f"image {tag!r} has no {APEX_DIR}: not an image this toolchain built") from None
         with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
-            wanted = [m for m in archive.getmembers() if m.isfile() and "/" in m.name and m.name.count("/") == 1
-                      and (m.name.endswith(".whl") or m.name.endswith("/" + MANIFEST_NAME))]
+            wanted = [
+                m
+                for m in archive.getmembers()
+                if m.isfile()
+                and "/" in m.name
+                and m.name.count("/") == 1
+                and (m.name.endswith(".whl") or m.name.endswith("/" + MANIFEST_NAME))
+            ]
             dest.mkdir(parents=True, exist_ok=True)
             for member in wanted:
                 file = archive.extractfile(member)
@@ -39,6 +45,8 @@ def copy_out(tag: str, dest: Path) -> Path:
     finally:
         container.remove(force=True)
     if not any(dest.glob("*.whl")):
-        raise UsageError(f"image {tag!r} has no wheel in {APEX_DIR} (built before the runtime images carried it); "
-                         "rebuild it with build.py image, or pass the build's out/ folder")
+        raise UsageError(
+            f"image {tag!r} has no wheel in {APEX_DIR} (built before the runtime images carried it); "
+            "rebuild it with build.py image, or pass the build's out/ folder"
+        )
     return dest

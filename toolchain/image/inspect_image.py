@@ -41,7 +41,9 @@ def _consistency(labels: dict[str, str], manifest: dict | None) -> list[str]:
         problems.append(f"label cell {cell} != manifest cell {manifest['cell']}")
     # the label is the ref the build asked for (APEX_REF: a commit, tag or branch); the manifest has
     # both that ref and the commit it resolved to, so a tag or branch is not a disagreement
-    asked = labels.get(NAMESPACE + "apex.ref") or labels.get(NAMESPACE + "apex.commit")  # .commit: older images
+    asked = labels.get(NAMESPACE + "apex.ref") or labels.get(
+        NAMESPACE + "apex.commit"
+    )  # .commit: older images
     apex = manifest.get("apex") or {}
     ref, commit = apex.get("ref"), apex.get("commit")
     if asked and (ref or commit) and asked != ref and not (commit and commit.startswith(asked)):
@@ -68,8 +70,8 @@ def inspect(tag: str) -> dict:
         "size_bytes": image.attrs.get("Size"),
         "user": config.get("User") or "root",
         "cmd": config.get("Cmd"),
-        "labels": {k[len(NAMESPACE):]: v for k, v in sorted(labels.items()) if k.startswith(NAMESPACE)},
-        "oci": {k[len(OCI):]: v for k, v in sorted(labels.items()) if k.startswith(OCI)},
+        "labels": {k[len(NAMESPACE) :]: v for k, v in sorted(labels.items()) if k.startswith(NAMESPACE)},
+        "oci": {k[len(OCI) :]: v for k, v in sorted(labels.items()) if k.startswith(OCI)},
     }
     container = client.containers.create(image.id)  # created, never started: only its filesystem is read
     try:

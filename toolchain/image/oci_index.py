@@ -58,20 +58,32 @@ def _entries(registry: registry_api.Registry, image: PlatformImage) -> list[dict
     try:
         manifest = registry.get_manifest(image.digest)
     except registry_api.NotFound:
-        raise IndexRefused(f"{image.cell}: the registry holds no {image.digest} (recorded for {image.platform}); "
-                           "publish that cell again") from None
+        raise IndexRefused(
+            f"{image.cell}: the registry holds no {image.digest} (recorded for {image.platform}); "
+            "publish that cell again"
+        ) from None
     if manifest.media_type in registry_api.INDEX_TYPES:
         entries = manifest.json().get("manifests") or []
-        found = [platform_of(e.get("platform") or {}) for e in entries if ATTESTATION not in (e.get("annotations") or {})]
+        found = [
+            platform_of(e.get("platform") or {})
+            for e in entries
+            if ATTESTATION not in (e.get("annotations") or {})
+        ]
     else:
         config = json.loads(registry.get_blob(manifest.json()["config"]["digest"]))
         found = [platform_of(config)]
-        entry = {"mediaType": manifest.media_type, "digest": manifest.digest, "size": len(manifest.raw),
-                 "platform": {k: config[k] for k in ("os", "architecture", "variant") if config.get(k)}}
+        entry = {
+            "mediaType": manifest.media_type,
+            "digest": manifest.digest,
+            "size": len(manifest.raw),
+            "platform": {k: config[k] for k in ("os", "architecture", "variant") if config.get(k)},
+        }
         entries = [entry]
     if found != [image.platform]:
-        raise IndexRefused(f"{image.cell}: {image.digest} is an image for {', '.join(found) or 'no platform'}, not "
-                           f"the cell's {image.platform}; publish the cell's own image (build it with its platform)")
+        raise IndexRefused(
+            f"{image.cell}: {image.digest} is an image for {', '.join(found) or 'no platform'}, not "
+            f"the cell's {image.platform}; publish the cell's own image (build it with its platform)"
+        )
     return entries
 
 
@@ -79,19 +91,25 @@ def make_index(repository: str, tag: str, images: list[PlatformImage]) -> ImageI
     """PUT the index of `images` (one per platform) under REPOSITORY:TAG; returns what the registry stored."""
     platforms = [image.platform for image in images]
     if len(set(platforms)) != len(platforms):
-        raise IndexRefused(f"{tag}: two cells record the same platform ({', '.join(sorted(platforms))}); one image "
-                           "per platform goes under a tag")
+        raise IndexRefused(
+            f"{tag}: two cells record the same platform ({', '.join(sorted(platforms))}); one image "
+            "per platform goes under a tag"
+        )
     registry = registry_api.Registry(repository)
     entries: list[dict] = []
     named: dict[str, str] = {}
     for image in sorted(images, key=lambda i: i.platform):
         own = _entries(registry, image)
         entries += own
-        named[image.platform] = next(e["digest"] for e in own if ATTESTATION not in (e.get("annotations") or {}))
+        named[image.platform] = next(
+            e["digest"] for e in own if ATTESTATION not in (e.get("annotations") or {})
+        )
     index = {"schemaVersion": 2, "mediaType": registry_api.OCI_INDEX, "manifests": entries}
     raw = json.dumps(index, separators=(",", ":"), sort_keys=True).encode()
     stored = registry.put_manifest(tag, raw, registry_api.OCI_INDEX)
     if stored != registry_api.digest_of(raw):
-        raise IndexRefused(f"{repository}:{tag}: the registry stored the index as {stored}, not "
-                           f"{registry_api.digest_of(raw)} (what was sent); check the registry")
+        raise IndexRefused(
+            f"{repository}:{tag}: the registry stored the index as {stored}, not "
+            f"{registry_api.digest_of(raw)} (what was sent); check the registry"
+        )
     return ImageIndex(repository, tag, stored, named)

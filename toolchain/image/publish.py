@@ -45,8 +45,10 @@ def record_path(out: Path, cell_id: str) -> Path:
 
 def check_digest(digest: str, where: str) -> str:
     if not DIGEST.match(digest or ""):
-        raise UsageError(f"{where} {digest!r}: not a sha256 image digest; pass sha256: and 64 hex digits "
-                         "(the digest `build.py publish` recorded)")
+        raise UsageError(
+            f"{where} {digest!r}: not a sha256 image digest; pass sha256: and 64 hex digits "
+            "(the digest `build.py publish` recorded)"
+        )
     return digest
 
 
@@ -64,12 +66,28 @@ def read_record(out: Path, cell_id: str) -> dict[str, Any] | None:
     return record
 
 
-def _record(out: Path, cell_id: str, repository: str, digest: str, image_id: str | None, pushed_by: str,
-            platform: str | None = None) -> dict:
-    record = {"record_version": RECORD_VERSION, "cell": cell_id, "repository": repository, "tag": cell_id,
-              "digest": check_digest(digest, "pushed digest"), "ref": f"{repository}@{digest}",
-              "image_id": image_id, "pushed_at": now(), "pushed_by": pushed_by, "platform": platform,
-              "platform_digest": digest}
+def _record(
+    out: Path,
+    cell_id: str,
+    repository: str,
+    digest: str,
+    image_id: str | None,
+    pushed_by: str,
+    platform: str | None = None,
+) -> dict:
+    record = {
+        "record_version": RECORD_VERSION,
+        "cell": cell_id,
+        "repository": repository,
+        "tag": cell_id,
+        "digest": check_digest(digest, "pushed digest"),
+        "ref": f"{repository}@{digest}",
+        "image_id": image_id,
+        "pushed_at": now(),
+        "pushed_by": pushed_by,
+        "platform": platform,
+        "platform_digest": digest,
+    }
     atomic.write_json(record_path(out, cell_id), record)
     return record
 
@@ -88,33 +106,50 @@ def publish_indexes(cells: list, repository: str, *, out: Path) -> tuple[list[di
         found = {cell.id: read_record(out, cell.id) for cell in members}
         missing = [cid for cid, record in found.items() if record is None]
         if missing:
-            problems.append(f"{tag}: no publish record for {', '.join(missing)} (its build failed or was not pushed: "
-                            f"no {record_path(out, missing[0])}); the tag was not moved")
+            problems.append(
+                f"{tag}: no publish record for {', '.join(missing)} (its build failed or was not pushed: "
+                f"no {record_path(out, missing[0])}); the tag was not moved"
+            )
             continue
         records = {cid: record for cid, record in found.items() if record is not None}
         other = sorted({r["repository"] for r in records.values() if r["repository"] != repository})
         if other:
-            problems.append(f"{tag}: the records name {', '.join(other)}, not --registry {repository}; pass that "
-                            "registry, or publish the cells there")
+            problems.append(
+                f"{tag}: the records name {', '.join(other)}, not --registry {repository}; pass that "
+                "registry, or publish the cells there"
+            )
             continue
-        images = [oci_index.PlatformImage(cell.id, cell.platform, records[cell.id].get("platform_digest")
-                                          or records[cell.id]["digest"]) for cell in members]
+        images = [
+            oci_index.PlatformImage(
+                cell.id, cell.platform, records[cell.id].get("platform_digest") or records[cell.id]["digest"]
+            )
+            for cell in members
+        ]
         try:
             index = oci_index.make_index(repository, tag, images)
         except oci_index.IndexRefused as refused:
             problems.append(str(refused))
             continue
         for cell in members:
-            record = dict(records[cell.id], platform=cell.platform, platform_digest=index.platforms[cell.platform],
-                          digest=index.digest, ref=index.ref, tag=tag,
-                          index={"tag": tag, "digest": index.digest, "platforms": index.platforms, "made_at": now()})
+            record = dict(
+                records[cell.id],
+                platform=cell.platform,
+                platform_digest=index.platforms[cell.platform],
+                digest=index.digest,
+                ref=index.ref,
+                tag=tag,
+                index={"tag": tag, "digest": index.digest, "platforms": index.platforms, "made_at": now()},
+            )
             atomic.write_json(record_path(out, cell.id), record)
-        made.append({"tag": tag, "ref": index.ref, "platforms": index.platforms, "cells": [c.id for c in members]})
+        made.append(
+            {"tag": tag, "ref": index.ref, "platforms": index.platforms, "cells": [c.id for c in members]}
+        )
     return made, problems
 
 
-def push(cell_id: str, repository: str, *, out: Path, local: str | None = None,
-         platform: str | None = None) -> dict[str, Any]:
+def push(
+    cell_id: str, repository: str, *, out: Path, local: str | None = None, platform: str | None = None
+) -> dict[str, Any]:
     """Tag the local image (default: the cell id) as REPOSITORY:<cell id>, push it, record the digest."""
     import docker
     from docker.errors import APIError, DockerException
@@ -136,36 +171,56 @@ def push(cell_id: str, repository: str, *, out: Path, local: str | None = None,
         errors.append(str(err).splitlines()[0] if str(err) else type(err).__name__)
     if errors or not digest:
         why = errors[-1] if errors else "the registry returned no digest"
-        raise EnvironmentUnavailable(f"pushing {repository}:{cell_id} failed ({why}); check the registry is "
-                                     "reachable and you are logged in (docker login)")
+        raise EnvironmentUnavailable(
+            f"pushing {repository}:{cell_id} failed ({why}); check the registry is "
+            "reachable and you are logged in (docker login)"
+        )
     return _record(out, cell_id, repository, digest, image.id, "build.py publish", platform)
 
 
-def from_bake_metadata(cell_id: str, target: str, repository: str, metadata: Path, *, out: Path,
-                       platform: str | None = None) -> dict[str, Any]:
+def from_bake_metadata(
+    cell_id: str, target: str, repository: str, metadata: Path, *, out: Path, platform: str | None = None
+) -> dict[str, Any]:
     """Record what `docker buildx bake --push --metadata-file FILE` pushed for this cell's bake target."""
     try:
         data = input_files.read_json(metadata, input_files.CELL_RESULT)
     except input_files.InputFileError as err:
-        raise UsageError(f"--bake-metadata unreadable: {err}; pass the file bake's --metadata-file wrote") from None
+        raise UsageError(
+            f"--bake-metadata unreadable: {err}; pass the file bake's --metadata-file wrote"
+        ) from None
     if not isinstance(data, dict):
-        raise UsageError(f"--bake-metadata {metadata}: not bake metadata (a JSON object of targets); "
-                         "pass the file bake's --metadata-file wrote")
+        raise UsageError(
+            f"--bake-metadata {metadata}: not bake metadata (a JSON object of targets); "
+            "pass the file bake's --metadata-file wrote"
+        )
     entry = data.get(target)
     if not isinstance(entry, dict) or "containerimage.digest" not in entry:
-        raise UsageError(f"--bake-metadata {metadata}: no pushed digest for bake target {target!r} (targets: "
-                         f"{', '.join(sorted(data)) or 'none'}); bake this cell with --push")
-    return _record(out, cell_id, repository, entry["containerimage.digest"], entry.get("containerimage.config.digest"),
-                   "buildx bake", platform)
+        raise UsageError(
+            f"--bake-metadata {metadata}: no pushed digest for bake target {target!r} (targets: "
+            f"{', '.join(sorted(data)) or 'none'}); bake this cell with --push"
+        )
+    return _record(
+        out,
+        cell_id,
+        repository,
+        entry["containerimage.digest"],
+        entry.get("containerimage.config.digest"),
+        "buildx bake",
+        platform,
+    )
 
 
 def refusal(reason: str, ref: str) -> DigestRefused | None:
     """A pull failure that means "not the published image": exit 1 instead of retrying or exit 3."""
     low = reason.lower()
     if "manifest unknown" in low or "not found" in low:
-        return DigestRefused(f"refusing {ref}: the registry holds no image with this digest (the digest was changed, "
-                             "or the image deleted); use the digest build.py publish recorded, or publish again")
+        return DigestRefused(
+            f"refusing {ref}: the registry holds no image with this digest (the digest was changed, "
+            "or the image deleted); use the digest build.py publish recorded, or publish again"
+        )
     if "verification failed" in low or "digest mismatch" in low or "does not match" in low:
-        return DigestRefused(f"refusing {ref}: the registry's content does not match the digest ({reason}); "
-                             "the image was tampered with in the registry: publish it again")
+        return DigestRefused(
+            f"refusing {ref}: the registry's content does not match the digest ({reason}); "
+            "the image was tampered with in the registry: publish it again"
+        )
     return None

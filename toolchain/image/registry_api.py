@@ -74,7 +74,9 @@ class Registry:
     def get_blob(self, digest: str) -> bytes:
         raw = self._call("GET", f"/blobs/{digest}").content
         if digest_of(raw) != digest:
-            raise EnvironmentUnavailable(f"{self.host}/{self.name}: blob {digest} came back with other content")
+            raise EnvironmentUnavailable(
+                f"{self.host}/{self.name}: blob {digest} came back with other content"
+            )
         return raw
 
     def put_manifest(self, reference: str, raw: bytes, media_type: str) -> str:
@@ -92,21 +94,29 @@ class Registry:
             if self._token:
                 headers["Authorization"] = f"Bearer {self._token}"
             try:
-                answer = self.session.request(method, self.base + path, headers=headers, timeout=TIMEOUT_S, **kwargs)
+                answer = self.session.request(
+                    method, self.base + path, headers=headers, timeout=TIMEOUT_S, **kwargs
+                )
             except requests.RequestException as err:
-                raise EnvironmentUnavailable(f"registry {self.host} unreachable ({type(err).__name__}: "
-                                             f"{str(err).splitlines()[0][:200]}); check the address and network") from None
+                raise EnvironmentUnavailable(
+                    f"registry {self.host} unreachable ({type(err).__name__}: "
+                    f"{str(err).splitlines()[0][:200]}); check the address and network"
+                ) from None
             if answer.status_code == 401 and attempt == 0 and self._authenticate(answer):
                 continue
             break
         if answer.status_code == 404:
             raise NotFound(f"{self.host}/{self.name}{path}")
         if answer.status_code in (401, 403):
-            raise EnvironmentUnavailable(f"registry {self.host} refused {method} {self.name}{path} ({answer.status_code}); "
-                                         f"log in first: docker login {self.host}")
+            raise EnvironmentUnavailable(
+                f"registry {self.host} refused {method} {self.name}{path} ({answer.status_code}); "
+                f"log in first: docker login {self.host}"
+            )
         if answer.status_code >= 400:
-            raise EnvironmentUnavailable(f"registry {self.host}: {method} {self.name}{path} answered "
-                                         f"{answer.status_code} {answer.text[:200]!r}")
+            raise EnvironmentUnavailable(
+                f"registry {self.host}: {method} {self.name}{path} answered "
+                f"{answer.status_code} {answer.text[:200]!r}"
+            )
         return answer
 
     def _authenticate(self, answer) -> bool:
@@ -130,7 +140,10 @@ def _credentials(host: str) -> tuple[str, str] | None:
     from docker import auth
 
     found = auth.resolve_authconfig(auth.load_config(), host) or {}
-    user, secret = found.get("username") or found.get("Username"), found.get("password") or found.get("Secret")
+    user, secret = (
+        found.get("username") or found.get("Username"),
+        found.get("password") or found.get("Secret"),
+    )
     return (user, secret) if user and secret else None
 
 

@@ -29,8 +29,14 @@ def split_ref(ref: str) -> tuple[str, str]:
     return name, tag
 
 
-def with_retries(ref: str, attempt: Callable[[], T], *, errors: tuple[type[BaseException], ...],
-                 attempts: int = PULL_ATTEMPTS, backoff_s: float = 5.0) -> T:
+def with_retries(
+    ref: str,
+    attempt: Callable[[], T],
+    *,
+    errors: tuple[type[BaseException], ...],
+    attempts: int = PULL_ATTEMPTS,
+    backoff_s: float = 5.0,
+) -> T:
     """attempt() until it returns; a permanent error (missing image, refused login) is not retried.
     Raises EnvironmentUnavailable (exit 3) naming the ref and the last error."""
     last = ""
@@ -43,8 +49,11 @@ def with_retries(ref: str, attempt: Callable[[], T], *, errors: tuple[type[BaseE
             if any(word in last.lower() for word in _PERMANENT) or number == attempts:
                 break
             time.sleep(backoff_s * number)
-    hint = ("log in first (docker login) or check the registry/tag" if "unauthorized" in last.lower()
-            or "denied" in last.lower() else "check the registry is reachable and the image was published")
+    hint = (
+        "log in first (docker login) or check the registry/tag"
+        if "unauthorized" in last.lower() or "denied" in last.lower()
+        else "check the registry is reachable and the image was published"
+    )
     raise PullFailed(f"pulling {ref} failed after {number} attempt(s) ({last}); {hint}", last)
 
 

@@ -33,9 +33,11 @@ GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
 PAYLOAD_TYPE = "cosign container image signature"
 COSIGN_TIMEOUT_S = 120
-HOW = ("pass --signature-identity REGEX (images signed keyless by a CI workflow, e.g. "
-       "'^https://github.com/OWNER/REPO/.github/workflows/images.yml@'), --signature-key cosign.pub (signed with a "
-       "key pair), or --no-signature-check (a private registry whose images are not signed)")
+HOW = (
+    "pass --signature-identity REGEX (images signed keyless by a CI workflow, e.g. "
+    "'^https://github.com/OWNER/REPO/.github/workflows/images.yml@'), --signature-key cosign.pub (signed with a "
+    "key pair), or --no-signature-check (a private registry whose images are not signed)"
+)
 
 
 class SignatureRefused(ToolchainError):
@@ -52,17 +54,27 @@ class Policy:
     key: Path | None = None
 
     @classmethod
-    def from_options(cls, *, identity: str | None, issuer: str | None, key: Path | None, off: bool,
-                     repository: str) -> Policy:
-        given = [name for name, value in (("--signature-identity", identity), ("--signature-key", key),
-                                          ("--no-signature-check", off)) if value]
+    def from_options(
+        cls, *, identity: str | None, issuer: str | None, key: Path | None, off: bool, repository: str
+    ) -> Policy:
+        given = [
+            name
+            for name, value in (
+                ("--signature-identity", identity),
+                ("--signature-key", key),
+                ("--no-signature-check", off),
+            )
+            if value
+        ]
         if len(given) > 1:
             raise UsageError(f"pull: {' and '.join(given)} are exclusive; pass one signature policy")
         if off:
             return cls("off")
         if key is not None:
             if not Path(key).is_file():
-                raise UsageError(f"--signature-key {key}: no such file; pass the public key (cosign.pub, PEM)")
+                raise UsageError(
+                    f"--signature-key {key}: no such file; pass the public key (cosign.pub, PEM)"
+                )
             return cls("key", key=Path(key))
         if identity:
             return cls("keyless", identity=identity, issuer=issuer or GITHUB_ISSUER)
@@ -82,25 +94,48 @@ def check(repository: str, digest: str, policy: Policy) -> dict:
 def _keyless(repository: str, digest: str, policy: Policy) -> dict:
     cosign = shutil.which("cosign")
     if cosign is None:
-        raise EnvironmentUnavailable("--signature-identity: the cosign CLI is not on PATH (it checks Sigstore's "
-                                     "certificate and transparency log); install cosign, or pass --signature-key "
-                                     "or --no-signature-check")
+        raise EnvironmentUnavailable(
+            "--signature-identity: the cosign CLI is not on PATH (it checks Sigstore's "
+            "certificate and transparency log); install cosign, or pass --signature-key "
+            "or --no-signature-check"
+        )
     ref = f"{repository}@{digest}"
     assert policy.identity is not None  # from_options gives kind "keyless" an identity
-    command = [cosign, "verify", ref, "--certificate-identity-regexp", policy.identity,
-               "--certificate-oidc-issuer", policy.issuer, "--output", "json"]
+    command = [
+        cosign,
+        "verify",
+        ref,
+        "--certificate-identity-regexp",
+        policy.identity,
+        "--certificate-oidc-issuer",
+        policy.issuer,
+        "--output",
+        "json",
+    ]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=COSIGN_TIMEOUT_S, env=os.environ)
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=COSIGN_TIMEOUT_S, env=os.environ
+        )
     except subprocess.TimeoutExpired:
-        raise EnvironmentUnavailable(f"cosign verify {ref} took over {COSIGN_TIMEOUT_S} s; check the network "
-                                     "to the registry and Sigstore") from None
+        raise EnvironmentUnavailable(
+            f"cosign verify {ref} took over {COSIGN_TIMEOUT_S} s; check the network "
+            "to the registry and Sigstore"
+        ) from None
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
-        raise SignatureRefused(f"refusing {ref}: cosign found no signature by {policy.identity} (issuer "
-                               f"{policy.issuer}): {lines[-1] if lines else 'exit ' + str(done.returncode)}; "
-                               "pull an image the workflow signed, or check --signature-identity")
-    return {"checked": True, "policy": "keyless", "identity": policy.identity, "issuer": policy.issuer,
-            "signed_digest": digest, "by": "cosign verify"}
+        raise SignatureRefused(
+            f"refusing {ref}: cosign found no signature by {policy.identity} (issuer "
+            f"{policy.issuer}): {lines[-1] if lines else 'exit ' + str(done.returncode)}; "
+            "pull an image the workflow signed, or check --signature-identity"
+        )
+    return {
+        "checked": True,
+        "policy": "keyless",
+        "identity": policy.identity,
+        "issuer": policy.issuer,
+        "signed_digest": digest,
+        "by": "cosign verify",
+    }
 
 
 def _with_key(repository: str, digest: str, key_path: Path) -> dict:
@@ -111,16 +146,22 @@ def _with_key(repository: str, digest: str, key_path: Path) -> dict:
     try:
         key = serialization.load_pem_public_key(key_path.read_bytes())
     except (OSError, ValueError) as err:
-        raise UsageError(f"--signature-key {key_path}: not a PEM public key ({err}); pass cosign.pub") from None
+        raise UsageError(
+            f"--signature-key {key_path}: not a PEM public key ({err}); pass cosign.pub"
+        ) from None
     if not isinstance(key, ec.EllipticCurvePublicKey):
-        raise UsageError(f"--signature-key {key_path}: a {type(key).__name__}, not the ECDSA key cosign makes")
+        raise UsageError(
+            f"--signature-key {key_path}: a {type(key).__name__}, not the ECDSA key cosign makes"
+        )
     registry = registry_api.Registry(repository)
     tag = digest.replace(":", "-") + ".sig"
     try:
         artifact = registry.get_manifest(tag).json()
     except registry_api.NotFound:
-        raise SignatureRefused(f"refusing {repository}@{digest}: it is not signed (no {repository}:{tag}); sign it "
-                               f"(cosign sign --key cosign.key {repository}@{digest}), or {HOW}") from None
+        raise SignatureRefused(
+            f"refusing {repository}@{digest}: it is not signed (no {repository}:{tag}); sign it "
+            f"(cosign sign --key cosign.key {repository}@{digest}), or {HOW}"
+        ) from None
     reasons = []
     for layer in artifact.get("layers") or []:
         signature = (layer.get("annotations") or {}).get(SIGNATURE_ANNOTATION)
@@ -134,14 +175,24 @@ def _with_key(repository: str, digest: str, key_path: Path) -> dict:
             continue
         claims = _claims(payload)
         if claims.get("digest") != digest or claims.get("type") != PAYLOAD_TYPE:
-            reasons.append(f"a valid signature of another image ({claims.get('digest') or 'no digest claim'})")
+            reasons.append(
+                f"a valid signature of another image ({claims.get('digest') or 'no digest claim'})"
+            )
             continue
-        return {"checked": True, "policy": "key", "key": str(key_path),
-                "key_sha256": hashlib.sha256(key_path.read_bytes()).hexdigest(), "signed_digest": digest,
-                "docker_reference": claims.get("reference"), "by": "build.py (cosign's key signature format)"}
+        return {
+            "checked": True,
+            "policy": "key",
+            "key": str(key_path),
+            "key_sha256": hashlib.sha256(key_path.read_bytes()).hexdigest(),
+            "signed_digest": digest,
+            "docker_reference": claims.get("reference"),
+            "by": "build.py (cosign's key signature format)",
+        }
     found = "; ".join(sorted(set(reasons))) or "no signature layers"
-    raise SignatureRefused(f"refusing {repository}@{digest}: {repository}:{tag} holds {found}; re-sign the image "
-                           "with the key whose public half --signature-key names")
+    raise SignatureRefused(
+        f"refusing {repository}@{digest}: {repository}:{tag} holds {found}; re-sign the image "
+        "with the key whose public half --signature-key names"
+    )
 
 
 def _claims(payload: bytes) -> dict:
@@ -149,5 +200,8 @@ def _claims(payload: bytes) -> dict:
         critical = json.loads(payload).get("critical") or {}
     except (ValueError, AttributeError):
         return {}
-    return {"type": critical.get("type"), "digest": (critical.get("image") or {}).get("docker-manifest-digest"),
-            "reference": (critical.get("identity") or {}).get("docker-reference")}
+    return {
+        "type": critical.get("type"),
+        "digest": (critical.get("image") or {}).get("docker-manifest-digest"),
+        "reference": (critical.get("identity") or {}).get("docker-reference"),
+    }

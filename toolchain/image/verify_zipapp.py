@@ -39,13 +39,20 @@ class Zipapp:
     files: tuple[str, ...]  # archive member names, without __main__.py
 
     def to_json(self) -> dict:
-        return {"path": str(self.path), "sha256": self.sha256, "size_bytes": self.size_bytes,
-                "files": len(self.files)}
+        return {
+            "path": str(self.path),
+            "sha256": self.sha256,
+            "size_bytes": self.size_bytes,
+            "files": len(self.files),
+        }
 
 
 def _sources(package_dir: Path) -> list[Path]:
-    return sorted(p for p in package_dir.rglob("*")
-                  if p.is_file() and p.suffix in SUFFIXES and "__pycache__" not in p.parts)
+    return sorted(
+        p
+        for p in package_dir.rglob("*")
+        if p.is_file() and p.suffix in SUFFIXES and "__pycache__" not in p.parts
+    )
 
 
 # zipapp's main= would write the last two lines; the version check gives an old image's Python one line
@@ -86,8 +93,9 @@ def build(out: Path | str, *, source_root: Path = REPO_ROOT) -> Zipapp:
         data = final.read_bytes()
     atomic.write_bytes(out, data, mode=0o755)
     names = tuple(src.relative_to(source_root).as_posix() for src in files)
-    return Zipapp(path=out, sha256=sha256_of(out) if out.is_file() else _sha256(data), size_bytes=len(data),
-                  files=names)
+    return Zipapp(
+        path=out, sha256=sha256_of(out) if out.is_file() else _sha256(data), size_bytes=len(data), files=names
+    )
 
 
 def _sha256(data: bytes) -> str:

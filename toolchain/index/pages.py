@@ -42,9 +42,11 @@ def _dumps(data: object) -> str:
 
 
 def root_html() -> str:
-    return ("<!DOCTYPE html>\n<html>\n<head>\n"
-            f'<meta name="pypi:repository-version" content="{API_VERSION}">\n<title>Simple index</title>\n'
-            f'</head>\n<body>\n<a href="{PROJECT}/">{PROJECT}</a>\n</body>\n</html>\n')
+    return (
+        "<!DOCTYPE html>\n<html>\n<head>\n"
+        f'<meta name="pypi:repository-version" content="{API_VERSION}">\n<title>Simple index</title>\n'
+        f'</head>\n<body>\n<a href="{PROJECT}/">{PROJECT}</a>\n</body>\n</html>\n'
+    )
 
 
 def root_json() -> str:
@@ -57,27 +59,40 @@ def project_html(entries: list[Entry]) -> str:
         attrs = [f'href="{html.escape(e.href)}#sha256={e.sha256}"']
         if e.requires_python:
             attrs.append(f'data-requires-python="{html.escape(e.requires_python)}"')
-        attrs += [f'data-dist-info-metadata="sha256={e.metadata_sha256}"',
-                  f'data-core-metadata="sha256={e.metadata_sha256}"']
+        attrs += [
+            f'data-dist-info-metadata="sha256={e.metadata_sha256}"',
+            f'data-core-metadata="sha256={e.metadata_sha256}"',
+        ]
         links.append(f"<a {' '.join(attrs)}>{html.escape(e.name)}</a><br>")
-    return ("<!DOCTYPE html>\n<html>\n<head>\n"
-            f'<meta name="pypi:repository-version" content="{API_VERSION}">\n<title>Links for {PROJECT}</title>\n'
-            f"</head>\n<body>\n<h1>Links for {PROJECT}</h1>\n" + "\n".join(links) + "\n</body>\n</html>\n")
+    return (
+        "<!DOCTYPE html>\n<html>\n<head>\n"
+        f'<meta name="pypi:repository-version" content="{API_VERSION}">\n<title>Links for {PROJECT}</title>\n'
+        f"</head>\n<body>\n<h1>Links for {PROJECT}</h1>\n" + "\n".join(links) + "\n</body>\n</html>\n"
+    )
 
 
 def project_json(entries: list[Entry]) -> str:
-    files = [{
-        "filename": e.name,
-        "url": e.href,
-        "hashes": {"sha256": e.sha256},
-        **({"requires-python": e.requires_python} if e.requires_python else {}),
-        "core-metadata": {"sha256": e.metadata_sha256},
-        "dist-info-metadata": {"sha256": e.metadata_sha256},
-        "size": e.size,
-        "yanked": False,
-    } for e in sorted(entries, key=lambda e: e.name)]
-    return _dumps({"meta": {"api-version": API_VERSION}, "name": PROJECT,
-                   "versions": sorted({e.version for e in entries}), "files": files})
+    files = [
+        {
+            "filename": e.name,
+            "url": e.href,
+            "hashes": {"sha256": e.sha256},
+            **({"requires-python": e.requires_python} if e.requires_python else {}),
+            "core-metadata": {"sha256": e.metadata_sha256},
+            "dist-info-metadata": {"sha256": e.metadata_sha256},
+            "size": e.size,
+            "yanked": False,
+        }
+        for e in sorted(entries, key=lambda e: e.name)
+    ]
+    return _dumps(
+        {
+            "meta": {"api-version": API_VERSION},
+            "name": PROJECT,
+            "versions": sorted({e.version for e in entries}),
+            "files": files,
+        }
+    )
 
 
 def stack_rows(entries: list[Entry]) -> list[dict]:
@@ -85,15 +100,17 @@ def stack_rows(entries: list[Entry]) -> list[dict]:
     rows = []
     for stack in sorted({e.stack for e in entries}):
         mine = [e for e in entries if e.stack == stack]
-        rows.append({
-            "stack": stack,
-            "simple": f"{stack}/simple/",
-            "wheels": sorted(e.name for e in mine),
-            "archs": sorted({e.archs or "none (no CUDA module)" for e in mine}),
-            "apex_commits": sorted({e.commit or "unknown" for e in mine}),
-            "verify": sorted({e.verdict for e in mine}),
-            "built": max(e.built_at for e in mine)[:10],
-        })
+        rows.append(
+            {
+                "stack": stack,
+                "simple": f"{stack}/simple/",
+                "wheels": sorted(e.name for e in mine),
+                "archs": sorted({e.archs or "none (no CUDA module)" for e in mine}),
+                "apex_commits": sorted({e.commit or "unknown" for e in mine}),
+                "verify": sorted({e.verdict for e in mine}),
+                "built": max(e.built_at for e in mine)[:10],
+            }
+        )
     return rows
 
 
@@ -104,13 +121,26 @@ def top_json(entries: list[Entry]) -> str:
 def top_html(entries: list[Entry]) -> str:
     cells = []
     for row in stack_rows(entries):
-        cells.append("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in (
-            row["stack"], ", ".join(row["archs"]), ", ".join(c[:12] for c in row["apex_commits"]),
-            ", ".join(row["verify"]), row["built"], "\n".join(row["wheels"]))) +
-            f'<td><code>pip install apex --index-url &lt;INDEX&gt;/{html.escape(row["simple"])}</code></td></tr>')
-    return ("<!DOCTYPE html>\n<html>\n<head>\n<meta charset=\"utf-8\">\n<title>Apex wheels per stack</title>\n"
-            "</head>\n<body>\n<h1>Verified NVIDIA Apex wheels, one index per stack</h1>\n"
-            "<p>Each wheel passed the build's static gate (<code>python -m verify --static</code>) and carries "
-            "its build manifest and report in its .dist-info; pip refuses it on another torch minor.</p>\n"
-            "<table>\n<tr><th>stack</th><th>archs</th><th>Apex commit</th><th>verify</th><th>built</th>"
-            "<th>wheels</th><th>install</th></tr>\n" + "\n".join(cells) + "\n</table>\n</body>\n</html>\n")
+        cells.append(
+            "<tr>"
+            + "".join(
+                f"<td>{html.escape(v)}</td>"
+                for v in (
+                    row["stack"],
+                    ", ".join(row["archs"]),
+                    ", ".join(c[:12] for c in row["apex_commits"]),
+                    ", ".join(row["verify"]),
+                    row["built"],
+                    "\n".join(row["wheels"]),
+                )
+            )
+            + f"<td><code>pip install apex --index-url &lt;INDEX&gt;/{html.escape(row['simple'])}</code></td></tr>"
+        )
+    return (
+        '<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8">\n<title>Apex wheels per stack</title>\n'
+        "</head>\n<body>\n<h1>Verified NVIDIA Apex wheels, one index per stack</h1>\n"
+        "<p>Each wheel passed the build's static gate (<code>python -m verify --static</code>) and carries "
+        "its build manifest and report in its .dist-info; pip refuses it on another torch minor.</p>\n"
+        "<table>\n<tr><th>stack</th><th>archs</th><th>Apex commit</th><th>verify</th><th>built</th>"
+        "<th>wheels</th><th>install</th></tr>\n" + "\n".join(cells) + "\n</table>\n</body>\n</html>\n"
+    )

@@ -56,16 +56,26 @@ def _entry(stack: str, folder: Path) -> pages.Entry | None:
         metadata = (folder / f"{wheel.name}.metadata").read_bytes()
         check["sha256"], check["version"]  # noqa: B018 (both must be there)
     except (OSError, ValueError, KeyError, TypeError) as error:  # damaged by hand: not linked, said once
-        print(f"build.py index: {folder} is not a whole published wheel ({error}); it is left out of the pages",
-              file=sys.stderr)
+        print(
+            f"build.py index: {folder} is not a whole published wheel ({error}); it is left out of the pages",
+            file=sys.stderr,
+        )
         return None
     apex = manifest.get("apex") or {}
-    return pages.Entry(stack=stack, name=wheel.name, folder=folder.name, sha256=check["sha256"],
-                       size=wheel.stat().st_size, version=check["version"],
-                       metadata_sha256=hashlib.sha256(metadata).hexdigest(), requires_python=check.get("requires_python"),
-                       built_at=str((manifest.get("build") or {}).get("started_at") or ""),
-                       commit=apex.get("commit") or apex.get("ref"), archs=manifest.get("arch_list"),
-                       verdict=str(report.get("verdict")))
+    return pages.Entry(
+        stack=stack,
+        name=wheel.name,
+        folder=folder.name,
+        sha256=check["sha256"],
+        size=wheel.stat().st_size,
+        version=check["version"],
+        metadata_sha256=hashlib.sha256(metadata).hexdigest(),
+        requires_python=check.get("requires_python"),
+        built_at=str((manifest.get("build") or {}).get("started_at") or ""),
+        commit=apex.get("commit") or apex.get("ref"),
+        archs=manifest.get("arch_list"),
+        verdict=str(report.get("verdict")),
+    )
 
 
 def published(index: Path) -> list[pages.Entry]:
@@ -134,7 +144,9 @@ def add(index: Path, wheels: list[CheckedWheel]) -> list[Outcome]:
     """Publish the checked wheels into `index`; returns what happened to each. One writer at a time: a second
     `build.py index` on the same folder waits for the first (INDEX/.lock)."""
     index.mkdir(parents=True, exist_ok=True)
-    with open(index / ".lock", "a") as lock:  # "a": never truncated, so a run that changes nothing changes nothing
+    with open(
+        index / ".lock", "a"
+    ) as lock:  # "a": never truncated, so a run that changes nothing changes nothing
         fcntl.flock(lock, fcntl.LOCK_EX)
         return _add(index, wheels)
 
@@ -148,8 +160,14 @@ def _add(index: Path, wheels: list[CheckedWheel]) -> list[Outcome]:
             outcomes.append(Outcome(wheel.name, wheel.stack, "unchanged"))
             continue
         if old and old.built_at >= wheel.built_at:
-            outcomes.append(Outcome(wheel.name, wheel.stack, "kept",
-                                    f"the published build ({old.built_at}) is not older than this one ({wheel.built_at})"))
+            outcomes.append(
+                Outcome(
+                    wheel.name,
+                    wheel.stack,
+                    "kept",
+                    f"the published build ({old.built_at}) is not older than this one ({wheel.built_at})",
+                )
+            )
             continue
         folder = _write_folder(index, wheel)
         entry = _entry(wheel.stack, index / wheel.stack / "files" / folder)
@@ -157,8 +175,14 @@ def _add(index: Path, wheels: list[CheckedWheel]) -> list[Outcome]:
         current[(wheel.stack, wheel.name)] = entry
         if old:
             stale.append(index / wheel.stack / "files" / old.folder)
-        outcomes.append(Outcome(wheel.name, wheel.stack, "replaced" if old else "added",
-                                f"over the build of {old.built_at}" if old else ""))
+        outcomes.append(
+            Outcome(
+                wheel.name,
+                wheel.stack,
+                "replaced" if old else "added",
+                f"over the build of {old.built_at}" if old else "",
+            )
+        )
     write_pages(index, list(current.values()))
     for stale_folder in stale:  # no page links it any more
         shutil.rmtree(stale_folder, ignore_errors=True)

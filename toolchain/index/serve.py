@@ -24,7 +24,12 @@ class Handler(http.server.SimpleHTTPRequestHandler):
     def send_head(self):
         path = Path(self.translate_path(self.path))
         wants_json = JSON_TYPE in (self.headers.get("Accept") or "")
-        if path.is_dir() and self.path.split("?", 1)[0].endswith("/") and wants_json and (path / "index.json").is_file():
+        if (
+            path.is_dir()
+            and self.path.split("?", 1)[0].endswith("/")
+            and wants_json
+            and (path / "index.json").is_file()
+        ):
             body = (path / "index.json").read_bytes()
             self.send_response(200)
             self.send_header("Content-Type", JSON_TYPE)
@@ -51,14 +56,18 @@ class _Body:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m toolchain.index.serve", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m toolchain.index.serve", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("index", type=Path, help="the folder build.py index wrote")
     parser.add_argument("--port", type=int, default=0, help="TCP port (default 0: any free one, printed)")
     parser.add_argument("--bind", default="127.0.0.1", help="address (default 127.0.0.1: this machine only)")
     args = parser.parse_args(argv)
     if not (args.index / "stacks.json").is_file():
-        print(f"{args.index}: no stacks.json here; pass the folder `build.py index --index DIR` wrote",
-              file=sys.stderr)
+        print(
+            f"{args.index}: no stacks.json here; pass the folder `build.py index --index DIR` wrote",
+            file=sys.stderr,
+        )
         return 2
     handler = functools.partial(Handler, directory=str(args.index))
     with http.server.ThreadingHTTPServer((args.bind, args.port), handler) as server:

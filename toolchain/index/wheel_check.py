@@ -55,9 +55,15 @@ class CheckedWheel:
         return str(self.manifest.get("build", {}).get("started_at") or "")
 
     def check_record(self) -> dict[str, Any]:
-        return {"wheel": self.name, "sha256": self.sha256, "version": self.version, "stack": self.stack,
-                "needed_libraries": self.libraries, "allowed_from": str(LIBRARIES.name),
-                "gate": json.loads(self.verify_json).get("verdict")}
+        return {
+            "wheel": self.name,
+            "sha256": self.sha256,
+            "version": self.version,
+            "stack": self.stack,
+            "needed_libraries": self.libraries,
+            "allowed_from": str(LIBRARIES.name),
+            "gate": json.loads(self.verify_json).get("verdict"),
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,13 +101,19 @@ def _check(wheel: Path, allowed: tuple[str, ...]) -> CheckedWheel:
     except (ValueError, zipfile.BadZipFile, OSError) as error:
         raise _Refused([f"not a readable wheel ({error})"]) from None
     if wheel_identity.MANIFEST_FILE not in files:
-        raise _Refused([f"its .dist-info holds no {wheel_identity.MANIFEST_FILE}: setup.py's plain wheel, not one "
-                        f"this project's builder stamped; {REBUILD}"])
+        raise _Refused(
+            [
+                f"its .dist-info holds no {wheel_identity.MANIFEST_FILE}: setup.py's plain wheel, not one "
+                f"this project's builder stamped; {REBUILD}"
+            ]
+        )
     manifest = _manifest(files[wheel_identity.MANIFEST_FILE])
     reasons: list[str] = []
     ident = manifest.get("wheel_identity") or {}
     if not ident:
-        raise _Refused([f"its manifest has no wheel_identity (built before wheels named their stack); {REBUILD}"])
+        raise _Refused(
+            [f"its manifest has no wheel_identity (built before wheels named their stack); {REBUILD}"]
+        )
     reasons += _identity_problems(wheel.name, file_version, ident, manifest, files.get("METADATA", b""))
     reasons += _module_problems(wheel, manifest)
     sha = sha256_of(wheel)
@@ -111,17 +123,28 @@ def _check(wheel: Path, allowed: tuple[str, ...]) -> CheckedWheel:
     libraries, foreign = _libraries(wheel, allowed)
     if foreign:
         named = "; ".join(f"{m} needs {', '.join(libs)}" for m, libs in foreign.items())
-        reasons.append("its extension modules link libraries that neither glibc, the GCC runtime nor torch's wheels "
-                       f"provide: {named}; build "
-                       f"against torch's own CUDA wheels (no system CUDA library on the link line), or add the "
-                       f"library to {LIBRARIES.name} with its source if torch's wheels do bring it")
+        reasons.append(
+            "its extension modules link libraries that neither glibc, the GCC runtime nor torch's wheels "
+            f"provide: {named}; build "
+            f"against torch's own CUDA wheels (no system CUDA library on the link line), or add the "
+            f"library to {LIBRARIES.name} with its source if torch's wheels do bring it"
+        )
     if reasons:
         raise _Refused(reasons)
     published = {**manifest, "build": {**manifest.get("build", {}), "wheel_sha256": sha}}
-    return CheckedWheel(path=wheel, name=wheel.name, sha256=sha, version=file_version, stack=ident["stack"],
-                        metadata=files["METADATA"], manifest=published, verify_json=verify_json or b"",
-                        verify_md=files.get("verify-static.md"), libraries=libraries,
-                        requires_python=_header(files["METADATA"], "Requires-Python"))
+    return CheckedWheel(
+        path=wheel,
+        name=wheel.name,
+        sha256=sha,
+        version=file_version,
+        stack=ident["stack"],
+        metadata=files["METADATA"],
+        manifest=published,
+        verify_json=verify_json or b"",
+        verify_md=files.get("verify-static.md"),
+        libraries=libraries,
+        requires_python=_header(files["METADATA"], "Requires-Python"),
+    )
 
 
 def _manifest(raw: bytes) -> dict[str, Any]:
@@ -130,11 +153,17 @@ def _manifest(raw: bytes) -> dict[str, Any]:
     except ValueError as error:
         raise _Refused([f"its {wheel_identity.MANIFEST_FILE} is not JSON ({error}); {REBUILD}"]) from None
     if not isinstance(data, dict) or data.get("manifest_version") != manifest_mod.MANIFEST_VERSION:
-        raise _Refused([f"its {wheel_identity.MANIFEST_FILE} is not a manifest_version "
-                        f"{manifest_mod.MANIFEST_VERSION} build manifest; {REBUILD}"])
+        raise _Refused(
+            [
+                f"its {wheel_identity.MANIFEST_FILE} is not a manifest_version "
+                f"{manifest_mod.MANIFEST_VERSION} build manifest; {REBUILD}"
+            ]
+        )
     problems = ft.check(data, manifest_mod.SHAPE, "manifest")
     if problems:
-        raise _Refused([f"its {wheel_identity.MANIFEST_FILE} is malformed ({ft.summary(problems)}); {REBUILD}"])
+        raise _Refused(
+            [f"its {wheel_identity.MANIFEST_FILE} is malformed ({ft.summary(problems)}); {REBUILD}"]
+        )
     return data
 
 
@@ -148,29 +177,47 @@ def _header(metadata: bytes, name: str) -> str | None:
     return None
 
 
-def _identity_problems(name: str, file_version: str, ident: dict, manifest: dict, metadata: bytes) -> list[str]:
+def _identity_problems(
+    name: str, file_version: str, ident: dict, manifest: dict, metadata: bytes
+) -> list[str]:
     problems = []
     versions, apex = manifest.get("versions") or {}, manifest.get("apex") or {}
     try:
-        expected = wheel_identity.identity(apex.get("version") or "0.1", apex.get("commit"), apex.get("ref"),
-                                           str(versions.get("torch") or ""), versions.get("torch_cuda"))
+        expected = wheel_identity.identity(
+            apex.get("version") or "0.1",
+            apex.get("commit"),
+            apex.get("ref"),
+            str(versions.get("torch") or ""),
+            versions.get("torch_cuda"),
+        )
     except ValueError as error:
         return [f"its manifest cannot name a stack ({error}); {REBUILD}"]
     if expected.to_json() != dict(ident):
-        problems.append(f"its manifest's wheel_identity {ident} is not what its versions say ({expected.to_json()})")
+        problems.append(
+            f"its manifest's wheel_identity {ident} is not what its versions say ({expected.to_json()})"
+        )
     if file_version != expected.version:
-        problems.append(f"its file name says version {file_version}, its manifest {expected.version} (torch "
-                        f"{versions.get('torch')}, CUDA {versions.get('torch_cuda')}): a renamed wheel")
+        problems.append(
+            f"its file name says version {file_version}, its manifest {expected.version} (torch "
+            f"{versions.get('torch')}, CUDA {versions.get('torch_cuda')}): a renamed wheel"
+        )
     if (manifest.get("build") or {}).get("wheel") != name:
-        problems.append(f"its manifest names the wheel {(manifest.get('build') or {}).get('wheel')!r}, not {name!r}")
+        problems.append(
+            f"its manifest names the wheel {(manifest.get('build') or {}).get('wheel')!r}, not {name!r}"
+        )
     meta_version = _header(metadata, "Version")
     if meta_version != file_version:
         problems.append(f"its METADATA says Version {meta_version}, its file name {file_version}")
-    pins = [line.partition(":")[2].strip() for line in metadata.decode("utf-8", "replace").split("\n")
-            if line.lower().startswith("requires-dist:") and line.partition(":")[2].strip().startswith("torch")]
+    pins = [
+        line.partition(":")[2].strip()
+        for line in metadata.decode("utf-8", "replace").split("\n")
+        if line.lower().startswith("requires-dist:") and line.partition(":")[2].strip().startswith("torch")
+    ]
     if pins != [expected.torch_requirement]:
-        problems.append(f"its METADATA requires {pins or 'no torch'}, not exactly {expected.torch_requirement}: pip "
-                        "would install it on another torch minor")
+        problems.append(
+            f"its METADATA requires {pins or 'no torch'}, not exactly {expected.torch_requirement}: pip "
+            "would install it on another torch minor"
+        )
     return problems
 
 
@@ -178,14 +225,20 @@ def _module_problems(wheel: Path, manifest: dict) -> list[str]:
     built = build_outputs.extension_modules(wheel)
     problems = []
     if sorted(built) != sorted(manifest.get("built_modules") or []):
-        problems.append(f"it holds the modules {built}, its manifest lists {sorted(manifest.get('built_modules') or [])}")
+        problems.append(
+            f"it holds the modules {built}, its manifest lists {sorted(manifest.get('built_modules') or [])}"
+        )
     if not built or not manifest.get("expected_modules"):
-        problems.append("it holds no compiled extension its build expected (a Python-only build: FusedAdam and the "
-                        "other fused modules would fail at first use); build it with the core flags "
-                        "(APEX_CPP_EXT, APEX_CUDA_EXT)")
+        problems.append(
+            "it holds no compiled extension its build expected (a Python-only build: FusedAdam and the "
+            "other fused modules would fail at first use); build it with the core flags "
+            "(APEX_CPP_EXT, APEX_CUDA_EXT)"
+        )
     missing = sorted(set(manifest.get("expected_modules") or []) - set(built))
     if missing:
-        problems.append(f"expected modules missing from it: {', '.join(missing)} (the silent Python-only fallback)")
+        problems.append(
+            f"expected modules missing from it: {', '.join(missing)} (the silent Python-only fallback)"
+        )
     return problems
 
 
@@ -199,13 +252,15 @@ def _beside_problems(wheel: Path, sha: str, inside: dict) -> list[str]:
     except input_files.InputFileError as error:
         return [f"the manifest beside it is unusable: {error}"]
     if not isinstance(data, dict) or not isinstance(data.get("build"), dict):
-        return [f"the manifest beside it ({beside}) is not a build manifest (no \"build\" object); {REBUILD}"]
+        return [f'the manifest beside it ({beside}) is not a build manifest (no "build" object); {REBUILD}']
     if data["build"].get("wheel") != wheel.name:
         return []  # another build's manifest in the same folder: the one inside is this wheel's
     problems = []
     if data["build"].get("wheel_sha256") != sha:
-        problems.append(f"the manifest beside it ({beside}) records sha256 {data['build'].get('wheel_sha256')}, the "
-                        f"file has {sha}: the wheel was changed or replaced after its build")
+        problems.append(
+            f"the manifest beside it ({beside}) records sha256 {data['build'].get('wheel_sha256')}, the "
+            f"file has {sha}: the wheel was changed or replaced after its build"
+        )
     strip = lambda m: {**m, "build": {k: v for k, v in (m.get("build") or {}).items() if k != "wheel_sha256"}}  # noqa: E731
     if strip(data) != strip(inside):
         keys = sorted(k for k in set(data) | set(inside) if strip(data).get(k) != strip(inside).get(k))
@@ -215,8 +270,10 @@ def _beside_problems(wheel: Path, sha: str, inside: dict) -> list[str]:
 
 def _gate_problems(raw: bytes | None, version: str) -> list[str]:
     if raw is None:
-        return ["its static gate never ran (no verify-static.json in its .dist-info): built without --install or "
-                f"with --no-gate; {REBUILD}"]
+        return [
+            "its static gate never ran (no verify-static.json in its .dist-info): built without --install or "
+            f"with --no-gate; {REBUILD}"
+        ]
     try:
         report = json.loads(raw)
     except ValueError:
@@ -225,10 +282,16 @@ def _gate_problems(raw: bytes | None, version: str) -> list[str]:
         return ["its verify-static.json is not a verify report; " + REBUILD]
     problems = []
     if report.get("verdict") != "PASS" or report.get("exit_code") != 0:
-        failed = [f"{c.get('id')}" for c in report.get("checks") or [] if isinstance(c, dict) and c.get("status") == "FAIL"]
-        problems.append(f"its static gate failed (verdict {report.get('verdict')}, exit {report.get('exit_code')}"
-                        f"{': FAIL ' + ', '.join(failed[:8]) if failed else ''}); fix the build and rebuild")
-    dist = ((report.get("apex") or {}).get("distribution") or {})
+        failed = [
+            f"{c.get('id')}"
+            for c in report.get("checks") or []
+            if isinstance(c, dict) and c.get("status") == "FAIL"
+        ]
+        problems.append(
+            f"its static gate failed (verdict {report.get('verdict')}, exit {report.get('exit_code')}"
+            f"{': FAIL ' + ', '.join(failed[:8]) if failed else ''}); fix the build and rebuild"
+        )
+    dist = (report.get("apex") or {}).get("distribution") or {}
     if dist.get("version") != version:
         problems.append(f"its verify report checked apex {dist.get('version')}, not this wheel's {version}")
     return problems
@@ -247,6 +310,8 @@ def _libraries(wheel: Path, allowed: tuple[str, ...]) -> tuple[dict[str, list[st
                 found[member] = fatbin.needed_libraries(target)
             except fatbin.FatbinError as error:
                 found[member] = [f"unreadable ELF: {error}"]
-    foreign = {m: [lib for lib in libs if lib not in own and not any(fnmatch.fnmatchcase(lib, p) for p in allowed)]
-               for m, libs in found.items()}
+    foreign = {
+        m: [lib for lib in libs if lib not in own and not any(fnmatch.fnmatchcase(lib, p) for p in allowed)]
+        for m, libs in found.items()
+    }
     return found, {m: libs for m, libs in foreign.items() if libs}

@@ -52,7 +52,9 @@ class CellStatus(str, enum.Enum):
         return self in (CellStatus.BUILT, CellStatus.VERIFIED)
 
 
-_FAILED = frozenset({CellStatus.BUILD_FAILED, CellStatus.VERIFY_FAILED, CellStatus.ERROR, CellStatus.INTERRUPTED})
+_FAILED = frozenset(
+    {CellStatus.BUILD_FAILED, CellStatus.VERIFY_FAILED, CellStatus.ERROR, CellStatus.INTERRUPTED}
+)
 _PLACEHOLDERS = frozenset({CellStatus.PENDING, CellStatus.NOT_RUN, CellStatus.INTERRUPTED})
 _STATUSES = tuple(s.value for s in CellStatus)
 
@@ -69,16 +71,21 @@ def _json_value(value: Any) -> Any:
 
 def _present(record: Any) -> dict[str, Any]:
     """The record's fields that are set (not None), in declaration order, then its `extra` keys."""
-    data = {f.name: _json_value(getattr(record, f.name)) for f in dataclasses.fields(record)
-            if f.name != "extra" and getattr(record, f.name) is not None}
+    data = {
+        f.name: _json_value(getattr(record, f.name))
+        for f in dataclasses.fields(record)
+        if f.name != "extra" and getattr(record, f.name) is not None
+    }
     return {**data, **record.extra}
 
 
 def _known(cls: type, data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the keys `cls` has a field for, the others) of a decoded object."""
     names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-    return ({k: v for k, v in data.items() if k in names and v is not None},
-            {k: v for k, v in data.items() if k not in names})
+    return (
+        {k: v for k, v in data.items() if k in names and v is not None},
+        {k: v for k, v in data.items() if k not in names},
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,14 +107,18 @@ class CellFields:
         object.__setattr__(self, "data", self.to_json())
 
     def to_json(self) -> dict[str, Any]:
-        typed = {name: _json_value(getattr(self, name)) for name in self._TYPED
-                 if name in self.data or getattr(self, name)}
+        typed = {
+            name: _json_value(getattr(self, name))
+            for name in self._TYPED
+            if name in self.data or getattr(self, name)
+        }
         return {**self.data, **typed}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CellFields:
-        given: dict[str, Any] = {k: (tuple(data[k]) if k in ("archs", "extras") else data[k])
-                                 for k in cls._TYPED if k in data}
+        given: dict[str, Any] = {
+            k: (tuple(data[k]) if k in ("archs", "extras") else data[k]) for k in cls._TYPED if k in data
+        }
         return cls(**given, data=dict(data))
 
 
@@ -126,7 +137,9 @@ class BuildRecord:
     log_tail: tuple[str, ...] | None = None
     duration_s: float | None = None
     summary: str | None = None  # the log line that says why it failed
-    status: CellStatus | None = None  # the cell's status when it is not build_failed (environment_unavailable, error)
+    status: CellStatus | None = (
+        None  # the cell's status when it is not build_failed (environment_unavailable, error)
+    )
     error: str | None = None
     exit_code: int | None = None
     interrupted: bool | None = None
@@ -203,43 +216,106 @@ class CellResult:
         return dataclasses.replace(self, **changes)
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"result_version": RESULT_VERSION, "id": self.id, "name": self.name,
-                                "run_id": self.run_id, "cell": self.cell.to_json(), "status": self.status.value}
+        data: dict[str, Any] = {
+            "result_version": RESULT_VERSION,
+            "id": self.id,
+            "name": self.name,
+            "run_id": self.run_id,
+            "cell": self.cell.to_json(),
+            "status": self.status.value,
+        }
         if self.started_at is not None:
             data["started_at"] = self.started_at
-        data.update(finished_at=self.finished_at, build=self.build.to_json() if self.build else None,
-                    verify=self.verify.to_json() if self.verify else None)
+        data.update(
+            finished_at=self.finished_at,
+            build=self.build.to_json() if self.build else None,
+            verify=self.verify.to_json() if self.verify else None,
+        )
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CellResult:
         """A result already checked by problems() (read() does both); an unknown status is an error."""
         build, verify = data.get("build"), data.get("verify")
-        return cls(id=data["id"], name=data["name"], run_id=data.get("run_id"),
-                   cell=CellFields.from_json(data.get("cell") or {}), status=CellStatus(data["status"]),
-                   build=BuildRecord.from_json(build) if build is not None else None,
-                   verify=VerifyRecord.from_json(verify) if verify is not None else None,
-                   started_at=data.get("started_at"), finished_at=data.get("finished_at"))
+        return cls(
+            id=data["id"],
+            name=data["name"],
+            run_id=data.get("run_id"),
+            cell=CellFields.from_json(data.get("cell") or {}),
+            status=CellStatus(data["status"]),
+            build=BuildRecord.from_json(build) if build is not None else None,
+            verify=VerifyRecord.from_json(verify) if verify is not None else None,
+            started_at=data.get("started_at"),
+            finished_at=data.get("finished_at"),
+        )
 
 
 # The fields the records above type, as the decoded file must hold them; other keys are allowed (within the
 # checker's limits) and ride along in `extra`.
 _TEXT = ft.Nullable(ft.STR)
-_STATUS = ft.Nullable(ft.Str(pattern="|".join(_STATUSES), means=f"a cell status (one of {', '.join(_STATUSES)})"))
-_BUILD = ft.Record({"ok": ft.BOOL, "tag": _TEXT, "target": _TEXT, "log_path": _TEXT,
-                    "ccache_carried": ft.Nullable(ft.MapOf(ft.ANY)), "stage_failed": _TEXT, "step_failed": _TEXT,
-                    "log_tail": ft.Nullable(ft.ListOf(ft.STR)), "duration_s": ft.Nullable(ft.FLOAT),
-                    "summary": _TEXT, "status": _STATUS, "error": _TEXT, "exit_code": ft.Nullable(ft.INT),
-                    "interrupted": ft.Nullable(ft.BOOL), "digest": _TEXT, "pulled": ft.Nullable(ft.BOOL),
-                    "image_id": _TEXT, "signature": ft.Nullable(ft.MapOf(ft.ANY))})
-_VERIFY = ft.Record({"mode_requested": _TEXT, "out_dir": _TEXT, "source": _TEXT, "exit_code": ft.Nullable(ft.INT),
-                     "report_path": _TEXT, "verdict": _TEXT, "mode": _TEXT, "summary": ft.Nullable(ft.MapOf(ft.INT)),
-                     "error": _TEXT, "status": _STATUS})
-_CELL = ft.Record({"cuda": ft.STR, "torch": ft.STR, "python": ft.STR, "os": ft.STR, "archs": ft.ListOf(ft.STR),
-                   "extras": ft.ListOf(ft.STR)})
-RESULT_SHAPE = ft.Record({"id": ft.STR, "name": ft.STR, "status": ft.STR, "run_id": _TEXT, "cell": _CELL,
-                          "build": ft.Nullable(_BUILD), "verify": ft.Nullable(_VERIFY),
-                          "started_at": _TEXT, "finished_at": _TEXT}, required=("id", "name", "status"))
+_STATUS = ft.Nullable(
+    ft.Str(pattern="|".join(_STATUSES), means=f"a cell status (one of {', '.join(_STATUSES)})")
+)
+_BUILD = ft.Record(
+    {
+        "ok": ft.BOOL,
+        "tag": _TEXT,
+        "target": _TEXT,
+        "log_path": _TEXT,
+        "ccache_carried": ft.Nullable(ft.MapOf(ft.ANY)),
+        "stage_failed": _TEXT,
+        "step_failed": _TEXT,
+        "log_tail": ft.Nullable(ft.ListOf(ft.STR)),
+        "duration_s": ft.Nullable(ft.FLOAT),
+        "summary": _TEXT,
+        "status": _STATUS,
+        "error": _TEXT,
+        "exit_code": ft.Nullable(ft.INT),
+        "interrupted": ft.Nullable(ft.BOOL),
+        "digest": _TEXT,
+        "pulled": ft.Nullable(ft.BOOL),
+        "image_id": _TEXT,
+        "signature": ft.Nullable(ft.MapOf(ft.ANY)),
+    }
+)
+_VERIFY = ft.Record(
+    {
+        "mode_requested": _TEXT,
+        "out_dir": _TEXT,
+        "source": _TEXT,
+        "exit_code": ft.Nullable(ft.INT),
+        "report_path": _TEXT,
+        "verdict": _TEXT,
+        "mode": _TEXT,
+        "summary": ft.Nullable(ft.MapOf(ft.INT)),
+        "error": _TEXT,
+        "status": _STATUS,
+    }
+)
+_CELL = ft.Record(
+    {
+        "cuda": ft.STR,
+        "torch": ft.STR,
+        "python": ft.STR,
+        "os": ft.STR,
+        "archs": ft.ListOf(ft.STR),
+        "extras": ft.ListOf(ft.STR),
+    }
+)
+RESULT_SHAPE = ft.Record(
+    {
+        "id": ft.STR,
+        "name": ft.STR,
+        "status": ft.STR,
+        "run_id": _TEXT,
+        "cell": _CELL,
+        "build": ft.Nullable(_BUILD),
+        "verify": ft.Nullable(_VERIFY),
+        "started_at": _TEXT,
+        "finished_at": _TEXT,
+    },
+    required=("id", "name", "status"),
+)
 
 
 def problems(entry: Any, where: str) -> list[ft.FieldProblem]:
@@ -247,8 +323,12 @@ def problems(entry: Any, where: str) -> list[ft.FieldProblem]:
     or a status that is none of CellStatus's."""
     found = ft.check(entry, RESULT_SHAPE, where)
     if not found and entry["status"] not in _STATUSES:
-        found = [ft.FieldProblem(f"{where}.status", f"{shown(entry['status'])} is not a cell status "
-                                 f"(one of {', '.join(_STATUSES)})")]
+        found = [
+            ft.FieldProblem(
+                f"{where}.status",
+                f"{shown(entry['status'])} is not a cell status (one of {', '.join(_STATUSES)})",
+            )
+        ]
     return found
 
 

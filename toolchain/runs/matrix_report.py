@@ -45,8 +45,16 @@ class Row:
 
     @classmethod
     def of(cls, result: CellResult, report: VerifyReport | None, report_path: str | None) -> Row:
-        return cls(id=result.id, name=result.name or result.id, status=result.status, cell=result.cell,
-                   build=result.build, verify=result.verify, report=report, report_path=report_path)
+        return cls(
+            id=result.id,
+            name=result.name or result.id,
+            status=result.status,
+            cell=result.cell,
+            build=result.build,
+            verify=result.verify,
+            report=report,
+            report_path=report_path,
+        )
 
     @property
     def ok(self) -> bool:
@@ -60,8 +68,11 @@ def overview_entries(data: Any, source: str) -> tuple[list[dict[str, Any]] | Non
     """The cell entries of a decoded matrix-report.json that fit ENTRY_SHAPE, and one line per problem:
     a document of the wrong shape yields None; an entry of the wrong shape is dropped alone."""
     cells = data.get("cells", []) if isinstance(data, dict) else None
-    head = ft.check({k: v for k, v in data.items() if k != "cells"} if isinstance(data, dict) else data,
-                    OVERVIEW_SHAPE, source)
+    head = ft.check(
+        {k: v for k, v in data.items() if k != "cells"} if isinstance(data, dict) else data,
+        OVERVIEW_SHAPE,
+        source,
+    )
     if isinstance(data, dict) and not isinstance(cells, list):
         head.append(ft.FieldProblem(f"{source}.cells", f"expected a list, got {ft.type_word(cells)}"))
     if head:
@@ -120,8 +131,10 @@ def collect(out: Path, problems: list[str] | None = None) -> list[Row]:
     if overview is not None:
         good, bad = overview_entries(overview, overview_path.name)
         entries.update((entry["id"], CellResult.from_json(entry)) for entry in good or [])
-        problems += [f"{input_files.MATRIX_REPORT.name} {overview_path}: {p}; {input_files.MATRIX_REPORT.fix}"
-                     for p in bad]
+        problems += [
+            f"{input_files.MATRIX_REPORT.name} {overview_path}: {p}; {input_files.MATRIX_REPORT.fix}"
+            for p in bad
+        ]
     for result_file in sorted((out / "cells").glob("*/result.json")):
         before = len(problems)
         result = _load_result(result_file, problems)
@@ -140,8 +153,19 @@ def collect(out: Path, problems: list[str] | None = None) -> list[Row]:
     rows += _verify_image_rows(out, {row.id for row in rows}, problems)
     for cell_id, why in unreadable.items():
         if cell_id not in entries:  # nothing else known about it: a row that says so
-            rows.append(Row(id=cell_id, name=cell_id, status=None, cell=CellFields(), build=None, verify=None,
-                            report=None, report_path=None, error=why))
+            rows.append(
+                Row(
+                    id=cell_id,
+                    name=cell_id,
+                    status=None,
+                    cell=CellFields(),
+                    build=None,
+                    verify=None,
+                    report=None,
+                    report_path=None,
+                    error=why,
+                )
+            )
     return sorted(rows, key=lambda r: (_version_key(r.cell.cuda), _version_key(r.cell.torch), r.id))
 
 
@@ -158,9 +182,18 @@ def _verify_image_rows(out: Path, known: set[str], problems: list[str]) -> list[
             continue
         cell = CellFields(torch=report.torch_version or "", cuda=report.torch_cuda or "")
         status = CellStatus.VERIFIED if report.exit_code == 0 else CellStatus.VERIFY_FAILED
-        rows.append(Row(id=image, name=image, status=status, cell=cell, build=None,
-                        verify=VerifyRecord(exit_code=report.exit_code, report_path=str(report_file)),
-                        report=report, report_path=str(report_file)))
+        rows.append(
+            Row(
+                id=image,
+                name=image,
+                status=status,
+                cell=cell,
+                build=None,
+                verify=VerifyRecord(exit_code=report.exit_code, report_path=str(report_file)),
+                report=report,
+                report_path=str(report_file),
+            )
+        )
     return rows
 
 

@@ -35,22 +35,46 @@ class TableRow:
     details: str
 
 
-HEADERS = {"cell": "cell", "cuda": "CUDA", "torch": "torch", "python": "Python", "os": "OS", "archs": "archs",
-           "build": "build", "verify": "verify", "extensions": "extensions",
-           "kernels": "kernels (native / Apex time)", "details": "details"}
+HEADERS = {
+    "cell": "cell",
+    "cuda": "CUDA",
+    "torch": "torch",
+    "python": "Python",
+    "os": "OS",
+    "archs": "archs",
+    "build": "build",
+    "verify": "verify",
+    "extensions": "extensions",
+    "kernels": "kernels (native / Apex time)",
+    "details": "details",
+}
 COLUMNS = tuple(HEADERS[f.name] for f in dataclasses.fields(TableRow))
 _STATUS_COLUMNS = ("build", "verify")  # the cells the HTML colours by the row's outcome
-_NOT_STARTED = (CellStatus.PENDING, CellStatus.NOT_RUN, CellStatus.INTERRUPTED, CellStatus.SKIPPED,
-                CellStatus.BUILDING)
+_NOT_STARTED = (
+    CellStatus.PENDING,
+    CellStatus.NOT_RUN,
+    CellStatus.INTERRUPTED,
+    CellStatus.SKIPPED,
+    CellStatus.BUILDING,
+)
 
 
 def table_row(row: Row) -> TableRow:
     cell = row.cell
     archs = ";".join(cell.archs)
-    return TableRow(cell=row.id, cuda=cell.cuda, torch=cell.torch, python=cell.python, os=cell.os,
-                    archs=archs + (f" +{','.join(cell.extras)}" if cell.extras else ""),
-                    build=build_text(row), verify=verify_text(row), extensions=extensions_text(row),
-                    kernels=kernels_text(row), details=details_text(row))
+    return TableRow(
+        cell=row.id,
+        cuda=cell.cuda,
+        torch=cell.torch,
+        python=cell.python,
+        os=cell.os,
+        archs=archs + (f" +{','.join(cell.extras)}" if cell.extras else ""),
+        build=build_text(row),
+        verify=verify_text(row),
+        extensions=extensions_text(row),
+        kernels=kernels_text(row),
+        details=details_text(row),
+    )
 
 
 def build_text(row: Row) -> str:
@@ -72,8 +96,11 @@ def build_text(row: Row) -> str:
 def verify_text(row: Row) -> str:
     report = row.report
     if report is not None:
-        counts = ", ".join(f"{n} {s.value}" for s, n in report.summary.items()
-                           if n and s in (Status.FAIL, Status.WARN, Status.SKIP))
+        counts = ", ".join(
+            f"{n} {s.value}"
+            for s, n in report.summary.items()
+            if n and s in (Status.FAIL, Status.WARN, Status.SKIP)
+        )
         where = f"{report.mode or '?'}" + (f", {report.gpu_name}" if report.gpu_name else "")
         return f"{report.verdict or '?'} ({where})" + (f": {counts}" if counts else "")
     verify = row.verify
@@ -142,7 +169,9 @@ def render_markdown(rows: list[Row], created_at: str) -> str:
             texts["build"] = f"**{texts['build']}**"
         lines.append("| " + " | ".join(texts.values()) + " |")
     if not rows:
-        lines.append("| " + " | ".join(["(no cells run yet: `build.py matrix`)"] + [""] * (len(COLUMNS) - 1)) + " |")
+        lines.append(
+            "| " + " | ".join(["(no cells run yet: `build.py matrix`)"] + [""] * (len(COLUMNS) - 1)) + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -160,7 +189,9 @@ def _bars(row: Row) -> str:
     for kernel, ratio in speedups(row).items():
         width = int(max(2.0, min(200.0, 60 * ratio)))  # clamp before int(): 60 * 1e308 is inf
         cls = "bar" if ratio >= 1 else "bar slow"
-        parts.append(f'{html.escape(kernel)} {ratio:.2f}x <span class="{cls}" style="width:{width}px"></span>')
+        parts.append(
+            f'{html.escape(kernel)} {ratio:.2f}x <span class="{cls}" style="width:{width}px"></span>'
+        )
     return "<br>".join(parts) or "-"
 
 
@@ -173,21 +204,29 @@ def render_html(rows: list[Row], created_at: str) -> str:
         texts["cell"] = f"<code>{texts['cell']}</code>"
         texts["kernels"] = _bars(row)
         if row.report_path:
-            texts["verify"] = f'<a href="{html.escape(Path(row.report_path).as_posix())}">{texts["verify"]}</a>'
+            texts["verify"] = (
+                f'<a href="{html.escape(Path(row.report_path).as_posix())}">{texts["verify"]}</a>'
+            )
         waiting = row.status in (CellStatus.PENDING, CellStatus.NOT_RUN, CellStatus.SKIPPED)
         klass = "ok" if row.ok else "other" if waiting else "bad"
-        tds = "".join(f'<td class="status">{text}</td>' if name in _STATUS_COLUMNS else f"<td>{text}</td>"
-                      for name, text in texts.items())
+        tds = "".join(
+            f'<td class="status">{text}</td>' if name in _STATUS_COLUMNS else f"<td>{text}</td>"
+            for name, text in texts.items()
+        )
         body.append(f'<tr class="{klass}">{tds}</tr>')
     if not rows:
-        body.append(f'<tr><td colspan="{len(COLUMNS)}">no cells run yet: <code>build.py matrix</code></td></tr>')
+        body.append(
+            f'<tr><td colspan="{len(COLUMNS)}">no cells run yet: <code>build.py matrix</code></td></tr>'
+        )
     return (
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Apex image matrix</title>"
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>Apex image matrix</title>'
         f"<style>{_CSS}</style></head><body>\n<h1>Apex image matrix</h1>\n"
         f'<p class="note">{len(rows)} cells, {ok} ok, {len(rows) - ok} not ok — generated {html.escape(created_at)} '
         "by <code>build.py report</code>. Kernel figures: best native PyTorch median time ÷ Apex's "
         "(above 1: Apex is faster).</p>\n"
-        f"<table><thead><tr>{head}</tr></thead><tbody>\n" + "\n".join(body) + "\n</tbody></table>\n</body></html>\n"
+        f"<table><thead><tr>{head}</tr></thead><tbody>\n"
+        + "\n".join(body)
+        + "\n</tbody></table>\n</body></html>\n"
     )
 
 

@@ -61,7 +61,9 @@ def _tail(lines: Any) -> list[str]:
     return [str(line) for line in list(lines)[-LOG_TAIL_LINES:]]
 
 
-_NOISE = re.compile(r"executor failed running|^#\d+ (ERROR|CANCELED)|^-+$|^ > \[|did not complete successfully")
+_NOISE = re.compile(
+    r"executor failed running|^#\d+ (ERROR|CANCELED)|^-+$|^ > \[|did not complete successfully"
+)
 _ERRORISH = re.compile(r"(?i)\b(fatal|error|failed|no such|not found|denied|unable)\b")
 
 
@@ -74,17 +76,29 @@ def failure_line(lines: list[str]) -> str:
     return lines[-1].strip() if lines else "(empty log)"
 
 
-def run_cell(cell: Cell, request: RunRequest, console: Console, *, verify_mode: str, run_id: str) -> CellResult:
+def run_cell(
+    cell: Cell, request: RunRequest, console: Console, *, verify_mode: str, run_id: str
+) -> CellResult:
     """Build one cell, verify it if asked; never raises for a cell's own failure (Ctrl-C excepted)."""
     log_dir = request.logs / cell.id
     log_path = log_dir / "build.log"
-    result = CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=_fields(cell), status=CellStatus.BUILDING,
-                        started_at=now())
+    result = CellResult(
+        id=cell.id,
+        name=cell.name,
+        run_id=run_id,
+        cell=_fields(cell),
+        status=CellStatus.BUILDING,
+        started_at=now(),
+    )
     with _cell_lock(log_dir) as held:
         if not held:
             result = result.replace(
-                status=CellStatus.SKIPPED, finished_at=now(),
-                build=BuildRecord(ok=False, error=f"another run is building {cell.id} (lock {log_dir / '.lock'})"))
+                status=CellStatus.SKIPPED,
+                finished_at=now(),
+                build=BuildRecord(
+                    ok=False, error=f"another run is building {cell.id} (lock {log_dir / '.lock'})"
+                ),
+            )
             console.status("SKIP", "warn", f"{cell.name}: another run is building it")
             return save_result(result, request.out)
         build = _build(cell, request, console, log_path)
@@ -115,17 +129,32 @@ def _build(cell: Cell, request: RunRequest, console: Console, log_path: Path) ->
     build = BuildRecord(ok=False, tag=cell.id, target=request.target, log_path=str(log_path))
     with console.group(f"build {cell.name}: {cell.id}"):
         try:
-            outcome = buildkit_build.build_image(cell, target=request.target, log_path=log_path, apex_src=request.apex_src,
-                                         wheelhouse=request.wheelhouse, extra_ca=request.extra_ca, progress=request.progress,
-                                         ccache_dir=request.ccache_dir, ccache_mount=request.ccache_mount)
+            outcome = buildkit_build.build_image(
+                cell,
+                target=request.target,
+                log_path=log_path,
+                apex_src=request.apex_src,
+                wheelhouse=request.wheelhouse,
+                extra_ca=request.extra_ca,
+                progress=request.progress,
+                ccache_dir=request.ccache_dir,
+                ccache_mount=request.ccache_mount,
+            )
             tail = _tail(outcome.log_tail)
-            build = build.replace(ok=bool(outcome.ok), tag=outcome.tag or cell.id,
-                                  ccache_carried=getattr(outcome, "ccache_carried", None) or None,
-                                  stage_failed=outcome.stage_failed, step_failed=getattr(outcome, "step_failed", None),
-                                  log_tail=tuple(tail), duration_s=round(float(outcome.duration_s), 1),
-                                  summary=None if outcome.ok else failure_line(tail))
+            build = build.replace(
+                ok=bool(outcome.ok),
+                tag=outcome.tag or cell.id,
+                ccache_carried=getattr(outcome, "ccache_carried", None) or None,
+                stage_failed=outcome.stage_failed,
+                step_failed=getattr(outcome, "step_failed", None),
+                log_tail=tuple(tail),
+                duration_s=round(float(outcome.duration_s), 1),
+                summary=None if outcome.ok else failure_line(tail),
+            )
         except EnvironmentUnavailable as err:
-            build = build.replace(status=CellStatus.ENVIRONMENT_UNAVAILABLE, error=str(err), exit_code=err.exit_code)
+            build = build.replace(
+                status=CellStatus.ENVIRONMENT_UNAVAILABLE, error=str(err), exit_code=err.exit_code
+            )
         except ToolchainError as err:
             build = build.replace(error=str(err), exit_code=err.exit_code)
         except Exception as err:  # a bug in one cell's build must not lose the other cells
@@ -161,13 +190,19 @@ def _verify(tag: str, request: RunRequest, console: Console, mode: str, cell: Ce
         except Exception as err:
             code = exit_codes.FAILED
             verify = verify.replace(exit_code=code, error=f"{type(err).__name__}: {err}")
-    verify = verify.replace(status={exit_codes.OK: CellStatus.VERIFIED, exit_codes.ENVIRONMENT:
-                                    CellStatus.ENVIRONMENT_UNAVAILABLE}.get(code, CellStatus.VERIFY_FAILED))
+    verify = verify.replace(
+        status={
+            exit_codes.OK: CellStatus.VERIFIED,
+            exit_codes.ENVIRONMENT: CellStatus.ENVIRONMENT_UNAVAILABLE,
+        }.get(code, CellStatus.VERIFY_FAILED)
+    )
     if code == exit_codes.OK:
         console.status("PASS", "ok", f"{cell.name}: verify {verify.mode or ''} passed")
     else:
-        console.error(f"{cell.name}: verify exit {code}: {verify.error or verify.report_path}",
-                      title=f"verify {cell.id}")
+        console.error(
+            f"{cell.name}: verify exit {code}: {verify.error or verify.report_path}",
+            title=f"verify {cell.id}",
+        )
     return verify
 
 
@@ -182,18 +217,28 @@ def _gate(tag: str, request: RunRequest, cell: Cell) -> VerifyRecord | None:
     try:
         report = inspect_image.inspect(tag).get("static_report")
     except ToolchainError as err:
-        return VerifyRecord(mode_requested="none", error=f"the gate's report could not be read from {tag}: {err}")
+        return VerifyRecord(
+            mode_requested="none", error=f"the gate's report could not be read from {tag}: {err}"
+        )
     embedded = inspect_image.EMBEDDED["static_report"]
     try:
-        parsed = verify_report.parse(report, embedded) if isinstance(report, dict) and "verdict" in report else None
+        parsed = (
+            verify_report.parse(report, embedded)
+            if isinstance(report, dict) and "verdict" in report
+            else None
+        )
     except input_files.InputFileError as err:
         return VerifyRecord(mode_requested="none", error=f"{tag} holds no readable {embedded}: {err.problem}")
     if parsed is None:
         return VerifyRecord(mode_requested="none", error=f"{tag} holds no readable {embedded}")
     path = request.out / "cells" / cell.id / "verify" / "gate-report.json"
     atomic.write_json(path, parsed.to_json())
-    gate = VerifyRecord(mode_requested="none", source=f"the build's gate ({embedded})", report_path=str(path),
-                        exit_code=exit_codes.OK if parsed.verdict == "PASS" else exit_codes.FAILED)
+    gate = VerifyRecord(
+        mode_requested="none",
+        source=f"the build's gate ({embedded})",
+        report_path=str(path),
+        exit_code=exit_codes.OK if parsed.verdict == "PASS" else exit_codes.FAILED,
+    )
     return _summarized(gate, parsed)
 
 
@@ -211,8 +256,9 @@ def with_report(verify: VerifyRecord, report_path: Path | str | None) -> VerifyR
 
 
 def _summarized(verify: VerifyRecord, report: verify_report.VerifyReport) -> VerifyRecord:
-    return verify.replace(verdict=report.verdict, mode=report.mode,
-                          summary={s.value: n for s, n in report.summary.items()})
+    return verify.replace(
+        verdict=report.verdict, mode=report.mode, summary={s.value: n for s, n in report.summary.items()}
+    )
 
 
 # --- commands ---------------------------------------------------------------------------------
@@ -222,8 +268,11 @@ def check_inputs(request: RunRequest) -> None:
     """Local inputs that every cell uses: missing ones are bad input (exit 2), caught before any build."""
     from toolchain.errors import UsageError
 
-    for option, path, want_dir in (("--apex-src", request.apex_src, True), ("--wheelhouse", request.wheelhouse, True),
-                                   ("--extra-ca", request.extra_ca, False)):
+    for option, path, want_dir in (
+        ("--apex-src", request.apex_src, True),
+        ("--wheelhouse", request.wheelhouse, True),
+        ("--extra-ca", request.extra_ca, False),
+    ):
         if path is None:
             continue
         if want_dir and not Path(path).is_dir():
@@ -239,7 +288,9 @@ def check_inputs(request: RunRequest) -> None:
         # what --wheelhouse must hold is checked per cell (toolchain/image/wheelhouse.py: names the cell's values);
         # one with no wheel at all is wrong for every cell, so it is refused here, before the bases are asked for
         if option == "--wheelhouse" and not any(Path(path).glob("*.whl")):
-            raise UsageError(f"--wheelhouse {path}: no .whl files there; pass the folder `pip download` filled")
+            raise UsageError(
+                f"--wheelhouse {path}: no .whl files there; pass the folder `pip download` filled"
+            )
         if not want_dir and not Path(path).is_file():
             raise UsageError(f"{option} {path}: no such file; pass the CA bundle file (PEM)")
     if request.ccache_dir is not None:  # may be missing (a first run), not something else
@@ -274,8 +325,14 @@ def build_one(cell: Cell, request: RunRequest, console: Console) -> int:
     return _exit_code([result])
 
 
-def run_matrix(cells: list[Cell], request: RunRequest, console: Console, *, matrix_path: Path,
-               unavailable: dict[str, str] | None = None) -> int:
+def run_matrix(
+    cells: list[Cell],
+    request: RunRequest,
+    console: Console,
+    *,
+    matrix_path: Path,
+    unavailable: dict[str, str] | None = None,
+) -> int:
     """`unavailable`: {cell name: why} for cells whose environment is missing before any build (no base:
     toolchain/image/base_route.py); they are recorded as such and the others still run."""
     run_id = uuid.uuid4().hex[:12]
@@ -286,19 +343,36 @@ def run_matrix(cells: list[Cell], request: RunRequest, console: Console, *, matr
     for index, cell in enumerate(cells):
         if cell.name in (unavailable or {}):
             why = (unavailable or {})[cell.name]
-            build = BuildRecord(ok=False, tag=cell.id, status=CellStatus.ENVIRONMENT_UNAVAILABLE, error=why,
-                                exit_code=exit_codes.ENVIRONMENT)
-            result = save_result(CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=_fields(cell),
-                                            status=CellStatus.ENVIRONMENT_UNAVAILABLE, started_at=now(),
-                                            finished_at=now(), build=build), request.out)
+            build = BuildRecord(
+                ok=False,
+                tag=cell.id,
+                status=CellStatus.ENVIRONMENT_UNAVAILABLE,
+                error=why,
+                exit_code=exit_codes.ENVIRONMENT,
+            )
+            result = save_result(
+                CellResult(
+                    id=cell.id,
+                    name=cell.name,
+                    run_id=run_id,
+                    cell=_fields(cell),
+                    status=CellStatus.ENVIRONMENT_UNAVAILABLE,
+                    started_at=now(),
+                    finished_at=now(),
+                    build=build,
+                ),
+                request.out,
+            )
             results.append(result)
             report.update(result)
             continue
         try:
-            result = run_cell(cell, request, console, verify_mode=verify_mode_for(request, every_target=True), run_id=run_id)
+            result = run_cell(
+                cell, request, console, verify_mode=verify_mode_for(request, every_target=True), run_id=run_id
+            )
         except KeyboardInterrupt:
             report.update(save_result(_interrupted(cell, request, run_id), request.out))
-            report.finish("interrupted", leftover=cells[index + 1:])
+            report.finish("interrupted", leftover=cells[index + 1 :])
             console.error(f"interrupted during {cell.name}; partial report in {report.path}")
             return exit_codes.FAILED
         results.append(result)
@@ -316,20 +390,33 @@ def _interrupted(cell: Cell, request: RunRequest, run_id: str) -> CellResult:
     except OSError:
         lines = []
     build = BuildRecord(ok=False, interrupted=True, log_path=str(log_path), log_tail=tuple(_tail(lines)))
-    return CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=_fields(cell), status=CellStatus.INTERRUPTED,
-                      finished_at=now(), build=build)
+    return CellResult(
+        id=cell.id,
+        name=cell.name,
+        run_id=run_id,
+        cell=_fields(cell),
+        status=CellStatus.INTERRUPTED,
+        finished_at=now(),
+        build=build,
+    )
 
 
 def _summary(results: list[CellResult], console: Console) -> None:
     console.line()
     for result in results:
         word, kind = _STATUS_WORDS.get(result.status, ("FAIL", "fail"))
-        console.status(word, kind, f"{result.name:<12} {result.id}  ({result.status.value.replace('_', ' ')})")
+        console.status(
+            word, kind, f"{result.name:<12} {result.id}  ({result.status.value.replace('_', ' ')})"
+        )
 
 
-_STATUS_WORDS = {CellStatus.BUILT: ("BUILT", "ok"), CellStatus.VERIFIED: ("PASS", "ok"),
-                 CellStatus.SKIPPED: ("SKIP", "warn"), CellStatus.ENVIRONMENT_UNAVAILABLE: ("ENV", "warn"),
-                 CellStatus.NOT_RUN: ("-", "warn")}
+_STATUS_WORDS = {
+    CellStatus.BUILT: ("BUILT", "ok"),
+    CellStatus.VERIFIED: ("PASS", "ok"),
+    CellStatus.SKIPPED: ("SKIP", "warn"),
+    CellStatus.ENVIRONMENT_UNAVAILABLE: ("ENV", "warn"),
+    CellStatus.NOT_RUN: ("-", "warn"),
+}
 
 
 def _exit_code(results: list[CellResult]) -> int:

@@ -60,7 +60,11 @@ class MatrixReport:
     def start(self, cells: list[Cell]) -> None:
         with self._locked() as data:
             data["matrix"] = str(self.matrix_path) if self.matrix_path else None
-            data["runs"][self.run_id] = {"started_at": now(), "status": "running", "cells": [c.id for c in cells]}
+            data["runs"][self.run_id] = {
+                "started_at": now(),
+                "status": "running",
+                "cells": [c.id for c in cells],
+            }
             for cell in cells:
                 _merge(data, _placeholder(cell, CellStatus.PENDING, self.run_id))
 
@@ -78,8 +82,9 @@ class MatrixReport:
 
 
 def _placeholder(cell: Cell, status: CellStatus, run_id: str) -> dict[str, Any]:
-    return CellResult(id=cell.id, name=cell.name, run_id=run_id, cell=CellFields.from_json(cell.to_json()),
-                      status=status).to_json()
+    return CellResult(
+        id=cell.id, name=cell.name, run_id=run_id, cell=CellFields.from_json(cell.to_json()), status=status
+    ).to_json()
 
 
 def _is_placeholder(status: Any) -> bool:
@@ -90,8 +95,11 @@ def _merge(data: dict[str, Any], entry: dict[str, Any]) -> None:
     for index, existing in enumerate(data["cells"]):
         if existing.get("id") == entry["id"]:
             # a concurrent run's start() or Ctrl-C must not wipe a cell another run finished
-            if (existing.get("finished_at") and existing.get("run_id") != entry.get("run_id")
-                    and _is_placeholder(entry.get("status"))):
+            if (
+                existing.get("finished_at")
+                and existing.get("run_id") != entry.get("run_id")
+                and _is_placeholder(entry.get("status"))
+            ):
                 return
             data["cells"][index] = entry
             return

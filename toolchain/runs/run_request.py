@@ -24,7 +24,9 @@ class RunRequest:
     verify: str = "none"  # verify each built image: none | auto | require (image and matrix default to auto)
     base: str = "auto"  # which bases: auto (NVIDIA's, else the local base) | nvidia | local (toolchain/image/base_route.py)
     ccache_dir: Path | None = None  # the compiler cache carried in and out of the build (CI caches)
-    ccache_mount: str | None = None  # the Dockerfile's ccache mount: shared | carried (default with ccache_dir)
+    ccache_mount: str | None = (
+        None  # the Dockerfile's ccache mount: shared | carried (default with ccache_dir)
+    )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunRequest:

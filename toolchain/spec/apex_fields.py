@@ -57,15 +57,19 @@ def _flag_to_build(r: CellValues, item: str, known: tuple[str, ...]) -> str | No
     flag = flag.upper()
     if is_set and value.lower() in _FLAG_OFF:
         # the list says what is built: APEX_CPP_EXT=0 in it would be read as "build it"
-        r.problem(f"apex_flags: {shown(item)} turns a flag off, but apex_flags lists the flags to build",
-                  f"drop {flag} from apex_flags (a flag not listed is off)")
+        r.problem(
+            f"apex_flags: {shown(item)} turns a flag off, but apex_flags lists the flags to build",
+            f"drop {flag} from apex_flags (a flag not listed is off)",
+        )
         return None
     if is_set and value != "1":
         r.problem(f"apex_flags: {shown(item)} is not a flag to turn on", f"write {flag} (or {flag}=1)")
         return None
     if flag not in known:
-        r.problem(f"apex_flags: unknown flag {shown(flag, quote=False)}",
-                  did_you_mean(flag, known) or f"use one of {', '.join(known)}")
+        r.problem(
+            f"apex_flags: unknown flag {shown(flag, quote=False)}",
+            did_you_mean(flag, known) or f"use one of {', '.join(known)}",
+        )
         return None
     return flag
 
@@ -83,28 +87,35 @@ def resolve_repo(r: CellValues) -> str | None:
     return repo if r.grammar_ok("apex_repo", repo) else None
 
 
-
-
-def check_apex_ref(r: CellValues, ref: str, torch: str, cuda: str, flags: list[str],
-                    release: compat_mod.TorchRelease) -> None:
+def check_apex_ref(
+    r: CellValues, ref: str, torch: str, cuda: str, flags: list[str], release: compat_mod.TorchRelease
+) -> None:
     """An Apex ref x torch x CUDA known not to compile, or extras the ref does not have (toolchain.spec.apex_refs)."""
     from toolchain.spec import apex_refs
 
     row = apex_refs.known_failure(ref, torch, cuda, flags, r.facts)
     if row is not None:
         fine = [c for c in release.cuda if not row.holds(ref, torch, c, flags)]
-        fixes = [f"use {r.how('cuda', max(fine, key=version_key))} (torch {release.minor} ships it)"] if fine else []
-        newer = [t for t in reversed(r.facts.torch_for_cuda(cuda)) if not row.holds(ref, t.version, cuda, flags)]
+        fixes = (
+            [f"use {r.how('cuda', max(fine, key=version_key))} (torch {release.minor} ships it)"]
+            if fine
+            else []
+        )
+        newer = [
+            t for t in reversed(r.facts.torch_for_cuda(cuda)) if not row.holds(ref, t.version, cuda, flags)
+        ]
         if row.torch_max and newer:  # a row about torch (Apex's own torch floor): a torch past it
             fixes.append(f"use {r.how('torch', newer[0].minor)} (the oldest past it with CUDA {cuda})")
         if row.fix_ref:
             fixes.append(f"use {r.how('apex_ref', row.fix_ref[:12])}")
         against = f"torch {torch}" if row.torch_max and not (row.cuda_min or row.cuda_max) else f"CUDA {cuda}"
-        r.problem(f"Apex {ref} does not compile against {against} ({row.error}): {row.cause}",
-                  " or ".join(fixes or ["use an Apex ref or CUDA outside this known failure"])
-                  + f" [evidence: {row.evidence.split(' ', 1)[0].rstrip(':;,')}]")
+        r.problem(
+            f"Apex {ref} does not compile against {against} ({row.error}): {row.cause}",
+            " or ".join(fixes or ["use an Apex ref or CUDA outside this known failure"])
+            + f" [evidence: {row.evidence.split(' ', 1)[0].rstrip(':;,')}]",
+        )
     for flag, why in apex_refs.absent_modules(ref, flags, r.facts.apex_default_ref):
-        r.problem(f"apex_ref {ref} has no module for {flag} ({why})",
-                  "drop it from extras/apex_flags, or use an apex_ref that has it")
-
-
+        r.problem(
+            f"apex_ref {ref} has no module for {flag} ({why})",
+            "drop it from extras/apex_flags, or use an apex_ref that has it",
+        )

@@ -90,10 +90,13 @@ def _rows(path: Path) -> tuple[BuildRow, ...]:
     )
 
 
-def known_failure(ref: str, torch: str, cuda: str, flags: list[str],
-                  facts: compat_mod.Compat | None = None) -> BuildRow | None:
+def known_failure(
+    ref: str, torch: str, cuda: str, flags: list[str], facts: compat_mod.Compat | None = None
+) -> BuildRow | None:
     """The `fails` row this cell matches, if any."""
-    return next((row for row in rows(facts) if row.status == "fails" and row.holds(ref, torch, cuda, flags)), None)
+    return next(
+        (row for row in rows(facts) if row.status == "fails" and row.holds(ref, torch, cuda, flags)), None
+    )
 
 
 def shown_to_compile(ref: str, facts: compat_mod.Compat | None = None) -> list[BuildRow]:
@@ -112,8 +115,10 @@ def absent_modules(ref: str, flags: list[str], default_ref: str) -> list[tuple[s
         present = [m for m in mods if (m.until is None if at_head else module_map.in_tag(m.name, ref))]
         if mods and not present:
             why = "; ".join(
-                f"{m.name} is in tags {m.since or '22.03'}-{m.until}" + (f", removed in {m.removed}" if m.removed else "")
-                if m.until else f"{m.name} first appears in tag {m.since}"
+                f"{m.name} is in tags {m.since or '22.03'}-{m.until}"
+                + (f", removed in {m.removed}" if m.removed else "")
+                if m.until
+                else f"{m.name} first appears in tag {m.since}"
                 for m in mods
             )
             found.append((flag, why))

@@ -33,7 +33,9 @@ class Cell:
     # which bases it stands on: "nvidia" (nvidia/cuda images), "local" (a debootstrap base of compat.toml's
     # [local_base], CUDA from NVIDIA's wheels), "given" (base_devel/base_runtime written by the user)
     base_route: str = "nvidia"
-    os_cuda_packages: tuple[str, ...] = ()  # a local base's CUDA from its OS's archive (compat.toml [os_cuda])
+    os_cuda_packages: tuple[
+        str, ...
+    ] = ()  # a local base's CUDA from its OS's archive (compat.toml [os_cuda])
     os_cuda_components: tuple[str, ...] = ()
 
     # the registry tag this cell's image goes under: the id without its platform suffix, shared by the cells of
@@ -76,4 +78,3 @@ class Cell:
         data["os_cuda_packages"] = list(self.os_cuda_packages)
         data["os_cuda_components"] = list(self.os_cuda_components)
         return data
-

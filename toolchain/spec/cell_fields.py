@@ -51,40 +51,84 @@ class CellField:
 _IMAGE = Grammar(
     # [registry[:port]/]name[:tag][@sha256:<64 hex>] (lower-case name; the digest is a pin)
     re.compile(f"^{REPOSITORY}" r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"),
-    "is not an image reference docker accepts", lambda facts: "nvidia/cuda:12.4.1-devel-ubuntu22.04",
-    " or pin a digest: name@sha256:<64 hex digits>")
+    "is not an image reference docker accepts",
+    lambda facts: "nvidia/cuda:12.4.1-devel-ubuntu22.04",
+    " or pin a digest: name@sha256:<64 hex digits>",
+)
 
 FIELDS: tuple[CellField, ...] = (
     CellField("cuda", str, "CUDA version, e.g. 12.4 (torch defaults to the newest that ships it)"),
     CellField("torch", str, "torch version, e.g. 2.6 or 2.6.0"),
     CellField("python", str, "Python version, e.g. 3.12"),
-    CellField("os", str, "base OS, e.g. ubuntu22.04", grammar=Grammar(
-        re.compile(r"[A-Za-z0-9_.-]+"), "cannot be part of an image tag", lambda facts: "ubuntu22.04")),
+    CellField(
+        "os",
+        str,
+        "base OS, e.g. ubuntu22.04",
+        grammar=Grammar(
+            re.compile(r"[A-Za-z0-9_.-]+"), "cannot be part of an image tag", lambda facts: "ubuntu22.04"
+        ),
+    ),
     CellField("gcc", str, "host GCC major version"),
     CellField("archs", list, "GPU archs, e.g. '8.0;9.0' or 9.0+PTX"),
-    CellField("apex_repo", str, "Apex git URL", grammar=Grammar(
-        # a URL, scp-like user@host:path, or an absolute path; never a word that starts with '-' (git would
-        # read it as an option, e.g. --upload-pack=CMD), no whitespace or quotes
-        re.compile(r"^(?:(?:https?|ssh|git|file)://[^\s'\"\\]+"
-                   r"|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^\s'\"\\-][^\s'\"\\]*|/[^\s'\"\\]*)$"),
-        "is not a git URL or an absolute path", lambda facts: facts.apex_repo,
-        " (https://, ssh://, git://, file://, user@host:path or /path)")),
-    CellField("apex_ref", str, "Apex commit, tag or branch", grammar=Grammar(
-        # what git accepts as a ref name, minus the corner cases nobody writes (see git-check-ref-format)
-        re.compile(r"^(?!.*\.\.)(?!.*//)[A-Za-z0-9_][A-Za-z0-9_./+-]*(?<![./])$"),
-        "is not a git commit, tag or branch name", lambda facts: facts.apex_default_ref[:12],
-        " (a commit sha) or a tag like 24.04.01")),
+    CellField(
+        "apex_repo",
+        str,
+        "Apex git URL",
+        grammar=Grammar(
+            # a URL, scp-like user@host:path, or an absolute path; never a word that starts with '-' (git would
+            # read it as an option, e.g. --upload-pack=CMD), no whitespace or quotes
+            re.compile(
+                r"^(?:(?:https?|ssh|git|file)://[^\s'\"\\]+"
+                r"|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^\s'\"\\-][^\s'\"\\]*|/[^\s'\"\\]*)$"
+            ),
+            "is not a git URL or an absolute path",
+            lambda facts: facts.apex_repo,
+            " (https://, ssh://, git://, file://, user@host:path or /path)",
+        ),
+    ),
+    CellField(
+        "apex_ref",
+        str,
+        "Apex commit, tag or branch",
+        grammar=Grammar(
+            # what git accepts as a ref name, minus the corner cases nobody writes (see git-check-ref-format)
+            re.compile(r"^(?!.*\.\.)(?!.*//)[A-Za-z0-9_][A-Za-z0-9_./+-]*(?<![./])$"),
+            "is not a git commit, tag or branch name",
+            lambda facts: facts.apex_default_ref[:12],
+            " (a commit sha) or a tag like 24.04.01",
+        ),
+    ),
     CellField("apex_flags", list, "APEX_* flags instead of the core set, e.g. APEX_CPP_EXT"),
     CellField("extras", list, "contrib extensions, e.g. xentropy,fast_layer_norm"),
-    CellField("base_devel", str, "devel base image (e.g. a local mirror, a digest pin, or any Debian/Ubuntu image: "
-              "CUDA then comes from the package index); default $BASE_DEVEL_IMAGE", env="BASE_DEVEL_IMAGE",
-              grammar=_IMAGE),
-    CellField("base_runtime", str, "runtime base image; default $BASE_RUNTIME_IMAGE", env="BASE_RUNTIME_IMAGE",
-              grammar=_IMAGE),
-    CellField("torch_index_url", str, "pip index for torch (default: the PyTorch index for the CUDA)",
-              grammar=Grammar(re.compile(r"^(?:https?|file)://[^\s'\"\\]+$"), "is not an http(s):// or file:// URL",
-                              lambda facts: "https://download.pytorch.org/whl/cu124", " (a pip index)")),
-    CellField("tag", str, "image tag instead of the cell id"),  # checked in cell_naming.py: its messages say why
+    CellField(
+        "base_devel",
+        str,
+        "devel base image (e.g. a local mirror, a digest pin, or any Debian/Ubuntu image: "
+        "CUDA then comes from the package index); default $BASE_DEVEL_IMAGE",
+        env="BASE_DEVEL_IMAGE",
+        grammar=_IMAGE,
+    ),
+    CellField(
+        "base_runtime",
+        str,
+        "runtime base image; default $BASE_RUNTIME_IMAGE",
+        env="BASE_RUNTIME_IMAGE",
+        grammar=_IMAGE,
+    ),
+    CellField(
+        "torch_index_url",
+        str,
+        "pip index for torch (default: the PyTorch index for the CUDA)",
+        grammar=Grammar(
+            re.compile(r"^(?:https?|file)://[^\s'\"\\]+$"),
+            "is not an http(s):// or file:// URL",
+            lambda facts: "https://download.pytorch.org/whl/cu124",
+            " (a pip index)",
+        ),
+    ),
+    CellField(
+        "tag", str, "image tag instead of the cell id"
+    ),  # checked in cell_naming.py: its messages say why
     CellField("platform", str, "docker platform: linux/amd64 (default) or linux/arm64 (GH200, GB200)"),
 )
 BY_NAME = {field.name: field for field in FIELDS}

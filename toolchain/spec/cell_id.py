@@ -58,9 +58,15 @@ class CellId:
             return None
         parts = match["tail"].split("-")
         at = next((i for i, part in enumerate(parts) if i and _VARIANT_PART.fullmatch(part)), len(parts))
-        return cls(torch=match["torch"], cuda=CPU if match["cpu"] else match["cuda"], python=match["python"],
-                   os="-".join(parts[:at]), apex=match["apex"], target=match["target"] or "",
-                   variant="-".join(parts[at:]))
+        return cls(
+            torch=match["torch"],
+            cuda=CPU if match["cpu"] else match["cuda"],
+            python=match["python"],
+            os="-".join(parts[:at]),
+            apex=match["apex"],
+            target=match["target"] or "",
+            variant="-".join(parts[at:]),
+        )
 
     def without_apex(self, target: str, cuda: str, variant: str) -> CellId:
         """The id of `target` built from the same stack: no Apex ref, and of the variant only the parts that

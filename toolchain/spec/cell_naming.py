@@ -29,8 +29,10 @@ def check_tag(r: CellValues) -> str | None:
     why = f"has characters {''.join(bad)!r} a docker tag cannot hold" if bad else "is not a valid docker tag"
     if len(explicit) > TAG_MAX:
         why = f"is {len(explicit)} characters long (docker allows {TAG_MAX})"
-    r.problem(f"tag {shown(explicit)} {why}",
-              f"use only letters, digits, '_', '.', '-', at most {TAG_MAX} characters, not starting with '.' or '-'")
+    r.problem(
+        f"tag {shown(explicit)} {why}",
+        f"use only letters, digits, '_', '.', '-', at most {TAG_MAX} characters, not starting with '.' or '-'",
+    )
     return None
 
 
@@ -38,13 +40,21 @@ def check_ref_fits_tag(r: CellValues, ref: str) -> None:
     """Without an explicit tag, the ref (or its short sha) becomes part of the image tag."""
     short = short_ref(ref)
     if r.missing("tag") and not re.fullmatch(r"[A-Za-z0-9_.-]+", short):
-        r.problem(f"apex_ref {shown(ref)} cannot be part of an image tag (only letters, digits, '_', '.', '-')",
-                  f"use the commit sha as apex_ref, or set {r.how('tag', 'my-tag', like='apex_ref')}")
+        r.problem(
+            f"apex_ref {shown(ref)} cannot be part of an image tag (only letters, digits, '_', '.', '-')",
+            f"use the commit sha as apex_ref, or set {r.how('tag', 'my-tag', like='apex_ref')}",
+        )
 
 
-
-def variant_of(r: CellValues, archs: list[str], default_archs: list[str], extras: list[str],
-             flags: list[str], gcc: str | None, os_name: str | None) -> str:
+def variant_of(
+    r: CellValues,
+    archs: list[str],
+    default_archs: list[str],
+    extras: list[str],
+    flags: list[str],
+    gcc: str | None,
+    os_name: str | None,
+) -> str:
     parts: list[str] = []
     if archs != default_archs:
         parts.append(tag_suffix(parse_arch_list(archs)))
@@ -60,16 +70,24 @@ def variant_of(r: CellValues, archs: list[str], default_archs: list[str], extras
     return "-".join(parts)
 
 
-def make_cell_id(r: CellValues, explicit: str | None, apex_ref: str | None, torch: str, cuda: str,
-             python: str | None, os_name: str | None, variant: str) -> str | None:
+def make_cell_id(
+    r: CellValues,
+    explicit: str | None,
+    apex_ref: str | None,
+    torch: str,
+    cuda: str,
+    python: str | None,
+    os_name: str | None,
+    variant: str,
+) -> str | None:
     """The explicit tag (already checked), else the id made from the cell's values (toolchain/spec/cell_id.py)."""
     if explicit is not None:
         return explicit
     cell_id = str(CellId.for_apex(apex_ref or "", torch, cuda, python or "None", os_name or "None", variant))
     if not TAG_RE.match(cell_id):
-        r.problem(f"the image tag {shown(cell_id)} would be invalid",
-                  f"set {r.how('tag', 'a-short-tag')} with letters, digits, '_', '.', '-'")
+        r.problem(
+            f"the image tag {shown(cell_id)} would be invalid",
+            f"set {r.how('tag', 'a-short-tag')} with letters, digits, '_', '.', '-'",
+        )
         return None
     return cell_id
-
-

@@ -25,7 +25,9 @@ class _Value:
 class CellValues:
     """Resolve one cell's layers; collect problems instead of stopping at the first."""
 
-    def __init__(self, name: str, label: str, layers: list[tuple[str, dict[str, Any]]], facts: Compat) -> None:
+    def __init__(
+        self, name: str, label: str, layers: list[tuple[str, dict[str, Any]]], facts: Compat
+    ) -> None:
         self.name = name
         self.label = label
         self.facts = facts
@@ -84,13 +86,15 @@ class CellValues:
             return [p for p in re.split(r"[;,\s]+", entry.value) if p]
         return [str(v).strip() for v in entry.value]
 
-
     def grammar_ok(self, key: str, text: str | None) -> bool:
         """The value against its field's fixed grammar (cell_fields.py); a problem with the fix when not."""
         grammar = BY_NAME[key].grammar
         if not text or grammar is None or grammar.pattern.fullmatch(text):
             return True
-        self.problem(f"{key} {shown(text)} {grammar.problem}", f"use {self.how(key, grammar.example(self.facts))}{grammar.note}")
+        self.problem(
+            f"{key} {shown(text)} {grammar.problem}",
+            f"use {self.how(key, grammar.example(self.facts))}{grammar.note}",
+        )
         return False
 
 

@@ -22,14 +22,19 @@ _BAKE_NAME = re.compile(r"[^A-Za-z0-9_-]")
 # the build (`ubuntu-24.04-arm` is GitHub's hosted arm64 Linux runner), self-hosted GPU runners for
 # the GPU verify (`ARM64` is the architecture label every arm64 self-hosted runner carries).
 BUILD_RUNNERS = {"linux/amd64": "ubuntu-24.04", "linux/arm64": "ubuntu-24.04-arm"}
-GPU_RUNNERS = {"linux/amd64": ["self-hosted", "linux", "gpu"], "linux/arm64": ["self-hosted", "linux", "gpu", "ARM64"]}
+GPU_RUNNERS = {
+    "linux/amd64": ["self-hosted", "linux", "gpu"],
+    "linux/arm64": ["self-hosted", "linux", "gpu", "ARM64"],
+}
 
 
 def check_repository(value: str | None, option: str) -> None:
     """--registry / --cache-ref name an image repository (no tag: the cell id is the tag); exit 2 if not."""
     if value is not None and not REPOSITORY_RE.match(value.rstrip("/")):
-        raise UsageError(f"{option} {shown(value)}: not an image repository (lower-case [host[:port]/]path, no tag "
-                         "or spaces); pass e.g. ghcr.io/acme/apex or 127.0.0.1:5000/apex")
+        raise UsageError(
+            f"{option} {shown(value)}: not an image repository (lower-case [host[:port]/]path, no tag "
+            "or spaces); pass e.g. ghcr.io/acme/apex or 127.0.0.1:5000/apex"
+        )
 
 
 def image_ref(cell: Cell, registry: str | None) -> str:
@@ -72,9 +77,17 @@ def gh_stacks(cells: list[Cell]) -> dict[str, Any]:
     stacks: dict[str, list[Cell]] = {}
     for cell in cells:
         stacks.setdefault(cell.tag, []).append(cell)
-    return {"include": [{"tag": tag, "cells": " ".join(c.name for c in members),
-                         "platforms": " ".join(c.platform for c in members),
-                         "artifact": stack_artifact(tag)} for tag, members in stacks.items()]}
+    return {
+        "include": [
+            {
+                "tag": tag,
+                "cells": " ".join(c.name for c in members),
+                "platforms": " ".join(c.platform for c in members),
+                "artifact": stack_artifact(tag),
+            }
+            for tag, members in stacks.items()
+        ]
+    }
 
 
 def stack_artifact(tag: str) -> str:
@@ -96,8 +109,10 @@ def bake_target_names(cells: list[Cell]) -> dict[str, str]:
         target = bake_target_name(cell)
         clash = next((other for other, t in names.items() if t == target), None)
         if clash:
-            raise UsageError(f"cells {clash} and {cell.name} both become bake target {target!r} (a target name "
-                             "has only letters, digits, '_' and '-'); rename one of them in the matrix")
+            raise UsageError(
+                f"cells {clash} and {cell.name} both become bake target {target!r} (a target name "
+                "has only letters, digits, '_' and '-'); rename one of them in the matrix"
+            )
         names[cell.name] = target
     return names
 
@@ -124,7 +139,9 @@ def bake(
             "context": ".",
             "dockerfile": "docker/Dockerfile",
             "target": target,
-            "args": {k: v for k, v in args.items() if k not in image_labels.LABEL_ONLY_ARGS},  # as `build.py image` passes
+            "args": {
+                k: v for k, v in args.items() if k not in image_labels.LABEL_ONLY_ARGS
+            },  # as `build.py image` passes
             "labels": image_labels.for_image(target, args),  # the ones `build.py image` gives
             "tags": [image_ref(cell, registry)],
             "platforms": [cell.platform],
@@ -132,7 +149,9 @@ def bake(
         if push_by_digest and registry:
             # untagged: the stack's tag is the OCI index publish-index makes from every platform's digest
             del entry["tags"]
-            entry["output"] = [f"type=image,name={registry.rstrip('/')},push-by-digest=true,name-canonical=true,push=true"]
+            entry["output"] = [
+                f"type=image,name={registry.rstrip('/')},push-by-digest=true,name-canonical=true,push=true"
+            ]
         if cache == "gha":
             entry["cache-from"] = [f"type=gha,scope={cell.id}"]
             entry["cache-to"] = [f"type=gha,scope={cell.id},mode=max"]

@@ -117,8 +117,11 @@ class HostClash:
     source: str
 
     def applies(self, glibc: str | None, nvcc: str) -> bool:
-        return glibc is not None and version_key(glibc) >= version_key(self.glibc_min) \
+        return (
+            glibc is not None
+            and version_key(glibc) >= version_key(self.glibc_min)
             and version_key(nvcc) <= version_key(self.nvcc_max)
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,8 +237,13 @@ def load(path: Path = DATA) -> Compat:
             for minor, row in raw["torch"].items()
         },
         toolkits=tuple(
-            Toolkit(nvcc=tuple(row["nvcc"]), gcc_max=int(row["gcc_max"]), archs=tuple(row["archs"]),
-                    ptx_on_highest=bool(row.get("ptx_on_highest", False)), nvcc_wheel=bool(row.get("nvcc_wheel", True)))
+            Toolkit(
+                nvcc=tuple(row["nvcc"]),
+                gcc_max=int(row["gcc_max"]),
+                archs=tuple(row["archs"]),
+                ptx_on_highest=bool(row.get("ptx_on_highest", False)),
+                nvcc_wheel=bool(row.get("nvcc_wheel", True)),
+            )
             for row in raw["toolkit"]
         ),
         cuda={
@@ -243,21 +251,43 @@ def load(path: Path = DATA) -> Compat:
             for version, row in raw["cuda"].items()
         },
         os={
-            name: OsRelease(name=name, gcc_default=str(row["gcc_default"]), gcc=tuple(str(g) for g in row["gcc"]),
-                            python=tuple(row["python"]), glibc=row.get("glibc"))
+            name: OsRelease(
+                name=name,
+                gcc_default=str(row["gcc_default"]),
+                gcc=tuple(str(g) for g in row["gcc"]),
+                python=tuple(row["python"]),
+                glibc=row.get("glibc"),
+            )
             for name, row in raw["os"].items()
         },
-        local_bases={name: LocalBase(os=name, image=row["image"], suite=row["suite"])
-                     for name, row in raw.get("local_base", {}).items()},
-        os_cuda={name: OsCuda(os=name, cuda=row["cuda"], packages=tuple(row["packages"]),
-                              components=tuple(row.get("components", ()))) for name, row in raw.get("os_cuda", {}).items()},
-        host_clashes=tuple(HostClash(glibc_min=row["glibc_min"], nvcc_max=row["nvcc_max"], error=row["error"],
-                                     source=row["source"]) for row in raw.get("host_clash", ())),
+        local_bases={
+            name: LocalBase(os=name, image=row["image"], suite=row["suite"])
+            for name, row in raw.get("local_base", {}).items()
+        },
+        os_cuda={
+            name: OsCuda(
+                os=name,
+                cuda=row["cuda"],
+                packages=tuple(row["packages"]),
+                components=tuple(row.get("components", ())),
+            )
+            for name, row in raw.get("os_cuda", {}).items()
+        },
+        host_clashes=tuple(
+            HostClash(
+                glibc_min=row["glibc_min"], nvcc_max=row["nvcc_max"], error=row["error"], source=row["source"]
+            )
+            for row in raw.get("host_clash", ())
+        ),
         devel_image_pattern=raw["images"]["devel"],
         runtime_image_pattern=raw["images"]["runtime"],
         platforms={
-            name: Platform(name=name, machine=row["machine"], id_suffix=row["id_suffix"],
-                           torch_wheels=row["torch_wheels"])
+            name: Platform(
+                name=name,
+                machine=row["machine"],
+                id_suffix=row["id_suffix"],
+                torch_wheels=row["torch_wheels"],
+            )
             for name, row in raw.get("platform", {}).items()
         },
         leads=_leads(raw),

@@ -61,10 +61,11 @@ METADATA_MAX = 1 << 20  # torch's METADATA is ~40 KB
 RANGE_CHUNK = 256 << 10  # one range request; a torch wheel's zip directory is ~1.5 MB
 RANGE_BUDGET = 32 << 20  # bytes one wheel's range reads may cost in all
 _FINAL = re.compile(r"^\d+\.\d+\.\d+$")  # no rc/dev/post, no +local
-_WHEEL = re.compile(r"^torch-(?P<version>[^-]+)(?:-(?P<build>\d+)[^-]*)?-(?P<py>cp\d+)-(?P<abi>cp\d+t?)-"
-                    r"(?P<platform>[^-]+)\.whl$")
+_WHEEL = re.compile(
+    r"^torch-(?P<version>[^-]+)(?:-(?P<build>\d+)[^-]*)?-(?P<py>cp\d+)-(?P<abi>cp\d+t?)-"
+    r"(?P<platform>[^-]+)\.whl$"
+)
 _CUDA_RUNTIME = re.compile(r"^(cuda-toolkit|nvidia-cuda-runtime(-cu\d+)?)$")  # canonical names
-
 
 
 class NotPublished(Exception):
@@ -90,14 +91,20 @@ def index_base(text: str) -> str:
     if not text.strip():
         raise UsageError(f"{label}: empty; {fix}")
     if not text.isascii() or any(ord(c) <= 0x20 or ord(c) == 0x7F for c in text):
-        raise UsageError(f"{label}: has spaces, control or non-ASCII characters; percent-encode them or {fix}")
+        raise UsageError(
+            f"{label}: has spaces, control or non-ASCII characters; percent-encode them or {fix}"
+        )
     try:
         parts = urllib.parse.urlsplit(text)
         parts.port  # noqa: B018 (raises on a bad port)
     except ValueError as err:
         raise UsageError(f"{label}: not a URL ({err}); {fix}") from None
     if parts.scheme not in INDEX_SCHEMES:
-        what = "has no scheme" if not parts.scheme else f"has the scheme {parts.scheme}:, which facts check cannot read"
+        what = (
+            "has no scheme"
+            if not parts.scheme
+            else f"has the scheme {parts.scheme}:, which facts check cannot read"
+        )
         raise UsageError(f"{label}: {what}; {fix}")
     if parts.scheme == "file":
         if parts.netloc not in ("", "localhost"):
@@ -136,12 +143,16 @@ class UrllibFetcher:
 
     def get_range(self, url: str, start: int | None, length: int) -> tuple[bytes, int]:
         if urllib.parse.urlsplit(url).scheme == "file":
-            return _file_call(url, lambda path: input_files.read_part(path, input_files.INDEX_ANSWER, start, length))
+            return _file_call(
+                url, lambda path: input_files.read_part(path, input_files.INDEX_ANSWER, start, length)
+            )
         wanted = f"bytes=-{length}" if start is None else f"bytes={start}-{start + length - 1}"
         with self._open(url, {"Range": wanted}) as response:
             if response.status != 206:  # the whole wheel would follow: never read it
                 raise NotPublished(f"{url}: the server does not answer range requests")
-            match = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", response.headers.get("Content-Range", "").strip())
+            match = re.fullmatch(
+                r"bytes (\d+)-(\d+)/(\d+)", response.headers.get("Content-Range", "").strip()
+            )
             if match is None:
                 raise BadAnswer(f"{url}: a range answer without a usable Content-Range")
             body = self._bounded(lambda: response.read(length + 1))
@@ -150,8 +161,9 @@ class UrllibFetcher:
         return body, int(match[3])
 
     def _open(self, url: str, headers: dict[str, str]):  # noqa: ANN202 (an http.client response)
-        request = urllib.request.Request(url, headers={"User-Agent": "apex-toolchain facts check",
-                                                       "Accept": "application/json", **headers})
+        request = urllib.request.Request(
+            url, headers={"User-Agent": "apex-toolchain facts check", "Accept": "application/json", **headers}
+        )
         try:
             return urllib.request.urlopen(request, timeout=self.timeout_s)  # noqa: S310 (checked schemes)
         except urllib.error.HTTPError as err:
@@ -213,11 +225,13 @@ class _RemoteZip:
             length = min(max(n, RANGE_CHUNK), self.size - self.pos)
             self.spent += length
             if self.spent > RANGE_BUDGET:
-                raise BadAnswer(f"{self.url}: its zip directory and METADATA need more than {RANGE_BUDGET >> 20} MiB "
-                                "of range reads")
+                raise BadAnswer(
+                    f"{self.url}: its zip directory and METADATA need more than {RANGE_BUDGET >> 20} MiB "
+                    "of range reads"
+                )
             self.buffer, _ = self.fetcher.get_range(self.url, self.pos, length)
             self.buffer_start = self.pos
-        data = self.buffer[self.pos - self.buffer_start:end - self.buffer_start]
+        data = self.buffer[self.pos - self.buffer_start : end - self.buffer_start]
         self.pos += len(data)
         return data
 
@@ -232,7 +246,9 @@ def _zip_metadata(fetcher: Fetcher, url: str, filename: str) -> bytes:
             with wheel.open(names[0]) as member:
                 return member.read(METADATA_MAX + 1)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError, KeyError) as err:
-        raise BadAnswer(f"{filename}: not a readable wheel (zip) by range reads ({type(err).__name__}: {err})") from None
+        raise BadAnswer(
+            f"{filename}: not a readable wheel (zip) by range reads ({type(err).__name__}: {err})"
+        ) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -277,12 +293,25 @@ class Report:
 
 # --- parsing (pure: tested on stored answers) ---------------------------------------------------
 
-_FILE = ft.Record({"filename": ft.Str(max_len=512), "upload_time": ft.Nullable(ft.Str(max_len=64)),
-                   "yanked": ft.BOOL, "url": ft.Str(max_len=4096), "requires_python": ft.Nullable(ft.Str(max_len=512))},
-                  required=("filename",))
-_PROJECT = ft.Record({"info": ft.Record({"version": ft.Str(max_len=128),
-                                         "requires_dist": ft.Nullable(ft.ListOf(ft.Str(max_len=4096)))}),
-                      "releases": ft.MapOf(ft.ListOf(_FILE), max_items=100_000)}, required=("releases",))
+_FILE = ft.Record(
+    {
+        "filename": ft.Str(max_len=512),
+        "upload_time": ft.Nullable(ft.Str(max_len=64)),
+        "yanked": ft.BOOL,
+        "url": ft.Str(max_len=4096),
+        "requires_python": ft.Nullable(ft.Str(max_len=512)),
+    },
+    required=("filename",),
+)
+_PROJECT = ft.Record(
+    {
+        "info": ft.Record(
+            {"version": ft.Str(max_len=128), "requires_dist": ft.Nullable(ft.ListOf(ft.Str(max_len=4096)))}
+        ),
+        "releases": ft.MapOf(ft.ListOf(_FILE), max_items=100_000),
+    },
+    required=("releases",),
+)
 
 
 def torch_releases(project_json: bytes) -> dict[str, Published]:
@@ -304,11 +333,18 @@ def torch_releases(project_json: bytes) -> dict[str, Published]:
                 continue
             if machine == "x86_64":
                 pythons.add(python)
-            wheels.append(Wheel(entry["filename"], entry.get("url") or "", machine, python, int(wheel["build"] or 0)))
+            wheels.append(
+                Wheel(entry["filename"], entry.get("url") or "", machine, python, int(wheel["build"] or 0))
+            )
         wheels.sort(key=lambda w: (version_key(w.python), w.build), reverse=True)
         uploaded = min((f.get("upload_time") or "")[:10] for f in files)
-        releases[version] = Published(version, uploaded, tuple(sorted(pythons, key=version_key)),
-                                      any(w.machine == "aarch64" for w in wheels), tuple(wheels))
+        releases[version] = Published(
+            version,
+            uploaded,
+            tuple(sorted(pythons, key=version_key)),
+            any(w.machine == "aarch64" for w in wheels),
+            tuple(wheels),
+        )
     return releases
 
 
@@ -329,22 +365,34 @@ def metadata_requires(body: bytes, what: str) -> list[Requirement]:
         try:
             found.append(Requirement(str(line)))
         except InvalidRequirement as err:
-            why = str(err).splitlines()[0] if str(err) else type(err).__name__  # packaging draws a caret below
+            why = (
+                str(err).splitlines()[0] if str(err) else type(err).__name__
+            )  # packaging draws a caret below
             raise BadAnswer(f"{what}: Requires-Dist {shown(str(line))} does not parse ({why})") from None
     return found
 
 
 def wheel_cuda(requirements: Iterable[Requirement], machine: str, python: str = "3.12") -> str | None:
     """The CUDA major.minor a torch wheel pins for linux on `machine`; None for a CPU-only wheel."""
-    env = {"platform_machine": machine, "platform_system": "Linux", "sys_platform": "linux", "os_name": "posix",
-           "python_version": python, "python_full_version": f"{python}.0", "implementation_name": "cpython",
-           "platform_python_implementation": "CPython", "extra": ""}
+    env = {
+        "platform_machine": machine,
+        "platform_system": "Linux",
+        "sys_platform": "linux",
+        "os_name": "posix",
+        "python_version": python,
+        "python_full_version": f"{python}.0",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "extra": "",
+    }
     for requirement in requirements:
         try:
             if requirement.marker is not None and not requirement.marker.evaluate(env):
                 continue
         except (UndefinedComparison, UndefinedEnvironmentName, ValueError) as err:
-            raise BadAnswer(f"Requires-Dist {shown(str(requirement))}: its marker cannot be evaluated ({err})") from None
+            raise BadAnswer(
+                f"Requires-Dist {shown(str(requirement))}: its marker cannot be evaluated ({err})"
+            ) from None
         if not _CUDA_RUNTIME.match(canonicalize_name(requirement.name)):
             continue
         pins = [s.version for s in requirement.specifier if s.operator in ("==", "===")]
@@ -354,15 +402,20 @@ def wheel_cuda(requirements: Iterable[Requirement], machine: str, python: str = 
     return None
 
 
-_TOOLKIT_PROJECT = ft.Record({"releases": ft.MapOf(ft.ListOf(ft.Record({"yanked": ft.BOOL})), max_items=100_000)},
-                             required=("releases",))
+_TOOLKIT_PROJECT = ft.Record(
+    {"releases": ft.MapOf(ft.ListOf(ft.Record({"yanked": ft.BOOL})), max_items=100_000)},
+    required=("releases",),
+)
 
 
 def toolkit_minors(project_json: bytes, package: str) -> set[str]:
     """The CUDA major.minor versions an nvcc wheel project has released (final, unyanked)."""
     data = _json(project_json, package, _TOOLKIT_PROJECT)
-    return {minor_of(version) for version, files in data["releases"].items()
-            if _FINAL.match(version) and files and not all(f.get("yanked") for f in files)}
+    return {
+        minor_of(version)
+        for version, files in data["releases"].items()
+        if _FINAL.match(version) and files and not all(f.get("yanked") for f in files)
+    }
 
 
 def _json(body: bytes, what: str, shape: ft.Shape = _PROJECT) -> dict:
@@ -388,8 +441,9 @@ def check(facts: Compat, fetch: Fetcher, index: str = DEFAULT_INDEX) -> Report:
     try:
         project = fetch.get(project_url)
     except NotPublished:
-        raise IndexUnreachable(f"{base} has no torch project ({project_url}): is it PyPI or a mirror of its "
-                               "JSON API?") from None
+        raise IndexUnreachable(
+            f"{base} has no torch project ({project_url}): is it PyPI or a mirror of its JSON API?"
+        ) from None
     releases = torch_releases(project)
     findings: list[Finding] = []
     not_visible: list[str] = []
@@ -404,10 +458,16 @@ def check(facts: Compat, fetch: Fetcher, index: str = DEFAULT_INDEX) -> Report:
         row = facts.torch.get(minor)
         if row is None:
             low, high = (newest.pythons[0], newest.pythons[-1]) if newest.pythons else ("?", "?")
-            findings.append(Finding("missing", f"torch {minor}", f"PyPI has torch {newest.version} ({newest.uploaded}, "
-                                    f"Python {low}-{high}); the facts have no row for it",
-                                    f'add [torch."{minor}"] to toolchain/data/compat.toml: version = "{newest.version}", '
-                                    f'python = ["{low}", "{high}"], its CUDA builds, with the source'))
+            findings.append(
+                Finding(
+                    "missing",
+                    f"torch {minor}",
+                    f"PyPI has torch {newest.version} ({newest.uploaded}, "
+                    f"Python {low}-{high}); the facts have no row for it",
+                    f'add [torch."{minor}"] to toolchain/data/compat.toml: version = "{newest.version}", '
+                    f'python = ["{low}", "{high}"], its CUDA builds, with the source',
+                )
+            )
             continue
         findings += _compare_torch(row, newest, releases)
         findings += _compare_patches(row, by_minor[minor])
@@ -421,30 +481,43 @@ def check(facts: Compat, fetch: Fetcher, index: str = DEFAULT_INDEX) -> Report:
             findings += _compare_wheel_cuda(row, newest, machine, wheel_cuda(requires, machine, wheel.python))
     for minor, row in sorted(facts.torch.items(), key=lambda kv: version_key(kv[0])):
         if minor not in by_minor:
-            findings.append(Finding("wrong", f"torch {minor}", f"the facts have a row for torch {minor}, PyPI has no "
-                                    f"{minor}.x release", f'remove [torch."{minor}"] or fix its version ({row.version})'))
+            findings.append(
+                Finding(
+                    "wrong",
+                    f"torch {minor}",
+                    f"the facts have a row for torch {minor}, PyPI has no {minor}.x release",
+                    f'remove [torch."{minor}"] or fix its version ({row.version})',
+                )
+            )
 
     findings += _compare_toolkits(facts, fetch, base)
-    checked = (f"torch {oldest}-{max(by_minor, key=version_key) if by_minor else oldest} ({len(releases)} releases, "
-               "the newest patch's x86_64 and aarch64 METADATA)", f"nvcc wheels {', '.join(NVCC_PACKAGES)}")
+    checked = (
+        f"torch {oldest}-{max(by_minor, key=version_key) if by_minor else oldest} ({len(releases)} releases, "
+        "the newest patch's x86_64 and aarch64 METADATA)",
+        f"nvcc wheels {', '.join(NVCC_PACKAGES)}",
+    )
     return Report(tuple(findings), checked, tuple(not_visible))
 
 
-def _first_metadata(fetch: Fetcher, project_url: str,
-                    wheels: Iterable[Wheel]) -> tuple[Wheel, list[Requirement]] | None:
+def _first_metadata(
+    fetch: Fetcher, project_url: str, wheels: Iterable[Wheel]
+) -> tuple[Wheel, list[Requirement]] | None:
     """The first of these wheels (one release, one machine: the same Requires-Dist) whose METADATA the
     index serves; None when it serves none (a caching mirror serves only what it has fetched)."""
     wheels = tuple(wheels)
     for wheel in wheels:
         try:
-            return wheel, metadata_requires(fetch.get(_wheel_url(project_url, wheel) + ".metadata"),
-                                            f"{wheel.filename}.metadata")
+            return wheel, metadata_requires(
+                fetch.get(_wheel_url(project_url, wheel) + ".metadata"), f"{wheel.filename}.metadata"
+            )
         except NotPublished:
             continue
     for wheel in wheels[:1]:  # no PEP 658 file: read it from the wheel's zip directory, by ranges
         try:
-            return wheel, metadata_requires(_zip_metadata(fetch, _wheel_url(project_url, wheel), wheel.filename),
-                                            f"{wheel.filename}'s METADATA")
+            return wheel, metadata_requires(
+                _zip_metadata(fetch, _wheel_url(project_url, wheel), wheel.filename),
+                f"{wheel.filename}'s METADATA",
+            )
         except NotPublished:
             continue
     return None
@@ -457,25 +530,47 @@ def _wheel_url(project_url: str, wheel: Wheel) -> str:
     index_is_file = urllib.parse.urlsplit(project_url).scheme == "file"
     scheme = urllib.parse.urlsplit(url).scheme
     if not url or (scheme == "file") != index_is_file or scheme not in INDEX_SCHEMES:
-        raise BadAnswer(f"the index lists {wheel.filename} at {shown(wheel.url) if wheel.url else 'no URL'}, "
-                        f"not a {'file' if index_is_file else 'http(s)'} URL like the index's own")
+        raise BadAnswer(
+            f"the index lists {wheel.filename} at {shown(wheel.url) if wheel.url else 'no URL'}, "
+            f"not a {'file' if index_is_file else 'http(s)'} URL like the index's own"
+        )
     return url
 
 
-def _compare_torch(row: compat.TorchRelease, newest: Published, releases: dict[str, Published]) -> list[Finding]:
+def _compare_torch(
+    row: compat.TorchRelease, newest: Published, releases: dict[str, Published]
+) -> list[Finding]:
     found: list[Finding] = []
     subject = f"torch {row.minor}"
     if row.version not in releases:
-        found.append(Finding("wrong", subject, f"the facts pin {row.version}, which PyPI does not publish",
-                             f'set version = "{newest.version}" in [torch."{row.minor}"]'))
+        found.append(
+            Finding(
+                "wrong",
+                subject,
+                f"the facts pin {row.version}, which PyPI does not publish",
+                f'set version = "{newest.version}" in [torch."{row.minor}"]',
+            )
+        )
     elif version_key(newest.version) > version_key(row.version):
-        found.append(Finding("wrong", subject, f"the facts pin {row.version}; PyPI's newest patch is {newest.version} "
-                             f"({newest.uploaded})", f'set version = "{newest.version}" in [torch."{row.minor}"]'))
+        found.append(
+            Finding(
+                "wrong",
+                subject,
+                f"the facts pin {row.version}; PyPI's newest patch is {newest.version} ({newest.uploaded})",
+                f'set version = "{newest.version}" in [torch."{row.minor}"]',
+            )
+        )
     if newest.pythons and (row.python_min, row.python_max) != (newest.pythons[0], newest.pythons[-1]):
-        found.append(Finding("wrong", subject, f"the facts say Python {row.python_min}-{row.python_max}; PyPI's "
-                             f"{newest.version} linux x86_64 wheels are cp{newest.pythons[0].replace('.', '')}-"
-                             f"cp{newest.pythons[-1].replace('.', '')}",
-                             f'set python = ["{newest.pythons[0]}", "{newest.pythons[-1]}"] in [torch."{row.minor}"]'))
+        found.append(
+            Finding(
+                "wrong",
+                subject,
+                f"the facts say Python {row.python_min}-{row.python_max}; PyPI's "
+                f"{newest.version} linux x86_64 wheels are cp{newest.pythons[0].replace('.', '')}-"
+                f"cp{newest.pythons[-1].replace('.', '')}",
+                f'set python = ["{newest.pythons[0]}", "{newest.pythons[-1]}"] in [torch."{row.minor}"]',
+            )
+        )
     return found
 
 
@@ -483,37 +578,80 @@ def _compare_patches(row: compat.TorchRelease, published: list[Published]) -> li
     """The facts' `patches` against PyPI's final releases of that minor (a listed patch a cell may name)."""
     subject, where = f"torch {row.minor}", f'in [torch."{row.minor}"]'
     on_pypi = {r.version: r for r in published}
-    found = [Finding("missing", subject, f"PyPI publishes torch {version} ({on_pypi[version].uploaded}); the facts' "
-                     f"patches ({', '.join(row.patches)}) lack it, so a cell naming it is refused",
-                     f'add "{version}" to patches {where}')
-             for version in sorted(set(on_pypi) - set(row.patches), key=version_key)]
-    found += [Finding("wrong", subject, f"the facts' patches list {version}, which PyPI does not publish (or yanked)",
-                      f'remove "{version}" from patches {where}')
-              for version in sorted(set(row.patches) - set(on_pypi), key=version_key) if version != row.version]
+    found = [
+        Finding(
+            "missing",
+            subject,
+            f"PyPI publishes torch {version} ({on_pypi[version].uploaded}); the facts' "
+            f"patches ({', '.join(row.patches)}) lack it, so a cell naming it is refused",
+            f'add "{version}" to patches {where}',
+        )
+        for version in sorted(set(on_pypi) - set(row.patches), key=version_key)
+    ]
+    found += [
+        Finding(
+            "wrong",
+            subject,
+            f"the facts' patches list {version}, which PyPI does not publish (or yanked)",
+            f'remove "{version}" from patches {where}',
+        )
+        for version in sorted(set(row.patches) - set(on_pypi), key=version_key)
+        if version != row.version
+    ]
     return found
 
 
-def _compare_wheel_cuda(row: compat.TorchRelease, newest: Published, machine: str, seen: str | None) -> list[Finding]:
+def _compare_wheel_cuda(
+    row: compat.TorchRelease, newest: Published, machine: str, seen: str | None
+) -> list[Finding]:
     subject, where = f"torch {row.minor}", f'in [torch."{row.minor}"]'
-    if machine == "aarch64":  # a CPU-only aarch64 wheel says nothing: the aarch64 CUDA builds are on download.pytorch.org
+    if (
+        machine == "aarch64"
+    ):  # a CPU-only aarch64 wheel says nothing: the aarch64 CUDA builds are on download.pytorch.org
         if seen is not None and seen not in row.aarch64_cuda:
-            return [Finding("missing", subject, f"PyPI's {newest.version} linux aarch64 wheels are CUDA {seen} builds, "
-                            f"not in the facts' aarch64 builds ({', '.join(row.aarch64_cuda) or 'none'})",
-                            f'add "{seen}" to aarch64_cuda {where}')]
+            return [
+                Finding(
+                    "missing",
+                    subject,
+                    f"PyPI's {newest.version} linux aarch64 wheels are CUDA {seen} builds, "
+                    f"not in the facts' aarch64 builds ({', '.join(row.aarch64_cuda) or 'none'})",
+                    f'add "{seen}" to aarch64_cuda {where}',
+                )
+            ]
         return []
     if seen is None:
         if row.pypi_cuda is not None:
-            return [Finding("wrong", subject, f"the facts say PyPI's wheels are CUDA {row.pypi_cuda}; PyPI's "
-                            f"{newest.version} linux x86_64 wheel pins no CUDA runtime (CPU-only)",
-                            f"remove pypi_cuda {where}")]
+            return [
+                Finding(
+                    "wrong",
+                    subject,
+                    f"the facts say PyPI's wheels are CUDA {row.pypi_cuda}; PyPI's "
+                    f"{newest.version} linux x86_64 wheel pins no CUDA runtime (CPU-only)",
+                    f"remove pypi_cuda {where}",
+                )
+            ]
         return []
     found: list[Finding] = []
     if row.pypi_cuda != seen:
-        found.append(Finding("wrong", subject, f"the facts say PyPI's wheels are CUDA {row.pypi_cuda}; PyPI's "
-                             f"{newest.version} pins CUDA {seen}", f'set pypi_cuda = "{seen}" {where}'))
+        found.append(
+            Finding(
+                "wrong",
+                subject,
+                f"the facts say PyPI's wheels are CUDA {row.pypi_cuda}; PyPI's "
+                f"{newest.version} pins CUDA {seen}",
+                f'set pypi_cuda = "{seen}" {where}',
+            )
+        )
     if seen not in row.cuda:
-        found.append(Finding("missing", subject, f"PyPI's {newest.version} is a CUDA {seen} build, not in the "
-                             f"facts' builds ({', '.join(row.cuda)})", f'add "{seen}" to cuda {where}'))
+        found.append(
+            Finding(
+                "missing",
+                subject,
+                f"PyPI's {newest.version} is a CUDA {seen} build, not in the "
+                f"facts' builds ({', '.join(row.cuda)})",
+                f'add "{seen}" to cuda {where}',
+            )
+        )
     return found
 
 
@@ -526,20 +664,30 @@ def _compare_toolkits(facts: Compat, fetch: Fetcher, base: str) -> list[Finding]
         except NotPublished:
             raise IndexUnreachable(f"{base} has no {package} project: is it a PyPI mirror?") from None
         for minor in sorted(minors - known, key=version_key):
-            found.append(Finding("missing", f"nvcc {minor}", f"NVIDIA publishes nvcc {minor} ({package} on PyPI); "
-                                 "the facts have no [[toolkit]] row for it (its newest host GCC and GPU archs)",
-                                 f'add nvcc "{minor}" to a [[toolkit]] row of toolchain/data/compat.toml '
-                                 "(nvcc --list-gpu-arch; the __GNUC__ guard in crt/host_config.h)"))
+            found.append(
+                Finding(
+                    "missing",
+                    f"nvcc {minor}",
+                    f"NVIDIA publishes nvcc {minor} ({package} on PyPI); "
+                    "the facts have no [[toolkit]] row for it (its newest host GCC and GPU archs)",
+                    f'add nvcc "{minor}" to a [[toolkit]] row of toolchain/data/compat.toml '
+                    "(nvcc --list-gpu-arch; the __GNUC__ guard in crt/host_config.h)",
+                )
+            )
     return found
 
 
 def run(facts: Compat, fetch: Fetcher, index: str = DEFAULT_INDEX) -> Report:
     """check(), with an unreachable or unusable index as the environment error (exit 3)."""
     if Requirement is None:
-        raise EnvironmentUnavailable("facts check reads requirements with the `packaging` library, which is not "
-                                     "installed; pip install packaging (it is in the build and dev extras)")
+        raise EnvironmentUnavailable(
+            "facts check reads requirements with the `packaging` library, which is not "
+            "installed; pip install packaging (it is in the build and dev extras)"
+        )
     try:
         return check(facts, fetch, index)
     except IndexUnreachable as err:
-        raise EnvironmentUnavailable(f"the package index cannot be read ({err}); run `build.py facts check` where "
-                                     f"{index} is reachable, or pass --index URL of a mirror") from None
+        raise EnvironmentUnavailable(
+            f"the package index cannot be read ({err}); run `build.py facts check` where "
+            f"{index} is reachable, or pass --index URL of a mirror"
+        ) from None

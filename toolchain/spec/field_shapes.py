@@ -18,8 +18,14 @@ from verify.runtime.messages import did_you_mean, shown
 # A cell field is a version, a name, a ref or a URL: anything longer is refused before it is parsed.
 FIELD_MAX = 1024
 LIST_MAX = 64  # entries of one list field (archs, extras, apex_flags)
-_TOML_TYPES = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
-               (list, "an array"), (dict, "a table"))
+_TOML_TYPES = (
+    (bool, "a boolean"),
+    (int, "an integer"),
+    (float, "a float"),
+    (str, "a string"),
+    (list, "an array"),
+    (dict, "a table"),
+)
 # ASCII control characters other than tab, LF and CR (those are whitespace the field grammars refuse)
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
@@ -44,13 +50,24 @@ def field_problems(key: str, value: Any, origin: str) -> list[CellFieldProblem]:
         return _text_problems(key, key, value, origin)
     if want is str:
         if is_number:  # cuda = 12.4 (a TOML float) is a classic slip: 12.10 would read as 12.1
-            return [CellFieldProblem(key, f"{key} = {shown(value)} is a number", f'quote it: {key} = "{literal}"')]
-        return [CellFieldProblem(key, f"{key} must be a string, not {_toml_type(value)}", f'write {key} = "..."')]
+            return [
+                CellFieldProblem(key, f"{key} = {shown(value)} is a number", f'quote it: {key} = "{literal}"')
+            ]
+        return [
+            CellFieldProblem(key, f"{key} must be a string, not {_toml_type(value)}", f'write {key} = "..."')
+        ]
     if is_number:  # archs = 9.0: one number where a list of strings is expected
-        return [CellFieldProblem(key, f"{key} = {shown(value)} is a number, not a list", f'write {key} = ["{literal}"]')]
+        return [
+            CellFieldProblem(
+                key, f"{key} = {shown(value)} is a number, not a list", f'write {key} = ["{literal}"]'
+            )
+        ]
     if not isinstance(value, list):
-        return [CellFieldProblem(key, f"{key} must be an array of strings, not {_toml_type(value)}",
-                             f'write {key} = ["..."]')]
+        return [
+            CellFieldProblem(
+                key, f"{key} must be an array of strings, not {_toml_type(value)}", f'write {key} = ["..."]'
+            )
+        ]
     if len(value) > LIST_MAX:
         return [CellFieldProblem(key, f"{key} has {len(value)} entries (at most {LIST_MAX})", "list fewer")]
     problems: list[CellFieldProblem] = []
@@ -59,15 +76,25 @@ def field_problems(key: str, value: Any, origin: str) -> list[CellFieldProblem]:
         if isinstance(item, str):
             problems += _text_problems(path, key, item, origin)
         elif isinstance(item, bool) or not isinstance(item, (int, float)):  # numbers: 9.0 reads as "9.0"
-            problems.append(CellFieldProblem(path, f"{path} must be a string, not {_toml_type(item)}",
-                                         f'write it in quotes: {key} = ["...", "..."]'))
+            problems.append(
+                CellFieldProblem(
+                    path,
+                    f"{path} must be a string, not {_toml_type(item)}",
+                    f'write it in quotes: {key} = ["...", "..."]',
+                )
+            )
     return problems
 
 
 def _text_problems(path: str, key: str, text: str, origin: str) -> list[CellFieldProblem]:
     if len(text) > FIELD_MAX:
-        return [CellFieldProblem(path, f"{path} is {len(text)} characters long (at most {FIELD_MAX})",
-                             "write the version, name, ref or URL it should be")]
+        return [
+            CellFieldProblem(
+                path,
+                f"{path} is {len(text)} characters long (at most {FIELD_MAX})",
+                "write the version, name, ref or URL it should be",
+            )
+        ]
     if not text.isascii():
         odd = list(dict.fromkeys(ch for ch in text if not ch.isascii()))
         named = ", ".join(f"U+{ord(ch):04X} {unicodedata.name(ch, 'unnamed')}" for ch in odd[:3])
@@ -81,8 +108,11 @@ def _text_problems(path: str, key: str, text: str, origin: str) -> list[CellFiel
         return [CellFieldProblem(path, f"{path} {shown(text)} has non-ASCII characters ({named})", fix)]
     control = _CONTROL.search(text)
     if control:
-        return [CellFieldProblem(path, f"{path} {shown(text)} holds a control character (U+{ord(control[0]):04X})",
-                             "remove it")]
+        return [
+            CellFieldProblem(
+                path, f"{path} {shown(text)} holds a control character (U+{ord(control[0]):04X})", "remove it"
+            )
+        ]
     return []  # tab, LF, CR: separators in "8.0 9.0"-style lists; the other fields' grammars refuse them
 
 
@@ -104,12 +134,14 @@ def _ascii_form(text: str) -> str | None:
     return "".join(out)
 
 
-
-
 def check_keys(table: Mapping[str, Any], allowed: Iterable[str], where: str, what: str) -> list[CellProblem]:
     allowed = list(allowed)
     return [
-        CellProblem(where, f"unknown key {shown(key)}", did_you_mean(key, allowed) or f"use one of {', '.join(allowed)}")
+        CellProblem(
+            where,
+            f"unknown key {shown(key)}",
+            did_you_mean(key, allowed) or f"use one of {', '.join(allowed)}",
+        )
         for key in table
         if key not in allowed
     ]
@@ -121,5 +153,3 @@ def check_layer(layer: Mapping[str, Any], where: str, origin: str = "cell") -> l
         if key in CELL_KEYS and value is not None and value != "":
             problems += [CellProblem(where, p.problem, p.fix) for p in field_problems(key, value, origin)]
     return problems
-
-

@@ -16,7 +16,9 @@ CELL = NAMESPACE + "cell"  # every image built here: it ships verify in its venv
 
 # Inputs only the labels read: the engine computes them on each build, and no Dockerfile ARG declares them
 # (BASE_DEVEL_DIGEST, the other provenance arg, is also the builder's, so it stays a build arg).
-LABEL_ONLY_ARGS = frozenset({"BUILD_DATE", "SOURCE_REVISION", "BASE_RUNTIME_DIGEST", "IMAGE_SOURCE", "BASE_ROUTE"})
+LABEL_ONLY_ARGS = frozenset(
+    {"BUILD_DATE", "SOURCE_REVISION", "BASE_RUNTIME_DIGEST", "IMAGE_SOURCE", "BASE_ROUTE"}
+)
 
 _APEX_DESCRIPTION = "NVIDIA Apex {APEX_REF} built for torch {TORCH_VERSION}, CUDA {CUDA_VERSION}, archs {TORCH_CUDA_ARCH_LIST}"
 

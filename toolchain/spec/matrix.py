@@ -66,7 +66,6 @@ class Matrix:
         ]
 
 
-
 # --- public entry points ----------------------------------------------------------------------
 
 
@@ -82,16 +81,25 @@ def load_matrix(
     version = raw.get("format_version", FORMAT_VERSION)
     if version != FORMAT_VERSION:
         problems.append(
-            CellProblem("top level", f"format_version = {shown(version)} is not supported",
-                        f"write format_version = {FORMAT_VERSION}")
+            CellProblem(
+                "top level",
+                f"format_version = {shown(version)} is not supported",
+                f"write format_version = {FORMAT_VERSION}",
+            )
         )
     defaults = raw.get("defaults", {})
     cells_raw = raw.get("cells", {})
     if not isinstance(defaults, dict):
-        problems.append(CellProblem("[defaults]", "must be a table", "write [defaults] with key = value lines"))
+        problems.append(
+            CellProblem("[defaults]", "must be a table", "write [defaults] with key = value lines")
+        )
         defaults = {}
     if not isinstance(cells_raw, dict) or not cells_raw:
-        problems.append(CellProblem("[cells]", "no cells defined", 'add at least one [cells.NAME] table with cuda = "12.4"'))
+        problems.append(
+            CellProblem(
+                "[cells]", "no cells defined", 'add at least one [cells.NAME] table with cuda = "12.4"'
+            )
+        )
         cells_raw = {}
     problems += check_layer(defaults, "[defaults]", "defaults")
     cells: list[Cell] = []
@@ -99,10 +107,18 @@ def load_matrix(
         label = f"cell {name}"
         if not _CELL_NAME.match(name):  # the name is a label, a bake target, a --cell value: keep it plain
             label = f"cell {shown(name)}"
-            problems.append(CellProblem(label, "the cell name has characters other than letters, digits, '_', '.', "
-                                        "'-' (or is longer than 64)", "rename the table, e.g. [cells.cu124]"))
+            problems.append(
+                CellProblem(
+                    label,
+                    "the cell name has characters other than letters, digits, '_', '.', "
+                    "'-' (or is longer than 64)",
+                    "rename the table, e.g. [cells.cu124]",
+                )
+            )
         if not isinstance(table, dict):
-            problems.append(CellProblem(label, "must be a table", f'write [cells.{name}] with cuda = "12.4" under it'))
+            problems.append(
+                CellProblem(label, "must be a table", f'write [cells.{name}] with cuda = "12.4" under it')
+            )
             continue
         layers = [("defaults", defaults), ("cell", table)]
         if overrides:
@@ -145,8 +161,6 @@ def cli_cell(
     return cell
 
 
-
-
 def resolve(
     name: str,
     layers: list[tuple[str, dict[str, Any]]],
@@ -178,6 +192,7 @@ def resolve(
 @dataclasses.dataclass(frozen=True)
 class _Axes:
     """One cell's values, each resolved against the facts on its own (None where it could not be)."""
+
     cuda: str | None
     platform: str | None
     release: compat_mod.TorchRelease | None
@@ -197,6 +212,7 @@ class _Axes:
 @dataclasses.dataclass(frozen=True)
 class _Bases:
     """The base images a cell stands on, the route they came by, and what the route implies."""
+
     devel: str
     runtime: str
     route: str  # nvidia | local | given
@@ -219,9 +235,11 @@ def _resolve_axes(r: CellValues, facts: Compat) -> _Axes:
     release = stack.resolve_torch(r, cuda, platform)
     toolkit = facts.toolkit(cuda) if cuda else None
     if cuda and toolkit is None:
-        r.problem(f"CUDA {cuda}: nvcc's limits (host GCC, GPU archs) are not in the compatibility facts",
-                  f"add a [[toolkit]] row for {cuda} to toolchain/data/compat.toml, or use CUDA "
-                  f"{nearest(cuda, [v for t in facts.toolkits for v in t.nvcc])}")
+        r.problem(
+            f"CUDA {cuda}: nvcc's limits (host GCC, GPU archs) are not in the compatibility facts",
+            f"add a [[toolkit]] row for {cuda} to toolchain/data/compat.toml, or use CUDA "
+            f"{nearest(cuda, [v for t in facts.toolkits for v in t.nvcc])}",
+        )
     os_name = stack.resolve_os(r, cuda)
     python = stack.resolve_python(r, release, os_name)
     gcc = stack.resolve_gcc(r, cuda, toolkit, os_name)
@@ -230,8 +248,22 @@ def _resolve_axes(r: CellValues, facts: Compat) -> _Axes:
     apex_repo = apex.resolve_repo(r)
     apex_ref = apex.resolve_ref(r)
     index_url = stack.resolve_index_url(r)
-    return _Axes(cuda, platform, release, toolkit, os_name, python, gcc, archs, default_archs, flags, extras,
-                 apex_repo, apex_ref, index_url)
+    return _Axes(
+        cuda,
+        platform,
+        release,
+        toolkit,
+        os_name,
+        python,
+        gcc,
+        archs,
+        default_archs,
+        flags,
+        extras,
+        apex_repo,
+        apex_ref,
+        index_url,
+    )
 
 
 def _cross_check(r: CellValues, axes: _Axes) -> str | None:
@@ -243,8 +275,9 @@ def _cross_check(r: CellValues, axes: _Axes) -> str | None:
     if explicit_tag is None and axes.apex_ref is not None:
         naming.check_ref_fits_tag(r, axes.apex_ref)
     if axes.apex_ref and axes.cuda and axes.release:
-        apex.check_apex_ref(r, axes.apex_ref, r.text("torch") or axes.release.version, axes.cuda, axes.flags,
-                            axes.release)
+        apex.check_apex_ref(
+            r, axes.apex_ref, r.text("torch") or axes.release.version, axes.cuda, axes.flags, axes.release
+        )
     if axes.os_name and axes.cuda:
         stack.check_host_clash(r, axes.os_name, axes.cuda)
     return explicit_tag
@@ -255,7 +288,9 @@ def _route(r: CellValues, facts: Compat, cuda: str, os_name: str | None) -> tupl
     base_devel, base_runtime, route = ("", "", "nvidia")
     if cuda in facts.cuda and os_name in facts.cuda[cuda].os:
         base_devel, base_runtime = facts.base_images(cuda, os_name)
-    elif os_name in facts.local_bases:  # no NVIDIA image for this OS: its debootstrap base, CUDA from the wheels
+    elif (
+        os_name in facts.local_bases
+    ):  # no NVIDIA image for this OS: its debootstrap base, CUDA from the wheels
         base_devel = base_runtime = facts.local_bases[os_name].image
         route = "local"
     if r.text("base_devel") or r.text("base_runtime"):
@@ -268,18 +303,28 @@ def _resolve_bases(r: CellValues, facts: Compat, axes: _Axes, cuda: str, torch_v
     os_name, index_url = axes.os_name, axes.index_url
     base_devel, base_runtime, route = _route(r, facts, cuda, os_name)
     if route == "local" and not index_url and facts.pypi_carries(torch_version, cuda):
-        index_url = facts.pypi_index_url  # PyPI's own wheel is this CUDA build and brings every CUDA library but nvcc
+        index_url = (
+            facts.pypi_index_url
+        )  # PyPI's own wheel is this CUDA build and brings every CUDA library but nvcc
     os_cuda = facts.cuda_from_os(os_name or "", cuda) if route == "local" else None
     if route == "local" and axes.toolkit is not None and not axes.toolkit.nvcc_wheel and os_cuda is None:
         carriers = [o.os for o in facts.os_cuda.values() if o.cuda == cuda]
-        r.problem(f"CUDA {cuda} on the local base {os_name}: NVIDIA's wheels hold no nvcc {cuda} (its -cu12 wheel "
-                  f"ships ptxas only) and {os_name}'s archive has no CUDA {cuda}",
-                  (f"use {r.how('os', carriers[0])} (its archive has CUDA {cuda})" if carriers else "use CUDA 13.0 or newer")
-                  + ", or base images with nvcc (base_devel/base_runtime)")
+        r.problem(
+            f"CUDA {cuda} on the local base {os_name}: NVIDIA's wheels hold no nvcc {cuda} (its -cu12 wheel "
+            f"ships ptxas only) and {os_name}'s archive has no CUDA {cuda}",
+            (
+                f"use {r.how('os', carriers[0])} (its archive has CUDA {cuda})"
+                if carriers
+                else "use CUDA 13.0 or newer"
+            )
+            + ", or base images with nvcc (base_devel/base_runtime)",
+        )
         return None
     if not base_devel or not base_runtime:
-        r.problem(f"no base images known for CUDA {cuda} on {os_name}",
-                  "set base_devel and base_runtime, or add the CUDA to [cuda] in toolchain/data/compat.toml")
+        r.problem(
+            f"no base images known for CUDA {cuda} on {os_name}",
+            "set base_devel and base_runtime, or add the CUDA to [cuda] in toolchain/data/compat.toml",
+        )
         return None
     for key, ref in (("base_devel", base_devel), ("base_runtime", base_runtime)):
         naming.check_image_ref(r, key, ref)
@@ -288,8 +333,16 @@ def _resolve_bases(r: CellValues, facts: Compat, axes: _Axes, cuda: str, torch_v
     return _Bases(base_devel, base_runtime, route, index_url, os_cuda)
 
 
-def _make_cell(r: CellValues, name: str, facts: Compat, axes: _Axes, cuda: str, bases: _Bases,
-               explicit_tag: str | None, torch_version: str) -> Cell | None:
+def _make_cell(
+    r: CellValues,
+    name: str,
+    facts: Compat,
+    axes: _Axes,
+    cuda: str,
+    bases: _Bases,
+    explicit_tag: str | None,
+    torch_version: str,
+) -> Cell | None:
     """The frozen Cell with its id and registry tag; None (with the problem recorded) when no id fits."""
     os_name, python, apex_ref = axes.os_name, axes.python, axes.apex_ref
     variant = naming.variant_of(r, axes.archs, axes.default_archs, axes.extras, axes.flags, axes.gcc, os_name)
@@ -299,8 +352,11 @@ def _make_cell(r: CellValues, name: str, facts: Compat, axes: _Axes, cuda: str, 
     if cell_id is None:
         return None
     # the registry tag leaves the platform out: the stack's platforms go under one tag (an OCI index)
-    image_tag = "" if explicit_tag is not None or not suffix else (
-        naming.make_cell_id(r, None, apex_ref, torch_version, cuda, python, os_name, variant) or "")
+    image_tag = (
+        ""
+        if explicit_tag is not None or not suffix
+        else (naming.make_cell_id(r, None, apex_ref, torch_version, cuda, python, os_name, variant) or "")
+    )
     os_cuda = bases.os_cuda
     return Cell(
         id=cell_id,
@@ -327,16 +383,17 @@ def _make_cell(r: CellValues, name: str, facts: Compat, axes: _Axes, cuda: str, 
     )
 
 
-
 def _check_unique(cells: list[Cell]) -> list[CellProblem]:
     seen: dict[str, str] = {}
     problems = []
     for cell in cells:
         if cell.id in seen:
-            problems.append(CellProblem(f"cell {cell.name}",
-                                        f"resolves to the same image tag as cell {seen[cell.id]} ({cell.id})",
-                                        "change its python/archs/extras, or remove one of the two"))
+            problems.append(
+                CellProblem(
+                    f"cell {cell.name}",
+                    f"resolves to the same image tag as cell {seen[cell.id]} ({cell.id})",
+                    "change its python/archs/extras, or remove one of the two",
+                )
+            )
         seen.setdefault(cell.id, cell.name)
     return problems
-
-

@@ -45,8 +45,11 @@ def cpu_torch_source(cell: Cell, wheelhouse: Path | None) -> str | None:
 def _without_apex(cell: Cell, target: str, cuda: str) -> str | None:
     """`TARGET-torchX-cuY-pyZ-OS` from an automatic cell id; None for an explicit --tag (the user's name)."""
     made = CellId.parse(cell.id)
-    if made is None or made.apex != short_ref(cell.apex_ref) or \
-            (made.torch, made.cuda, made.python) != (cell.torch, cell.cuda, cell.python):
+    if (
+        made is None
+        or made.apex != short_ref(cell.apex_ref)
+        or (made.torch, made.cuda, made.python) != (cell.torch, cell.cuda, cell.python)
+    ):
         return None
     return str(made.without_apex(target, cuda, cell.variant))
 

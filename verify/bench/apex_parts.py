@@ -56,8 +56,10 @@ def _probe(feature: str, device: torch.device) -> ApexPart:
             importlib.import_module(ext)
         except Exception as exc:  # ImportError, or an OSError/undefined symbol from a broken build
             return ApexPart(
-                feature, False, f"extension {ext} does not import ({type(exc).__name__}: {exc}): "
-                "Apex was installed without APEX_CUDA_EXT=1 or against another torch"
+                feature,
+                False,
+                f"extension {ext} does not import ({type(exc).__name__}: {exc}): "
+                "Apex was installed without APEX_CUDA_EXT=1 or against another torch",
             )
     try:
         if feature == "FusedAdam":

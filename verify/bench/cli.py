@@ -44,7 +44,9 @@ def _positive_int(flag: str, example: str):
         except ValueError:
             value = 0
         if value <= 0:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer; pass e.g. {flag} {example}")
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a positive integer; pass e.g. {flag} {example}"
+            )
         return value
 
     return parse
@@ -64,8 +66,10 @@ def parse_param_count(text: str) -> int:
     if not math.isfinite(value) or value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a parameter count; pass e.g. --big-params 250M")
     if value > MAX_BIG_PARAMS:
-        raise argparse.ArgumentTypeError(f"{text!r} is more than {MAX_BIG_PARAMS:.0e} parameters ({MAX_BIG_PARAMS * 4 / 1e9:.0f}"
-                                         " GB of fp32 weights, beyond any GPU's memory); pass e.g. --big-params 250M")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is more than {MAX_BIG_PARAMS:.0e} parameters ({MAX_BIG_PARAMS * 4 / 1e9:.0f}"
+            " GB of fp32 weights, beyond any GPU's memory); pass e.g. --big-params 250M"
+        )
     return int(value)
 
 
@@ -84,7 +88,9 @@ def parse_stages(text: str) -> tuple[str, ...]:
             near = did_you_mean(token, by_name)
             hint = f"{near} " if near else ""
             valid = ", ".join(f"{s.number}={s.key}" for s in STAGES)
-            raise argparse.ArgumentTypeError(f"unknown stage {shown(token)}; {hint}use all, none or numbers/keys: {valid}")
+            raise argparse.ArgumentTypeError(
+                f"unknown stage {shown(token)}; {hint}use all, none or numbers/keys: {valid}"
+            )
         chosen.add(by_name[token])
     return tuple(s.key for s in STAGES if s.key in chosen)
 
@@ -92,21 +98,40 @@ def parse_stages(text: str) -> tuple[str, ...]:
 def _device(text: str) -> str:
     if text == "cpu" or re.fullmatch(r"cuda(:\d+)?", text):
         return text
-    raise argparse.ArgumentTypeError(f"{text!r} is not a device; use cuda, cuda:N or cpu (the CPU smoke mode)")
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a device; use cuda, cuda:N or cpu (the CPU smoke mode)"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _BenchParser(prog=PROG, description="Staged training benchmark and kernel microbenchmarks: Apex vs native "
-                "PyTorch on this GPU. Writes DIR/bench.json, DIR/bench.md and DIR/*.png.")
-    p.add_argument("--device", type=_device, default="cuda",
-                   help="cuda (default), cuda:N, or cpu: a smoke run with tiny sizes (for tests)")
-    p.add_argument("--out", metavar="DIR", default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
-    p.add_argument("--quick", action="store_true", help="smaller model and fewer steps (about a quarter of the time)")
-    p.add_argument("--stages", type=parse_stages, default=None,
-                   help="which training stages: all (default), none, or e.g. 1,2,5 or adam-fp32,native-bf16")
+    p = _BenchParser(
+        prog=PROG,
+        description="Staged training benchmark and kernel microbenchmarks: Apex vs native "
+        "PyTorch on this GPU. Writes DIR/bench.json, DIR/bench.md and DIR/*.png.",
+    )
+    p.add_argument(
+        "--device",
+        type=_device,
+        default="cuda",
+        help="cuda (default), cuda:N, or cpu: a smoke run with tiny sizes (for tests)",
+    )
+    p.add_argument(
+        "--out", metavar="DIR", default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})"
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="smaller model and fewer steps (about a quarter of the time)"
+    )
+    p.add_argument(
+        "--stages",
+        type=parse_stages,
+        default=None,
+        help="which training stages: all (default), none, or e.g. 1,2,5 or adam-fp32,native-bf16",
+    )
     p.add_argument("--no-micro", dest="micro", action="store_false", help="skip the kernel microbenchmarks")
     p.add_argument("--no-plots", dest="plots", action="store_false", help="write no PNG plots")
-    p.add_argument("--seed", type=int, default=0, help="seed of the initial weights and token batches (default 0)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the initial weights and token batches (default 0)"
+    )
     sizes = p.add_argument_group("sizes (defaults come from the preset: default, --quick, or --device cpu)")
     for flag, example, what in (
         ("--steps", "20", "timed training steps per stage"),
@@ -118,8 +143,13 @@ def _parser() -> argparse.ArgumentParser:
         ("--vocab", "8192", "vocabulary size"),
     ):
         sizes.add_argument(flag, type=_positive_int(flag, example), default=None, help=what)
-    sizes.add_argument("--big-params", type=parse_param_count, default=None, metavar="N",
-                       help="parameters in the big optimizer case, e.g. 250M (default 250M)")
+    sizes.add_argument(
+        "--big-params",
+        type=parse_param_count,
+        default=None,
+        metavar="N",
+        help="parameters in the big optimizer case, e.g. 250M (default 250M)",
+    )
     return p
 
 
@@ -135,15 +165,22 @@ def parse_config(argv: list[str]) -> bench_config.BenchConfig:
             values[key] = getattr(args, key)
     d_model = values["d_model"]
     if d_model > bench_config.MAX_HEAD_DIM and d_model % bench_config.MAX_HEAD_DIM:
-        raise BenchFlagError(f"argument --d-model: {d_model} does not split into heads of {bench_config.MAX_HEAD_DIM};"
-                         f" use a multiple of {bench_config.MAX_HEAD_DIM} (e.g. {d_model // 64 * 64 or 64})")
+        raise BenchFlagError(
+            f"argument --d-model: {d_model} does not split into heads of {bench_config.MAX_HEAD_DIM};"
+            f" use a multiple of {bench_config.MAX_HEAD_DIM} (e.g. {d_model // 64 * 64 or 64})"
+        )
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise BenchFlagError(f"argument --out: {out} exists and is not a directory; pass a directory path")
     return bench_config.BenchConfig(
-        preset=preset, device=args.device, seed=args.seed, out=out, plots=args.plots,
+        preset=preset,
+        device=args.device,
+        seed=args.seed,
+        out=out,
+        plots=args.plots,
         stages=args.stages if args.stages is not None else tuple(s.key for s in STAGES),
-        micro=args.micro, **values,
+        micro=args.micro,
+        **values,
     )
 
 
@@ -157,8 +194,10 @@ def _cuda_unavailable(device: str) -> str | None:
 
     if not torch.cuda.is_available():
         built = f"built with CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
-        return (f"no CUDA device is visible (torch {torch.__version__}, {built}); run it on a GPU host "
-                "(docker run --gpus all ...) or pass --device cpu for a CPU smoke run")
+        return (
+            f"no CUDA device is visible (torch {torch.__version__}, {built}); run it on a GPU host "
+            "(docker run --gpus all ...) or pass --device cpu for a CPU smoke run"
+        )
     index = int(device.split(":")[1]) if ":" in device else 0
     if index >= torch.cuda.device_count():
         return f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) visible; use cuda:0"
@@ -186,8 +225,11 @@ def run(cfg: bench_config.BenchConfig) -> int:
     copy, optimizer, norms = None, [], []
     if cfg.micro:
         copy = micro.copy_bandwidth(cfg, device)
-        _log(f"[micro] copy bandwidth: {copy['GBps']} GB/s" if copy["status"] == "OK"
-             else f"[micro] copy bandwidth: FAIL ({copy['reason']})")
+        _log(
+            f"[micro] copy bandwidth: {copy['GBps']} GB/s"
+            if copy["status"] == "OK"
+            else f"[micro] copy bandwidth: FAIL ({copy['reason']})"
+        )
         ceiling = copy["GBps"] if copy["status"] == "OK" else None
         with timing_host.SteadyHost() as steady:  # the host conditions of verify's timing worker
             host = steady.conditions.to_json() if steady.conditions else None
@@ -195,10 +237,18 @@ def run(cfg: bench_config.BenchConfig) -> int:
             optimizer = micro.optimizer_micro(cfg, device, apex, ceiling, _log, host)
             norms = micro.norm_micro(cfg, device, apex, ceiling, _log, host)
     timer = "cuda_events" if device.type == "cuda" else "perf_counter (CPU smoke run, not a GPU measurement)"
-    doc = results.build(cfg_json=cfg.to_json(), environment=environment,
-                        apex={k: p.to_json() for k, p in apex.items()}, timer=timer, copy=copy,
-                        stages=stage_data, optimizer=optimizer, norms=norms, started=started,
-                        duration_s=time.perf_counter() - t0)
+    doc = results.build(
+        cfg_json=cfg.to_json(),
+        environment=environment,
+        apex={k: p.to_json() for k, p in apex.items()},
+        timer=timer,
+        copy=copy,
+        stages=stage_data,
+        optimizer=optimizer,
+        norms=norms,
+        started=started,
+        duration_s=time.perf_counter() - t0,
+    )
     if cfg.plots:
         missing = plots.matplotlib_missing()
         if missing:
@@ -217,12 +267,17 @@ def run(cfg: bench_config.BenchConfig) -> int:
         print(f"{PROG}: error: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
         return exit_codes.USAGE
     except OSError as exc:  # disk full, directory removed mid-run
-        print(f"{PROG}: cannot write the results to {cfg.out} ({exc.strerror or exc}); free space or pass "
-              "another --out", file=sys.stderr)
+        print(
+            f"{PROG}: cannot write the results to {cfg.out} ({exc.strerror or exc}); free space or pass "
+            "another --out",
+            file=sys.stderr,
+        )
         return exit_codes.ENVIRONMENT
     s = doc["summary"]
     _log(f"wrote {json_path}, {md_path}" + "".join(f", {cfg.out / p}" for p in doc["plots"]))
-    _log(f"{PROG}: {s['OK']} ran, {s['SKIP']} skipped, {s['FAIL']} failed; finished in {doc['duration_s']:.1f} s")
+    _log(
+        f"{PROG}: {s['OK']} ran, {s['SKIP']} skipped, {s['FAIL']} failed; finished in {doc['duration_s']:.1f} s"
+    )
     return doc["exit_code"]
 
 
@@ -244,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        print(f"{PROG}: error: argument --out: cannot create {cfg.out} ({exc.strerror}); pass a writable directory",
-              file=sys.stderr)
+        print(
+            f"{PROG}: error: argument --out: cannot create {cfg.out} ({exc.strerror}); pass a writable directory",
+            file=sys.stderr,
+        )
         return exit_codes.USAGE
     return made.run(lambda: run(cfg))

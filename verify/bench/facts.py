@@ -28,8 +28,15 @@ def _apex_identity() -> dict[str, Any]:
                 note = str(exc)
         record = manifest.BuildManifest.from_json(loaded) if loaded is not None else None
         commit, source, disagree = identity.resolve_commit(info, record)
-        return {"kind": info.get("kind"), "path": info.get("path"), "commit": commit, "commit_source": source,
-                "disagreements": disagree, "manifest": str(path) if path else None, "note": note}
+        return {
+            "kind": info.get("kind"),
+            "path": info.get("path"),
+            "commit": commit,
+            "commit_source": source,
+            "disagreements": disagree,
+            "manifest": str(path) if path else None,
+            "note": note,
+        }
     except Exception as exc:  # identity is informational here: never let it stop a benchmark
         return {"kind": None, "commit": None, "commit_source": None, "note": f"{type(exc).__name__}: {exc}"}
 
@@ -48,8 +55,12 @@ def collect(device: torch.device) -> dict[str, Any]:
     gpu = None
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        gpu = {"name": props.name, "capability": f"{props.major}.{props.minor}",
-               "memory_gib": round(props.total_memory / 2**30, 1), "multiprocessors": props.multi_processor_count}
+        gpu = {
+            "name": props.name,
+            "capability": f"{props.major}.{props.minor}",
+            "memory_gib": round(props.total_memory / 2**30, 1),
+            "multiprocessors": props.multi_processor_count,
+        }
     apex = _apex_identity()
     headline = {
         "device": str(device),

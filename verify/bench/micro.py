@@ -37,6 +37,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 # ---- byte models: the least traffic any implementation needs (documented in the README) ----
 
+
 def adam_step_bytes(n_params: int, elem_bytes: int = 4) -> int:
     """Adam(W) step: read param, grad, exp_avg, exp_avg_sq; write param, exp_avg, exp_avg_sq."""
     return 7 * n_params * elem_bytes
@@ -71,12 +72,14 @@ def _release(device: torch.device) -> None:
 
 # ---- copy ceiling ----
 
+
 def _time_copy(cfg: BenchConfig, device: torch.device) -> Timing:
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     src = torch.randint(0, 256, (cfg.copy_bytes,), dtype=torch.uint8, device=device, generator=gen)
     dst = torch.empty_like(src)
-    return measure("device copy", lambda: dst.copy_(src), device=device,
-                   warmup=cfg.micro_warmup, iters=cfg.micro_iters)
+    return measure(
+        "device copy", lambda: dst.copy_(src), device=device, warmup=cfg.micro_warmup, iters=cfg.micro_iters
+    )
 
 
 def copy_bandwidth(cfg: BenchConfig, device: torch.device) -> dict[str, Any]:
@@ -84,33 +87,57 @@ def copy_bandwidth(cfg: BenchConfig, device: torch.device) -> dict[str, Any]:
     try:
         timing = _time_copy(cfg, device)
     except Exception as exc:
-        return {"status": "FAIL", "reason": one_line_error(exc), "bytes": cfg.copy_bytes, "bytes_moved": moved,
-                "timing": None, "GBps": None}
+        return {
+            "status": "FAIL",
+            "reason": one_line_error(exc),
+            "bytes": cfg.copy_bytes,
+            "bytes_moved": moved,
+            "timing": None,
+            "GBps": None,
+        }
     finally:
         _release(device)
-    return {"status": "OK", "reason": "", "bytes": cfg.copy_bytes, "bytes_moved": moved,
-            "timing": timing.to_json(), "GBps": round(_gbps(moved, timing), 2)}
+    return {
+        "status": "OK",
+        "reason": "",
+        "bytes": cfg.copy_bytes,
+        "bytes_moved": moved,
+        "timing": timing.to_json(),
+        "GBps": round(_gbps(moved, timing), 2),
+    }
 
 
 # ---- one fused-vs-native comparison: verify.timing.kernel_compare, the same as verify's timing layer ----
 
-def _bandwidth(n_bytes: int, figure: dict[str, object] | None, copy_gbps: float | None) -> tuple[float | None, float | None]:
+
+def _bandwidth(
+    n_bytes: int, figure: dict[str, object] | None, copy_gbps: float | None
+) -> tuple[float | None, float | None]:
     if not figure or not figure.get("median_ms"):
         return None, None
     gbps = n_bytes / (float(figure["median_ms"]) / 1e3) / 1e9  # type: ignore[arg-type]  # checked truthy: a number
     return float(f"{gbps:.4g}"), (float(f"{100 * gbps / copy_gbps:.4g}") if copy_gbps else None)
 
 
-def _compare(kernel: str, case: str, n_bytes: int, variants: list[Variant], cfg: BenchConfig,
-             device: torch.device, copy_gbps: float | None, host: dict | None = None) -> dict[str, object]:
+def _compare(
+    kernel: str,
+    case: str,
+    n_bytes: int,
+    variants: list[Variant],
+    cfg: BenchConfig,
+    device: torch.device,
+    copy_gbps: float | None,
+    host: dict | None = None,
+) -> dict[str, object]:
     """Both figures for every implementation (the first is the fused one) and the verdicts.
 
     The result is verify.timing.kernel_compare's comparison (the shape of verify's report `timings` entries)
     plus the byte count and, per implementation and figure, effective bandwidth and % of the copy ceiling.
     """
     try:
-        item: dict[str, object] = kernel_compare.compare(kernel, case, variants, device,
-                                                         rounds_plan(cfg, device), host).to_json()
+        item: dict[str, object] = kernel_compare.compare(
+            kernel, case, variants, device, rounds_plan(cfg, device), host
+        ).to_json()
     finally:
         _release(device)
     item["bytes"] = n_bytes
@@ -130,12 +157,21 @@ def rounds_plan(cfg: BenchConfig, device: torch.device) -> RoundPlan:
 
 
 def _failed_item(kernel: str, case: str, exc: BaseException) -> dict[str, object]:
-    return {"kernel": kernel, "case": case, "status": "FAIL", "verdict": one_line_error(exc),
-            "fused": None, "natives": [], KERNEL: None, HOST_INCLUSIVE: None,
-            "winner": {KERNEL: None, HOST_INCLUSIVE: None}}
+    return {
+        "kernel": kernel,
+        "case": case,
+        "status": "FAIL",
+        "verdict": one_line_error(exc),
+        "fused": None,
+        "natives": [],
+        KERNEL: None,
+        HOST_INCLUSIVE: None,
+        "winner": {KERNEL: None, HOST_INCLUSIVE: None},
+    }
 
 
 # ---- optimizer step ----
+
 
 def _optimizer_cases(cfg: BenchConfig) -> list[tuple[str, list[tuple[int, ...]]]]:
     small = [(cfg.linear_dim, cfg.linear_dim), (cfg.linear_dim,)] * cfg.linear_count
@@ -158,20 +194,40 @@ def _params(shapes: list[tuple[int, ...]], device: torch.device, seed: int) -> l
     return params
 
 
-def _optimizer_case(case: str, shapes: list[tuple[int, ...]], cfg: BenchConfig, device: torch.device,
-                    fused: ApexPart, copy_gbps: float | None, host: dict | None) -> dict[str, object]:
+def _optimizer_case(
+    case: str,
+    shapes: list[tuple[int, ...]],
+    cfg: BenchConfig,
+    device: torch.device,
+    fused: ApexPart,
+    copy_gbps: float | None,
+    host: dict | None,
+) -> dict[str, object]:
     params = _params(shapes, device, cfg.seed)
     n_params = sum(p.numel() for p in params)
     variants = kernel_variants.adam_variants(params, fused.cls if fused.usable else None, fused.reason)
-    item = _compare("FusedAdam", f"{case}, {n_params / 1e6:.2f}M params", adam_step_bytes(n_params),
-                    variants, cfg, device, copy_gbps, host)
+    item = _compare(
+        "FusedAdam",
+        f"{case}, {n_params / 1e6:.2f}M params",
+        adam_step_bytes(n_params),
+        variants,
+        cfg,
+        device,
+        copy_gbps,
+        host,
+    )
     item["params"] = n_params
     return item
 
 
-def optimizer_micro(cfg: BenchConfig, device: torch.device, apex: dict[str, ApexPart],
-                    copy_gbps: float | None, log: Callable[[str], None],
-                    host: dict | None = None) -> list[dict[str, object]]:
+def optimizer_micro(
+    cfg: BenchConfig,
+    device: torch.device,
+    apex: dict[str, ApexPart],
+    copy_gbps: float | None,
+    log: Callable[[str], None],
+    host: dict | None = None,
+) -> list[dict[str, object]]:
     out = []
     for case, shapes in _optimizer_cases(cfg):
         try:
@@ -191,9 +247,17 @@ def optimizer_micro(cfg: BenchConfig, device: torch.device, apex: dict[str, Apex
 NORM_KINDS = (("fused_layer_norm", 2), ("fused_rms_norm", 1))
 
 
-def _norm_case(kind: str, stats_per_row: int, shape: tuple[int, ...], dtype_name: str, cfg: BenchConfig,
-               device: torch.device, part: ApexPart, copy_gbps: float | None,
-               host: dict | None) -> dict[str, object]:
+def _norm_case(
+    kind: str,
+    stats_per_row: int,
+    shape: tuple[int, ...],
+    dtype_name: str,
+    cfg: BenchConfig,
+    device: torch.device,
+    part: ApexPart,
+    copy_gbps: float | None,
+    host: dict | None,
+) -> dict[str, object]:
     feature = kernel_variants.norm_feature(kind)
     dtype = DTYPES[dtype_name]
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
@@ -204,25 +268,34 @@ def _norm_case(kind: str, stats_per_row: int, shape: tuple[int, ...], dtype_name
     weight = (torch.rand(hidden, device=device, generator=gen) + 0.5).to(dtype)
     bias = (torch.rand(hidden, device=device, generator=gen) - 0.5).to(dtype)
     has_bias = kind == "fused_layer_norm"
-    variants = kernel_variants.norm_variants(kind, x, dy, weight, bias, part.cls if part.usable else None, part.reason)
-    n_bytes = norm_fwd_bwd_bytes(math.prod(shape[:-1]), hidden, dtype.itemsize, has_bias=has_bias,
-                                 stats_per_row=stats_per_row)
+    variants = kernel_variants.norm_variants(
+        kind, x, dy, weight, bias, part.cls if part.usable else None, part.reason
+    )
+    n_bytes = norm_fwd_bwd_bytes(
+        math.prod(shape[:-1]), hidden, dtype.itemsize, has_bias=has_bias, stats_per_row=stats_per_row
+    )
     item = _compare(feature, f"{tuple(shape)} {dtype_name}", n_bytes, variants, cfg, device, copy_gbps, host)
     item.update(shape=list(shape), dtype=dtype_name)
     return item
 
 
-def norm_micro(cfg: BenchConfig, device: torch.device, apex: dict[str, ApexPart],
-               copy_gbps: float | None, log: Callable[[str], None],
-               host: dict | None = None) -> list[dict[str, object]]:
+def norm_micro(
+    cfg: BenchConfig,
+    device: torch.device,
+    apex: dict[str, ApexPart],
+    copy_gbps: float | None,
+    log: Callable[[str], None],
+    host: dict | None = None,
+) -> list[dict[str, object]]:
     out = []
     for shape in cfg.norm_shapes:
         for dtype_name in DTYPES:
             for kind, stats_per_row in NORM_KINDS:
                 feature = kernel_variants.norm_feature(kind)
                 try:
-                    item = _norm_case(kind, stats_per_row, shape, dtype_name, cfg, device, apex[feature], copy_gbps,
-                                      host)
+                    item = _norm_case(
+                        kind, stats_per_row, shape, dtype_name, cfg, device, apex[feature], copy_gbps, host
+                    )
                 except Exception as exc:
                     item = _failed_item(feature, f"{tuple(shape)} {dtype_name}", exc)
                 finally:

@@ -37,7 +37,9 @@ class Block(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    def __init__(self, *, vocab: int, seq: int, d_model: int, layers: int, heads: int, norm: NormFactory) -> None:
+    def __init__(
+        self, *, vocab: int, seq: int, d_model: int, layers: int, heads: int, norm: NormFactory
+    ) -> None:
         super().__init__()
         self.tok = nn.Embedding(vocab, d_model)
         self.pos = nn.Embedding(seq, d_model)

@@ -32,8 +32,10 @@ def matplotlib_missing() -> str | None:
 def _subtitle(doc: dict[str, Any]) -> str:
     h = doc["environment"]["headline"]
     apex = (h["apex_commit"] or "unknown")[:10]
-    return (f"{h['gpu'] or h['device']} · torch {h['torch']} · CUDA {h['cuda']} · Apex {apex} · "
-            f"{doc['created_at'][:10]}")
+    return (
+        f"{h['gpu'] or h['device']} · torch {h['torch']} · CUDA {h['cuda']} · Apex {apex} · "
+        f"{doc['created_at'][:10]}"
+    )
 
 
 def _save(fig: Any, path: Path) -> None:
@@ -81,10 +83,19 @@ def _kernels_plot(doc: dict[str, Any], plt: Any) -> Any:
     for offset, figure, hatch in ((-0.2, "kernel_time", ""), (0.2, "host_inclusive", "//")):
         verdicts = [i.get(figure) for i in items]
         ratios = [v["speedup"] if v else 0.0 for v in verdicts]
-        left.barh([y + offset for y in ys], ratios, height=0.4, hatch=hatch,
-                  color=[APEX_COLOR if r >= 1 else NATIVE_COLOR for r in ratios])
+        left.barh(
+            [y + offset for y in ys],
+            ratios,
+            height=0.4,
+            hatch=hatch,
+            color=[APEX_COLOR if r >= 1 else NATIVE_COLOR for r in ratios],
+        )
         for y, v in zip(ys, verdicts, strict=True):
-            text = f" {'kernel' if figure == 'kernel_time' else 'loop'} {v['speedup']:.2f}x {v['winner']}" if v else f" {figure}: n/a"
+            text = (
+                f" {'kernel' if figure == 'kernel_time' else 'loop'} {v['speedup']:.2f}x {v['winner']}"
+                if v
+                else f" {figure}: n/a"
+            )
             left.text(v["speedup"] if v else 0.02, y + offset, text, va="center", fontsize=7)
     left.axvline(1.0, color="black", linewidth=0.8)
     left.set_yticks(ys, labels, fontsize=8)
@@ -109,7 +120,9 @@ def _kernels_plot(doc: dict[str, Any], plt: Any) -> Any:
     right.axvline(100.0, color="black", linewidth=0.8)
     copy = doc["copy_bandwidth"] or {}
     right.set_xlabel(f"% of copy bandwidth by kernel time ({copy.get('GBps') or 0:.0f} GB/s)")
-    pcts = [(i["pct_of_copy"] or {}).get("kernel_time") or 0.0 for item in items for i in implementations(item)]
+    pcts = [
+        (i["pct_of_copy"] or {}).get("kernel_time") or 0.0 for item in items for i in implementations(item)
+    ]
     right.set_xlim(0, max([130.0] + [p * 1.3 for p in pcts]))  # room for the labels
     fig.suptitle(f"Kernels: Apex vs native PyTorch\n{_subtitle(doc)}", fontsize=10)
     return fig

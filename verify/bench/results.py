@@ -15,30 +15,40 @@ MD_NAME = "bench.md"
 
 BYTE_MODELS = {
     "adam_step": "7 x 4 B per fp32 parameter: read param, grad, exp_avg, exp_avg_sq; write param, exp_avg, "
-                 "exp_avg_sq",
+    "exp_avg_sq",
     "norm_fwd_bwd": "5 x rows x hidden x element size (forward reads x and writes y; backward reads dy and x, "
-                    "writes dx) + 2 x 4 B per row per statistic (mean and rstd for LayerNorm, rstd for RMSNorm: "
-                    "written forward, read backward) + parameters (LayerNorm 5, RMSNorm 3 x hidden x element "
-                    "size: weight/bias read forward, weight read and grads written backward)",
+    "writes dx) + 2 x 4 B per row per statistic (mean and rstd for LayerNorm, rstd for RMSNorm: "
+    "written forward, read backward) + parameters (LayerNorm 5, RMSNorm 3 x hidden x element "
+    "size: weight/bias read forward, weight read and grads written backward)",
     "copy": "2 x bytes: a device-to-device copy reads and writes every byte",
 }
 
 # which figure each part of bench.json reports (verify.timing.rules)
 FIGURES = {
     "stages": "host_inclusive: CUDA events around each training step, back to back after the warm-up steps; "
-              "stage comparisons: bootstrap over the steps of each stage (independent samples, tie band "
-              "of the host-inclusive figure)",
+    "stage comparisons: bootstrap over the steps of each stage (independent samples, tie band "
+    "of the host-inclusive figure)",
     "micro": "both: kernel_time (torch.profiler, sum of the GPU kernels one call launches) and host_inclusive "
-             "(CUDA events around N back-to-back calls, / N), interleaved rounds, one verdict per figure; every "
-             "thread on one CPU core, one torch thread, no garbage collection in a timed block (each item's "
-             "`host`, verify.timing.host), as in verify's timing layer",
+    "(CUDA events around N back-to-back calls, / N), interleaved rounds, one verdict per figure; every "
+    "thread on one CPU core, one torch thread, no garbage collection in a timed block (each item's "
+    "`host`, verify.timing.host), as in verify's timing layer",
     "copy_bandwidth": "host_inclusive: CUDA events around each copy (a single kernel: the same as its kernel time)",
 }
 
 
-def build(*, cfg_json: dict[str, Any], environment: dict[str, Any], apex: dict[str, Any], timer: str,
-          copy: dict[str, Any] | None, stages: dict[str, Any], optimizer: list[dict[str, Any]],
-          norms: list[dict[str, Any]], started: datetime.datetime, duration_s: float) -> dict[str, Any]:
+def build(
+    *,
+    cfg_json: dict[str, Any],
+    environment: dict[str, Any],
+    apex: dict[str, Any],
+    timer: str,
+    copy: dict[str, Any] | None,
+    stages: dict[str, Any],
+    optimizer: list[dict[str, Any]],
+    norms: list[dict[str, Any]],
+    started: datetime.datetime,
+    duration_s: float,
+) -> dict[str, Any]:
     statuses = [s["status"] for s in stages["stages"]] + [m["status"] for m in optimizer + norms]
     if copy is not None:
         statuses.append(copy["status"])
@@ -123,22 +133,34 @@ def _winners(item: dict[str, Any]) -> str:
 
 
 def _micro_rows(items: list[dict[str, Any]]) -> list[str]:
-    rows = ["| kernel | case | implementation | kernel ms (p10–p90) | loop ms (p10–p90) | bound | kernel GB/s | "
-            "% of copy (kernel) |",
-            "|---|---|---|---:|---:|---|---:|---:|"]
+    rows = [
+        "| kernel | case | implementation | kernel ms (p10–p90) | loop ms (p10–p90) | bound | kernel GB/s | "
+        "% of copy (kernel) |",
+        "|---|---|---|---:|---:|---|---:|---:|",
+    ]
     for item in items:
         for impl in implementations(item):
             if impl["status"] != "OK":
-                rows.append(f"| {item['kernel']} | {item['case']} | {impl['name']} | {_reason(impl)} | | | | |")
+                rows.append(
+                    f"| {item['kernel']} | {item['case']} | {impl['name']} | {_reason(impl)} | | | | |"
+                )
                 continue
-            bound = (impl.get("bound") or {})
-            bound_text = (f"host (+{bound['host_overhead_ms']:.3f} ms)" if bound.get("kind") == "host"
-                          else bound.get("kind") or "")
-            rows.append(f"| {item['kernel']} | {item['case']} | {impl['name']} | {_fig(impl, 'kernel_time')} | "
-                        f"{_fig(impl, 'host_inclusive')} | {bound_text} | {_opt(impl['GBps']['kernel_time'], '.1f')} | "
-                        f"{_opt(impl['pct_of_copy']['kernel_time'], '.1f')} |")
-    verdicts = [f"- {item['kernel']} {item['case']}: {item['verdict']} ({_winners(item)})" for item in items
-                if item.get("host_inclusive") is not None or item["status"] == "FAIL"]
+            bound = impl.get("bound") or {}
+            bound_text = (
+                f"host (+{bound['host_overhead_ms']:.3f} ms)"
+                if bound.get("kind") == "host"
+                else bound.get("kind") or ""
+            )
+            rows.append(
+                f"| {item['kernel']} | {item['case']} | {impl['name']} | {_fig(impl, 'kernel_time')} | "
+                f"{_fig(impl, 'host_inclusive')} | {bound_text} | {_opt(impl['GBps']['kernel_time'], '.1f')} | "
+                f"{_opt(impl['pct_of_copy']['kernel_time'], '.1f')} |"
+            )
+    verdicts = [
+        f"- {item['kernel']} {item['case']}: {item['verdict']} ({_winners(item)})"
+        for item in items
+        if item.get("host_inclusive") is not None or item["status"] == "FAIL"
+    ]
     return rows + ([""] + verdicts if verdicts else [])
 
 
@@ -155,8 +177,11 @@ def markdown(doc: dict[str, Any]) -> str:
         "",
     ]
     if env["device"] == "cpu":
-        lines += ["> CPU smoke run: tiny sizes, perf_counter timings. It shows the command works; its numbers "
-                  "say nothing about a GPU.", ""]
+        lines += [
+            "> CPU smoke run: tiny sizes, perf_counter timings. It shows the command works; its numbers "
+            "say nothing about a GPU.",
+            "",
+        ]
     lines += [
         "## Training stages",
         "",
@@ -169,14 +194,26 @@ def markdown(doc: dict[str, Any]) -> str:
         *_stage_rows(doc),
         "",
     ]
-    lines += [f"- {c['what']}: {c['verdict'] + ' (winner: ' + c['winner'] + ')' if c['status'] == 'OK' else _reason(c)}"
-              for c in doc["stage_comparisons"]]
+    lines += [
+        f"- {c['what']}: {c['verdict'] + ' (winner: ' + c['winner'] + ')' if c['status'] == 'OK' else _reason(c)}"
+        for c in doc["stage_comparisons"]
+    ]
     copy = doc["copy_bandwidth"]
     if copy is not None:
-        ceiling = (f"{copy['GBps']:.1f} GB/s ({_size(copy['bytes'])} device-to-device copy, "
-                   "bytes read + written)") if copy["status"] == "OK" else _reason(copy)
-        lines += ["", "## Kernels", "", f"Copy bandwidth ceiling: {ceiling}.", "",
-                  f"Figures: {doc['figures']['micro']}. Bandwidth is from the kernel time.", ""]
+        ceiling = (
+            (f"{copy['GBps']:.1f} GB/s ({_size(copy['bytes'])} device-to-device copy, bytes read + written)")
+            if copy["status"] == "OK"
+            else _reason(copy)
+        )
+        lines += [
+            "",
+            "## Kernels",
+            "",
+            f"Copy bandwidth ceiling: {ceiling}.",
+            "",
+            f"Figures: {doc['figures']['micro']}. Bandwidth is from the kernel time.",
+            "",
+        ]
         lines += ["### Optimizer step", "", *_micro_rows(doc["micro"]["optimizer"]), ""]
         lines += ["### Norm forward + backward", "", *_micro_rows(doc["micro"]["norm"]), ""]
         lines += ["### Byte models (minimum bytes moved)", ""]

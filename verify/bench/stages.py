@@ -33,8 +33,10 @@ NORM_APEX = kernel_variants.FUSED_LAYER_NORM
 
 # which figure a stage's ms/iter is (verify.timing.rules): a whole training step, host work included
 STAGE_FIGURE = HOST_INCLUSIVE
-STAGE_TIMER = ("CUDA events around each training step, back to back after the warm-up steps (host-inclusive: "
-               "the GPU waits whenever the host is slower)")
+STAGE_TIMER = (
+    "CUDA events around each training step, back to back after the warm-up steps (host-inclusive: "
+    "the GPU waits whenever the host is slower)"
+)
 
 # losses of stages that train the same model should agree this closely with the baseline's (relative);
 # bf16 and TF32 round differently, so the stages are close, not equal
@@ -62,19 +64,61 @@ class Stage:
 
 
 STAGES: tuple[Stage, ...] = (
-    Stage(1, "adam-fp32", "Adam + FP32", OPT_TORCH_ADAM, NORM_TORCH, "fp32",
-          "the guides' baseline: torch.optim.Adam (its default multi-tensor implementation), FP32 throughout"),
-    Stage(2, "fusedadam-fp32", "FusedAdam + FP32", OPT_APEX_ADAM, NORM_TORCH, "fp32",
-          "stage 1 with Apex FusedAdam in place of torch Adam"),
-    Stage(3, "fusedadam-fusedln-fp32", "+ FusedLayerNorm", OPT_APEX_ADAM, NORM_APEX, "fp32",
-          "stage 2 with every nn.LayerNorm replaced by Apex FusedLayerNorm"),
-    Stage(4, "apex-bf16", "+ bf16 autocast", OPT_APEX_ADAM, NORM_APEX, "bf16",
-          "stage 3 under torch.autocast(bfloat16): the guides' full Apex recipe"),
-    Stage(5, "native-bf16", "native: AdamW(fused) + LayerNorm + bf16", OPT_TORCH_FUSED, NORM_TORCH, "bf16",
-          "no Apex: torch AdamW(fused=True), nn.LayerNorm, torch.autocast(bfloat16)"),
-    Stage(6, "native-tf32", "native: AdamW(fused) + TF32", OPT_TORCH_FUSED, NORM_TORCH, "tf32",
-          "no Apex, FP32 parameters with TF32 matmuls (allow_tf32, float32_matmul_precision 'high')"
-          " and torch's fastest native optimizer, AdamW(fused=True)"),
+    Stage(
+        1,
+        "adam-fp32",
+        "Adam + FP32",
+        OPT_TORCH_ADAM,
+        NORM_TORCH,
+        "fp32",
+        "the guides' baseline: torch.optim.Adam (its default multi-tensor implementation), FP32 throughout",
+    ),
+    Stage(
+        2,
+        "fusedadam-fp32",
+        "FusedAdam + FP32",
+        OPT_APEX_ADAM,
+        NORM_TORCH,
+        "fp32",
+        "stage 1 with Apex FusedAdam in place of torch Adam",
+    ),
+    Stage(
+        3,
+        "fusedadam-fusedln-fp32",
+        "+ FusedLayerNorm",
+        OPT_APEX_ADAM,
+        NORM_APEX,
+        "fp32",
+        "stage 2 with every nn.LayerNorm replaced by Apex FusedLayerNorm",
+    ),
+    Stage(
+        4,
+        "apex-bf16",
+        "+ bf16 autocast",
+        OPT_APEX_ADAM,
+        NORM_APEX,
+        "bf16",
+        "stage 3 under torch.autocast(bfloat16): the guides' full Apex recipe",
+    ),
+    Stage(
+        5,
+        "native-bf16",
+        "native: AdamW(fused) + LayerNorm + bf16",
+        OPT_TORCH_FUSED,
+        NORM_TORCH,
+        "bf16",
+        "no Apex: torch AdamW(fused=True), nn.LayerNorm, torch.autocast(bfloat16)",
+    ),
+    Stage(
+        6,
+        "native-tf32",
+        "native: AdamW(fused) + TF32",
+        OPT_TORCH_FUSED,
+        NORM_TORCH,
+        "tf32",
+        "no Apex, FP32 parameters with TF32 matmuls (allow_tf32, float32_matmul_precision 'high')"
+        " and torch's fastest native optimizer, AdamW(fused=True)",
+    ),
 )
 
 # (apex side, native side, what the pair isolates)
@@ -123,7 +167,9 @@ def _autocast(precision: str, device: torch.device) -> contextlib.AbstractContex
 def _norm_factory(stage: Stage, apex: dict[str, ApexPart]) -> Callable[[int], nn.Module]:
     if stage.norm == NORM_APEX:
         fused_norm = apex["FusedLayerNorm"].cls
-        assert fused_norm is not None  # the stage runs only when FusedLayerNorm is usable, which gives it a class
+        assert (
+            fused_norm is not None
+        )  # the stage runs only when FusedLayerNorm is usable, which gives it a class
         return fused_norm
     return nn.LayerNorm
 
@@ -165,8 +211,14 @@ def make_batches(cfg: BenchConfig, device: torch.device) -> torch.Tensor:
 def initial_state(cfg: BenchConfig) -> dict[str, torch.Tensor]:
     """The weights every stage starts from, made once on the CPU so they do not depend on the GPU."""
     torch.manual_seed(cfg.seed)
-    net = gpt.build(vocab=cfg.vocab, seq=cfg.seq, d_model=cfg.d_model, layers=cfg.layers, heads=cfg.heads,
-                    norm=nn.LayerNorm)
+    net = gpt.build(
+        vocab=cfg.vocab,
+        seq=cfg.seq,
+        d_model=cfg.d_model,
+        layers=cfg.layers,
+        heads=cfg.heads,
+        norm=nn.LayerNorm,
+    )
     return {k: v.detach().clone() for k, v in net.state_dict().items()}
 
 
@@ -178,14 +230,27 @@ def skip_reason(missing: list[ApexPart]) -> str:
     return "; ".join(f"needs {', '.join(features)}: {reason}" for reason, features in by_reason.items())
 
 
-def _train(stage: Stage, cfg: BenchConfig, device: torch.device, state: dict[str, torch.Tensor],
-           batches: torch.Tensor, apex: dict[str, ApexPart], run: StageRun) -> None:
+def _train(
+    stage: Stage,
+    cfg: BenchConfig,
+    device: torch.device,
+    state: dict[str, torch.Tensor],
+    batches: torch.Tensor,
+    apex: dict[str, ApexPart],
+    run: StageRun,
+) -> None:
     """Build, train and time one stage; its model and optimizer die with this frame."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     with torch.device(device):
-        net = gpt.build(vocab=cfg.vocab, seq=cfg.seq, d_model=cfg.d_model, layers=cfg.layers,
-                        heads=cfg.heads, norm=_norm_factory(stage, apex))
+        net = gpt.build(
+            vocab=cfg.vocab,
+            seq=cfg.seq,
+            d_model=cfg.d_model,
+            layers=cfg.layers,
+            heads=cfg.heads,
+            norm=_norm_factory(stage, apex),
+        )
     net.load_state_dict(state)
     net.train()
     opt = _optimizer(stage, list(net.parameters()), cfg.lr, apex)
@@ -201,15 +266,22 @@ def _train(stage: Stage, cfg: BenchConfig, device: torch.device, state: dict[str
         opt.zero_grad()  # FusedAdam.zero_grad takes no arguments; all three set grads to None
         losses.append(loss.detach())  # no .item(): a host sync would distort the timing
 
-    run.timing = measure(f"stage {stage.number} ({stage.title})", train_step, device=device,
-                         warmup=cfg.warmup, iters=cfg.steps)
+    run.timing = measure(
+        f"stage {stage.number} ({stage.title})", train_step, device=device, warmup=cfg.warmup, iters=cfg.steps
+    )
     run.losses = torch.stack(losses).float().cpu().tolist()
     if device.type == "cuda":
         run.peak_mem_bytes = torch.cuda.max_memory_allocated(device)
 
 
-def run_stage(stage: Stage, cfg: BenchConfig, device: torch.device, state: dict[str, torch.Tensor],
-              batches: torch.Tensor, apex: dict[str, ApexPart]) -> StageRun:
+def run_stage(
+    stage: Stage,
+    cfg: BenchConfig,
+    device: torch.device,
+    state: dict[str, torch.Tensor],
+    batches: torch.Tensor,
+    apex: dict[str, ApexPart],
+) -> StageRun:
     missing = [apex[f] for f in stage.apex_features if not apex[f].usable]
     if missing:
         return StageRun(stage, "SKIP", skip_reason(missing))
@@ -231,17 +303,29 @@ def run_stage(stage: Stage, cfg: BenchConfig, device: torch.device, state: dict[
 def _stage_json(run: StageRun, baseline: StageRun | None, cfg: BenchConfig) -> dict[str, object]:
     s = run.stage
     data: dict[str, object] = {
-        "number": s.number, "key": s.key, "title": s.title, "optimizer": s.optimizer, "norm": s.norm,
-        "precision": s.precision, "meaning": s.meaning, "apex_features": list(s.apex_features),
-        "status": run.status, "reason": run.reason,
+        "number": s.number,
+        "key": s.key,
+        "title": s.title,
+        "optimizer": s.optimizer,
+        "norm": s.norm,
+        "precision": s.precision,
+        "meaning": s.meaning,
+        "apex_features": list(s.apex_features),
+        "status": run.status,
+        "reason": run.reason,
         "figure": STAGE_FIGURE,
         "timing": run.timing.to_json() if run.timing else None,
         "params": run.params,
         "peak_mem_bytes": run.peak_mem_bytes,
         "peak_mem_gib": round(run.peak_mem_bytes / 1024**3, 3) if run.peak_mem_bytes is not None else None,
-        "tokens_per_s": None, "speedup_vs_baseline": None,
-        "loss_steps": len(run.losses), "loss_first": None, "loss_final": None, "losses": run.losses,
-        "loss_rel_diff_vs_baseline": None, "loss_consistent": None,
+        "tokens_per_s": None,
+        "speedup_vs_baseline": None,
+        "loss_steps": len(run.losses),
+        "loss_first": None,
+        "loss_final": None,
+        "losses": run.losses,
+        "loss_rel_diff_vs_baseline": None,
+        "loss_consistent": None,
     }
     if run.status != "OK" or run.timing is None:
         return data
@@ -261,26 +345,42 @@ def _comparisons(runs: dict[str, StageRun]) -> list[dict[str, object]]:
         a, n = runs.get(apex_key), runs.get(native_key)
         if a is None or n is None:
             continue  # a stage not selected with --stages
-        item: dict[str, object] = {"what": what, "apex_stage": apex_key, "native_stage": native_key,
-                                   "figure": STAGE_FIGURE, "speedup": None, "interval": None, "winner": None,
-                                   "verdict": None, "comparison": None}
+        item: dict[str, object] = {
+            "what": what,
+            "apex_stage": apex_key,
+            "native_stage": native_key,
+            "figure": STAGE_FIGURE,
+            "speedup": None,
+            "interval": None,
+            "winner": None,
+            "verdict": None,
+            "comparison": None,
+        }
         if a.timing is None or n.timing is None:
             missing = a if a.timing is None else n
             item["status"] = "SKIP"
             item["reason"] = f"stage {missing.stage.number} is {missing.status} (see its row)"
         else:
             # stages run one after the other (each builds its own model), so the steps are not interleaved
-            v = timing_stats.decide_independent(STAGE_FIGURE, apex_key, native_key, a.timing.samples,
-                                                n.timing.samples)
-            item.update(status="OK", reason="", speedup=round(v.ratio, 4),
-                        interval=[round(v.interval[0], 4), round(v.interval[1], 4)], winner=v.winner,
-                        verdict=timing_stats.loop_phrase(v, "per training step"), comparison=v.to_json())
+            v = timing_stats.decide_independent(
+                STAGE_FIGURE, apex_key, native_key, a.timing.samples, n.timing.samples
+            )
+            item.update(
+                status="OK",
+                reason="",
+                speedup=round(v.ratio, 4),
+                interval=[round(v.interval[0], 4), round(v.interval[1], 4)],
+                winner=v.winner,
+                verdict=timing_stats.loop_phrase(v, "per training step"),
+                comparison=v.to_json(),
+            )
         out.append(item)
     return out
 
 
-def run_stages(cfg: BenchConfig, device: torch.device, apex: dict[str, ApexPart],
-               log: Callable[[str], None]) -> dict[str, object]:
+def run_stages(
+    cfg: BenchConfig, device: torch.device, apex: dict[str, ApexPart], log: Callable[[str], None]
+) -> dict[str, object]:
     """Run the selected stages in order; returns {"baseline", "stages": [...], "comparisons": [...]}."""
     selected = [stage_by_key(k) for k in cfg.stages]
     if not selected:
@@ -310,5 +410,7 @@ def _progress_line(i: int, total: int, run: StageRun) -> str:
         return f"{head} {run.status} ({run.reason})"
     t = run.timing
     mem = f", peak {run.peak_mem_bytes / 1024**3:.2f} GiB" if run.peak_mem_bytes is not None else ""
-    return (f"{head} {t.median_ms:.2f} ms/iter (p10 {t.p10_ms:.2f}, p90 {t.p90_ms:.2f}){mem}, "
-            f"loss {run.losses[0]:.4f} -> {run.losses[-1]:.4f} after {len(run.losses)} steps")
+    return (
+        f"{head} {t.median_ms:.2f} ms/iter (p10 {t.p10_ms:.2f}, p90 {t.p90_ms:.2f}){mem}, "
+        f"loss {run.losses[0]:.4f} -> {run.losses[-1]:.4f} after {len(run.losses)} steps"
+    )

@@ -28,18 +28,36 @@ class DistCase:
 
 
 CASES: tuple[DistCase, ...] = (
-    DistCase("all_reduce.correctness", "verify.distributed.collectives", (), False,
-             "all-reduce correctness across the ranks"),
-    DistCase("all_reduce.bandwidth", "verify.distributed.collectives", (), False,
-             "all-reduce bus bandwidth"),
-    DistCase("syncbn.forward.fp32", "verify.distributed.syncbn_parity", ("SyncBatchNorm",), True,
-             "Apex SyncBatchNorm forward (fp32) vs torch.nn.SyncBatchNorm"),
-    DistCase("syncbn.forward.fp16", "verify.distributed.syncbn_parity", ("SyncBatchNorm",), True,
-             "Apex SyncBatchNorm forward (fp16) vs torch.nn.SyncBatchNorm"),
+    DistCase(
+        "all_reduce.correctness",
+        "verify.distributed.collectives",
+        (),
+        False,
+        "all-reduce correctness across the ranks",
+    ),
+    DistCase("all_reduce.bandwidth", "verify.distributed.collectives", (), False, "all-reduce bus bandwidth"),
+    DistCase(
+        "syncbn.forward.fp32",
+        "verify.distributed.syncbn_parity",
+        ("SyncBatchNorm",),
+        True,
+        "Apex SyncBatchNorm forward (fp32) vs torch.nn.SyncBatchNorm",
+    ),
+    DistCase(
+        "syncbn.forward.fp16",
+        "verify.distributed.syncbn_parity",
+        ("SyncBatchNorm",),
+        True,
+        "Apex SyncBatchNorm forward (fp16) vs torch.nn.SyncBatchNorm",
+    ),
     # DistributedFusedAdam imports amp_C as well as its own distributed_adam_cuda
-    DistCase("distributed_fused_adam.step", "verify.distributed.adam_parity",
-             ("DistributedFusedAdam", "multi_tensor_applier"), True,
-             "one DistributedFusedAdam step vs torch.optim.AdamW"),
+    DistCase(
+        "distributed_fused_adam.step",
+        "verify.distributed.adam_parity",
+        ("DistributedFusedAdam", "multi_tensor_applier"),
+        True,
+        "one DistributedFusedAdam step vs torch.optim.AdamW",
+    ),
 )
 
 

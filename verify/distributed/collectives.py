@@ -56,8 +56,9 @@ def _correctness(case: DistCase, ctx: RankContext) -> Check:
             mine = _inputs(ctx.seed, ctx.rank, numel, dtype, ctx.world_size)
             tensor = mine.to(DTYPES[dtype]).to(ctx.device)
             dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-            expected = torch.stack([_inputs(ctx.seed, r, numel, dtype, ctx.world_size)
-                                    for r in range(ctx.world_size)]).sum(0)  # int64: exact in any order
+            expected = torch.stack(
+                [_inputs(ctx.seed, r, numel, dtype, ctx.world_size) for r in range(ctx.world_size)]
+            ).sum(0)  # int64: exact in any order
             got = tensor.cpu().to(torch.float64)
             finite = torch.isfinite(got)
             wrong = ~finite | (got != expected.to(torch.float64))
@@ -65,14 +66,23 @@ def _correctness(case: DistCase, ctx: RankContext) -> Check:
             tried.append({"dtype": dtype, "numel": numel, "wrong": bad})
             if bad:
                 first = int(torch.nonzero(wrong)[0].item())
-                problems.append(f"{dtype} x {numel}: {bad} element(s) differ from the exact sum (first at "
-                                f"{first}: {got[first].item():g} vs {int(expected[first].item())})")
+                problems.append(
+                    f"{dtype} x {numel}: {bad} element(s) differ from the exact sum (first at "
+                    f"{first}: {got[first].item():g} vs {int(expected[first].item())})"
+                )
     sizes = " / ".join(str(n) for n in SIZES)
     details = {"cases": tried, "op": "SUM"}
     if problems:
-        return result(case, ctx, False, f"all-reduce SUM wrong on this rank: {'; '.join(problems[:3])}", details)
-    return result(case, ctx, True, f"all-reduce SUM exact across {ctx.where}: {', '.join(DTYPES)} at {sizes}"
-                  " elements", details)
+        return result(
+            case, ctx, False, f"all-reduce SUM wrong on this rank: {'; '.join(problems[:3])}", details
+        )
+    return result(
+        case,
+        ctx,
+        True,
+        f"all-reduce SUM exact across {ctx.where}: {', '.join(DTYPES)} at {sizes} elements",
+        details,
+    )
 
 
 def _bandwidth(case: DistCase, ctx: RankContext) -> Check:
@@ -80,8 +90,9 @@ def _bandwidth(case: DistCase, ctx: RankContext) -> Check:
     numel = plan.nbytes // 4
     # grows world-fold per call: finite while world ** (warmup + iters) < 3e38 (25 calls: up to 34 ranks)
     tensor = torch.ones(numel, dtype=torch.float32, device=ctx.device)
-    timing = cuda_timer.measure("all_reduce", lambda: dist.all_reduce(tensor), device=ctx.device,
-                                warmup=plan.warmup, iters=plan.iters)
+    timing = cuda_timer.measure(
+        "all_reduce", lambda: dist.all_reduce(tensor), device=ctx.device, warmup=plan.warmup, iters=plan.iters
+    )
     # the slowest rank's median bounds the collective: every rank reports the same figure
     medians = [torch.zeros(1, dtype=torch.float64, device=ctx.device) for _ in range(ctx.world_size)]
     dist.all_gather(medians, torch.tensor([timing.median_ms], dtype=torch.float64, device=ctx.device))
@@ -90,15 +101,30 @@ def _bandwidth(case: DistCase, ctx: RankContext) -> Check:
     algbw = plan.nbytes / (slowest_ms / 1e3) / 1e9
     busbw = algbw * 2 * (ctx.world_size - 1) / ctx.world_size  # nccl-tests' bus bandwidth of all-reduce
     timer = "CUDA events" if ctx.device.type == "cuda" else "perf_counter (CPU)"
-    figures = {"bytes": plan.nbytes, "dtype": "fp32", "world_size": ctx.world_size, "backend": ctx.backend,
-               "warmup": plan.warmup, "iters": plan.iters, "timer": timer, "size_why": plan.why,
-               "median_ms": round(slowest_ms, 5), "rank_median_ms": [round(m, 5) for m in per_rank],
-               "algbw_gbps": round(algbw, 3), "busbw_gbps": round(busbw, 3)}
-    return result(case, ctx, True,
-                  f"all-reduce of {plan.nbytes / 2**20:g} MiB fp32 across {ctx.where}: bus bandwidth {busbw:.1f} GB/s"
-                  f" (algorithm {algbw:.1f} GB/s; median {slowest_ms:.3f} ms of {plan.iters} after {plan.warmup}"
-                  f" warm-up, {timer}, slowest rank)", {"figures": figures, "timing": timing.to_json()},
-                  status=Status.INFO)
+    figures = {
+        "bytes": plan.nbytes,
+        "dtype": "fp32",
+        "world_size": ctx.world_size,
+        "backend": ctx.backend,
+        "warmup": plan.warmup,
+        "iters": plan.iters,
+        "timer": timer,
+        "size_why": plan.why,
+        "median_ms": round(slowest_ms, 5),
+        "rank_median_ms": [round(m, 5) for m in per_rank],
+        "algbw_gbps": round(algbw, 3),
+        "busbw_gbps": round(busbw, 3),
+    }
+    return result(
+        case,
+        ctx,
+        True,
+        f"all-reduce of {plan.nbytes / 2**20:g} MiB fp32 across {ctx.where}: bus bandwidth {busbw:.1f} GB/s"
+        f" (algorithm {algbw:.1f} GB/s; median {slowest_ms:.3f} ms of {plan.iters} after {plan.warmup}"
+        f" warm-up, {timer}, slowest rank)",
+        {"figures": figures, "timing": timing.to_json()},
+        status=Status.INFO,
+    )
 
 
 def run(case: DistCase, ctx: RankContext) -> Check:

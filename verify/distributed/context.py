@@ -24,8 +24,19 @@ class RankContext:
         return f"{self.world_size} ranks ({self.backend}, {self.device.type})"
 
 
-def result(case: DistCase, ctx: RankContext, ok: bool, summary: str, details: dict[str, Any],
-           status: Status | None = None) -> Check:
+def result(
+    case: DistCase,
+    ctx: RankContext,
+    ok: bool,
+    summary: str,
+    details: dict[str, Any],
+    status: Status | None = None,
+) -> Check:
     """This rank's view of a check; the parent merges the views of all ranks into one."""
-    return Check(LAYER, case.name, status or (Status.PASS if ok else Status.FAIL), summary,
-                 {"rank": ctx.rank, "seed": ctx.seed, **details})
+    return Check(
+        LAYER,
+        case.name,
+        status or (Status.PASS if ok else Status.FAIL),
+        summary,
+        {"rank": ctx.rank, "seed": ctx.seed, **details},
+    )

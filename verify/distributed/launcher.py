@@ -70,23 +70,50 @@ def free_port() -> int:
 def rank_env(rank: int, world_size: int, port: int) -> dict[str, str]:
     env = verify_env()
     env.update(MULTICAST_OFF)
-    env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-                "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world_size)})
+    env.update(
+        {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world_size),
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world_size),
+        }
+    )
     return env
 
 
 class _Rank(JsonLinesChild):
     """One rank process; its protocol lines go to the shared queue as (rank, event), (rank, None) at the end."""
 
-    def __init__(self, rank: int, plan: LaunchPlan, names: list[str], port: int,
-                 events: queue.Queue[tuple[int, dict[str, Any] | None]]) -> None:
+    def __init__(
+        self,
+        rank: int,
+        plan: LaunchPlan,
+        names: list[str],
+        port: int,
+        events: queue.Queue[tuple[int, dict[str, Any] | None]],
+    ) -> None:
         self.rank = rank
         topo = plan.topology
-        argv = [sys.executable, "-m", "verify.distributed.rank", "--checks", ",".join(names),
-                "--seed", str(plan.seed), "--timeout", f"{plan.check_timeout_s:g}",
-                "--backend", topo.backend, "--device", topo.device]
-        super().__init__(argv, label=f"dist-rank{rank}", env=rank_env(rank, topo.world_size, port),
-                         events=events, tag=rank)
+        argv = [
+            sys.executable,
+            "-m",
+            "verify.distributed.rank",
+            "--checks",
+            ",".join(names),
+            "--seed",
+            str(plan.seed),
+            "--timeout",
+            f"{plan.check_timeout_s:g}",
+            "--backend",
+            topo.backend,
+            "--device",
+            topo.device,
+        ]
+        super().__init__(
+            argv, label=f"dist-rank{rank}", env=rank_env(rank, topo.world_size, port), events=events, tag=rank
+        )
 
 
 @dataclasses.dataclass
@@ -148,12 +175,16 @@ class _Launch:
         try:
             for rank in range(self.world):  # inside: a rank that cannot start must not strand the others
                 self.ranks.append(_Rank(rank, self.plan, self.names, self.port, self.events))
-            self._wait(lambda: len(self.ready) == self.world,
-                       min(time.monotonic() + setup_timeout(self.plan.check_timeout_s), self.deadline))
+            self._wait(
+                lambda: len(self.ready) == self.world,
+                min(time.monotonic() + setup_timeout(self.plan.check_timeout_s), self.deadline),
+            )
             if len(self.ready) < self.world:
                 self._stop()
                 outcome.setup_failure = self._setup_failure()
-                outcome.port_in_use = any("address already in use" in r.stderr_tail.lower() for r in self.ranks)
+                outcome.port_in_use = any(
+                    "address already in use" in r.stderr_tail.lower() for r in self.ranks
+                )
                 outcome.info["outcome"] = "setup failed"
                 return outcome
             for name in self.names:
@@ -169,7 +200,9 @@ class _Launch:
                 self._stop()
                 outcome.checks.append(self._incomplete(name, time.monotonic() - started))
                 break
-            outcome.info["outcome"] = "completed" if outcome.finished == self.names and not self.broken else "stopped"
+            outcome.info["outcome"] = (
+                "completed" if outcome.finished == self.names and not self.broken else "stopped"
+            )
         except BaseException:
             self._stop()  # Ctrl-C or a bug here: never leave a rank behind
             raise
@@ -188,15 +221,22 @@ class _Launch:
 
     def _rank_info(self, rank: _Rank) -> dict[str, Any]:
         ready = self.ready.get(rank.rank, {})
-        return {"rank": rank.rank, "pid": rank.pid, "device": ready.get("device"),
-                "exit": describe_exit(rank.returncode), "wall_s": round(time.monotonic() - rank.started, 3)}
+        return {
+            "rank": rank.rank,
+            "pid": rank.pid,
+            "device": ready.get("device"),
+            "exit": describe_exit(rank.returncode),
+            "wall_s": round(time.monotonic() - rank.started, 3),
+        }
 
     def _dead(self, rank: _Rank) -> str:
         line = last_line(rank.stderr_tail)
         return f"rank {rank.rank} died ({describe_exit(rank.returncode)})" + (f": {line}" if line else "")
 
     def _setup_failure(self) -> str:
-        died = [r for r in self.ranks if r.rank not in self.hung]  # a rank that joined and died stops the rest too
+        died = [
+            r for r in self.ranks if r.rank not in self.hung
+        ]  # a rank that joined and died stops the rest too
         if died:
             return "; ".join(self._dead(r) for r in died[:2])
         ranks = ", ".join(str(r.rank) for r in self.ranks if r.rank not in self.ready)
@@ -212,8 +252,10 @@ class _Launch:
             who = f"rank{'s' if len(hung) > 1 else ''} {', '.join(map(str, hung))}"
             gone = [r for r in sorted(self.ended, key=lambda r: self.ended[r]) if r not in hung]
             if time.monotonic() >= self.deadline:
-                parts.append(f"{who} did not finish before the layer's time limit of {self.plan.group_timeout_s:g}"
-                             " s ran out")
+                parts.append(
+                    f"{who} did not finish before the layer's time limit of {self.plan.group_timeout_s:g}"
+                    " s ran out"
+                )
             elif spent_s < self.plan.check_timeout_s and gone:
                 parts.append(f"{who} still running {REPORT_GRACE_S:g} s after rank {gone[0]} had ended")
             else:
@@ -222,14 +264,27 @@ class _Launch:
         failed = [(r, c) for r, c in sorted(views.items()) if c.status is Status.FAIL]
         if failed:
             parts.append(f"rank {failed[0][0]}: {failed[0][1].summary}")
-        fix = " (rerun with NCCL_DEBUG=INFO to see where it stopped)" if self.plan.topology.backend == "nccl" else ""
-        summary = (f"{name}: {'; '.join(parts)} — a hung or broken collective: all {self.world} rank processes"
-                   f" were killed{fix}")
-        details = {"world_size": self.world, "timeout_s": self.plan.check_timeout_s, "seed": self.plan.seed,
-                   "hung_ranks": hung, "died_ranks": [r.rank for r in missing if r.rank not in self.hung],
-                   "ranks": [{"rank": r, "status": c.status.value, "summary": c.summary, "details": c.details}
-                             for r, c in sorted(views.items())],
-                   "stderr_tails": {str(r.rank): r.stderr_tail for r in missing}}
+        fix = (
+            " (rerun with NCCL_DEBUG=INFO to see where it stopped)"
+            if self.plan.topology.backend == "nccl"
+            else ""
+        )
+        summary = (
+            f"{name}: {'; '.join(parts)} — a hung or broken collective: all {self.world} rank processes"
+            f" were killed{fix}"
+        )
+        details = {
+            "world_size": self.world,
+            "timeout_s": self.plan.check_timeout_s,
+            "seed": self.plan.seed,
+            "hung_ranks": hung,
+            "died_ranks": [r.rank for r in missing if r.rank not in self.hung],
+            "ranks": [
+                {"rank": r, "status": c.status.value, "summary": c.summary, "details": c.details}
+                for r, c in sorted(views.items())
+            ],
+            "stderr_tails": {str(r.rank): r.stderr_tail for r in missing},
+        }
         return Check(LAYER, name, Status.FAIL, summary, details, spent_s)
 
 
@@ -250,22 +305,37 @@ def run(plan: LaunchPlan) -> LayerResult:
             if outcome.port_in_use and not port_retried:
                 port_retried = True  # another program took the port between our probe and rank 0's bind
                 continue
-            result.checks.append(Check(
-                LAYER, "setup", Status.FAIL,
-                f"the {plan.topology.world_size}-rank {plan.topology.backend} group could not start: "
-                f"{outcome.setup_failure}; not run: {', '.join(pending)}",
-                {"not_run": list(pending), "launch": outcome.info, "seed": plan.seed}))
+            result.checks.append(
+                Check(
+                    LAYER,
+                    "setup",
+                    Status.FAIL,
+                    f"the {plan.topology.world_size}-rank {plan.topology.backend} group could not start: "
+                    f"{outcome.setup_failure}; not run: {', '.join(pending)}",
+                    {"not_run": list(pending), "launch": outcome.info, "seed": plan.seed},
+                )
+            )
             pending = []
             break
         result.checks.extend(outcome.checks)
         pending = [n for n in pending if n not in outcome.finished]
-        last_trouble = next((c.summary for c in reversed(outcome.checks) if c.status is Status.FAIL), last_trouble)
+        last_trouble = next(
+            (c.summary for c in reversed(outcome.checks) if c.status is Status.FAIL), last_trouble
+        )
     if pending:
-        why = (f"the layer's time limit of {plan.group_timeout_s:g} s ran out" if time.monotonic() >= deadline
-               else f"{len(result.launches)} rank groups were started and stopped")
-        result.checks.append(Check(
-            LAYER, "not_run", Status.FAIL,
-            f"{len(pending)} distributed check(s) not run: {why} (last: {last_trouble or 'see details'})",
-            {"not_run": list(pending), "seed": plan.seed}))
+        why = (
+            f"the layer's time limit of {plan.group_timeout_s:g} s ran out"
+            if time.monotonic() >= deadline
+            else f"{len(result.launches)} rank groups were started and stopped"
+        )
+        result.checks.append(
+            Check(
+                LAYER,
+                "not_run",
+                Status.FAIL,
+                f"{len(pending)} distributed check(s) not run: {why} (last: {last_trouble or 'see details'})",
+                {"not_run": list(pending), "seed": plan.seed},
+            )
+        )
     result.wall_s = round(time.monotonic() - t0, 3)
     return result

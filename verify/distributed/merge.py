@@ -20,15 +20,29 @@ def merge(name: str, views: dict[int, Check], world_size: int) -> Check:
     speaker = views[first]
     others = [r for r in odd if r != first]
     if len(odd) < len(ranks):
-        summary = f"rank{'s' if len(odd) > 1 else ''} {', '.join(map(str, odd))} {worst.value}: {speaker.summary}"
+        summary = (
+            f"rank{'s' if len(odd) > 1 else ''} {', '.join(map(str, odd))} {worst.value}: {speaker.summary}"
+        )
     elif worst is Status.FAIL and others:
-        summary = f"{speaker.summary} (rank {first}, the first to fail; rank{'s' if len(others) > 1 else ''}" \
-                  f" {', '.join(map(str, others))} FAILed too)"
+        summary = (
+            f"{speaker.summary} (rank {first}, the first to fail; rank{'s' if len(others) > 1 else ''}"
+            f" {', '.join(map(str, others))} FAILed too)"
+        )
     else:
         summary = f"{speaker.summary} (all {world_size} ranks)"
-    details = {"world_size": world_size,
-               "ranks": [{"rank": r, "status": views[r].status.value, "summary": views[r].summary,
-                          "details": views[r].details, "duration_s": round(views[r].duration_s, 4)} for r in ranks]}
+    details = {
+        "world_size": world_size,
+        "ranks": [
+            {
+                "rank": r,
+                "status": views[r].status.value,
+                "summary": views[r].summary,
+                "details": views[r].details,
+                "duration_s": round(views[r].duration_s, 4),
+            }
+            for r in ranks
+        ],
+    }
     if "figures" in speaker.details:  # the same figure on every rank (the collective's slowest median)
         details["figures"] = speaker.details["figures"]
     return Check(LAYER, name, worst, summary, details, max(v.duration_s for v in views.values()))

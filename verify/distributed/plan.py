@@ -44,13 +44,17 @@ def cpu_hook_ranks(environ: dict[str, str] | None = None) -> int | None:
     if not raw:
         return None
     if not raw.isascii() or not raw.isdigit() or len(raw) > 6 or not 2 <= int(raw) <= MAX_CPU_RANKS:
-        raise ValueError(f"{CPU_HOOK_ENV}={raw[:40]!r}: must be a whole number of CPU ranks from 2 to "
-                         f"{MAX_CPU_RANKS} (a test hook); unset it to check the real GPUs")
+        raise ValueError(
+            f"{CPU_HOOK_ENV}={raw[:40]!r}: must be a whole number of CPU ranks from 2 to "
+            f"{MAX_CPU_RANKS} (a test hook); unset it to check the real GPUs"
+        )
     return int(raw)
 
 
 def _skip(case: DistCase, why: str, **details: object) -> Check:
-    return Check(LAYER, case.name, Status.SKIP, f"{case.what}: {why}", {"needs": sorted(case.needs), **details})
+    return Check(
+        LAYER, case.name, Status.SKIP, f"{case.what}: {why}", {"needs": sorted(case.needs), **details}
+    )
 
 
 def plan(device_count: int, usable_modules: frozenset[str], cpu_ranks: int | None = None) -> DistributedPlan:
@@ -69,11 +73,19 @@ def plan(device_count: int, usable_modules: frozenset[str], cpu_ranks: int | Non
     for case in CASES:
         missing = sorted(case.needs - usable_modules)
         if case.needs_cuda and topology.device != "cuda":
-            skipped.append(_skip(case, f"needs CUDA; this run uses gloo on the CPU (the {CPU_HOOK_ENV} test hook)"))
+            skipped.append(
+                _skip(case, f"needs CUDA; this run uses gloo on the CPU (the {CPU_HOOK_ENV} test hook)")
+            )
         elif missing:
-            skipped.append(_skip(case, f"needs {', '.join(missing)} ({', '.join(case.features)}), which did not"
-                                       " import or has no code for this GPU (see the extensions and arch layers);"
-                                       " not run", missing=missing))
+            skipped.append(
+                _skip(
+                    case,
+                    f"needs {', '.join(missing)} ({', '.join(case.features)}), which did not"
+                    " import or has no code for this GPU (see the extensions and arch layers);"
+                    " not run",
+                    missing=missing,
+                )
+            )
         else:
             to_run.append(case)
     return DistributedPlan(topology, tuple(to_run), tuple(skipped))

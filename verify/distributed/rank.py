@@ -38,7 +38,11 @@ from verify.runtime import exit_codes
 
 # NVLink multicast (NVLS) off in every rank, also when the caller's environment says otherwise: a
 # program that creates multicast objects can leave a shared host's GPUs out of service.
-MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+MULTICAST_OFF = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
 
 
 def _fault(faults: dict[str, str], target: str, rank: int) -> str | None:
@@ -50,13 +54,17 @@ def _describe_device(torch, device) -> str:  # noqa: ANN001 - torch is imported 
         return f"cpu (pid {os.getpid()})"
     props = torch.cuda.get_device_properties(device)
     bus = getattr(props, "pci_bus_id", None)  # tells two GPUs of one model apart
-    return f"cuda:{device.index} {props.name} (sm_{props.major}{props.minor}" + (f", PCI bus {bus})" if bus else ")")
+    return f"cuda:{device.index} {props.name} (sm_{props.major}{props.minor}" + (
+        f", PCI bus {bus})" if bus else ")"
+    )
 
 
 def _init_group(torch, dist, backend: str, device, timeout_s: float) -> None:  # noqa: ANN001
     kwargs = {"backend": backend, "init_method": "env://", "timeout": datetime.timedelta(seconds=timeout_s)}
     if device.type == "cuda" and "device_id" in inspect.signature(dist.init_process_group).parameters:
-        kwargs["device_id"] = device  # bind the rank to its GPU at once (NCCL's eager init where torch has it)
+        kwargs["device_id"] = (
+            device  # bind the rank to its GPU at once (NCCL's eager init where torch has it)
+        )
     dist.init_process_group(**kwargs)
     # every rank has joined when any says ready; NCCL makes its communicator here, not in the first check
     if device.type == "cuda":
@@ -68,9 +76,18 @@ def _init_group(torch, dist, backend: str, device, timeout_s: float) -> None:  #
 def _failed(name: str, rank: int, err: BaseException, seed: int) -> Check:
     first = (str(err).strip().splitlines() or [""])[0][:300]
     tail = "".join(traceback.format_exception(type(err), err, err.__traceback__))[-3000:]
-    return Check(LAYER, name, Status.FAIL, f"{name} raised {type(err).__name__}: {first}",
-                 {"rank": rank, "seed": seed, "error": f"{type(err).__name__}: {str(err)[:2000]}",
-                  "traceback_tail": tail})
+    return Check(
+        LAYER,
+        name,
+        Status.FAIL,
+        f"{name} raised {type(err).__name__}: {first}",
+        {
+            "rank": rank,
+            "seed": seed,
+            "error": f"{type(err).__name__}: {str(err)[:2000]}",
+            "traceback_tail": tail,
+        },
+    )
 
 
 def run(args: argparse.Namespace, proto: Protocol) -> int:
@@ -94,17 +111,27 @@ def run(args: argparse.Namespace, proto: Protocol) -> int:
     try:
         _init_group(torch, dist, args.backend, device, args.timeout)
     except Exception as err:  # noqa: BLE001 - the parent reports it from this line
-        print(f"verify.distributed.rank {rank}: cannot join the {args.backend} process group: "
-              f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}",
-              file=sys.stderr, flush=True)
+        print(
+            f"verify.distributed.rank {rank}: cannot join the {args.backend} process group: "
+            f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}",
+            file=sys.stderr,
+            flush=True,
+        )
         return exit_codes.FAILED
     nccl = None
     if device.type == "cuda":
         version = torch.cuda.nccl.version()  # a tuple in torch >= 1.x releases of this decade; an int before
         nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
-    proto.emit("ready", rank=rank, pid=os.getpid(), device=_describe_device(torch, device), backend=args.backend,
-               setup_s=round(time.perf_counter() - t0, 3), env={k: os.environ.get(k) for k in MULTICAST_OFF},
-               nccl_version=nccl)
+    proto.emit(
+        "ready",
+        rank=rank,
+        pid=os.getpid(),
+        device=_describe_device(torch, device),
+        backend=args.backend,
+        setup_s=round(time.perf_counter() - t0, 3),
+        env={k: os.environ.get(k) for k in MULTICAST_OFF},
+        nccl_version=nccl,
+    )
     ctx = RankContext(rank, world, local_rank, args.backend, device, args.seed, args.timeout)
     for dist_case in todo:
         proto.emit("start", rank=rank, check=dist_case.name)
@@ -129,17 +156,26 @@ def run(args: argparse.Namespace, proto: Protocol) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m verify.distributed.rank", description=__doc__.splitlines()[0])
-    parser.add_argument("--checks", required=True, help="comma-separated check names (verify.distributed.cases)")
+    parser = argparse.ArgumentParser(
+        prog="python -m verify.distributed.rank", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--checks", required=True, help="comma-separated check names (verify.distributed.cases)"
+    )
     parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--timeout", type=float, required=True, help="collective timeout of the process group, s")
+    parser.add_argument(
+        "--timeout", type=float, required=True, help="collective timeout of the process group, s"
+    )
     parser.add_argument("--backend", choices=("nccl", "gloo"), required=True)
     parser.add_argument("--device", choices=("cuda", "cpu"), required=True)
     args = parser.parse_args(argv)
     missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     if missing:
-        print(f"verify.distributed.rank: {', '.join(missing)} not set: this process is started by"
-              " `python -m verify --distributed`, which sets the rendezvous", file=sys.stderr)
+        print(
+            f"verify.distributed.rank: {', '.join(missing)} not set: this process is started by"
+            " `python -m verify --distributed`, which sets the rendezvous",
+            file=sys.stderr,
+        )
         return exit_codes.USAGE
     try:
         parse_faults(os.environ.get(FAULT_ENV, ""))

@@ -50,7 +50,9 @@ def _module_forward(syncbn, x, weight, bias, running_mean, running_var):  # noqa
     gathered = [torch.empty_like(combined) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, combined)
     mean_all, var_all, count_all = torch.split(torch.stack(gathered, dim=0), x.size(1), dim=1)
-    mean, var, inv_std = syncbn.welford_parallel(mean_all, var_all, count_all.reshape(-1).to(torch.int32), EPS)
+    mean, var, inv_std = syncbn.welford_parallel(
+        mean_all, var_all, count_all.reshape(-1).to(torch.int32), EPS
+    )
     running_mean = running_mean * (1 - MOMENTUM) + MOMENTUM * mean.to(running_mean.dtype)
     running_var = running_var * (1 - MOMENTUM) + MOMENTUM * var.to(running_var.dtype)
     return syncbn.batchnorm_forward(x, mean, inv_std, weight, bias), running_mean, running_var
@@ -64,18 +66,30 @@ def run(case: DistCase, ctx: RankContext) -> Check:
     weight = (torch.rand(CHANNELS, generator=shared, device=ctx.device) + 0.5).to(dtype)
     bias = (torch.randn(CHANNELS, generator=shared, device=ctx.device) * 0.1).to(dtype)
     own = torch.Generator(device=ctx.device).manual_seed(case_seed(ctx.seed, f"{case.name}/x/{ctx.rank}"))
-    x = (torch.randn(_batch(ctx.rank), CHANNELS, HW, HW, generator=own, device=ctx.device) * 2 + 0.5).to(dtype)
+    x = (torch.randn(_batch(ctx.rank), CHANNELS, HW, HW, generator=own, device=ctx.device) * 2 + 0.5).to(
+        dtype
+    )
 
-    ref = torch.nn.SyncBatchNorm(CHANNELS, eps=EPS, momentum=MOMENTUM).to(device=ctx.device, dtype=dtype).train()
+    ref = (
+        torch.nn.SyncBatchNorm(CHANNELS, eps=EPS, momentum=MOMENTUM)
+        .to(device=ctx.device, dtype=dtype)
+        .train()
+    )
     try:
         with torch.no_grad():
             ref.weight.copy_(weight)
             ref.bias.copy_(bias)
             expected = ref(x)
     except Exception as err:  # noqa: BLE001 - the reference itself; every rank fails alike, the group stays in step
-        return result(case, ctx, False, f"torch.nn.SyncBatchNorm ({dtype_name}) itself raised {type(err).__name__}:"
-                      f" {str(err).strip()[:200]}; Apex was not compared", {"impl": impl, "dtype": dtype_name},
-                      status=Status.WARN)
+        return result(
+            case,
+            ctx,
+            False,
+            f"torch.nn.SyncBatchNorm ({dtype_name}) itself raised {type(err).__name__}:"
+            f" {str(err).strip()[:200]}; Apex was not compared",
+            {"impl": impl, "dtype": dtype_name},
+            status=Status.WARN,
+        )
     with torch.no_grad():
         if impl == "syncbn":
             zeros = torch.zeros(CHANNELS, device=ctx.device, dtype=dtype)
@@ -87,15 +101,35 @@ def run(case: DistCase, ctx: RankContext) -> Check:
             got, run_mean, run_var = module(x), module.running_mean, module.running_var
     torch.cuda.synchronize(ctx.device)
     tol = SYNCBN[dtype_name]
-    comparisons = [compare("output", got, expected, tol), compare("running_mean", run_mean, ref.running_mean, tol),
-                   compare("running_var", run_var, ref.running_var, tol)]
+    comparisons = [
+        compare("output", got, expected, tol),
+        compare("running_mean", run_mean, ref.running_mean, tol),
+        compare("running_var", run_var, ref.running_var, tol),
+    ]
     batches = [_batch(r) for r in range(ctx.world_size)]
-    details = {"impl": impl, "dtype": dtype_name, "shape": list(x.shape), "batch_per_rank": batches,
-               "tolerance": tol.to_json(), "comparisons": [c.to_json() for c in comparisons]}
+    details = {
+        "impl": impl,
+        "dtype": dtype_name,
+        "shape": list(x.shape),
+        "batch_per_rank": batches,
+        "tolerance": tol.to_json(),
+        "comparisons": [c.to_json() for c in comparisons],
+    }
     bad = [c for c in comparisons if not c.ok]
     if bad:
-        return result(case, ctx, False, f"{impl} ({dtype_name}) differs from torch.nn.SyncBatchNorm: "
-                      + "; ".join(c.describe() for c in bad), details)
-    return result(case, ctx, True, f"{impl} forward ({dtype_name}) matches torch.nn.SyncBatchNorm across {ctx.where},"
-                  f" batches {batches} of {CHANNELS}x{HW}x{HW}: {comparisons[0].describe()}; running stats agree",
-                  details)
+        return result(
+            case,
+            ctx,
+            False,
+            f"{impl} ({dtype_name}) differs from torch.nn.SyncBatchNorm: "
+            + "; ".join(c.describe() for c in bad),
+            details,
+        )
+    return result(
+        case,
+        ctx,
+        True,
+        f"{impl} forward ({dtype_name}) matches torch.nn.SyncBatchNorm across {ctx.where},"
+        f" batches {batches} of {CHANNELS}x{HW}x{HW}: {comparisons[0].describe()}; running stats agree",
+        details,
+    )

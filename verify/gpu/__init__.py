@@ -43,9 +43,13 @@ def _cuda_device() -> tuple[bool, str]:
     return True, ""
 
 
-def plan(usable_modules: frozenset[str], cuda_reason: str | None,
-         groups: Sequence[str] = case_table.GPU_GROUPS, device_count: int = 1,
-         device_usable: Mapping[int, frozenset[str]] | None = None) -> tuple[dict[str, list[str]], list[Check]]:
+def plan(
+    usable_modules: frozenset[str],
+    cuda_reason: str | None,
+    groups: Sequence[str] = case_table.GPU_GROUPS,
+    device_count: int = 1,
+    device_usable: Mapping[int, frozenset[str]] | None = None,
+) -> tuple[dict[str, list[str]], list[Check]]:
     """Cases to run per group, and one SKIP check per (layer, family) that cannot run, with the reason.
 
     cuda_reason: None when a CUDA device is there, else why not (then everything is SKIP).
@@ -72,17 +76,30 @@ def plan(usable_modules: frozenset[str], cuda_reason: str | None,
             if cuda_reason is not None:
                 why = f"{case.family}: {cuda_reason}; run on a GPU host to check the kernels"
             else:
-                why = (f"{case.family}: needs {', '.join(missing)} ({', '.join(case.features)}), which did not "
-                       "import or has no code for this GPU (see the extensions and arch layers); no kernel was run")
-            skipped[key] = Check(case.layer, case.name if index else case.family, Status.SKIP,
-                                 why.replace(f"{case.family}:", f"{case.name} (cuda:{index}):", 1) if index else why,
-                                 {"needs": sorted(case.needs), "missing": missing, "features": list(case.features)})
+                why = (
+                    f"{case.family}: needs {', '.join(missing)} ({', '.join(case.features)}), which did not "
+                    "import or has no code for this GPU (see the extensions and arch layers); no kernel was run"
+                )
+            skipped[key] = Check(
+                case.layer,
+                case.name if index else case.family,
+                Status.SKIP,
+                why.replace(f"{case.family}:", f"{case.name} (cuda:{index}):", 1) if index else why,
+                {"needs": sorted(case.needs), "missing": missing, "features": list(case.features)},
+            )
     return to_run, list(skipped.values())
 
 
-def run_gpu_layers(seed: int, check_timeout_s: float, usable_modules: frozenset[str], *,
-                   groups: Sequence[str] = case_table.GPU_GROUPS, parallel: bool = True, device_count: int = 1,
-                   device_usable: Mapping[int, frozenset[str]] | None = None) -> GpuResults:
+def run_gpu_layers(
+    seed: int,
+    check_timeout_s: float,
+    usable_modules: frozenset[str],
+    *,
+    groups: Sequence[str] = case_table.GPU_GROUPS,
+    parallel: bool = True,
+    device_count: int = 1,
+    device_usable: Mapping[int, frozenset[str]] | None = None,
+) -> GpuResults:
     """Parity and timing checks of the fused kernels; each group runs in a worker with a per-check timeout.
 
     usable_modules: extension modules that imported and whose compiled archs cover GPU 0 (parity, timing).
@@ -90,10 +107,14 @@ def run_gpu_layers(seed: int, check_timeout_s: float, usable_modules: frozenset[
     """
     t0 = time.monotonic()
     available, reason = _cuda_device()
-    to_run, skipped = plan(frozenset(usable_modules), None if available else reason, groups, device_count,
-                           device_usable)
-    results: list[GroupResult] = run_groups([g for g in groups if g in to_run], seed, check_timeout_s,
-                                            names=to_run, parallel=parallel) if to_run else []
+    to_run, skipped = plan(
+        frozenset(usable_modules), None if available else reason, groups, device_count, device_usable
+    )
+    results: list[GroupResult] = (
+        run_groups([g for g in groups if g in to_run], seed, check_timeout_s, names=to_run, parallel=parallel)
+        if to_run
+        else []
+    )
     by_group = {r.group: r for r in results}
     checks: list[Check] = []
     timings: list[dict] = []

@@ -69,7 +69,9 @@ def apex_norms() -> tuple[nn.Module, nn.Module]:
     return FusedLayerNorm(HIDDEN, eps=EPS), FusedRMSNorm(HIDDEN, eps=EPS)
 
 
-def make_models(gen: torch.Generator, fused_norms: tuple[nn.Module, nn.Module]) -> tuple[nn.Module, nn.Module]:
+def make_models(
+    gen: torch.Generator, fused_norms: tuple[nn.Module, nn.Module]
+) -> tuple[nn.Module, nn.Module]:
     """(fused model, torch model) with identical fresh weights; norm weights random, not ones/zeros."""
     fused = Net(*fused_norms).to(device.DEVICE)
     with torch.no_grad():
@@ -86,8 +88,14 @@ def make_models(gen: torch.Generator, fused_norms: tuple[nn.Module, nn.Module]) 
     return fused, reference
 
 
-def train(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, target: torch.Tensor,
-          dtype: torch.dtype, scaler: torch.amp.GradScaler | None) -> tuple[list[float], list[float]]:
+def train(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    target: torch.Tensor,
+    dtype: torch.dtype,
+    scaler: torch.amp.GradScaler | None,
+) -> tuple[list[float], list[float]]:
     """STEPS steps on one batch; returns the loss before each step and the scale used (fp16)."""
     device_type = torch.device(device.DEVICE).type
     losses: list[float] = []
@@ -117,8 +125,9 @@ def run_case(case: Case, seed: int) -> tuple[Check, list[dict]]:
     return run_loop(case, seed, dtype_name, apex_norms(), FusedAdam)
 
 
-def run_loop(case: Case, seed: int, dtype_name: str, fused_norms: tuple[nn.Module, nn.Module],
-             fused_adam_cls: type) -> tuple[Check, list[dict]]:
+def run_loop(
+    case: Case, seed: int, dtype_name: str, fused_norms: tuple[nn.Module, nn.Module], fused_adam_cls: type
+) -> tuple[Check, list[dict]]:
     dtype = device.DTYPES[dtype_name]
     gen = device.generator(case_seed(seed, case.name))
     fused, reference = make_models(gen, fused_norms)
@@ -137,8 +146,12 @@ def run_loop(case: Case, seed: int, dtype_name: str, fused_norms: tuple[nn.Modul
     fused_losses, fused_scales = train(fused, fused_opt, x, target, dtype, scaler())
     ref_losses, ref_scales = train(reference, reference_opt, x, target, dtype, scaler())
 
-    fused_update = torch.cat([(p.detach() - p0).reshape(-1) for p, p0 in zip(fused.parameters(), initial, strict=True)])
-    ref_update = torch.cat([(p.detach() - p0).reshape(-1) for p, p0 in zip(reference.parameters(), initial, strict=True)])
+    fused_update = torch.cat(
+        [(p.detach() - p0).reshape(-1) for p, p0 in zip(fused.parameters(), initial, strict=True)]
+    )
+    ref_update = torch.cat(
+        [(p.detach() - p0).reshape(-1) for p, p0 in zip(reference.parameters(), initial, strict=True)]
+    )
     agreement = relative_l2(fused_update, ref_update)
     params_finite = bool(torch.isfinite(fused_update).all().item())
     loss_diffs = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(fused_losses, ref_losses, strict=True)]
@@ -150,7 +163,7 @@ def run_loop(case: Case, seed: int, dtype_name: str, fused_norms: tuple[nn.Modul
         "seed": seed,
         "case_seed": case_seed(seed, case.name),
         "model": f"Linear({IN_FEATURES},{HIDDEN}) LayerNorm GELU Linear({HIDDEN},{HIDDEN}) RMSNorm "
-                 f"Linear({HIDDEN},{CLASSES}); batch {BATCH}",
+        f"Linear({HIDDEN},{CLASSES}); batch {BATCH}",
         "autocast_dtype": dtype_name,
         "grad_scaler": use_scaler,
         "hyper": {k: list(v) if isinstance(v, tuple) else v for k, v in HYPER.items()},
@@ -164,18 +177,42 @@ def run_loop(case: Case, seed: int, dtype_name: str, fused_norms: tuple[nn.Modul
     if use_scaler:
         details.update(fused_scales=fused_scales, torch_scales=ref_scales)
 
-    problem = _problem(fused_losses, ref_losses, params_finite, use_scaler, fused_scales, ref_scales, loss_diffs,
-                       loss_limit, agreement, update_limit)
+    problem = _problem(
+        fused_losses,
+        ref_losses,
+        params_finite,
+        use_scaler,
+        fused_scales,
+        ref_scales,
+        loss_diffs,
+        loss_limit,
+        agreement,
+        update_limit,
+    )
     if problem:
         return Check(case.layer, case.name, Status.FAIL, f"{label}: {problem}", details), []
-    return Check(case.layer, case.name, Status.PASS,
-                 f"{label}: loss {fused_losses[0]:.4g} -> {fused_losses[-1]:.4g} (torch {ref_losses[-1]:.4g}), "
-                 f"max loss diff {max(loss_diffs):.2%}, update {agreement:.2g} off", details), []
+    return Check(
+        case.layer,
+        case.name,
+        Status.PASS,
+        f"{label}: loss {fused_losses[0]:.4g} -> {fused_losses[-1]:.4g} (torch {ref_losses[-1]:.4g}), "
+        f"max loss diff {max(loss_diffs):.2%}, update {agreement:.2g} off",
+        details,
+    ), []
 
 
-def _problem(fused_losses: list[float], ref_losses: list[float], params_finite: bool, use_scaler: bool,
-             fused_scales: list[float], ref_scales: list[float], loss_diffs: list[float], loss_limit: float,
-             agreement: float, update_limit: float) -> str | None:
+def _problem(
+    fused_losses: list[float],
+    ref_losses: list[float],
+    params_finite: bool,
+    use_scaler: bool,
+    fused_scales: list[float],
+    ref_scales: list[float],
+    loss_diffs: list[float],
+    loss_limit: float,
+    agreement: float,
+    update_limit: float,
+) -> str | None:
     """The first way the fused loop strayed from torch's, in the order they are checked; None when it did not."""
     problem = None
     if not all(map(_finite, fused_losses)):
@@ -188,10 +225,14 @@ def _problem(fused_losses: list[float], ref_losses: list[float], params_finite: 
         problem = f"GradScaler skipped different steps: scales {fused_scales} vs torch {ref_scales}"
     elif max(loss_diffs) > loss_limit:
         worst = max(range(STEPS), key=lambda i: loss_diffs[i])
-        problem = (f"loss at step {worst + 1} is {fused_losses[worst]:.5g} vs torch {ref_losses[worst]:.5g} "
-                   f"({loss_diffs[worst]:.2%} off; limit {loss_limit:.0%})")
+        problem = (
+            f"loss at step {worst + 1} is {fused_losses[worst]:.5g} vs torch {ref_losses[worst]:.5g} "
+            f"({loss_diffs[worst]:.2%} off; limit {loss_limit:.0%})"
+        )
     elif not agreement <= update_limit:
-        problem = f"parameter update differs from torch's by {agreement:.3g} (relative L2; limit {update_limit:g})"
+        problem = (
+            f"parameter update differs from torch's by {agreement:.3g} (relative L2; limit {update_limit:g})"
+        )
     elif ref_losses[-1] < ref_losses[0] and not fused_losses[-1] < fused_losses[0]:
         problem = f"the fused loop did not learn: loss {fused_losses[0]:.5g} -> {fused_losses[-1]:.5g}"
     return problem

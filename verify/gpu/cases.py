@@ -40,8 +40,14 @@ _RMS = ("FusedRMSNorm",)
 
 def _parity_adam() -> list[Case]:
     return [
-        Case("parity_adam", "parity", f"fused_adam.{mode}.{dtype}", "fused_adam", _ADAM,
-             (("adam_w_mode", mode == "adamw"), ("dtype", dtype)))
+        Case(
+            "parity_adam",
+            "parity",
+            f"fused_adam.{mode}.{dtype}",
+            "fused_adam",
+            _ADAM,
+            (("adam_w_mode", mode == "adamw"), ("dtype", dtype)),
+        )
         for mode, dtype in itertools.product(("adam", "adamw"), DTYPES)
     ]
 
@@ -50,8 +56,16 @@ def _parity_norm() -> list[Case]:
     cases = []
     for kind, features in (("fused_layer_norm", _LN), ("fused_rms_norm", _RMS)):
         for affine, dtype in itertools.product((True, False), DTYPES):
-            cases.append(Case("parity_norm", "parity", f"{kind}.{'affine' if affine else 'plain'}.{dtype}",
-                              kind, features, (("kind", kind), ("affine", affine), ("dtype", dtype))))
+            cases.append(
+                Case(
+                    "parity_norm",
+                    "parity",
+                    f"{kind}.{'affine' if affine else 'plain'}.{dtype}",
+                    kind,
+                    features,
+                    (("kind", kind), ("affine", affine), ("dtype", dtype)),
+                )
+            )
     return cases
 
 
@@ -67,8 +81,11 @@ def _timing() -> list[Case]:
     cases = [Case("timing", "timing", "fused_adam.fp32", "fused_adam", _ADAM, (("dtype", "fp32"),))]
     for kind, features in (("fused_layer_norm", _LN), ("fused_rms_norm", _RMS)):
         for dtype in ("bf16", "fp32"):
-            cases.append(Case("timing", "timing", f"{kind}.{dtype}", kind, features,
-                              (("kind", kind), ("dtype", dtype))))
+            cases.append(
+                Case(
+                    "timing", "timing", f"{kind}.{dtype}", kind, features, (("kind", kind), ("dtype", dtype))
+                )
+            )
     return cases
 
 
@@ -77,8 +94,10 @@ MAX_DEVICES = 16  # smoke cases exist for cuda:1 .. cuda:15; plan() takes those 
 
 def _smoke() -> list[Case]:
     # one per further GPU of the node (device 0 runs the full parity and timing layers)
-    return [Case("smoke", "parity", f"smoke.cuda{i}", "smoke", _ADAM + _LN + _RMS, (("device", i),))
-            for i in range(1, MAX_DEVICES)]
+    return [
+        Case("smoke", "parity", f"smoke.cuda{i}", "smoke", _ADAM + _LN + _RMS, (("device", i),))
+        for i in range(1, MAX_DEVICES)
+    ]
 
 
 def device_of(case: Case) -> int:
@@ -107,9 +126,13 @@ GROUP_MODULES = {
 # Group order is run order; parity groups may run side by side, timing runs alone afterwards.
 GPU_GROUPS = ("parity_adam", "parity_norm", "amp_step", "smoke", "timing")
 EXCLUSIVE_GROUPS = frozenset({"timing"})  # timings must not share the GPU with other work
-WATCHED_GROUPS = frozenset({"timing"})  # other work on the GPU is looked for around them (verify.gpu.device_load)
+WATCHED_GROUPS = frozenset(
+    {"timing"}
+)  # other work on the GPU is looked for around them (verify.gpu.device_load)
 SELFTEST_GROUPS = ("selftest", "selftest_peer")
-ALL_CASES: tuple[Case, ...] = tuple(_parity_adam() + _parity_norm() + _amp_step() + _smoke() + _timing() + _selftest())
+ALL_CASES: tuple[Case, ...] = tuple(
+    _parity_adam() + _parity_norm() + _amp_step() + _smoke() + _timing() + _selftest()
+)
 
 
 def cases_of(group: str) -> list[Case]:

@@ -41,8 +41,10 @@ class Comparison:
         tol = f"atol {self.tol.atol:g} rtol {self.tol.rtol:g}" if self.tol else ""
         if not self.ok:
             w = self.worst
-            return (f"{self.what}: {self.mismatched}/{self.numel} elements off ({tol}); worst at {w.get('index')}: "
-                    f"{w.get('actual'):.6g} vs {w.get('expected'):.6g}, {self.tol_used:.3g}x the tolerance")
+            return (
+                f"{self.what}: {self.mismatched}/{self.numel} elements off ({tol}); worst at {w.get('index')}: "
+                f"{w.get('actual'):.6g} vs {w.get('expected'):.6g}, {self.tol_used:.3g}x the tolerance"
+            )
         return f"{self.what}: max |diff| {self.max_abs:.3g}, {self.tol_used:.2f} of tolerance ({tol})"
 
     def to_json(self) -> dict[str, Any]:
@@ -72,13 +74,22 @@ def json_number(value: Any) -> Any:
     return value
 
 
-def compare(what: str, actual: torch.Tensor | None, expected: torch.Tensor | None, tol: Tolerance) -> Comparison:
+def compare(
+    what: str, actual: torch.Tensor | None, expected: torch.Tensor | None, tol: Tolerance
+) -> Comparison:
     if actual is None or expected is None:  # a .grad that backward never filled: a failure, not a crash
         side = "fused result" if actual is None else "torch reference"
-        return Comparison(what, False, 0, tol=tol, problem=f"no tensor (None) for the {side}: no gradient reached it")
+        return Comparison(
+            what, False, 0, tol=tol, problem=f"no tensor (None) for the {side}: no gradient reached it"
+        )
     if tuple(actual.shape) != tuple(expected.shape):
-        return Comparison(what, False, actual.numel(), tol=tol,
-                          problem=f"shape {tuple(actual.shape)} vs reference {tuple(expected.shape)}")
+        return Comparison(
+            what,
+            False,
+            actual.numel(),
+            tol=tol,
+            problem=f"shape {tuple(actual.shape)} vs reference {tuple(expected.shape)}",
+        )
     a = actual.detach().to(torch.float32)
     e = expected.detach().to(torch.float32).to(a.device)
     numel = a.numel()
@@ -92,18 +103,32 @@ def compare(what: str, actual: torch.Tensor | None, expected: torch.Tensor | Non
     used = torch.where(diff == 0, torch.zeros_like(diff), diff / allowed)  # 0/0 (atol 0) is a match, not NaN
     bad = (used > 1.0) | ~both
     mismatched = int(bad.sum().item())
-    result = Comparison(what, ok=mismatched == 0 and numel > 0, numel=numel, mismatched=mismatched,
-                        nonfinite_actual=nonfinite_a, nonfinite_expected=nonfinite_e, tol=tol)
+    result = Comparison(
+        what,
+        ok=mismatched == 0 and numel > 0,
+        numel=numel,
+        mismatched=mismatched,
+        nonfinite_actual=nonfinite_a,
+        nonfinite_expected=nonfinite_e,
+        tol=tol,
+    )
     if numel == 0:
         result.problem = "empty tensor: nothing was compared"
         return result
     result.max_abs = float(diff.max().item())
     result.tol_used = float(used.max().item())
     # the worst element: the first non-finite one, else the one using most of its tolerance
-    flat = int(torch.argmax((~both).to(torch.float32)).item()) if not bool(both.all()) else int(used.argmax().item())
+    flat = (
+        int(torch.argmax((~both).to(torch.float32)).item())
+        if not bool(both.all())
+        else int(used.argmax().item())
+    )
     index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), a.shape)) if a.dim() else ()
-    result.worst = {"index": list(index), "actual": float(a.reshape(-1)[flat].item()),
-                    "expected": float(e.reshape(-1)[flat].item())}
+    result.worst = {
+        "index": list(index),
+        "actual": float(a.reshape(-1)[flat].item()),
+        "expected": float(e.reshape(-1)[flat].item()),
+    }
     return result
 
 

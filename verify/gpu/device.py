@@ -13,8 +13,10 @@ DEVICE = "cuda"  # every case allocates here; the fused kernels are CUDA-only
 def require_cuda() -> str:
     """Initialise CUDA once, up front, so the first case is not billed for it; describe the device."""
     if not torch.cuda.is_available():
-        raise NoDevice(f"no CUDA device visible to torch {torch.__version__} (CUDA {torch.version.cuda}): "
-                       "run on a GPU host, or use `python -m verify --static`")
+        raise NoDevice(
+            f"no CUDA device visible to torch {torch.__version__} (CUDA {torch.version.cuda}): "
+            "run on a GPU host, or use `python -m verify --static`"
+        )
     torch.cuda.init()
     torch.ones(1, device=DEVICE).add_(1)  # creates the context and the caching allocator
     torch.cuda.synchronize()
@@ -27,15 +29,27 @@ def generator(seed: int) -> torch.Generator:
     return torch.Generator(device=DEVICE).manual_seed(seed)
 
 
-def randn(shape: tuple[int, ...], gen: torch.Generator, *, dtype: torch.dtype = torch.float32,
-          scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
+def randn(
+    shape: tuple[int, ...],
+    gen: torch.Generator,
+    *,
+    dtype: torch.dtype = torch.float32,
+    scale: float = 1.0,
+    shift: float = 0.0,
+) -> torch.Tensor:
     """Fresh normal values (never zeros), drawn in fp32 then cast, so every dtype sees the same numbers."""
     values = torch.randn(shape, generator=gen, device=DEVICE, dtype=torch.float32) * scale + shift
     return values.to(dtype)
 
 
-def uniform(shape: tuple[int, ...], gen: torch.Generator, low: float, high: float, *,
-            dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def uniform(
+    shape: tuple[int, ...],
+    gen: torch.Generator,
+    low: float,
+    high: float,
+    *,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
     values = torch.rand(shape, generator=gen, device=DEVICE, dtype=torch.float32) * (high - low) + low
     return values.to(dtype)
 

@@ -37,14 +37,22 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-BUSY_UTILIZATION_PCT = 10  # the share of the sample period with a kernel running: 0 when idle, near 100 under a loop
+BUSY_UTILIZATION_PCT = (
+    10  # the share of the sample period with a kernel running: 0 when idle, near 100 under a loop
+)
 SETTLE_S = 2.0  # nvidia-smi's utilization covers its last sample period (1/6-1 s): verify's own kernels age out first
 DURING_EVERY_S = 2.0
 QUERY_TIMEOUT_S = 10.0
-GPU_QUERY = ("nvidia-smi", "--query-gpu=index,pci.bus_id,uuid,utilization.gpu,clocks.sm",
-             "--format=csv,noheader,nounits")
-APPS_QUERY = ("nvidia-smi", "--query-compute-apps=gpu_bus_id,pid,used_memory,process_name",
-              "--format=csv,noheader,nounits")
+GPU_QUERY = (
+    "nvidia-smi",
+    "--query-gpu=index,pci.bus_id,uuid,utilization.gpu,clocks.sm",
+    "--format=csv,noheader,nounits",
+)
+APPS_QUERY = (
+    "nvidia-smi",
+    "--query-compute-apps=gpu_bus_id,pid,used_memory,process_name",
+    "--format=csv,noheader,nounits",
+)
 
 
 def pmon_query(index: str) -> tuple[str, ...]:
@@ -75,8 +83,12 @@ class LoadSample:
     sm_clock_mhz: int | None
 
     def to_json(self) -> dict[str, object]:
-        return {"when": self.when, "processes": [dataclasses.asdict(p) for p in self.processes],
-                "utilization_pct": self.utilization_pct, "sm_clock_mhz": self.sm_clock_mhz}
+        return {
+            "when": self.when,
+            "processes": [dataclasses.asdict(p) for p in self.processes],
+            "utilization_pct": self.utilization_pct,
+            "sm_clock_mhz": self.sm_clock_mhz,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,12 +123,17 @@ class DeviceLoad:
         if all(p.sm_pct is not None for _, p in seen):
             return None
         when = {w for w, _ in seen}
-        quiet = all(s.utilization_pct is not None and s.utilization_pct < BUSY_UTILIZATION_PCT
-                    for s in self.samples if s.when != "during")
+        quiet = all(
+            s.utilization_pct is not None and s.utilization_pct < BUSY_UTILIZATION_PCT
+            for s in self.samples
+            if s.when != "during"
+        )
         if {"before", "after"} <= when and quiet:
             return None
-        return ("its own utilization was not read, and it was not there throughout with the GPU idle before and "
-                "after timing")
+        return (
+            "its own utilization was not read, and it was not there throughout with the GPU idle before and "
+            "after timing"
+        )
 
     def idle_others(self) -> list[str]:
         """Other processes that only held a CUDA context ("present, idle": they withhold nothing)."""
@@ -127,8 +144,11 @@ class DeviceLoad:
             if self._work(seen) is None:
                 moments = "/".join(w for w in ("before", "during", "after") if w in {w for w, _ in seen})
                 read = [p.sm_pct for _, p in seen if p.sm_pct is not None]
-                how = (f"its own SM utilization {max(read)}% at most in {len(read)} samples" if len(read) == len(seen)
-                       else "the GPU idle before and after timing, its memory unchanged")
+                how = (
+                    f"its own SM utilization {max(read)}% at most in {len(read)} samples"
+                    if len(read) == len(seen)
+                    else "the GPU idle before and after timing, its memory unchanged"
+                )
                 found.append(f"{seen[-1][1].describe()}: present, idle ({how}; seen {moments} timing)")
         return found
 
@@ -141,13 +161,17 @@ class DeviceLoad:
             work = self._work(seen)
             if work is not None:
                 moments = "/".join(w for w in ("before", "during", "after") if w in {w for w, _ in seen})
-                found.append(f"another compute process on the GPU ({seen[-1][1].describe()}; seen {moments} timing; "
-                             f"{work})")
+                found.append(
+                    f"another compute process on the GPU ({seen[-1][1].describe()}; seen {moments} timing; "
+                    f"{work})"
+                )
         for sample in self.samples:
             busy = sample.utilization_pct is not None and sample.utilization_pct >= BUSY_UTILIZATION_PCT
             if sample.when != "during" and busy:
-                found.append(f"GPU utilization {sample.utilization_pct}% {sample.when} timing, while verify ran no "
-                             f"kernel (idle reads under {BUSY_UTILIZATION_PCT}%)")
+                found.append(
+                    f"GPU utilization {sample.utilization_pct}% {sample.when} timing, while verify ran no "
+                    f"kernel (idle reads under {BUSY_UTILIZATION_PCT}%)"
+                )
         return found
 
     def shared_reason(self) -> str | None:
@@ -163,18 +187,30 @@ class DeviceLoad:
         if reason:
             return f"the GPU was shared with other work: {reason}{clock}; timing verdicts withheld (figures kept)"
         during = sum(s.when == "during" for s in self.samples)
-        utilization = [f"{s.utilization_pct}% {s.when}" for s in self.samples
-                       if s.when != "during" and s.utilization_pct is not None]
-        idle = "".join(f"; {entry}" for entry in self.idle_others())  # a context held, no work: said, not judged
+        utilization = [
+            f"{s.utilization_pct}% {s.when}"
+            for s in self.samples
+            if s.when != "during" and s.utilization_pct is not None
+        ]
+        idle = "".join(
+            f"; {entry}" for entry in self.idle_others()
+        )  # a context held, no work: said, not judged
         at_work, then = (" at work", "; ") if idle else ("", ", ")
-        return (f"no other work on the GPU: no other compute process{at_work} in {len(self.samples)} samples "
-                f"({during} during timing){idle}{then}utilization {', '.join(utilization) or 'n/a'}{clock} "
-                f"({self.source})")
+        return (
+            f"no other work on the GPU: no other compute process{at_work} in {len(self.samples)} samples "
+            f"({during} during timing){idle}{then}utilization {', '.join(utilization) or 'n/a'}{clock} "
+            f"({self.source})"
+        )
 
     def to_json(self) -> dict[str, object]:
-        return {"observed": self.observed, "source": self.source, "shared": self.shared_reason(),
-                "idle_others": self.idle_others(), "samples": [s.to_json() for s in self.samples],
-                "own_pids": list(self.own_pids)}
+        return {
+            "observed": self.observed,
+            "source": self.source,
+            "shared": self.shared_reason(),
+            "idle_others": self.idle_others(),
+            "samples": [s.to_json() for s in self.samples],
+            "own_pids": list(self.own_pids),
+        }
 
 
 # --- reading the driver (pure parsers; the runner is injectable) --------------------------------
@@ -230,19 +266,30 @@ def pick_gpu(gpus: list[tuple[str, str, str, int | None, int | None]], visible: 
     the only GPU; None when it cannot be told (several GPUs, no CUDA_VISIBLE_DEVICES)."""
     first = (visible or "").split(",")[0].strip()
     if first:
-        return next((g for g in gpus if first in (g[0], g[2]) or (first.startswith("GPU-") and g[2].startswith(first))),
-                    None)
+        return next(
+            (
+                g
+                for g in gpus
+                if first in (g[0], g[2]) or (first.startswith("GPU-") and g[2].startswith(first))
+            ),
+            None,
+        )
     if len(gpus) == 1:
         return gpus[0]
-    return next((g for g in gpus if g[0] == "0"), None) if os.environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID" else None
+    return (
+        next((g for g in gpus if g[0] == "0"), None)
+        if os.environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID"
+        else None
+    )
 
 
 def run_nvidia_smi(argv: tuple[str, ...]) -> str | None:
     if shutil.which(argv[0]) is None:
         return None
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, check=False,
-                              errors="replace")
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, check=False, errors="replace"
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout if done.returncode == 0 else None
@@ -279,9 +326,15 @@ def own_pids(root: int | None = None) -> tuple[int, ...]:
 
 
 class DeviceWatch:
-    def __init__(self, runner: Runner = run_nvidia_smi, sleep: Callable[[float], None] = time.sleep,
-                 visible: str | None = None, settle_s: float = SETTLE_S, every_s: float = DURING_EVERY_S,
-                 known: Iterable[int] = ()) -> None:
+    def __init__(
+        self,
+        runner: Runner = run_nvidia_smi,
+        sleep: Callable[[float], None] = time.sleep,
+        visible: str | None = None,
+        settle_s: float = SETTLE_S,
+        every_s: float = DURING_EVERY_S,
+        known: Iterable[int] = (),
+    ) -> None:
         self.runner, self.sleep, self.settle_s, self.every_s = runner, sleep, settle_s, every_s
         self.visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
         self.samples: list[LoadSample] = []
@@ -348,12 +401,16 @@ def withhold(checks: Iterable, timings: list[dict], load: DeviceLoad) -> None:
         if reason:
             row["withheld"] = reason
             row["verdict"] = f"withheld: the GPU was shared with other work ({reason})"
-            row["winner"] = {key: None for key in row.get("winner") or {"kernel_time": None, "host_inclusive": None}}
+            row["winner"] = {
+                key: None for key in row.get("winner") or {"kernel_time": None, "host_inclusive": None}
+            }
     if not reason:
         return
     for check in checks:
         if check.layer == "timing" and check.status == Status.INFO:
             check.status = Status.WARN
-            check.summary = (f"{check.summary.split(':', 1)[0]}: timing verdict withheld, the GPU was shared with "
-                             f"other work ({reason}); the figures are in the report, not judged")
+            check.summary = (
+                f"{check.summary.split(':', 1)[0]}: timing verdict withheld, the GPU was shared with "
+                f"other work ({reason}); the figures are in the report, not judged"
+            )
             check.details["withheld"] = reason

@@ -53,8 +53,11 @@ def _adam(gen: torch.Generator) -> tuple[str, list[kernel_compare.Variant], dict
         p.grad = device.randn(tuple(p.shape), gen, scale=0.01)  # read-only: shared by every variant
     numel = sum(p.numel() for p in params)
     case = f"fp32, {numel / 1e6:.1f}M params in {len(ADAM_SHAPES)} tensors, one step()"
-    details = {"shapes": "8 x (2048, 2048) + 200 x (1000,) + 56 x (4096,)", "numel": numel,
-               "hyper": {k: list(v) if isinstance(v, tuple) else v for k, v in kernel_variants.ADAM_HYPER.items()}}
+    details = {
+        "shapes": "8 x (2048, 2048) + 200 x (1000,) + 56 x (4096,)",
+        "numel": numel,
+        "hyper": {k: list(v) if isinstance(v, tuple) else v for k, v in kernel_variants.ADAM_HYPER.items()},
+    }
     return case, kernel_variants.adam_variants(params, FusedAdam), details
 
 
@@ -69,7 +72,11 @@ def _norm(kind: str, dtype_name: str, gen: torch.Generator) -> tuple[str, list[k
     grad_out = device.randn(NORM_SHAPE, gen, dtype=dtype)
     fused_cls = FusedLayerNorm if kind == "fused_layer_norm" else FusedRMSNorm
     case = f"{dtype_name}, input {NORM_SHAPE[0]}x{NORM_SHAPE[1]}, forward+backward"
-    return case, kernel_variants.norm_variants(kind, x, grad_out, weight, bias, fused_cls), {"shape": list(NORM_SHAPE)}
+    return (
+        case,
+        kernel_variants.norm_variants(kind, x, grad_out, weight, bias, fused_cls),
+        {"shape": list(NORM_SHAPE)},
+    )
 
 
 def run_case(case: Case, seed: int) -> tuple[Check, list[dict]]:
@@ -84,10 +91,22 @@ def run_case(case: Case, seed: int) -> tuple[Check, list[dict]]:
     del variants
     device.release()
     timing = result.to_json()
-    details: dict = {"seed": seed, "case_seed": case_seed(seed, case.name), "device": result.device,
-                     "timing": timing, **extra}
+    details: dict = {
+        "seed": seed,
+        "case_seed": case_seed(seed, case.name),
+        "device": result.device,
+        "timing": timing,
+        **extra,
+    }
     fused = result.fused
     if fused.status == "FAIL":  # the fused kernel itself errors: that is a broken install
-        return Check(case.layer, case.name, Status.FAIL, f"{kernel} ({label}) on {result.device}: {fused.reason}",
-                     details), [timing]
-    return Check(case.layer, case.name, Status.INFO, f"{kernel} ({label}): {result.sentence}", details), [timing]
+        return Check(
+            case.layer,
+            case.name,
+            Status.FAIL,
+            f"{kernel} ({label}) on {result.device}: {fused.reason}",
+            details,
+        ), [timing]
+    return Check(case.layer, case.name, Status.INFO, f"{kernel} ({label}): {result.sentence}", details), [
+        timing
+    ]

@@ -36,8 +36,15 @@ def setup() -> str:
     return device.require_cuda()
 
 
-def _step_both(fused: torch.optim.Optimizer, reference: torch.optim.Optimizer, fused_params: list,
-               ref_params: list, ref_lowp: list, grads: list, dtype: torch.dtype) -> None:
+def _step_both(
+    fused: torch.optim.Optimizer,
+    reference: torch.optim.Optimizer,
+    fused_params: list,
+    ref_params: list,
+    ref_lowp: list,
+    grads: list,
+    dtype: torch.dtype,
+) -> None:
     """One step of both optimizers on the same grads; the reference re-reads the rounded params first."""
     for p, g in zip(fused_params, grads, strict=True):
         p.grad = g.clone()
@@ -50,16 +57,31 @@ def _step_both(fused: torch.optim.Optimizer, reference: torch.optim.Optimizer, f
         q.copy_(p.data.to(dtype))
 
 
-def _compare_step(step: int, fused: torch.optim.Optimizer, reference: torch.optim.Optimizer, fused_params: list,
-                  ref_params: list, ref_lowp: list, param_tol: Tolerance, state_keys: tuple[str, ...],
-                  worst: dict[str, Comparison], failure: Comparison | None) -> Comparison | None:
+def _compare_step(
+    step: int,
+    fused: torch.optim.Optimizer,
+    reference: torch.optim.Optimizer,
+    fused_params: list,
+    ref_params: list,
+    ref_lowp: list,
+    param_tol: Tolerance,
+    state_keys: tuple[str, ...],
+    worst: dict[str, Comparison],
+    failure: Comparison | None,
+) -> Comparison | None:
     """Compare each param (and its state) after `step`, keeping the worst per kind in `worst`; returns the
     first failure so far."""
     for i, (p, q, rp) in enumerate(zip(fused_params, ref_lowp, ref_params, strict=True)):
         results = [compare(f"step {step} param {i} {tuple(p.shape)}", p.data, q, param_tol)]
         for key in state_keys:
-            results.append(compare(f"step {step} {key} {i} {tuple(p.shape)}", fused.state[p][key],
-                                   reference.state[rp][key], tolerances.ADAM_STATE[key]))
+            results.append(
+                compare(
+                    f"step {step} {key} {i} {tuple(p.shape)}",
+                    fused.state[p][key],
+                    reference.state[rp][key],
+                    tolerances.ADAM_STATE[key],
+                )
+            )
         for kind, result in zip(("param",) + state_keys, results, strict=True):
             if kind not in worst or result.tol_used > worst[kind].tol_used:
                 worst[kind] = result
@@ -68,8 +90,9 @@ def _compare_step(step: int, fused: torch.optim.Optimizer, reference: torch.opti
     return failure
 
 
-def run_case(case: Case, seed: int, fused_adam: Callable[..., torch.optim.Optimizer] | None = None
-             ) -> tuple[Check, list[dict]]:
+def run_case(
+    case: Case, seed: int, fused_adam: Callable[..., torch.optim.Optimizer] | None = None
+) -> tuple[Check, list[dict]]:
     """fused_adam: what is compared with torch (default apex.optimizers.FusedAdam); the unit tier passes a
     torch optimizer that returns wrong results, on the CPU, to show that this comparison fails it."""
     if fused_adam is None:
@@ -100,13 +123,16 @@ def run_case(case: Case, seed: int, fused_adam: Callable[..., torch.optim.Optimi
     for step in range(1, STEPS + 1):
         grads = [device.randn(s, gen, dtype=dtype, scale=GRAD_SCALE) for s in SHAPES]
         _step_both(fused, reference, fused_params, ref_params, ref_lowp, grads, dtype)
-        failure = _compare_step(step, fused, reference, fused_params, ref_params, ref_lowp, param_tol, state_keys,
-                                worst, failure)
+        failure = _compare_step(
+            step, fused, reference, fused_params, ref_params, ref_lowp, param_tol, state_keys, worst, failure
+        )
         if failure is not None:
             break
 
     moved = torch.cat([(q.float() - t.float()).reshape(-1) for q, t in zip(ref_lowp, initial, strict=True)])
-    fused_moved = torch.cat([(p.data.float() - t.float()).reshape(-1) for p, t in zip(fused_params, initial, strict=True)])
+    fused_moved = torch.cat(
+        [(p.data.float() - t.float()).reshape(-1) for p, t in zip(fused_params, initial, strict=True)]
+    )
     agreement = relative_l2(fused_moved, moved)
     agreement_limit = tolerances.ADAM_UPDATE_AGREEMENT[dtype_name]
     details = {
@@ -116,8 +142,8 @@ def run_case(case: Case, seed: int, fused_adam: Callable[..., torch.optim.Optimi
         "numel": sum(t.numel() for t in initial),
         "dtype": dtype_name,
         "adam_w_mode": adam_w_mode,
-        "reference": f"torch.optim.{torch_cls.__name__}" + ("" if dtype_name == "fp32" else
-                                                           " on fp32 copies rounded to the param dtype each step"),
+        "reference": f"torch.optim.{torch_cls.__name__}"
+        + ("" if dtype_name == "fp32" else " on fp32 copies rounded to the param dtype each step"),
         "steps": STEPS,
         "state_compared": list(state_keys),
         "hyper": {k: list(v) if isinstance(v, tuple) else v for k, v in HYPER.items()},
@@ -131,9 +157,19 @@ def run_case(case: Case, seed: int, fused_adam: Callable[..., torch.optim.Optimi
         details["failure"] = failure.to_json()
         return Check(case.layer, case.name, Status.FAIL, f"{label}: {failure.describe()}", details), []
     if not agreement <= agreement_limit:  # also catches NaN
-        return Check(case.layer, case.name, Status.FAIL,
-                     f"{label}: the {STEPS}-step update differs from torch's by {agreement:.3g} "
-                     f"(relative L2; limit {agreement_limit:g})", details), []
-    return Check(case.layer, case.name, Status.PASS,
-                 f"{label}: {STEPS} steps on {len(SHAPES)} params agree ({worst['param'].describe()}; "
-                 f"update {agreement:.2g} off)", details), []
+        return Check(
+            case.layer,
+            case.name,
+            Status.FAIL,
+            f"{label}: the {STEPS}-step update differs from torch's by {agreement:.3g} "
+            f"(relative L2; limit {agreement_limit:g})",
+            details,
+        ), []
+    return Check(
+        case.layer,
+        case.name,
+        Status.PASS,
+        f"{label}: {STEPS} steps on {len(SHAPES)} params agree ({worst['param'].describe()}; "
+        f"update {agreement:.2g} off)",
+        details,
+    ), []

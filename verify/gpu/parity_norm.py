@@ -43,8 +43,15 @@ def make_fused(kind: str, hidden: int, affine: bool, dtype: torch.dtype) -> torc
     return cls(hidden, eps=EPS, elementwise_affine=affine).to(device=device.DEVICE, dtype=dtype)
 
 
-def _one_size(kind: str, hidden: int, affine: bool, dtype: torch.dtype, dtype_name: str,
-              gen: torch.Generator, make: Callable[..., torch.nn.Module]) -> tuple[list[Comparison], str]:
+def _one_size(
+    kind: str,
+    hidden: int,
+    affine: bool,
+    dtype: torch.dtype,
+    dtype_name: str,
+    gen: torch.Generator,
+    make: Callable[..., torch.nn.Module],
+) -> tuple[list[Comparison], str]:
     module = make(kind, hidden, affine, dtype)
     params: list[tuple[str, torch.nn.Parameter]] = []
     with torch.no_grad():
@@ -80,23 +87,37 @@ def _one_size(kind: str, hidden: int, affine: bool, dtype: torch.dtype, dtype_na
     ]
     for name, p in params:
         if p.grad is None:
-            results.append(Comparison(f"{where} {name} grad", False, p.numel(), tol=tol["param_grad"],
-                                      problem="no gradient reached the fused module's parameter"))
+            results.append(
+                Comparison(
+                    f"{where} {name} grad",
+                    False,
+                    p.numel(),
+                    tol=tol["param_grad"],
+                    problem="no gradient reached the fused module's parameter",
+                )
+            )
         else:
             results.append(compare(f"{where} {name} grad", p.grad, ref_params[name].grad, tol["param_grad"]))
     return results, grad_fn or ""
 
 
-def run_case(case: Case, seed: int, make: Callable[..., torch.nn.Module] = make_fused) -> tuple[Check, list[dict]]:
+def run_case(
+    case: Case, seed: int, make: Callable[..., torch.nn.Module] = make_fused
+) -> tuple[Check, list[dict]]:
     """make(kind, hidden, affine, dtype): the module compared with torch (default Apex's, make_fused); the
     unit tier passes torch modules that return wrong results, on the CPU, to show that this comparison
     fails them."""
     kind, affine, dtype_name = case.param("kind"), case.param("affine"), case.param("dtype")
     dtype = device.DTYPES[dtype_name]
     gen = device.generator(case_seed(seed, case.name))
-    reference = "F.layer_norm" if kind == "fused_layer_norm" else ("F.rms_norm" if hasattr(F, "rms_norm")
-                                                                   else "the RMSNorm formula")
-    label = f"{NAMES[kind]}({'affine' if affine else 'no affine'}, {dtype_name}) fwd+bwd vs {reference} in fp32"
+    reference = (
+        "F.layer_norm"
+        if kind == "fused_layer_norm"
+        else ("F.rms_norm" if hasattr(F, "rms_norm") else "the RMSNorm formula")
+    )
+    label = (
+        f"{NAMES[kind]}({'affine' if affine else 'no affine'}, {dtype_name}) fwd+bwd vs {reference} in fp32"
+    )
     comparisons: list[Comparison] = []
     grad_fns: dict[int, str] = {}
     for hidden in HIDDEN_SIZES:
@@ -121,7 +142,14 @@ def run_case(case: Case, seed: int, make: Callable[..., torch.nn.Module] = make_
     if failures:
         details["failures"] = [c.to_json() for c in failures[:10]]
         more = f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""
-        return Check(case.layer, case.name, Status.FAIL, f"{label}: {failures[0].describe()}{more}", details), []
-    return Check(case.layer, case.name, Status.PASS,
-                 f"{label}: {len(comparisons)} tensors over hidden {'/'.join(map(str, HIDDEN_SIZES))} agree "
-                 f"(worst {worst.describe()})", details), []
+        return Check(
+            case.layer, case.name, Status.FAIL, f"{label}: {failures[0].describe()}{more}", details
+        ), []
+    return Check(
+        case.layer,
+        case.name,
+        Status.PASS,
+        f"{label}: {len(comparisons)} tensors over hidden {'/'.join(map(str, HIDDEN_SIZES))} agree "
+        f"(worst {worst.describe()})",
+        details,
+    ), []

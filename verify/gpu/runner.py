@@ -47,7 +47,16 @@ class _Worker(JsonLinesChild):
     """
 
     def __init__(self, group: str, seed: int, names: list[str], hold: bool = False) -> None:
-        argv = [sys.executable, "-m", "verify.gpu.worker", group, "--seed", str(seed), "--cases", ",".join(names)]
+        argv = [
+            sys.executable,
+            "-m",
+            "verify.gpu.worker",
+            group,
+            "--seed",
+            str(seed),
+            "--cases",
+            ",".join(names),
+        ]
         argv += ["--hold"] if hold else []
         super().__init__(argv, label=f"gpu-{group}", env=verify_env(), stdin_pipe=hold)
 
@@ -60,8 +69,14 @@ def _fail(case: case_table.Case, summary: str, details: dict[str, Any], duration
     return Check(case.layer, case.name, Status.FAIL, summary, details, duration_s)
 
 
-def run_group(group: str, seed: int, check_timeout_s: float, names: list[str] | None = None,
-              stop: threading.Event | None = None, first_worker: _Worker | None = None) -> GroupResult:
+def run_group(
+    group: str,
+    seed: int,
+    check_timeout_s: float,
+    names: list[str] | None = None,
+    stop: threading.Event | None = None,
+    first_worker: _Worker | None = None,
+) -> GroupResult:
     """Run `names` (default: every case of the group) in worker processes; never raises for a bad worker.
 
     Once `stop` is set no further worker is started. first_worker: a worker already started for exactly
@@ -83,22 +98,30 @@ def run_group(group: str, seed: int, check_timeout_s: float, names: list[str] | 
         result.workers.append(info)
         death = {"worker_exit": info["exit"], "stderr_tail": stderr_tail, "seed": seed}
         if run.current is not None:  # the case in flight when the worker stopped answering
-            last_death = _fail_in_flight(run, run.current, table, result, pending, death, stderr_tail,
-                                         check_timeout_s)
+            last_death = _fail_in_flight(
+                run, run.current, table, result, pending, death, stderr_tail, check_timeout_s
+            )
             continue
         if not run.ready:  # died or hung before running anything: retrying would do the same
             _fail_setup(group, run, table, result, pending, death, stderr_tail, check_timeout_s)
             pending = []
         elif pending:  # stopped between checks: a poisoned CUDA context, or an exit after a result
-            last_death = (f"CUDA context broken: {info['poisoned']}" if "poisoned" in info
-                          else f"the worker ended ({info['exit']}) between checks")
+            last_death = (
+                f"CUDA context broken: {info['poisoned']}"
+                if "poisoned" in info
+                else f"the worker ended ({info['exit']}) between checks"
+            )
     if pending:
-        result.checks.append(Check(
-            table[pending[0]].layer, f"{group}.not_run", Status.FAIL,
-            f"{len(pending)} {group} check(s) not run: {len(result.workers)} worker processes failed "
-            f"(last: {last_death or 'see details'})",
-            {"not_run": list(pending), "workers": result.workers, "seed": seed},
-        ))
+        result.checks.append(
+            Check(
+                table[pending[0]].layer,
+                f"{group}.not_run",
+                Status.FAIL,
+                f"{len(pending)} {group} check(s) not run: {len(result.workers)} worker processes failed "
+                f"(last: {last_death or 'see details'})",
+                {"not_run": list(pending), "workers": result.workers, "seed": seed},
+            )
+        )
     order = {name: i for i, name in enumerate(table)}
     result.checks.sort(key=lambda c: order.get(c.name, len(order)))
     result.wall_s = round(time.monotonic() - t0, 3)
@@ -108,6 +131,7 @@ def run_group(group: str, seed: int, check_timeout_s: float, names: list[str] | 
 @dataclasses.dataclass
 class _WorkerRun:
     """One worker process while its events are read: what it said, the case in flight, how it ended."""
+
     info: dict[str, Any]
     current: str | None = None
     current_started: float = dataclasses.field(default_factory=time.monotonic)
@@ -115,8 +139,9 @@ class _WorkerRun:
     outcome: str = "ended"  # or "timeout"
 
 
-def _read_events(worker: _Worker, run: _WorkerRun, result: GroupResult, pending: list[str],
-                 check_timeout_s: float) -> None:
+def _read_events(
+    worker: _Worker, run: _WorkerRun, result: GroupResult, pending: list[str], check_timeout_s: float
+) -> None:
     """Read the worker's events until it is done, stops answering or outlives the check timeout."""
     try:
         while True:
@@ -158,45 +183,83 @@ def _on_event(event: dict[str, Any], run: _WorkerRun, result: GroupResult, pendi
     return False
 
 
-def _fail_in_flight(run: _WorkerRun, current: str, table: dict[str, case_table.Case], result: GroupResult,
-                    pending: list[str], death: dict[str, Any], stderr_tail: str, check_timeout_s: float) -> str:
+def _fail_in_flight(
+    run: _WorkerRun,
+    current: str,
+    table: dict[str, case_table.Case],
+    result: GroupResult,
+    pending: list[str],
+    death: dict[str, Any],
+    stderr_tail: str,
+    check_timeout_s: float,
+) -> str:
     """The case in flight (`current`) when the worker hung or died becomes a FAIL; returns its summary."""
     case = table[current]
     spent = time.monotonic() - run.current_started
     if run.outcome == "timeout":
-        summary = (f"{current} did not finish within {check_timeout_s:g} s: the worker was killed "
-                   "(a hang in the kernel or the driver)")
+        summary = (
+            f"{current} did not finish within {check_timeout_s:g} s: the worker was killed "
+            "(a hang in the kernel or the driver)"
+        )
     else:
-        summary = (f"{current}: the worker process died ({run.info['exit']}) while running it"
-                   + (f": {last_line(stderr_tail)}" if last_line(stderr_tail) else ""))
+        summary = f"{current}: the worker process died ({run.info['exit']}) while running it" + (
+            f": {last_line(stderr_tail)}" if last_line(stderr_tail) else ""
+        )
     result.checks.append(_fail(case, summary, {**death, "timeout_s": check_timeout_s}, spent))
     pending.remove(current)
     return summary
 
 
-def _fail_setup(group: str, run: _WorkerRun, table: dict[str, case_table.Case], result: GroupResult,
-                pending: list[str], death: dict[str, Any], stderr_tail: str, check_timeout_s: float) -> None:
+def _fail_setup(
+    group: str,
+    run: _WorkerRun,
+    table: dict[str, case_table.Case],
+    result: GroupResult,
+    pending: list[str],
+    death: dict[str, Any],
+    stderr_tail: str,
+    check_timeout_s: float,
+) -> None:
     """A worker that died or hung before running anything: one setup FAIL naming the cases not run."""
-    why = (f"did not get ready within {check_timeout_s:g} s" if run.outcome == "timeout"
-           else f"died during setup ({run.info['exit']})")
+    why = (
+        f"did not get ready within {check_timeout_s:g} s"
+        if run.outcome == "timeout"
+        else f"died during setup ({run.info['exit']})"
+    )
     line = last_line(stderr_tail)
-    result.checks.append(Check(
-        table[pending[0]].layer, f"{group}.setup", Status.FAIL,
-        f"the {group} worker {why}" + (f": {line}" if line else "") + f"; not run: {', '.join(pending)}",
-        {**death, "not_run": list(pending)},
-    ))
+    result.checks.append(
+        Check(
+            table[pending[0]].layer,
+            f"{group}.setup",
+            Status.FAIL,
+            f"the {group} worker {why}" + (f": {line}" if line else "") + f"; not run: {', '.join(pending)}",
+            {**death, "not_run": list(pending)},
+        )
+    )
 
 
 def _judge_load(result: GroupResult, load: device_load.DeviceLoad) -> None:
     """The timing group's verdicts stand only on a GPU verify had to itself (verify.gpu.device_load)."""
     device_load.withhold(result.checks, result.timings, load)
     shared = load.shared_reason() is not None
-    result.checks.append(Check("timing", "device_load", Status.WARN if shared else Status.INFO,
-                               f"GPU load during timing: {load.summary()}", load.to_json()))
+    result.checks.append(
+        Check(
+            "timing",
+            "device_load",
+            Status.WARN if shared else Status.INFO,
+            f"GPU load during timing: {load.summary()}",
+            load.to_json(),
+        )
+    )
 
 
-def run_groups(groups: list[str], seed: int, check_timeout_s: float,
-               names: dict[str, list[str]] | None = None, parallel: bool = True) -> list[GroupResult]:
+def run_groups(
+    groups: list[str],
+    seed: int,
+    check_timeout_s: float,
+    names: dict[str, list[str]] | None = None,
+    parallel: bool = True,
+) -> list[GroupResult]:
     """Groups not in EXCLUSIVE_GROUPS run side by side; exclusive ones (timing) alone, afterwards."""
     names = names or {}
     shared = [g for g in groups if g not in case_table.EXCLUSIVE_GROUPS]
@@ -204,7 +267,11 @@ def run_groups(groups: list[str], seed: int, check_timeout_s: float,
     results: dict[str, GroupResult] = {}
     stop = threading.Event()
     held: dict[str, _Worker] = {}
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(shared)) if parallel and len(shared) > 1 else None
+    pool = (
+        concurrent.futures.ThreadPoolExecutor(max_workers=len(shared))
+        if parallel and len(shared) > 1
+        else None
+    )
     try:
         if parallel and shared and alone:
             # the first exclusive group's worker starts now (Python, torch, CUDA context: seconds) and waits,
@@ -213,15 +280,21 @@ def run_groups(groups: list[str], seed: int, check_timeout_s: float,
             first_names = names.get(first) or [c.name for c in case_table.cases_of(first)]
             held[first] = _Worker(first, seed, first_names, hold=True)
         if pool is not None:
-            futures = {g: pool.submit(run_group, g, seed, check_timeout_s, names.get(g), stop) for g in shared}
+            futures = {
+                g: pool.submit(run_group, g, seed, check_timeout_s, names.get(g), stop) for g in shared
+            }
             results.update({g: f.result() for g, f in futures.items()})
         else:
             results.update({g: run_group(g, seed, check_timeout_s, names.get(g), stop) for g in shared})
         for g in alone:
-            started = {w["pid"] for r in results.values() for w in r.workers}  # exited parity workers are verify's too
+            started = {
+                w["pid"] for r in results.values() for w in r.workers
+            }  # exited parity workers are verify's too
             watch = device_load.DeviceWatch.start(known=started) if g in case_table.WATCHED_GROUPS else None
             try:
-                results[g] = run_group(g, seed, check_timeout_s, names.get(g), stop, first_worker=held.pop(g, None))
+                results[g] = run_group(
+                    g, seed, check_timeout_s, names.get(g), stop, first_worker=held.pop(g, None)
+                )
             finally:
                 load = watch.stop() if watch is not None else None
             if load is not None:

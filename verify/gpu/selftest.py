@@ -21,5 +21,10 @@ def run_case(case: Case, seed: int) -> tuple[Check, list[dict]]:
     # The tests check `total` against their own computation of the same seeded sum and `pid` against theirs.
     values = [(case_seed(seed, case.name) >> shift) % 97 for shift in range(0, 48, 4)]
     total = sum(v * v for v in values)
-    return Check(case.layer, case.name, Status.PASS, f"{case.name}: computed in pid {os.getpid()}",
-                 {"seed": seed, "pid": os.getpid(), "total": total}), []
+    return Check(
+        case.layer,
+        case.name,
+        Status.PASS,
+        f"{case.name}: computed in pid {os.getpid()}",
+        {"seed": seed, "pid": os.getpid(), "total": total},
+    ), []

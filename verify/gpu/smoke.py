@@ -48,8 +48,11 @@ def _norms(gen: torch.Generator) -> list[Comparison]:
         y = module(x)
         (dx,) = torch.autograd.grad(y, [x], dy)
         ref_x = x.detach().clone().requires_grad_(True)
-        ref_y = (F.layer_norm(ref_x, (HIDDEN,), weight, bias, 1e-5) if name == "layer_norm"
-                 else rms_norm_reference(ref_x, HIDDEN, weight, 1e-5))
+        ref_y = (
+            F.layer_norm(ref_x, (HIDDEN,), weight, bias, 1e-5)
+            if name == "layer_norm"
+            else rms_norm_reference(ref_x, HIDDEN, weight, 1e-5)
+        )
         (ref_dx,) = torch.autograd.grad(ref_y, [ref_x], dy)
         out.append(compare(f"{name} output", y.detach(), ref_y.detach(), tolerances.norm("fp32", "forward")))
         out.append(compare(f"{name} input grad", dx, ref_dx, tolerances.norm("fp32", "input_grad")))
@@ -62,23 +65,31 @@ def _adam(gen: torch.Generator) -> list[Comparison]:
     base = [device.randn(s, gen, scale=0.02) for s in ADAM_SHAPES]
     grads = [device.randn(s, gen, scale=0.01) for s in ADAM_SHAPES]
     sides = []
-    for make in (lambda ps: FusedAdam(ps, adam_w_mode=True, **ADAM_HYPER),
-                 lambda ps: torch.optim.AdamW(ps, foreach=False, **ADAM_HYPER)):
+    for make in (
+        lambda ps: FusedAdam(ps, adam_w_mode=True, **ADAM_HYPER),
+        lambda ps: torch.optim.AdamW(ps, foreach=False, **ADAM_HYPER),
+    ):
         params = [nn.Parameter(b.clone()) for b in base]
         for p, g in zip(params, grads, strict=True):
             p.grad = g.clone()
         make(params).step()
         sides.append(params)
-    return [compare(f"FusedAdam param {i}", f.detach(), t.detach(), tolerances.ADAM_PARAMS["fp32"])
-            for i, (f, t) in enumerate(zip(*sides, strict=True))]
+    return [
+        compare(f"FusedAdam param {i}", f.detach(), t.detach(), tolerances.ADAM_PARAMS["fp32"])
+        for i, (f, t) in enumerate(zip(*sides, strict=True))
+    ]
 
 
 def run_case(case: Case, seed: int) -> tuple[Check, list[dict]]:
     index = case.param("device")
     if index >= torch.cuda.device_count():
-        return Check(case.layer, case.name, Status.FAIL,
-                     f"cuda:{index} is not visible to this worker ({torch.cuda.device_count()} devices)",
-                     {"seed": seed}), []
+        return Check(
+            case.layer,
+            case.name,
+            Status.FAIL,
+            f"cuda:{index} is not visible to this worker ({torch.cuda.device_count()} devices)",
+            {"seed": seed},
+        ), []
     with torch.cuda.device(index):  # Apex launches on the current device: make it this one
         name = torch.cuda.get_device_name(index)
         major, minor = torch.cuda.get_device_capability(index)
@@ -90,10 +101,19 @@ def run_case(case: Case, seed: int) -> tuple[Check, list[dict]]:
     details = {"seed": seed, "device": label, "comparisons": [c.to_json() for c in comparisons]}
     bad = [c for c in comparisons if not c.ok]
     if bad:
-        return Check(case.layer, case.name, Status.FAIL,
-                     f"{label}: {bad[0].describe()}" + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""),
-                     details), []
+        return Check(
+            case.layer,
+            case.name,
+            Status.FAIL,
+            f"{label}: {bad[0].describe()}" + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""),
+            details,
+        ), []
     worst = max(comparisons, key=lambda c: c.tol_used)
-    return Check(case.layer, case.name, Status.PASS,
-                 f"{label}: FusedLayerNorm, FusedRMSNorm forward+backward and a FusedAdam step agree with torch "
-                 f"(worst {worst.what}: {worst.tol_used:.2f} of tolerance)", details), []
+    return Check(
+        case.layer,
+        case.name,
+        Status.PASS,
+        f"{label}: FusedLayerNorm, FusedRMSNorm forward+backward and a FusedAdam step agree with torch "
+        f"(worst {worst.what}: {worst.tol_used:.2f} of tolerance)",
+        details,
+    ), []

@@ -37,7 +37,9 @@ class Tolerance:
 # fp32 figure is still >100x below what a wrong kernel produces.
 NORM: dict[str, dict[str, Tolerance]] = {
     "fp32": {
-        "forward": Tolerance(rtol=1e-5, atol=1e-5, why="torch's fp32 defaults, loosened for hidden sizes to 5123"),
+        "forward": Tolerance(
+            rtol=1e-5, atol=1e-5, why="torch's fp32 defaults, loosened for hidden sizes to 5123"
+        ),
         "input_grad": Tolerance(rtol=1e-4, atol=1e-5, why="a reduction over hidden: 10x the forward rtol"),
         "param_grad": Tolerance(rtol=2e-3, atol=2e-4, why="Apex test_rms_norm_elemwise"),
     },

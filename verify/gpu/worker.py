@@ -54,13 +54,17 @@ def parse_faults(spec: str) -> dict[str, str]:
     for item in filter(None, (part.strip() for part in spec.split(","))):
         target, _, mode = item.rpartition(":")
         if not target or mode not in FAULT_MODES:
-            raise ValueError(f"{FAULT_ENV}={spec!r}: {item!r} is not TARGET:MODE with MODE one of {', '.join(FAULT_MODES)}")
+            raise ValueError(
+                f"{FAULT_ENV}={spec!r}: {item!r} is not TARGET:MODE with MODE one of {', '.join(FAULT_MODES)}"
+            )
         faults[target] = mode
     return faults
 
 
 def inject(mode: str, where: str) -> None:
-    print(f"verify.gpu.worker: injecting fault {mode!r} at {where} ({FAULT_ENV})", file=sys.stderr, flush=True)
+    print(
+        f"verify.gpu.worker: injecting fault {mode!r} at {where} ({FAULT_ENV})", file=sys.stderr, flush=True
+    )
     if mode == "crash":
         os.abort()
     if mode == "hang":
@@ -113,9 +117,15 @@ def _failed_check(case: case_table.Case, err: BaseException, duration_s: float, 
     first_line = (str(err).strip().splitlines() or [""])[0][:300]
     tb = traceback.format_exception(type(err), err, err.__traceback__)
     return Check(
-        case.layer, case.name, Status.FAIL,
+        case.layer,
+        case.name,
+        Status.FAIL,
         f"{case.name} raised {type(err).__name__}: {first_line}",
-        {"error": f"{type(err).__name__}: {str(err)[:2000]}", "traceback_tail": "".join(tb)[-3000:], "seed": seed},
+        {
+            "error": f"{type(err).__name__}: {str(err)[:2000]}",
+            "traceback_tail": "".join(tb)[-3000:],
+            "seed": seed,
+        },
         duration_s,
     )
 
@@ -164,7 +174,8 @@ def run(group: str, seed: int, names: list[str] | None, proto: Protocol, hold: b
         except Exception as err:  # noqa: BLE001 - a failing case is a FAIL check, not a dead worker
             check, timings = _failed_check(case, err, time.perf_counter() - started, seed), []
             broken = _context_broken() or (
-                f"{err} (simulated broken context)" if isinstance(err, InjectedFault) and err.poison else None)
+                f"{err} (simulated broken context)" if isinstance(err, InjectedFault) and err.poison else None
+            )
             if broken:
                 check.details["cuda_context"] = f"broken after this case: {broken}"
                 proto.emit("result", check=_finite(check.to_json()), timings=[])
@@ -177,14 +188,23 @@ def run(group: str, seed: int, names: list[str] | None, proto: Protocol, hold: b
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m verify.gpu.worker", description=__doc__.splitlines()[0])
-    parser.add_argument("group", help="check group: " + ", ".join(case_table.GPU_GROUPS + case_table.SELFTEST_GROUPS))
+    parser.add_argument(
+        "group", help="check group: " + ", ".join(case_table.GPU_GROUPS + case_table.SELFTEST_GROUPS)
+    )
     parser.add_argument("--seed", type=int, required=True, help="seed of this run (recorded in every check)")
-    parser.add_argument("--cases", default="", help="comma-separated case names to run (default: the whole group)")
-    parser.add_argument("--hold", action="store_true", help="after setup, wait for a line on stdin before the cases")
+    parser.add_argument(
+        "--cases", default="", help="comma-separated case names to run (default: the whole group)"
+    )
+    parser.add_argument(
+        "--hold", action="store_true", help="after setup, wait for a line on stdin before the cases"
+    )
     args = parser.parse_args(argv)
     if args.group not in case_table.GROUP_MODULES:
-        print(f"verify.gpu.worker: unknown group {args.group!r}: use one of "
-              f"{', '.join(case_table.GROUP_MODULES)}", file=sys.stderr)
+        print(
+            f"verify.gpu.worker: unknown group {args.group!r}: use one of "
+            f"{', '.join(case_table.GROUP_MODULES)}",
+            file=sys.stderr,
+        )
         return exit_codes.USAGE
     try:
         parse_faults(os.environ.get(FAULT_ENV, ""))

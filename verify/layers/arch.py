@@ -25,8 +25,11 @@ class ArchLayer:
     checks: tuple[Check, ...]
 
 
-def arch_layer(results: Sequence[ExtensionResult], capability: tuple[int, int] | None,
-               devices: Sequence[tuple[int, int]] = ()) -> ArchLayer:
+def arch_layer(
+    results: Sequence[ExtensionResult],
+    capability: tuple[int, int] | None,
+    devices: Sequence[tuple[int, int]] = (),
+) -> ArchLayer:
     """capability: GPU 0's (parity and timing run there). devices: every visible GPU's capability, device 0
     first; with more than one, each device is checked too (`arch.devices` in the report) and the check
     fails if any GPU of the node cannot run the code. One GPU: exactly the single-device check.
@@ -34,15 +37,18 @@ def arch_layer(results: Sequence[ExtensionResult], capability: tuple[int, int] |
     extensions: list[ExtensionResult] = []
     checks: list[Check] = []
     for ext in results:
-        arch, check = _read(ext, capability, devices) if ext.path and ext.path.endswith(".so") else (ext.arch, None)
+        arch, check = (
+            _read(ext, capability, devices) if ext.path and ext.path.endswith(".so") else (ext.arch, None)
+        )
         extensions.append(dataclasses.replace(ext, arch=arch))
         if check is not None:
             checks.append(check)
     return ArchLayer(tuple(extensions), tuple(checks))
 
 
-def _read(ext: ExtensionResult, capability: tuple[int, int] | None, devices: Sequence[tuple[int, int]]
-          ) -> tuple[dict[str, Any], Check | None]:
+def _read(
+    ext: ExtensionResult, capability: tuple[int, int] | None, devices: Sequence[tuple[int, int]]
+) -> tuple[dict[str, Any], Check | None]:
     """(the extension's arch block, its arch check or None)."""
     assert ext.path is not None  # arch_layer reads only an extension with a .so path
     try:
@@ -52,21 +58,30 @@ def _read(ext: ExtensionResult, capability: tuple[int, int] | None, devices: Seq
     if targets is None:
         if not ext.cuda:
             return dict(_UNREADABLE), None
-        return dict(_UNREADABLE), Check("arch", ext.module, Status.WARN,
-                                        f"{Path(ext.path).name} carries no GPU code (.nv_fatbin section absent)")
+        return dict(_UNREADABLE), Check(
+            "arch",
+            ext.module,
+            Status.WARN,
+            f"{Path(ext.path).name} carries no GPU code (.nv_fatbin section absent)",
+        )
     arch: dict[str, Any] = {**targets.to_json(), "compatible": None}
     built = ", ".join(targets.sass + targets.ptx)
     if capability is None:
-        return arch, Check("arch", ext.module, Status.INFO, f"built for {built} (no GPU here to compare)",
-                           details=dict(arch))
+        return arch, Check(
+            "arch", ext.module, Status.INFO, f"built for {built} (no GPU here to compare)", details=dict(arch)
+        )
     verdict = fatbin.compatibility(targets, capability)
     arch["compatible"] = verdict.compatible
     per_device = [(i, cap, fatbin.compatibility(targets, cap)) for i, cap in enumerate(devices)]
     if len(per_device) > 1:
-        arch["devices"] = [{"index": i, "sm": fatbin.capability_name(cap), "compatible": v.compatible}
-                           for i, cap, v in per_device]
+        arch["devices"] = [
+            {"index": i, "sm": fatbin.capability_name(cap), "compatible": v.compatible}
+            for i, cap, v in per_device
+        ]
     others_bad = [(i, v) for i, _cap, v in per_device[1:] if not v.compatible]
-    via_ptx = [v for v in [verdict, *(v for _i, _c, v in per_device)] if v.via and v.via.startswith("compute_")]
+    via_ptx = [
+        v for v in [verdict, *(v for _i, _c, v in per_device)] if v.via and v.via.startswith("compute_")
+    ]
     if not verdict.compatible or others_bad:
         status = Status.FAIL
     elif via_ptx:
@@ -75,8 +90,11 @@ def _read(ext: ExtensionResult, capability: tuple[int, int] | None, devices: Seq
         status = Status.PASS
     message = verdict.message + ("" if verdict.compatible is False else f" (built for {built})")
     if len(per_device) > 1:
-        message += "; " + (", ".join(f"cuda:{i}: {v.message}" for i, v in others_bad) if others_bad
-                           else f"all {len(per_device)} GPUs can run it")
+        message += "; " + (
+            ", ".join(f"cuda:{i}: {v.message}" for i, v in others_bad)
+            if others_bad
+            else f"all {len(per_device)} GPUs can run it"
+        )
     return arch, Check("arch", ext.module, status, message, details={**arch, "via": verdict.via})
 
 

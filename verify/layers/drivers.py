@@ -35,18 +35,32 @@ class DriverVerdict:
     @property
     def summary(self) -> str:
         if self.floor is None:
-            return (f"NVIDIA driver {self.driver} (R{branch_of(self.driver)}); no driver facts for CUDA "
-                    f"{self.cuda} in verify/data/cuda_drivers.json")
-        needs = f"R{self.floor.branch}+" + (f" (>= {self.floor.linux_minimum})" if self.floor.linux_minimum else "")
+            return (
+                f"NVIDIA driver {self.driver} (R{branch_of(self.driver)}); no driver facts for CUDA "
+                f"{self.cuda} in verify/data/cuda_drivers.json"
+            )
+        needs = f"R{self.floor.branch}+" + (
+            f" (>= {self.floor.linux_minimum})" if self.floor.linux_minimum else ""
+        )
         return f"NVIDIA driver {self.driver} (R{branch_of(self.driver)}); CUDA {self.floor.cuda_major}.x needs {needs}"
 
     def fix(self) -> str:
         assert self.floor is not None
-        older = [f for f in floors() if f.cuda_major < self.floor.cuda_major and driver_at_least(self.driver, f)]
-        alternative = (f", or use an image built for CUDA {older[-1].cuda_major}.x (R{older[-1].branch}+), which this "
-                       "driver runs") if older else ""
-        return (f"upgrade the node's NVIDIA driver to R{self.floor.branch} or newer{alternative}; data-center GPUs can "
-                f"also run it through the CUDA forward-compatibility package (cuda-compat) in the image")
+        older = [
+            f for f in floors() if f.cuda_major < self.floor.cuda_major and driver_at_least(self.driver, f)
+        ]
+        alternative = (
+            (
+                f", or use an image built for CUDA {older[-1].cuda_major}.x (R{older[-1].branch}+), which this "
+                "driver runs"
+            )
+            if older
+            else ""
+        )
+        return (
+            f"upgrade the node's NVIDIA driver to R{self.floor.branch} or newer{alternative}; data-center GPUs can "
+            f"also run it through the CUDA forward-compatibility package (cuda-compat) in the image"
+        )
 
 
 @functools.lru_cache(maxsize=1)
@@ -59,8 +73,15 @@ def source() -> str:
 
 
 def floors() -> tuple[DriverFloor, ...]:
-    return tuple(sorted((DriverFloor(f["cuda_major"], f["branch"], f.get("linux_minimum"))
-                         for f in _raw()["minimum_driver"]), key=lambda f: f.cuda_major))
+    return tuple(
+        sorted(
+            (
+                DriverFloor(f["cuda_major"], f["branch"], f.get("linux_minimum"))
+                for f in _raw()["minimum_driver"]
+            ),
+            key=lambda f: f.cuda_major,
+        )
+    )
 
 
 def _numbers(version: str) -> tuple[int, ...]:
@@ -90,5 +111,6 @@ def floor_for(cuda: str) -> DriverFloor | None:
 def judge(driver: str, cuda: str) -> DriverVerdict:
     """Does `driver` (e.g. '535.104.05') run CUDA `cuda` (torch.version.cuda, e.g. '13.0')?"""
     floor = floor_for(cuda)
-    return DriverVerdict(driver=driver, cuda=cuda, floor=floor,
-                         ok=None if floor is None else driver_at_least(driver, floor))
+    return DriverVerdict(
+        driver=driver, cuda=cuda, floor=floor, ok=None if floor is None else driver_at_least(driver, floor)
+    )

@@ -49,7 +49,11 @@ def nvcc_info() -> dict[str, Any] | None:
     if not out:
         return None
     match = re.search(r"release (\d+\.\d+), V([\d.]+)", out)
-    return {"path": path, "version": match.group(1) if match else None, "full": match.group(2) if match else None}
+    return {
+        "path": path,
+        "version": match.group(1) if match else None,
+        "full": match.group(2) if match else None,
+    }
 
 
 def gcc_info() -> dict[str, Any] | None:
@@ -146,9 +150,16 @@ def collect() -> tuple[dict[str, Any], list[Check]]:
         nvcc, gcc, (driver, driver_source) = nvcc_f.result(), gcc_f.result(), driver_f.result()
 
     env: dict[str, Any] = {
-        "python": {"version": platform.python_version(), "executable": sys.executable,
-                   "implementation": platform.python_implementation()},
-        "platform": {"system": platform.system(), "machine": platform.machine(), "release": platform.release()},
+        "python": {
+            "version": platform.python_version(),
+            "executable": sys.executable,
+            "implementation": platform.python_implementation(),
+        },
+        "platform": {
+            "system": platform.system(),
+            "machine": platform.machine(),
+            "release": platform.release(),
+        },
         "torch": torch_info,
         "torch_error": torch_error,
         "driver": _driver_block(driver, driver_source, torch_info),
@@ -158,7 +169,9 @@ def collect() -> tuple[dict[str, Any], list[Check]]:
     return env, _checks(env)
 
 
-def _driver_block(driver: str | None, source: str | None, torch_info: dict[str, Any] | None) -> dict[str, Any]:
+def _driver_block(
+    driver: str | None, source: str | None, torch_info: dict[str, Any] | None
+) -> dict[str, Any]:
     """The driver and, when torch is a CUDA build, whether it is new enough for torch's CUDA."""
     block: dict[str, Any] = {"version": driver, "source": source}
     cuda = (torch_info or {}).get("cuda")
@@ -176,7 +189,9 @@ def _driver_block(driver: str | None, source: str | None, torch_info: dict[str, 
 def driver_too_old(env: dict[str, Any]) -> bool:
     """The driver cannot run torch's CUDA and torch sees no device: the node, not the image, must change."""
     torch_info = env.get("torch") or {}
-    return (env.get("driver") or {}).get("supports_torch_cuda") is False and not torch_info.get("cuda_available")
+    return (env.get("driver") or {}).get("supports_torch_cuda") is False and not torch_info.get(
+        "cuda_available"
+    )
 
 
 def _driver_check(env: dict[str, Any]) -> Check:
@@ -189,68 +204,132 @@ def _driver_check(env: dict[str, Any]) -> Check:
         return Check("environment", "driver", Status.INFO, f"NVIDIA driver {driver['version']} ({where})")
     verdict = drivers.judge(driver["version"], torch_info["cuda"])
     assert verdict.floor is not None  # supports_torch_cuda is this judge's ok: not None, so it found a floor
-    details = {"driver": driver["version"], "driver_branch": drivers.branch_of(driver["version"]),
-               "torch_cuda": torch_info["cuda"], "needs_branch": verdict.floor.branch, "facts": drivers.source()}
+    details = {
+        "driver": driver["version"],
+        "driver_branch": drivers.branch_of(driver["version"]),
+        "torch_cuda": torch_info["cuda"],
+        "needs_branch": verdict.floor.branch,
+        "facts": drivers.source(),
+    }
     if verdict.ok:
-        return Check("environment", "driver", Status.PASS, f"{verdict.summary}: OK ({where})", details=details)
+        return Check(
+            "environment", "driver", Status.PASS, f"{verdict.summary}: OK ({where})", details=details
+        )
     if torch_info.get("cuda_available"):  # forward compatibility (cuda-compat) makes it work anyway
-        return Check("environment", "driver", Status.WARN,
-                     f"{verdict.summary}, yet torch sees the GPU (CUDA forward compatibility in use?); "
-                     f"{verdict.fix()}", details=details)
-    return Check("environment", "driver", Status.FAIL,
-                 f"driver too old for this torch's CUDA {torch_info['cuda']}: {verdict.summary} ({where}), so torch "
-                 f"sees no CUDA device; {verdict.fix()}", details=details)
+        return Check(
+            "environment",
+            "driver",
+            Status.WARN,
+            f"{verdict.summary}, yet torch sees the GPU (CUDA forward compatibility in use?); "
+            f"{verdict.fix()}",
+            details=details,
+        )
+    return Check(
+        "environment",
+        "driver",
+        Status.FAIL,
+        f"driver too old for this torch's CUDA {torch_info['cuda']}: {verdict.summary} ({where}), so torch "
+        f"sees no CUDA device; {verdict.fix()}",
+        details=details,
+    )
 
 
 def _checks(env: dict[str, Any]) -> list[Check]:
-    checks = [Check("environment", "python", Status.INFO,
-                    f"Python {env['python']['version']} ({env['python']['executable']})")]
+    checks = [
+        Check(
+            "environment",
+            "python",
+            Status.INFO,
+            f"Python {env['python']['version']} ({env['python']['executable']})",
+        )
+    ]
     torch_info = env["torch"]
     if torch_info is None:
-        checks.append(Check("environment", "torch", Status.FAIL,
-                            f"torch is not importable ({env['torch_error']}); install the image's torch first"))
+        checks.append(
+            Check(
+                "environment",
+                "torch",
+                Status.FAIL,
+                f"torch is not importable ({env['torch_error']}); install the image's torch first",
+            )
+        )
         return checks
-    checks.append(Check(
-        "environment", "torch", Status.PASS,
-        f"torch {torch_info['version']} (CUDA {torch_info['cuda'] or 'none: CPU-only build'},"
-        f" C++11 ABI {torch_info['cxx11_abi']}, archs {' '.join(torch_info['arch_list']) or 'none'})",
-        details={k: torch_info[k] for k in ("version", "cuda", "cxx11_abi", "arch_list")},
-    ))
+    checks.append(
+        Check(
+            "environment",
+            "torch",
+            Status.PASS,
+            f"torch {torch_info['version']} (CUDA {torch_info['cuda'] or 'none: CPU-only build'},"
+            f" C++11 ABI {torch_info['cxx11_abi']}, archs {' '.join(torch_info['arch_list']) or 'none'})",
+            details={k: torch_info[k] for k in ("version", "cuda", "cxx11_abi", "arch_list")},
+        )
+    )
     gpu = torch_info["gpu"]
     if gpu:
         others = _other_gpus(torch_info)
-        checks.append(Check(
-            "environment", "gpu", Status.PASS,
-            f"{gpu['name']}, compute capability {gpu['capability']} ({gpu['sm']}),"
-            f" {gpu['memory_gib']} GiB, {torch_info['device_count']} device(s)" + (f"; {others}" if others else ""),
-            details=dict(gpu),
-        ))
+        checks.append(
+            Check(
+                "environment",
+                "gpu",
+                Status.PASS,
+                f"{gpu['name']}, compute capability {gpu['capability']} ({gpu['sm']}),"
+                f" {gpu['memory_gib']} GiB, {torch_info['device_count']} device(s)"
+                + (f"; {others}" if others else ""),
+                details=dict(gpu),
+            )
+        )
         archs = torch_info["arch_list"]
         if archs and gpu["sm"] not in archs and not _ptx_covers(archs, capability(env)):
-            checks.append(Check(
-                "environment", "torch_arch", Status.WARN,
-                f"torch's own kernels are built for {' '.join(archs)}, not {gpu['sm']}: install a torch wheel for this GPU",
-            ))
+            checks.append(
+                Check(
+                    "environment",
+                    "torch_arch",
+                    Status.WARN,
+                    f"torch's own kernels are built for {' '.join(archs)}, not {gpu['sm']}: install a torch wheel for this GPU",
+                )
+            )
     elif torch_info["cuda"] is None:
-        checks.append(Check(
-            "environment", "gpu", Status.WARN,
-            "torch is a CPU-only build: no CUDA device can be used; Apex's CUDA extensions need a CUDA build of torch",
-        ))
+        checks.append(
+            Check(
+                "environment",
+                "gpu",
+                Status.WARN,
+                "torch is a CPU-only build: no CUDA device can be used; Apex's CUDA extensions need a CUDA build of torch",
+            )
+        )
     elif driver_too_old(env):
-        checks.append(Check("environment", "gpu", Status.WARN,
-                            f"no CUDA device usable: the NVIDIA driver {env['driver']['version']} is too old for "
-                            f"CUDA {torch_info['cuda']} (see environment.driver); GPU layers cannot run here"))
+        checks.append(
+            Check(
+                "environment",
+                "gpu",
+                Status.WARN,
+                f"no CUDA device usable: the NVIDIA driver {env['driver']['version']} is too old for "
+                f"CUDA {torch_info['cuda']} (see environment.driver); GPU layers cannot run here",
+            )
+        )
     else:
         reason = torch_info.get("cuda_error") or "torch.cuda.is_available() is False"
-        checks.append(Check("environment", "gpu", Status.WARN,
-                            f"no CUDA device visible ({reason}); GPU layers cannot run here"))
+        checks.append(
+            Check(
+                "environment",
+                "gpu",
+                Status.WARN,
+                f"no CUDA device visible ({reason}); GPU layers cannot run here",
+            )
+        )
     checks.append(_driver_check(env))
     for tool in ("nvcc", "gcc"):
         info = env[tool]
-        checks.append(Check(
-            "environment", tool, Status.INFO,
-            f"{tool} {info['version']} at {info['path']}" if info else f"{tool} not found (normal in runtime images)",
-        ))
+        checks.append(
+            Check(
+                "environment",
+                tool,
+                Status.INFO,
+                f"{tool} {info['version']} at {info['path']}"
+                if info
+                else f"{tool} not found (normal in runtime images)",
+            )
+        )
     return checks
 
 

@@ -42,9 +42,12 @@ def parse_required(values: list[str] | None) -> tuple[str, ...]:
             resolved.append(lowered[name.lower()])
         else:
             hint = did_you_mean(name, known, n=2) or (
-                f"known features: {', '.join(module_map.default_required_features())}, ...")
-            raise RequireError(f"--require {shown(name, quote=False)}: unknown feature or module; {hint}"
-                               " (see `verify --help` for the list)")
+                f"known features: {', '.join(module_map.default_required_features())}, ..."
+            )
+            raise RequireError(
+                f"--require {shown(name, quote=False)}: unknown feature or module; {hint}"
+                " (see `verify --help` for the list)"
+            )
     return tuple(dict.fromkeys(resolved))
 
 
@@ -76,9 +79,14 @@ def _module_problem(ext: ExtensionResult | None, name: str, apex_kind: str) -> s
     return None
 
 
-def expectation_checks(required: tuple[str, ...], extensions: list[ExtensionResult],
-                       entry_points: dict[str, dict[str, Any]], manifest: BuildManifest | None,
-                       arch_fix: str | None = None, apex_kind: str = "nvidia") -> list[Check]:
+def expectation_checks(
+    required: tuple[str, ...],
+    extensions: list[ExtensionResult],
+    entry_points: dict[str, dict[str, Any]],
+    manifest: BuildManifest | None,
+    arch_fix: str | None = None,
+    apex_kind: str = "nvidia",
+) -> list[Check]:
     """entry_points: feature -> import-probe result for its Python entry point."""
     by_name = {e.module: e for e in extensions}
     module_names = {m.name for m in module_map.modules()}
@@ -88,16 +96,31 @@ def expectation_checks(required: tuple[str, ...], extensions: list[ExtensionResu
         problems = [p for m in mods if (p := _module_problem(by_name.get(m), m, apex_kind))]
         entry = entry_points.get(item)
         if entry is not None and entry.get("status") != "ok" and not problems:
-            problems.append(f"{module_map.feature_import_path(item)} does not resolve"
-                            f" ({entry.get('exc_type')}: {entry.get('message')})")
+            problems.append(
+                f"{module_map.feature_import_path(item)} does not resolve"
+                f" ({entry.get('exc_type')}: {entry.get('message')})"
+            )
         if problems:
             fix = f"; {arch_fix}" if arch_fix and any("no code for this GPU" in p for p in problems) else ""
-            checks.append(Check("expectations", f"feature.{item}", Status.FAIL,
-                                f"{item} unusable: {'; '.join(problems)}{fix}",
-                                details={"modules": list(mods), "problems": problems}))
+            checks.append(
+                Check(
+                    "expectations",
+                    f"feature.{item}",
+                    Status.FAIL,
+                    f"{item} unusable: {'; '.join(problems)}{fix}",
+                    details={"modules": list(mods), "problems": problems},
+                )
+            )
         else:
-            checks.append(Check("expectations", f"feature.{item}", Status.PASS,
-                                f"{item} usable ({', '.join(mods)})", details={"modules": list(mods)}))
+            checks.append(
+                Check(
+                    "expectations",
+                    f"feature.{item}",
+                    Status.PASS,
+                    f"{item} usable ({', '.join(mods)})",
+                    details={"modules": list(mods)},
+                )
+            )
     if manifest is not None:
         checks.extend(_manifest_checks(manifest, by_name))
     return checks
@@ -109,21 +132,39 @@ def _manifest_checks(manifest: BuildManifest, by_name: dict[str, ExtensionResult
     known = {m.name for m in module_map.modules()}
     unknown = [m for m in expected if m not in known]
     if unknown:
-        checks.append(Check("expectations", "manifest.unknown_modules", Status.WARN,
-                            f"the manifest expects modules this verify does not know: {', '.join(unknown)}"
-                            " (a newer Apex? they are still import-checked)"))
+        checks.append(
+            Check(
+                "expectations",
+                "manifest.unknown_modules",
+                Status.WARN,
+                f"the manifest expects modules this verify does not know: {', '.join(unknown)}"
+                " (a newer Apex? they are still import-checked)",
+            )
+        )
     bad = {m: by_name[m].status if m in by_name else "missing" for m in expected}
     bad = {m: s for m, s in bad.items() if s != "ok"}
     skipped = manifest.skipped_extensions
     if bad:
         listed = ", ".join(f"{m} ({s})" for m, s in bad.items())
         reasons = "; ".join(f"{s.get('module')}: {s.get('warning')}" for s in skipped if isinstance(s, dict))
-        checks.append(Check("expectations", "manifest.expected_modules", Status.FAIL,
-                            f"{len(bad)} of {len(expected)} modules the build expected are not usable: {listed}"
-                            + (f"; build warnings: {reasons}" if reasons else ""),
-                            details={"expected": expected, "not_usable": bad}))
+        checks.append(
+            Check(
+                "expectations",
+                "manifest.expected_modules",
+                Status.FAIL,
+                f"{len(bad)} of {len(expected)} modules the build expected are not usable: {listed}"
+                + (f"; build warnings: {reasons}" if reasons else ""),
+                details={"expected": expected, "not_usable": bad},
+            )
+        )
     else:
-        checks.append(Check("expectations", "manifest.expected_modules", Status.PASS,
-                            f"all {len(expected)} modules the build manifest expects import",
-                            details={"expected": expected}))
+        checks.append(
+            Check(
+                "expectations",
+                "manifest.expected_modules",
+                Status.PASS,
+                f"all {len(expected)} modules the build manifest expects import",
+                details={"expected": expected},
+            )
+        )
     return checks

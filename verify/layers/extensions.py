@@ -38,11 +38,14 @@ _UNDEFINED = re.compile(r"undefined symbol: (\S+)")
 
 
 # ----------------------------------------------------------------------------- child-process runner
-PROBE_STARTUP_S = 300.0  # the probe child's start and torch import; a cold torch import on a loaded node: ~30 s
+PROBE_STARTUP_S = (
+    300.0  # the probe child's start and torch import; a cold torch import on a loaded node: ~30 s
+)
 
 
-def probe(tasks: list[dict[str, str]], *, timeout_s: float, cancel: threading.Event | None = None
-          ) -> dict[str, dict[str, Any]]:
+def probe(
+    tasks: list[dict[str, str]], *, timeout_s: float, cancel: threading.Event | None = None
+) -> dict[str, dict[str, Any]]:
     """Run import tasks ({"id", "op": "import"|"attr", "target"}) in child processes; results by id."""
     source = resources.read_text(_PROBE_SOURCE)
     results: dict[str, dict[str, Any]] = {}
@@ -55,25 +58,41 @@ def probe(tasks: list[dict[str, str]], *, timeout_s: float, cancel: threading.Ev
         if len(results) == done_before:  # the child could not even start: no point retrying
             said = f": {' | '.join(tail)}" if tail else ""
             for task in pending:
-                results[task["id"]] = {"status": "error", "exc_type": "ProbeError",
-                                       "message": f"the import probe process failed to start (or to import torch "
-                                       f"within {max(timeout_s, PROBE_STARTUP_S):g} s){said}"}
+                results[task["id"]] = {
+                    "status": "error",
+                    "exc_type": "ProbeError",
+                    "message": f"the import probe process failed to start (or to import torch "
+                    f"within {max(timeout_s, PROBE_STARTUP_S):g} s){said}",
+                }
             break
     if torch_error:  # every extension links against torch: its own failure is the first thing to fix
         for result in results.values():
             if result.get("status") == "error":
-                result["message"] = f"{result.get('message', '')} (torch itself failed to import: {torch_error})"
+                result["message"] = (
+                    f"{result.get('message', '')} (torch itself failed to import: {torch_error})"
+                )
     return results
 
 
-def _probe_once(source: str, tasks: list[dict[str, str]], results: dict[str, dict[str, Any]],
-                timeout_s: float, cancel: threading.Event | None) -> tuple[list[str], str | None]:
+def _probe_once(
+    source: str,
+    tasks: list[dict[str, str]],
+    results: dict[str, dict[str, Any]],
+    timeout_s: float,
+    cancel: threading.Event | None,
+) -> tuple[list[str], str | None]:
     """One child process; fills `results`. Returns the child's last output lines and torch's import error."""
     torch_error: str | None = None
     # its own process group, killed with verify (Ctrl-C, SIGTERM); results on a pipe, not stdout, which
     # extension code may print to
-    child = JsonLinesChild([sys.executable, "-c", source], label="import-probe", events_on_fd=True,
-                           stdin_pipe=True, is_event=lambda _message: True, tail_chars=None)
+    child = JsonLinesChild(
+        [sys.executable, "-c", source],
+        label="import-probe",
+        events_on_fd=True,
+        stdin_pipe=True,
+        is_event=lambda _message: True,
+        tail_chars=None,
+    )
     current: str | None = None
     # the first task starts after Python's start and `import torch` in the child (seconds, more on a busy
     # host): that gets its own allowance, so --check-timeout measures the imports it names,
@@ -106,13 +125,22 @@ def _probe_once(source: str, tasks: list[dict[str, str]], results: dict[str, dic
     tail = log.strip().splitlines()[-5:]
     if current is not None and current not in results:
         if timed_out:
-            results[current] = {"status": "error", "exc_type": "Timeout",
-                                "message": f"importing took longer than {timeout_s:g} s (--check-timeout)"}
+            results[current] = {
+                "status": "error",
+                "exc_type": "Timeout",
+                "message": f"importing took longer than {timeout_s:g} s (--check-timeout)",
+            }
         else:
-            how = f"signal {-returncode}" if returncode is not None and returncode < 0 else f"exit code {returncode}"
-            results[current] = {"status": "error", "exc_type": "Crash",
-                                "message": f"the importing process died ({how})" + (
-                                    f": {' | '.join(tail)}" if tail else "")}
+            how = (
+                f"signal {-returncode}"
+                if returncode is not None and returncode < 0
+                else f"exit code {returncode}"
+            )
+            results[current] = {
+                "status": "error",
+                "exc_type": "Crash",
+                "message": f"the importing process died ({how})" + (f": {' | '.join(tail)}" if tail else ""),
+            }
     return tail, torch_error
 
 
@@ -133,9 +161,15 @@ class ExtensionResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "module": self.module, "flag": self.flag, "kind": self.kind, "status": self.status,
-            "path": self.path, "origin": self.origin, "error": self.error,
-            "demangled_symbol": self.demangled_symbol, "arch": self.arch,
+            "module": self.module,
+            "flag": self.flag,
+            "kind": self.kind,
+            "status": self.status,
+            "path": self.path,
+            "origin": self.origin,
+            "error": self.error,
+            "demangled_symbol": self.demangled_symbol,
+            "arch": self.arch,
         }
 
 
@@ -147,8 +181,15 @@ def demangle(symbol: str) -> str:
     tool = shutil.which("c++filt")
     if tool:
         try:
-            done = subprocess.run([tool], input=symbol.replace("\n", " ") + "\n", capture_output=True, text=True,
-                                  timeout=5, check=False, errors="replace")
+            done = subprocess.run(
+                [tool],
+                input=symbol.replace("\n", " ") + "\n",
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=False,
+                errors="replace",
+            )
             if done.returncode == 0 and done.stdout.strip():
                 return done.stdout.strip()
         except (OSError, subprocess.TimeoutExpired):
@@ -195,8 +236,15 @@ def classify(name: str, result: dict[str, Any]) -> ExtensionResult:
         flag, kind, cuda, features = None, "unknown", True, ()
     path = result.get("file") or result.get("origin")
     path = path if path and path not in ("built-in", "frozen") else None
-    found: dict[str, Any] = {"module": name, "flag": flag, "kind": kind, "cuda": cuda, "path": path,
-             "origin": str(Path(path).parent) if path else None, "features": features}
+    found: dict[str, Any] = {
+        "module": name,
+        "flag": flag,
+        "kind": kind,
+        "cuda": cuda,
+        "path": path,
+        "origin": str(Path(path).parent) if path else None,
+        "features": features,
+    }
     if result.get("status") == "ok":
         return ExtensionResult(status="ok", **found)
     if result.get("status") == "missing":
@@ -205,8 +253,9 @@ def classify(name: str, result: dict[str, Any]) -> ExtensionResult:
     undefined = _UNDEFINED.search(message)
     missing_lib = _MISSING_LIB.search(message)
     if undefined:
-        return ExtensionResult(status="undefined_symbol", error=message, demangled_symbol=demangle(undefined.group(1)),
-                               **found)
+        return ExtensionResult(
+            status="undefined_symbol", error=message, demangled_symbol=demangle(undefined.group(1)), **found
+        )
     if missing_lib and _CUDA_LIB.match(missing_lib.group(1)):
         status = "missing_cuda_library"
     elif result.get("exc_type") == "ModuleNotFoundError" and f"'{name}'" in message:
@@ -225,16 +274,22 @@ def _fix_for(ext: ExtensionResult, apex_kind: str = "nvidia") -> str:
         flag = f"{ext.flag}=1" if ext.flag else "its build flag"
         return f"not built (Python-only fallback): rebuild Apex with {flag}"
     if ext.status == "undefined_symbol":
-        return (f"undefined symbol {ext.demangled_symbol}: built against another torch;"
-                " rebuild Apex against the torch in this image")
+        return (
+            f"undefined symbol {ext.demangled_symbol}: built against another torch;"
+            " rebuild Apex against the torch in this image"
+        )
     if ext.status == "missing_cuda_library":
         lib = _MISSING_LIB.search(ext.error or "")
-        return (f"missing CUDA library {lib.group(1) if lib else ''}: built for another CUDA, or the runtime"
-                " libraries are not on the loader path; use a matching CUDA runtime image")
+        return (
+            f"missing CUDA library {lib.group(1) if lib else ''}: built for another CUDA, or the runtime"
+            " libraries are not on the loader path; use a matching CUDA runtime image"
+        )
     return f"import failed: {ext.error}"
 
 
-def extension_checks(results: list[ExtensionResult], expected: set[str], apex_kind: str = "nvidia") -> list[Check]:
+def extension_checks(
+    results: list[ExtensionResult], expected: set[str], apex_kind: str = "nvidia"
+) -> list[Check]:
     """One check per module: PASS when it imports; FAIL when broken, or expected and missing. `apex_kind`
     (identity.locate): with no NVIDIA Apex at all a missing module is "not installed", not a fallback."""
     present_flags = {e.flag for e in results if e.status != "missing"}
@@ -248,7 +303,10 @@ def extension_checks(results: list[ExtensionResult], expected: set[str], apex_ki
         elif ext.status == "missing" and ext.module in expected:
             status, summary = Status.FAIL, f"missing{needed_by}: {_fix_for(ext, apex_kind)}"
         elif ext.status == "missing" and ext.flag in present_flags and ext.kind == "core":
-            status, summary = Status.WARN, f"missing although other {ext.flag} modules are built: partial build"
+            status, summary = (
+                Status.WARN,
+                f"missing although other {ext.flag} modules are built: partial build",
+            )
         elif ext.status == "missing":
             not_built.setdefault(ext.flag or "unknown flag", []).append(ext.module)
             continue
@@ -258,7 +316,13 @@ def extension_checks(results: list[ExtensionResult], expected: set[str], apex_ki
     if not_built:
         count = sum(len(v) for v in not_built.values())
         listed = ", ".join(f"{flag} ({len(mods)})" for flag, mods in not_built.items())
-        checks.append(Check("extensions", "not_built", Status.SKIP,
-                            f"{count} optional modules not built, by flag: {listed}; names in the JSON report",
-                            details={"by_flag": not_built}))
+        checks.append(
+            Check(
+                "extensions",
+                "not_built",
+                Status.SKIP,
+                f"{count} optional modules not built, by flag: {listed}; names in the JSON report",
+                details={"by_flag": not_built},
+            )
+        )
     return checks

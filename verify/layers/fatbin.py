@@ -119,7 +119,9 @@ def _elf_sections(handle, path: Path) -> dict[str, tuple[int, int, int]]:
     if len(ident) < 64 or ident[:4] != b"\x7fELF":
         raise FatbinError(f"{path}: not an ELF file")
     if ident[4] != 2 or ident[5] != 1:
-        raise FatbinError(f"{path}: only little-endian ELF64 is supported (class {ident[4]}, data {ident[5]})")
+        raise FatbinError(
+            f"{path}: only little-endian ELF64 is supported (class {ident[4]}, data {ident[5]})"
+        )
     shoff = struct.unpack_from("<Q", ident, 0x28)[0]
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", ident, 0x3A)
     if shoff == 0 or shnum == 0:

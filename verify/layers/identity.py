@@ -39,7 +39,9 @@ def _distribution(package_dir: Path) -> importlib.metadata.Distribution | None:
     for dist in dists:
         top = (dist.read_text("top_level.txt") or "").split()
         base = Path(str(dist.locate_file("")))
-        if (base / "apex").resolve() == package_dir.resolve() or ("apex" in top and base == package_dir.parent):
+        if (base / "apex").resolve() == package_dir.resolve() or (
+            "apex" in top and base == package_dir.parent
+        ):
             return dist
         direct = _direct_url(dist)
         url = (direct or {}).get("url", "")
@@ -62,8 +64,13 @@ def _git_head(directory: Path) -> str | None:
     if not git or not directory.is_dir():
         return None
     try:
-        done = subprocess.run([git, "-C", str(directory), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=3, check=False)
+        done = subprocess.run(
+            [git, "-C", str(directory), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=3,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     sha = done.stdout.strip()
@@ -93,16 +100,26 @@ def locate() -> dict[str, Any]:
         "installed": True,
         "kind": kind,
         "path": str(package_dir),
-        "distribution": {"name": dist.metadata["Name"], "version": dist.version, "summary": summary,
-                         "location": str(dist.locate_file(""))} if dist else None,
+        "distribution": {
+            "name": dist.metadata["Name"],
+            "version": dist.version,
+            "summary": summary,
+            "location": str(dist.locate_file("")),
+        }
+        if dist
+        else None,
         "direct_url": direct,
         # apex.contrib.fmha -> <package>/contrib/fmha: the legacy APIs an older build still carries
-        "legacy_apis": {api: package_dir.joinpath(*api.split(".")[1:]).exists() for api in module_map.legacy_apis()},
+        "legacy_apis": {
+            api: package_dir.joinpath(*api.split(".")[1:]).exists() for api in module_map.legacy_apis()
+        },
     }
     return info
 
 
-def resolve_commit(info: dict[str, Any], manifest: BuildManifest | None) -> tuple[str | None, str | None, list[str]]:
+def resolve_commit(
+    info: dict[str, Any], manifest: BuildManifest | None
+) -> tuple[str | None, str | None, list[str]]:
     """(commit, where it came from, disagreements): manifest, then pip's direct_url.json, then git."""
     candidates: list[tuple[str, str]] = []
     if manifest and manifest.commit:
@@ -137,30 +154,63 @@ class IdentityLayer:
     checks: tuple[Check, ...]
 
 
-def identity_layer(info: dict[str, Any], apex_import: dict[str, Any] | None, manifest: BuildManifest | None,
-                   extensions: Sequence[ExtensionResult]) -> IdentityLayer:
+def identity_layer(
+    info: dict[str, Any],
+    apex_import: dict[str, Any] | None,
+    manifest: BuildManifest | None,
+    extensions: Sequence[ExtensionResult],
+) -> IdentityLayer:
     """The identity checks, and locate()'s `info` extended with what they found (a new dict; info stays)."""
     apex = dict(info)
     checks: list[Check] = []
     kind = info["kind"]
     if kind == "not_installed":
-        checks.append(Check("identity", "apex", Status.FAIL,
-                            f"apex is not installed (no 'apex' package on sys.path); install NVIDIA Apex from {NVIDIA_APEX_URL}"))
+        checks.append(
+            Check(
+                "identity",
+                "apex",
+                Status.FAIL,
+                f"apex is not installed (no 'apex' package on sys.path); install NVIDIA Apex from {NVIDIA_APEX_URL}",
+            )
+        )
         return IdentityLayer(apex, tuple(checks))
     dist = info.get("distribution") or {}
-    label = f"{dist.get('name', 'apex')} {dist.get('version', '?')}" if dist else "no package metadata: a source tree on sys.path"
+    label = (
+        f"{dist.get('name', 'apex')} {dist.get('version', '?')}"
+        if dist
+        else "no package metadata: a source tree on sys.path"
+    )
     if kind == "pypi_unrelated":
-        checks.append(Check("identity", "apex", Status.FAIL,
-                            f"{info['path']} is the unrelated PyPI package {label} ({dist.get('summary') or 'Pyramid toolkit'}),"
-                            f" not NVIDIA Apex: pip uninstall -y apex, then build NVIDIA Apex from {NVIDIA_APEX_URL}",
-                            details={"kind": kind, "path": info["path"]}))
+        checks.append(
+            Check(
+                "identity",
+                "apex",
+                Status.FAIL,
+                f"{info['path']} is the unrelated PyPI package {label} ({dist.get('summary') or 'Pyramid toolkit'}),"
+                f" not NVIDIA Apex: pip uninstall -y apex, then build NVIDIA Apex from {NVIDIA_APEX_URL}",
+                details={"kind": kind, "path": info["path"]},
+            )
+        )
     elif kind == "unknown":
-        checks.append(Check("identity", "apex", Status.FAIL,
-                            f"{info['path']} is a package named apex that is not NVIDIA Apex (no apex/optimizers,"
-                            f" apex/normalization); remove it and install NVIDIA Apex from {NVIDIA_APEX_URL}"))
+        checks.append(
+            Check(
+                "identity",
+                "apex",
+                Status.FAIL,
+                f"{info['path']} is a package named apex that is not NVIDIA Apex (no apex/optimizers,"
+                f" apex/normalization); remove it and install NVIDIA Apex from {NVIDIA_APEX_URL}",
+            )
+        )
     else:
-        checks.append(Check("identity", "apex", Status.PASS, f"NVIDIA Apex ({label}) at {info['path']}",
-                            details={"kind": kind, "path": info["path"]}))
+        checks.append(
+            Check(
+                "identity",
+                "apex",
+                Status.PASS,
+                f"NVIDIA Apex ({label}) at {info['path']}",
+                details={"kind": kind, "path": info["path"]},
+            )
+        )
 
     apex["import"] = apex_import
     if apex_import is not None and apex_import.get("status") != "ok":
@@ -175,22 +225,41 @@ def identity_layer(info: dict[str, Any], apex_import: dict[str, Any] | None, man
     commit, source, disagree = resolve_commit(info, manifest)
     apex["commit"], apex["commit_source"] = commit, source
     if commit is None:
-        checks.append(Check("identity", "commit", Status.WARN,
-                            f"Apex commit unknown ({'the build manifest records none' if manifest else 'no build manifest'}"
-                            ", no VCS metadata); the version is always 0.1, so build from a git checkout with"
-                            " toolchain's apex builder to record it"))
+        checks.append(
+            Check(
+                "identity",
+                "commit",
+                Status.WARN,
+                f"Apex commit unknown ({'the build manifest records none' if manifest else 'no build manifest'}"
+                ", no VCS metadata); the version is always 0.1, so build from a git checkout with"
+                " toolchain's apex builder to record it",
+            )
+        )
     elif disagree:
-        checks.append(Check("identity", "commit", Status.WARN,
-                            f"commit {commit[:12]} from {source}, but {'; '.join(disagree)}: the manifest and the"
-                            " installed package come from different builds"))
+        checks.append(
+            Check(
+                "identity",
+                "commit",
+                Status.WARN,
+                f"commit {commit[:12]} from {source}, but {'; '.join(disagree)}: the manifest and the"
+                " installed package come from different builds",
+            )
+        )
     else:
         checks.append(Check("identity", "commit", Status.INFO, f"commit {commit[:12]} (from {source})"))
 
     legacy = module_map.legacy_apis()
     for api, present in info["legacy_apis"].items():
-        checks.append(Check("identity", f"legacy.{api}", Status.INFO,
-                            f"{api} present (an older Apex): {legacy[api]}" if present
-                            else f"{api} absent: {legacy[api]}"))
+        checks.append(
+            Check(
+                "identity",
+                f"legacy.{api}",
+                Status.INFO,
+                f"{api} present (an older Apex): {legacy[api]}"
+                if present
+                else f"{api} absent: {legacy[api]}",
+            )
+        )
 
     elsewhere, check = _mixed_install(info, extensions)
     apex["mixed_install"] = elsewhere
@@ -198,18 +267,36 @@ def identity_layer(info: dict[str, Any], apex_import: dict[str, Any] | None, man
     return IdentityLayer(apex, tuple(checks))
 
 
-def _mixed_install(info: dict[str, Any], extensions: Sequence[ExtensionResult]) -> tuple[dict[str, str], Check]:
+def _mixed_install(
+    info: dict[str, Any], extensions: Sequence[ExtensionResult]
+) -> tuple[dict[str, str], Check]:
     """Apex's compiled modules install as top-level modules next to the `apex` package directory."""
     home = Path(info["path"]).parent.resolve()
-    elsewhere = {e.module: e.origin for e in extensions
-                 if e.origin and Path(e.origin).resolve() != home and e.status != "missing"}
+    elsewhere = {
+        e.module: e.origin
+        for e in extensions
+        if e.origin and Path(e.origin).resolve() != home and e.status != "missing"
+    }
     if not any(e.origin and e.status != "missing" for e in extensions):
-        return elsewhere, Check("identity", "mixed_install", Status.SKIP,
-                                "no compiled Apex module found to compare with the package")
+        return elsewhere, Check(
+            "identity",
+            "mixed_install",
+            Status.SKIP,
+            "no compiled Apex module found to compare with the package",
+        )
     if not elsewhere:
-        return elsewhere, Check("identity", "mixed_install", Status.PASS,
-                                f"apex and its compiled modules come from one place ({home})")
+        return elsewhere, Check(
+            "identity",
+            "mixed_install",
+            Status.PASS,
+            f"apex and its compiled modules come from one place ({home})",
+        )
     listed = ", ".join(f"{m} from {o}" for m, o in sorted(elsewhere.items()))
-    return elsewhere, Check("identity", "mixed_install", Status.WARN,
-                            f"mixed install: the apex package is in {home}, but {listed}; uninstall the stale copy so"
-                            " Python code and compiled kernels come from one build", details={"elsewhere": elsewhere})
+    return elsewhere, Check(
+        "identity",
+        "mixed_install",
+        Status.WARN,
+        f"mixed install: the apex package is in {home}, but {listed}; uninstall the stale copy so"
+        " Python code and compiled kernels come from one build",
+        details={"elsewhere": elsewhere},
+    )

@@ -31,8 +31,9 @@ def _import_module(name: str) -> dict:
     except BaseException as exc:  # SystemExit from a module body is a finding too
         result.update(_error(exc))
         return result
-    result.update(status="ok", file=getattr(module, "__file__", None),
-                  version=getattr(module, "__version__", None))
+    result.update(
+        status="ok", file=getattr(module, "__file__", None), version=getattr(module, "__version__", None)
+    )
     return result
 
 

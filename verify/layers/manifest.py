@@ -21,7 +21,9 @@ from verify.runtime import input_files, values
 MANIFEST_VERSION = "1"
 ENV_VAR = "APEX_BUILD_MANIFEST"
 DEFAULT_PATH = Path(values.IMAGE.manifest)
-DIST_INFO_NAME = values.MANIFEST_NAME  # the copy inside a wheel's .dist-info (toolchain/builder/wheel_identity.py)
+DIST_INFO_NAME = (
+    values.MANIFEST_NAME
+)  # the copy inside a wheel's .dist-info (toolchain/builder/wheel_identity.py)
 INSTALLED_ORIGIN = "the installed wheel"
 
 
@@ -71,8 +73,11 @@ class _Part:
         object.__setattr__(self, "data", self.to_json())
 
     def to_json(self) -> dict[str, Any]:
-        typed = {name: getattr(self, name) for name in self._TYPED
-                 if name in self.data or getattr(self, name) is not None}
+        typed = {
+            name: getattr(self, name)
+            for name in self._TYPED
+            if name in self.data or getattr(self, name) is not None
+        }
         return {**self.data, **typed}
 
     @classmethod
@@ -129,8 +134,17 @@ class BuildStats(_Part):
     timing: Mapping[str, Any] | None = None
     data: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
-    _TYPED = ("started_at", "wall_s", "peak_rss_mb", "host", "cores", "wheel", "wheel_sha256", "wheel_as_built",
-              "timing")
+    _TYPED = (
+        "started_at",
+        "wall_s",
+        "peak_rss_mb",
+        "host",
+        "cores",
+        "wheel",
+        "wheel_sha256",
+        "wheel_as_built",
+        "timing",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +154,7 @@ class BuildManifest:
     Its parts are typed (Versions, Parallelism, BuildStats); fields a reader does not use stay as JSON
     values (flag style, inputs); keys this version does not know (a newer builder's) ride along in `extra`.
     """
+
     # in the order the builder writes them
     apex: Mapping[str, str | None] = dataclasses.field(default_factory=dict)  # commit, ref, source, version
     flags: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -154,7 +169,9 @@ class BuildManifest:
     build: BuildStats = BuildStats()
     cell: str | None = None
     inputs: Mapping[str, Any] | None = None
-    wheel_identity: Mapping[str, str] | None = None  # version, local, torch_requirement, stack (the wheel's name)
+    wheel_identity: Mapping[str, str] | None = (
+        None  # version, local, torch_requirement, stack (the wheel's name)
+    )
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
@@ -169,8 +186,13 @@ class BuildManifest:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         data: dict[str, Any] = {"manifest_version": MANIFEST_VERSION}
         for name, value in fields.items():
-            data[name] = list(value) if isinstance(value, tuple) else value.to_json() if isinstance(value, _Part) \
+            data[name] = (
+                list(value)
+                if isinstance(value, tuple)
+                else value.to_json()
+                if isinstance(value, _Part)
                 else value
+            )
         return {**data, **self.extra}
 
     @classmethod
@@ -184,32 +206,59 @@ class BuildManifest:
         for name, part in (("versions", Versions), ("parallelism", Parallelism), ("build", BuildStats)):
             if name in given:
                 given[name] = part.from_json(given[name])
-        return cls(**given, extra={k: v for k, v in data.items() if k not in known and k != "manifest_version"})
+        return cls(
+            **given, extra={k: v for k, v in data.items() if k not in known and k != "manifest_version"}
+        )
 
 
 _TEXT = ft.Nullable(ft.STR)
 # What the apex builder writes (toolchain/builder/apex_builder.py), field by field; keys not listed (a newer
 # builder's) are allowed, within the checker's depth and size limits.
-SHAPE = ft.Record({
-    "manifest_version": ft.STR,
-    "apex": ft.Record({"commit": _TEXT, "ref": _TEXT, "source": _TEXT, "version": _TEXT}),
-    "flags": ft.MapOf(ft.STR),
-    "expected_modules": ft.ListOf(ft.STR),
-    "built_modules": ft.ListOf(ft.STR),
-    "skipped_extensions": ft.ListOf(ft.Record({"module": ft.STR, "warning": ft.STR})),
-    "arch_list": _TEXT,
-    "versions": ft.Record({"torch": _TEXT, "torch_cuda": _TEXT, "nvcc": _TEXT, "gcc": _TEXT, "python": _TEXT,
-                           "cxx11_abi": ft.Nullable(ft.BOOL)}),
-    "parallelism": ft.Record({"max_jobs": ft.INT, "nvcc_threads": ft.INT, "apex_parallel_build": ft.INT,
-                              "reason": ft.STR}),
-    "build": ft.Record({"started_at": _TEXT, "wall_s": ft.Nullable(ft.FLOAT), "peak_rss_mb": ft.Nullable(ft.FLOAT),
-                        "host": _TEXT, "cores": ft.Nullable(ft.INT), "wheel": _TEXT, "wheel_sha256": _TEXT,
-                        "wheel_as_built": _TEXT, "timing": ft.Nullable(ft.MapOf(ft.ANY))}),
-    "cell": _TEXT,
-    "inputs": ft.Record({"base_image": _TEXT, "base_image_digest": _TEXT, "torch_wheel_sha256": ft.MapOf(ft.STR)}),
-    "wheel_identity": ft.Nullable(ft.Record({"version": ft.STR, "local": ft.STR, "torch_requirement": ft.STR,
-                                             "stack": ft.STR})),
-}, required=("manifest_version", "expected_modules"))
+SHAPE = ft.Record(
+    {
+        "manifest_version": ft.STR,
+        "apex": ft.Record({"commit": _TEXT, "ref": _TEXT, "source": _TEXT, "version": _TEXT}),
+        "flags": ft.MapOf(ft.STR),
+        "expected_modules": ft.ListOf(ft.STR),
+        "built_modules": ft.ListOf(ft.STR),
+        "skipped_extensions": ft.ListOf(ft.Record({"module": ft.STR, "warning": ft.STR})),
+        "arch_list": _TEXT,
+        "versions": ft.Record(
+            {
+                "torch": _TEXT,
+                "torch_cuda": _TEXT,
+                "nvcc": _TEXT,
+                "gcc": _TEXT,
+                "python": _TEXT,
+                "cxx11_abi": ft.Nullable(ft.BOOL),
+            }
+        ),
+        "parallelism": ft.Record(
+            {"max_jobs": ft.INT, "nvcc_threads": ft.INT, "apex_parallel_build": ft.INT, "reason": ft.STR}
+        ),
+        "build": ft.Record(
+            {
+                "started_at": _TEXT,
+                "wall_s": ft.Nullable(ft.FLOAT),
+                "peak_rss_mb": ft.Nullable(ft.FLOAT),
+                "host": _TEXT,
+                "cores": ft.Nullable(ft.INT),
+                "wheel": _TEXT,
+                "wheel_sha256": _TEXT,
+                "wheel_as_built": _TEXT,
+                "timing": ft.Nullable(ft.MapOf(ft.ANY)),
+            }
+        ),
+        "cell": _TEXT,
+        "inputs": ft.Record(
+            {"base_image": _TEXT, "base_image_digest": _TEXT, "torch_wheel_sha256": ft.MapOf(ft.STR)}
+        ),
+        "wheel_identity": ft.Nullable(
+            ft.Record({"version": ft.STR, "local": ft.STR, "torch_requirement": ft.STR, "stack": ft.STR})
+        ),
+    },
+    required=("manifest_version", "expected_modules"),
+)
 
 
 def _invalid(path: Path, problem: str) -> ManifestError:
@@ -227,12 +276,16 @@ def load(path: Path, origin: str) -> dict[str, Any]:
         data = input_files.read_json(path, input_files.MANIFEST)
     except input_files.InputFileError as exc:
         if exc.reason == "missing":
-            raise ManifestError(f"build manifest {path} (from {origin}) does not exist; fix the path or unset it"
-                                ) from None
+            raise ManifestError(
+                f"build manifest {path} (from {origin}) does not exist; fix the path or unset it"
+            ) from None
         if exc.reason == "bad_json":
-            raise ManifestError(f"build manifest {path} {exc.problem}; regenerate it with the apex builder") from None
-        raise ManifestError(f"build manifest {path} (from {origin}) is unreadable: it {exc.problem}; {exc.fix}"
-                            ) from None
+            raise ManifestError(
+                f"build manifest {path} {exc.problem}; regenerate it with the apex builder"
+            ) from None
+        raise ManifestError(
+            f"build manifest {path} (from {origin}) is unreadable: it {exc.problem}; {exc.fix}"
+        ) from None
     if not isinstance(data, dict):
         raise _invalid(path, "top level is not a JSON object")
     version = data.get("manifest_version")
@@ -249,7 +302,9 @@ def _minor_and_local(version: str) -> tuple[str, str]:
     return ".".join(release.split(".")[:2]), local
 
 
-def torch_mismatch(manifest: BuildManifest, running_torch: str | None, origin: str | None = None) -> str | None:
+def torch_mismatch(
+    manifest: BuildManifest, running_torch: str | None, origin: str | None = None
+) -> str | None:
     """A one-line message when the manifest was written for another torch (i.e. another image). The installed
     wheel's own manifest promises what its `torch==X.Y.*` pin does: another patch release is no mismatch,
     another minor or another CUDA build (pip ignores the local label) is."""
@@ -259,8 +314,10 @@ def torch_mismatch(manifest: BuildManifest, running_torch: str | None, origin: s
     if origin == INSTALLED_ORIGIN:
         if _minor_and_local(built_for) == _minor_and_local(running_torch):
             return None
-        return (f"the installed apex wheel was built for torch {built_for}, this Python runs torch {running_torch}; "
-                "install the wheel of this torch's stack (INDEX/torchX.Y-cuXYZ/simple) or rebuild Apex against it")
+        return (
+            f"the installed apex wheel was built for torch {built_for}, this Python runs torch {running_torch}; "
+            "install the wheel of this torch's stack (INDEX/torchX.Y-cuXYZ/simple) or rebuild Apex against it"
+        )
     return (
         f"build manifest is from another image: Apex was built for torch {built_for}, this Python runs torch"
         f" {running_torch}; pass the manifest of this image (--manifest) or rebuild Apex against this torch"

@@ -108,7 +108,9 @@ def extra_names(core_flags: tuple[str, ...] | list[str] = ()) -> dict[str, str]:
     for flag in known_flags():
         if flag not in core:
             names[flag.removeprefix("APEX_").lower()] = flag
-    names["all"] = names.pop(_raw()["contrib_all_flag"].removeprefix("APEX_").lower(), _raw()["contrib_all_flag"])
+    names["all"] = names.pop(
+        _raw()["contrib_all_flag"].removeprefix("APEX_").lower(), _raw()["contrib_all_flag"]
+    )
     for module in modules():
         if module.flag not in core:
             names.setdefault(module.name, module.flag)

@@ -41,10 +41,21 @@ def exit_code(checks: list[Check], *, environment_unavailable: bool) -> int:
     return exit_codes.OK
 
 
-def build(*, mode: str, started_at: datetime.datetime, duration_s: float, environment: dict[str, Any],
-          apex: dict[str, Any], manifest: dict[str, Any] | None, extensions: list[dict[str, Any]],
-          checks: list[Check], timings: list[dict[str, Any]], options: dict[str, Any],
-          environment_unavailable: bool = False, distributed: dict[str, Any] | None = None) -> dict[str, Any]:
+def build(
+    *,
+    mode: str,
+    started_at: datetime.datetime,
+    duration_s: float,
+    environment: dict[str, Any],
+    apex: dict[str, Any],
+    manifest: dict[str, Any] | None,
+    extensions: list[dict[str, Any]],
+    checks: list[Check],
+    timings: list[dict[str, Any]],
+    options: dict[str, Any],
+    environment_unavailable: bool = False,
+    distributed: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     summary = summarize(checks)
     code = exit_code(checks, environment_unavailable=environment_unavailable)
     report = {

@@ -13,8 +13,13 @@ from typing import Any
 from verify.layers import module_map
 
 HEADER = ("module", "flag", "imports", "SASS/PTX for this GPU", "runs here", "needed by")
-_IMPORT_WORDS = {"ok": "yes", "missing": "no: not built", "undefined_symbol": "no: undefined symbol",
-                 "missing_cuda_library": "no: CUDA library missing", "other": "no: import error"}
+_IMPORT_WORDS = {
+    "ok": "yes",
+    "missing": "no: not built",
+    "undefined_symbol": "no: undefined symbol",
+    "missing_cuda_library": "no: CUDA library missing",
+    "other": "no: import error",
+}
 _NEEDED_BY_SHOWN = 3
 
 
@@ -66,9 +71,17 @@ def rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
     gpu = ((report.get("environment") or {}).get("torch") or {}).get("gpu") or {}
     gpu_sm = gpu.get("sm")
     via = {c["name"]: (c.get("details") or {}).get("via") for c in report["checks"] if c["layer"] == "arch"}
-    return [(e["module"], e.get("flag") or "-", _IMPORT_WORDS.get(e["status"], e["status"]),
-             _code_for_gpu(e, via.get(e["module"]), gpu_sm), _runs_here(e, gpu_sm), _needed_by(e["module"]))
-            for e in report["extensions"]]
+    return [
+        (
+            e["module"],
+            e.get("flag") or "-",
+            _IMPORT_WORDS.get(e["status"], e["status"]),
+            _code_for_gpu(e, via.get(e["module"]), gpu_sm),
+            _runs_here(e, gpu_sm),
+            _needed_by(e["module"]),
+        )
+        for e in report["extensions"]
+    ]
 
 
 def text_lines(report: dict[str, Any]) -> list[str]:

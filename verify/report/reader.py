@@ -27,7 +27,9 @@ from verify.checks import Status
 from verify.runtime import field_types as ft
 from verify.runtime import input_files, resources
 
-SCHEMA_FILE = "schema/report.schema.json"  # inside the verify package (runtime/resources.py reads it, zipapp too)
+SCHEMA_FILE = (
+    "schema/report.schema.json"  # inside the verify package (runtime/resources.py reads it, zipapp too)
+)
 
 
 @functools.cache
@@ -37,8 +39,14 @@ def schema() -> dict[str, Any]:
 
 
 # a number may be NaN/Infinity: Python's own writer emitted them bare before verify's atomic writer made them null
-_JSON_TYPES: dict[str, ft.Shape] = {"string": ft.STR, "integer": ft.INT, "number": ft.Float(finite=False),
-                                    "boolean": ft.BOOL, "array": ft.ListOf(ft.ANY), "object": ft.MapOf(ft.ANY)}
+_JSON_TYPES: dict[str, ft.Shape] = {
+    "string": ft.STR,
+    "integer": ft.INT,
+    "number": ft.Float(finite=False),
+    "boolean": ft.BOOL,
+    "array": ft.ListOf(ft.ANY),
+    "object": ft.MapOf(ft.ANY),
+}
 _TYPE_OF = {str: "string", int: "integer", float: "number", bool: "boolean"}
 _NULL = ft.Nullable(ft.Anything())  # marker for {"type": "null"} inside a union; alone it accepts anything
 
@@ -70,14 +78,15 @@ def _shape_of_type(node: dict, types: Any, defs: Mapping[str, Any]) -> ft.Shape:
         return _NULL
     if types == "object" and "properties" in node:
         extra = node.get("additionalProperties")
-        return ft.Record({k: shape_from_schema(v, defs) for k, v in node["properties"].items()},
-                         extra=shape_from_schema(extra, defs) if isinstance(extra, dict) else ft.ANY)
+        return ft.Record(
+            {k: shape_from_schema(v, defs) for k, v in node["properties"].items()},
+            extra=shape_from_schema(extra, defs) if isinstance(extra, dict) else ft.ANY,
+        )
     if types == "object" and isinstance(node.get("additionalProperties"), dict):
         return ft.MapOf(shape_from_schema(node["additionalProperties"], defs))
     if types == "array" and "items" in node:
         return ft.ListOf(shape_from_schema(node["items"], defs))
     return _JSON_TYPES.get(str(types), ft.ANY)
-
 
 
 def _nullable_union(shapes: list[ft.Shape]) -> ft.Shape:
@@ -91,7 +100,9 @@ def _enum_shape(values: list[Any]) -> ft.Shape:
     texts = [v for v in values if isinstance(v, str)]
     others = [v for v in values if v is not None and not isinstance(v, str)]
     if texts and not others:
-        shape: ft.Shape = ft.Str(pattern="|".join(re.escape(t) for t in texts), means=f"one of {', '.join(texts)}")
+        shape: ft.Shape = ft.Str(
+            pattern="|".join(re.escape(t) for t in texts), means=f"one of {', '.join(texts)}"
+        )
     elif others and all(isinstance(v, int) and not isinstance(v, bool) for v in others) and not texts:
         shape = ft.INT
     else:
@@ -142,15 +153,28 @@ class VerifyReport:
         torch = (data.get("environment") or {}).get("torch") or {}
         summary = data.get("summary") or {}
         return cls(
-            data=data, verdict=data.get("verdict"), mode=data.get("mode"), exit_code=data.get("exit_code"),
+            data=data,
+            verdict=data.get("verdict"),
+            mode=data.get("mode"),
+            exit_code=data.get("exit_code"),
             summary={s: summary[s.value] for s in Status if isinstance(summary.get(s.value), int)},
-            torch_version=torch.get("version"), torch_cuda=torch.get("cuda"),
+            torch_version=torch.get("version"),
+            torch_cuda=torch.get("cuda"),
             gpu_name=(torch.get("gpu") or {}).get("name"),
-            extensions=tuple(ReportExtension(e.get("module", "?"), e.get("status", "?"))
-                             for e in data.get("extensions") or []),
-            checks=tuple(ReportCheck(c.get("id") or c.get("name") or "", Status(c["status"]) if "status" in c else None,
-                                     c.get("summary", "")) for c in data.get("checks") or []),
-            speedups=tuple(_speedups(data.get("timings") or [])))
+            extensions=tuple(
+                ReportExtension(e.get("module", "?"), e.get("status", "?"))
+                for e in data.get("extensions") or []
+            ),
+            checks=tuple(
+                ReportCheck(
+                    c.get("id") or c.get("name") or "",
+                    Status(c["status"]) if "status" in c else None,
+                    c.get("summary", ""),
+                )
+                for c in data.get("checks") or []
+            ),
+            speedups=tuple(_speedups(data.get("timings") or [])),
+        )
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.data)
@@ -169,7 +193,12 @@ def _speedups(timings: list[Any]) -> list[tuple[str, float]]:
     found = []
     for timing in timings:
         ratio = (timing.get("kernel_time") or {}).get("speedup", timing.get("speedup"))
-        if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and math.isfinite(ratio) and ratio > 0:
+        if (
+            isinstance(ratio, (int, float))
+            and not isinstance(ratio, bool)
+            and math.isfinite(ratio)
+            and ratio > 0
+        ):
             found.append((str(timing.get("kernel", "?")), float(ratio)))
     return found
 
@@ -177,11 +206,17 @@ def _speedups(timings: list[Any]) -> list[tuple[str, float]]:
 def parse(data: Any, path: str | os.PathLike) -> VerifyReport:
     """A decoded report as the record, or InputFileError naming `path` and each field of the wrong type."""
     if not isinstance(data, dict):
-        raise input_files.InputFileError(path, "bad_shape", f"is not a verify report (expected an object, got "
-                                         f"{ft.type_word(data)})", input_files.VERIFY_REPORT.fix)
+        raise input_files.InputFileError(
+            path,
+            "bad_shape",
+            f"is not a verify report (expected an object, got {ft.type_word(data)})",
+            input_files.VERIFY_REPORT.fix,
+        )
     problems = ft.check(data, read_shape(), Path(path).name)
     if problems:
-        raise input_files.InputFileError(path, "bad_shape", ft.summary(problems), input_files.VERIFY_REPORT.fix)
+        raise input_files.InputFileError(
+            path, "bad_shape", ft.summary(problems), input_files.VERIFY_REPORT.fix
+        )
     return VerifyReport.from_json(data)
 
 

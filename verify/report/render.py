@@ -38,8 +38,10 @@ def verdict_line(report: dict[str, Any]) -> str:
     s = report["summary"]
     counts = ", ".join(f"{s[k]} {k}" for k in ("FAIL", "WARN", "PASS", "SKIP", "INFO") if s.get(k))
     code = report["exit_code"]
-    return (f"verify {report['mode']}: {report['verdict']} — {counts} in {report['duration_s']:.1f} s"
-            f" — exit {code} ({exit_codes.MEANINGS.get(code, '?')})")
+    return (
+        f"verify {report['mode']}: {report['verdict']} — {counts} in {report['duration_s']:.1f} s"
+        f" — exit {code} ({exit_codes.MEANINGS.get(code, '?')})"
+    )
 
 
 def _num(value: Any, spec: str, suffix: str = "") -> str:
@@ -57,27 +59,50 @@ def _figure_cells(t: dict[str, Any], figure: str) -> tuple[str, str]:
     this_run = v.get("this_run_winner") or v["winner"]
     # a loop gap made only by host time: the verdict is a tie, and what this run measured is shown with it
     winner = v["winner"] if this_run == v["winner"] else f"{v['winner']} (this run: {this_run} by host time)"
-    return (f"{_num(v['fused_ms'], '.3f')} / {_num(v['native_ms'], '.3f')}",
-            f"{winner} {_num(v['speedup'], '.2f', 'x')} ({lo:.2f}-{hi:.2f})")
+    return (
+        f"{_num(v['fused_ms'], '.3f')} / {_num(v['native_ms'], '.3f')}",
+        f"{winner} {_num(v['speedup'], '.2f', 'x')} ({lo:.2f}-{hi:.2f})",
+    )
 
 
 def _host_bound(t: dict[str, Any]) -> str:
     rows = [t.get("fused") or {}, *(t.get("natives") or [])]
-    marks = [f"{r['name']} +{r['bound']['host_overhead_ms']:.3f} ms" for r in rows
-             if (r.get("bound") or {}).get("kind") == "host"]
+    marks = [
+        f"{r['name']} +{r['bound']['host_overhead_ms']:.3f} ms"
+        for r in rows
+        if (r.get("bound") or {}).get("kind") == "host"
+    ]
     return ", ".join(marks) or "none"
 
 
 def timings_table(timings: list[dict[str, Any]]) -> list[str]:
     if not timings:
         return []
-    rows = [("kernel", "case", "kernel ms apex / native", "kernel: winner", "loop ms apex / native", "loop: winner",
-             "host-bound")]
+    rows = [
+        (
+            "kernel",
+            "case",
+            "kernel ms apex / native",
+            "kernel: winner",
+            "loop ms apex / native",
+            "loop: winner",
+            "host-bound",
+        )
+    ]
     for t in timings:
         kernel_ms, kernel_verdict = _figure_cells(t, "kernel_time")
         loop_ms, loop_verdict = _figure_cells(t, "host_inclusive")
-        rows.append((t.get("kernel", ""), t.get("case", ""), kernel_ms, kernel_verdict, loop_ms, loop_verdict,
-                     _host_bound(t)))
+        rows.append(
+            (
+                t.get("kernel", ""),
+                t.get("case", ""),
+                kernel_ms,
+                kernel_verdict,
+                loop_ms,
+                loop_verdict,
+                _host_bound(t),
+            )
+        )
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]) - 1)]
     return ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows]
 
@@ -86,8 +111,10 @@ def timings_heading(timings: list[dict[str, Any]]) -> str:
     devices = sorted({t.get("device") or "?" for t in timings})
     cores = sorted({str(t["host"]["cpu"]) for t in timings if (t.get("host") or {}).get("cpu") is not None})
     pinned = f", host threads pinned to CPU {', '.join(cores)}" if cores else ""
-    return (f"── timings on {', '.join(devices)}{pinned} (kernel: GPU kernel time, torch.profiler; loop: per call"
-            " in a back-to-back loop, CUDA events; speedup = native / apex, interleaved rounds, 95% interval) ──")
+    return (
+        f"── timings on {', '.join(devices)}{pinned} (kernel: GPU kernel time, torch.profiler; loop: per call"
+        " in a back-to-back loop, CUDA events; speedup = native / apex, interleaved rounds, 95% interval) ──"
+    )
 
 
 def _check_line(check: dict[str, Any], width: int, color: bool) -> str:
@@ -108,7 +135,9 @@ def _every_check(checks: list[dict[str, Any]], width: int, color: bool) -> list[
     return lines
 
 
-def _compatibility_block(report: dict[str, Any], checks: list[dict[str, Any]], width: int, color: bool) -> list[str]:
+def _compatibility_block(
+    report: dict[str, Any], checks: list[dict[str, Any]], width: int, color: bool
+) -> list[str]:
     """The default: the module table, then only the checks that need a look (FAIL, WARN, SKIP)."""
     lines = module_table.text_lines(report)
     shown = [c for c in checks if c["status"] in _NEEDS_A_LOOK]
@@ -123,7 +152,9 @@ def _compatibility_block(report: dict[str, Any], checks: list[dict[str, Any]], w
     return lines
 
 
-def terminal(report: dict[str, Any], *, color: bool = False, quiet: bool = False, verbose: bool = False) -> str:
+def terminal(
+    report: dict[str, Any], *, color: bool = False, quiet: bool = False, verbose: bool = False
+) -> str:
     """quiet: FAIL and WARN lines only; verbose: every check by layer; default: the compatibility block."""
     checks = _ordered(report["checks"])
     width = max((len(workflow_commands.one_line(c["id"])) for c in checks), default=10)
@@ -137,8 +168,11 @@ def terminal(report: dict[str, Any], *, color: bool = False, quiet: bool = False
         lines.append(timings_heading(report["timings"]))
         lines.extend(timings_table(report["timings"]))
     if workflow_commands.active():
-        lines.extend(workflow_commands.command("error", c["summary"], title=f"verify {c['id']}")
-                     for c in checks if c["status"] == "FAIL")
+        lines.extend(
+            workflow_commands.command("error", c["summary"], title=f"verify {c['id']}")
+            for c in checks
+            if c["status"] == "FAIL"
+        )
     verdict = verdict_line(report)
     lines.append(_paint(verdict, report["verdict"], color))
     return "\n".join(lines) + "\n"
@@ -180,7 +214,8 @@ def markdown(report: dict[str, Any]) -> str:
         "## Apex",
         "",
         f"- identity: **{apex.get('kind')}**" + (f" at `{apex['path']}`" if apex.get("path") else ""),
-        f"- commit: {apex.get('commit') or 'unknown'}" + (f" (from {apex['commit_source']})" if apex.get("commit_source") else ""),
+        f"- commit: {apex.get('commit') or 'unknown'}"
+        + (f" (from {apex['commit_source']})" if apex.get("commit_source") else ""),
         f"- build manifest: {('`' + report['manifest']['path'] + '`') if report.get('manifest') else 'none'}",
         "",
     ]
@@ -189,14 +224,22 @@ def markdown(report: dict[str, Any]) -> str:
         out.append(f"| {c['status']} | `{c['id']}` | {_md(c['summary'])} |")
     out.append("")
     if report.get("timings"):
-        out += ["## Timings", "", f"{timings_heading(report['timings']).strip('─ ')}.", "",
-                "| kernel | case | kernel ms apex / native | kernel: winner | loop ms apex / native | loop: winner "
-                "| host-bound | verdict |", "|---|---|---|---|---|---|---|---|"]
+        out += [
+            "## Timings",
+            "",
+            f"{timings_heading(report['timings']).strip('─ ')}.",
+            "",
+            "| kernel | case | kernel ms apex / native | kernel: winner | loop ms apex / native | loop: winner "
+            "| host-bound | verdict |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for t in report["timings"]:
             kernel_ms, kernel_verdict = _figure_cells(t, "kernel_time")
             loop_ms, loop_verdict = _figure_cells(t, "host_inclusive")
-            out.append(f"| {_md(t.get('kernel'))} | {_md(t.get('case'))} | {kernel_ms} | {kernel_verdict} | {loop_ms}"
-                       f" | {loop_verdict} | {_md(_host_bound(t))} | {_md(t.get('verdict'))} |")
+            out.append(
+                f"| {_md(t.get('kernel'))} | {_md(t.get('case'))} | {kernel_ms} | {kernel_verdict} | {loop_ms}"
+                f" | {loop_verdict} | {_md(_host_bound(t))} | {_md(t.get('verdict'))} |"
+            )
         out.append("")
     if report.get("distributed"):
         out += _distributed_md(report["distributed"])
@@ -209,10 +252,16 @@ def _modules_md(report: dict[str, Any]) -> list[str]:
     if not body:
         return []
     errors = [_md(e.get("demangled_symbol") or e.get("error")) for e in report["extensions"]]
-    out = ["## Modules", "", "| " + " | ".join(module_table.HEADER) + " | error |",
-           "|" + "---|" * (len(module_table.HEADER) + 1)]
-    out += [f"| `{row[0]}` | " + " | ".join(_md(c) for c in row[1:]) + f" | {error} |"
-            for row, error in zip(body, errors, strict=True)]
+    out = [
+        "## Modules",
+        "",
+        "| " + " | ".join(module_table.HEADER) + " | error |",
+        "|" + "---|" * (len(module_table.HEADER) + 1),
+    ]
+    out += [
+        f"| `{row[0]}` | " + " | ".join(_md(c) for c in row[1:]) + f" | {error} |"
+        for row, error in zip(body, errors, strict=True)
+    ]
     return out + [""]
 
 
@@ -221,14 +270,20 @@ def _distributed_md(dist: dict[str, Any]) -> list[str]:
     if not dist.get("ran"):
         return out + [f"- not run: {_md(dist.get('skip_reason') or 'see the distributed checks')}", ""]
     off = ", ".join(f"{k}={v}" for k, v in (dist.get("multicast_off") or {}).items())
-    out.append(f"- {dist['world_size']} ranks, {_md(dist['backend'])} on {_md(dist['device'])} ({_md(dist.get('origin'))});"
-               f" NCCL {_md(dist.get('nccl_version') or 'n/a')}; NVLink multicast off ({_md(off)})")
+    out.append(
+        f"- {dist['world_size']} ranks, {_md(dist['backend'])} on {_md(dist['device'])} ({_md(dist.get('origin'))});"
+        f" NCCL {_md(dist.get('nccl_version') or 'n/a')}; NVLink multicast off ({_md(off)})"
+    )
     ar = dist.get("all_reduce")
     if ar:
-        out.append(f"- all-reduce of {ar['bytes'] / 2**20:g} MiB {_md(ar['dtype'])}: bus bandwidth **{ar['busbw_gbps']:.1f} GB/s**"
-                   f" (algorithm {ar['algbw_gbps']:.1f} GB/s), median {ar['median_ms']:.3f} ms of {ar['iters']} after"
-                   f" {ar['warmup']} warm-up ({_md(ar['timer'])}, slowest rank)")
+        out.append(
+            f"- all-reduce of {ar['bytes'] / 2**20:g} MiB {_md(ar['dtype'])}: bus bandwidth **{ar['busbw_gbps']:.1f} GB/s**"
+            f" (algorithm {ar['algbw_gbps']:.1f} GB/s), median {ar['median_ms']:.3f} ms of {ar['iters']} after"
+            f" {ar['warmup']} warm-up ({_md(ar['timer'])}, slowest rank)"
+        )
     out += ["", "| rank | pid | device | setup s |", "|---|---|---|---|"]
-    out += [f"| {r['rank']} | {r['pid']} | {_md(r.get('device'))} | {_num(r.get('setup_s'), '.2f')} |"
-            for r in dist.get("ranks", [])]
+    out += [
+        f"| {r['rank']} | {r['pid']} | {_md(r.get('device'))} | {_num(r.get('setup_s'), '.2f')} |"
+        for r in dist.get("ranks", [])
+    ]
     return out + [""]

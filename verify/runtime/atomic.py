@@ -145,8 +145,11 @@ def _write_descriptor(path: Path, fd_number: int, data: bytes) -> None:
     try:
         os.fstat(fd_number)
     except OSError:
-        raise UnwritableTarget(path, f"names file descriptor {fd_number}, which is not open in this process;"
-                                     " name a file instead", errno.EBADF) from None
+        raise UnwritableTarget(
+            path,
+            f"names file descriptor {fd_number}, which is not open in this process; name a file instead",
+            errno.EBADF,
+        ) from None
     for stream in (sys.stdout, sys.stderr):  # what was printed before the report stays before it
         if stream is not None and _fileno(stream) == fd_number:
             stream.flush()
@@ -187,8 +190,10 @@ def _open_fifo(path: Path, flags: int) -> int:
                 raise
             if time.monotonic() >= deadline:
                 raise UnwritableTarget(
-                    path, f"is a FIFO (named pipe) that no process opened for reading within {FIFO_READER_WAIT_S:g} s;"
-                          " start its reader first (e.g. `cat FIFO &`) or name a regular file", errno.ENXIO,
+                    path,
+                    f"is a FIFO (named pipe) that no process opened for reading within {FIFO_READER_WAIT_S:g} s;"
+                    " start its reader first (e.g. `cat FIFO &`) or name a regular file",
+                    errno.ENXIO,
                 ) from None
             time.sleep(_FIFO_POLL_S)
             continue
@@ -199,4 +204,4 @@ def _open_fifo(path: Path, flags: int) -> int:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]

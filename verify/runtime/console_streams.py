@@ -67,8 +67,10 @@ class TolerantStream:
         code = getattr(exc, "errno", None)
         if self._name == "stdout" and code not in _QUIET_ERRNOS:
             why = getattr(exc, "strerror", None) or str(exc)
-            sys.stderr.write(f"{self._prog}: cannot write to stdout ({why}); its output is dropped, the exit "
-                             "code still reports the run\n")
+            sys.stderr.write(
+                f"{self._prog}: cannot write to stdout ({why}); its output is dropped, the exit "
+                "code still reports the run\n"
+            )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

@@ -35,8 +35,10 @@ def run(prog: str, body: Callable[[], int], *, on_interrupt: str = "") -> int:
                 except KeyboardInterrupt as exc:  # Interrupted, or a KeyboardInterrupt raised by hand
                     child_processes.stop_all()
                     name = exc.signal_name if isinstance(exc, interrupts.Interrupted) else "SIGINT"
-                    sys.stderr.write(f"{prog}: interrupted by {name}{'; ' + on_interrupt if on_interrupt else ''}"
-                                     f" (exit {exit_codes.FAILED})\n")
+                    sys.stderr.write(
+                        f"{prog}: interrupted by {name}{'; ' + on_interrupt if on_interrupt else ''}"
+                        f" (exit {exit_codes.FAILED})\n"
+                    )
                     code = exit_codes.FAILED
                 finally:
                     interrupts.stop_raising()  # a signal from here on only kills children

@@ -45,8 +45,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-JSON = {"str": "a string", "int": "an integer", "float": "a number", "bool": "a boolean", "list": "a list",
-        "dict": "an object", "null": "null", "datetime": "a date/time"}
+JSON = {
+    "str": "a string",
+    "int": "an integer",
+    "float": "a number",
+    "bool": "a boolean",
+    "list": "a list",
+    "dict": "an object",
+    "null": "null",
+    "datetime": "a date/time",
+}
 TOML = {**JSON, "dict": "a table"}  # TOML's own word for an object; "a list" reads better than "an array"
 
 
@@ -137,8 +145,9 @@ Shape = Str | Int | Float | Bool | Anything | ListOf | MapOf | Record | Nullable
 STR, INT, FLOAT, BOOL, ANY = Str(), Int(), Float(), Bool(), Anything()
 
 
-def check(value: Any, shape: Shape, root: str, *, limits: Limits = DEFAULT_LIMITS,
-          words: Mapping[str, str] = JSON) -> list[FieldProblem]:
+def check(
+    value: Any, shape: Shape, root: str, *, limits: Limits = DEFAULT_LIMITS, words: Mapping[str, str] = JSON
+) -> list[FieldProblem]:
     """Every problem of `value` against `shape`, each under its path from `root`; [] when it fits."""
     walker = _Walker(limits, words)
     walker.walk(value, shape, root, 0)
@@ -178,8 +187,15 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
-_KINDS = {Str: ("str",), Int: ("int",), Float: ("float", "int"), Bool: ("bool",), ListOf: ("list",),
-          MapOf: ("dict",), Record: ("dict",)}
+_KINDS = {
+    Str: ("str",),
+    Int: ("int",),
+    Float: ("float", "int"),
+    Bool: ("bool",),
+    ListOf: ("list",),
+    MapOf: ("dict",),
+    Record: ("dict",),
+}
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 _MAX_KEY_IN_PATH = 60
 
@@ -280,14 +296,17 @@ class _Walker:
             return False
         return True
 
-    def _string(self, value: str, path: str, max_len: int | None, shape: Str | None = None,
-                what: str = "value") -> None:
+    def _string(
+        self, value: str, path: str, max_len: int | None, shape: Str | None = None, what: str = "value"
+    ) -> None:
         cap = min(max_len or self.limits.max_str_len, self.limits.max_str_len)
         if len(value) > cap:
             self.report(path, f"a string of {len(value)} characters (at most {cap})")
         elif shape is not None and shape.pattern is not None and not re.fullmatch(shape.pattern, value):
             shown = json.dumps(value[:40] + ("..." if len(value) > 40 else ""))
-            self.report(path, f"expected {shape.means or 'text matching ' + shape.pattern} as the {what}, got {shown}")
+            self.report(
+                path, f"expected {shape.means or 'text matching ' + shape.pattern} as the {what}, got {shown}"
+            )
 
     def _integer(self, value: int, path: str, shape: Int) -> None:
         if shape.minimum is not None and value < shape.minimum:

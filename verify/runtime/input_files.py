@@ -32,23 +32,54 @@ class InputKind:
     fix: str  # what to do when the file cannot be used
 
 
-MATRIX = InputKind("matrix file", 1 * MiB, "the shipped matrix.toml is 2 KB; a hundred cells are under 50 KB",
-                   "pass the matrix TOML file itself with --matrix PATH (e.g. ./matrix.toml)")
-FACTS = InputKind("compatibility facts file", 1 * MiB, "toolchain/data/compat.toml is 5 KB",
-                  "restore toolchain/data/compat.toml (git checkout toolchain/data/compat.toml)")
-MANIFEST = InputKind("build manifest", 4 * MiB, "the apex builder writes 3-5 KB",
-                     "pass the build-manifest.json the apex builder wrote, or regenerate it with the apex builder")
-CELL_RESULT = InputKind("cell result", 16 * MiB, "a result is the cell, its build record and 40 log lines: ~10 KB",
-                        "rebuild that cell (build.py matrix --cell NAME) or delete the file")
-MATRIX_REPORT = InputKind("matrix report", 64 * MiB, "one result per cell of every run: ~10 KB a cell",
-                          "delete it: build.py report rebuilds the table from out/cells/*/result.json")
-VERIFY_REPORT = InputKind("verify report", 16 * MiB, "python -m verify writes 20-100 KB",
-                          "run verify again to rewrite it (build.py verify IMAGE)")
-WHEEL_HASHES = InputKind("wheel hash list", 1 * MiB, "one `sha256sum` line (~100 bytes) per wheel",
-                         "pass the output of `sha256sum *.whl`")
-INDEX_ANSWER = InputKind("package index answer", 64 * MiB, "PyPI's JSON for torch (every release's files) is"
-                         " under 2 MB, a wheel's METADATA under 100 KB",
-                         "point --index at PyPI or a mirror of its JSON API")
+MATRIX = InputKind(
+    "matrix file",
+    1 * MiB,
+    "the shipped matrix.toml is 2 KB; a hundred cells are under 50 KB",
+    "pass the matrix TOML file itself with --matrix PATH (e.g. ./matrix.toml)",
+)
+FACTS = InputKind(
+    "compatibility facts file",
+    1 * MiB,
+    "toolchain/data/compat.toml is 5 KB",
+    "restore toolchain/data/compat.toml (git checkout toolchain/data/compat.toml)",
+)
+MANIFEST = InputKind(
+    "build manifest",
+    4 * MiB,
+    "the apex builder writes 3-5 KB",
+    "pass the build-manifest.json the apex builder wrote, or regenerate it with the apex builder",
+)
+CELL_RESULT = InputKind(
+    "cell result",
+    16 * MiB,
+    "a result is the cell, its build record and 40 log lines: ~10 KB",
+    "rebuild that cell (build.py matrix --cell NAME) or delete the file",
+)
+MATRIX_REPORT = InputKind(
+    "matrix report",
+    64 * MiB,
+    "one result per cell of every run: ~10 KB a cell",
+    "delete it: build.py report rebuilds the table from out/cells/*/result.json",
+)
+VERIFY_REPORT = InputKind(
+    "verify report",
+    16 * MiB,
+    "python -m verify writes 20-100 KB",
+    "run verify again to rewrite it (build.py verify IMAGE)",
+)
+WHEEL_HASHES = InputKind(
+    "wheel hash list",
+    1 * MiB,
+    "one `sha256sum` line (~100 bytes) per wheel",
+    "pass the output of `sha256sum *.whl`",
+)
+INDEX_ANSWER = InputKind(
+    "package index answer",
+    64 * MiB,
+    "PyPI's JSON for torch (every release's files) is under 2 MB, a wheel's METADATA under 100 KB",
+    "point --index at PyPI or a mirror of its JSON API",
+)
 KINDS = (MATRIX, FACTS, MANIFEST, CELL_RESULT, MATRIX_REPORT, VERIFY_REPORT, WHEEL_HASHES, INDEX_ANSWER)
 
 
@@ -69,18 +100,30 @@ def read_bytes(path: str | os.PathLike, kind: InputKind) -> bytes:
     except FileNotFoundError:
         raise InputFileError(path, "missing", "does not exist", f"check the path; {kind.fix}") from None
     except OSError as exc:
-        raise InputFileError(path, "unreadable", f"cannot be read ({exc.strerror or exc})",
-                             "check the path and its permissions") from None
+        raise InputFileError(
+            path,
+            "unreadable",
+            f"cannot be read ({exc.strerror or exc})",
+            "check the path and its permissions",
+        ) from None
     with os.fdopen(fd, "rb") as handle:
         _require_regular(path, os.fstat(fd).st_mode, kind)
         try:
             data = handle.read(kind.max_bytes + 1)
         except OSError as exc:
-            raise InputFileError(path, "unreadable", f"cannot be read ({exc.strerror or exc})",
-                                 "check the file and its filesystem") from None
+            raise InputFileError(
+                path,
+                "unreadable",
+                f"cannot be read ({exc.strerror or exc})",
+                "check the file and its filesystem",
+            ) from None
     if len(data) > kind.max_bytes:
-        raise InputFileError(path, "too_large", f"is larger than {_size(kind.max_bytes)}, the limit for a {kind.name}"
-                             f" ({kind.why})", kind.fix)
+        raise InputFileError(
+            path,
+            "too_large",
+            f"is larger than {_size(kind.max_bytes)}, the limit for a {kind.name} ({kind.why})",
+            kind.fix,
+        )
     return data
 
 
@@ -88,24 +131,34 @@ def read_part(path: str | os.PathLike, kind: InputKind, start: int | None, lengt
     """`length` bytes from `start` (None: the last `length`) of a regular file, and the file's size; the
     checks of read_bytes, the size limit applying to the part (a stored mirror's wheel is read in parts)."""
     if length > kind.max_bytes:
-        raise InputFileError(path, "too_large", f"a part of {length} bytes is larger than {_size(kind.max_bytes)}, "
-                             f"the limit for a {kind.name} ({kind.why})", kind.fix)
+        raise InputFileError(
+            path,
+            "too_large",
+            f"a part of {length} bytes is larger than {_size(kind.max_bytes)}, "
+            f"the limit for a {kind.name} ({kind.why})",
+            kind.fix,
+        )
     try:
         _require_regular(path, os.stat(path).st_mode, kind)
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise InputFileError(path, "missing", "does not exist", f"check the path; {kind.fix}") from None
     except OSError as exc:
-        raise InputFileError(path, "unreadable", f"cannot be read ({exc.strerror or exc})",
-                             "check the path and its permissions") from None
+        raise InputFileError(
+            path,
+            "unreadable",
+            f"cannot be read ({exc.strerror or exc})",
+            "check the path and its permissions",
+        ) from None
     try:
         info = os.fstat(fd)
         _require_regular(path, info.st_mode, kind)
         offset = max(0, info.st_size - length) if start is None else start
         return os.pread(fd, length, offset), info.st_size
     except OSError as exc:
-        raise InputFileError(path, "unreadable", f"cannot be read ({exc.strerror or exc})",
-                             "check the file and its filesystem") from None
+        raise InputFileError(
+            path, "unreadable", f"cannot be read ({exc.strerror or exc})", "check the file and its filesystem"
+        ) from None
     finally:
         os.close(fd)
 
@@ -122,8 +175,12 @@ def read_stream(stream: BinaryIO, name: str, kind: InputKind) -> bytes:
         pieces.append(piece)
         total += len(piece)
     if total > kind.max_bytes:
-        raise InputFileError(name, "too_large", f"is larger than {_size(kind.max_bytes)}, the limit for a {kind.name}"
-                             f" ({kind.why})", kind.fix)
+        raise InputFileError(
+            name,
+            "too_large",
+            f"is larger than {_size(kind.max_bytes)}, the limit for a {kind.name} ({kind.why})",
+            kind.fix,
+        )
     return b"".join(pieces)
 
 
@@ -136,16 +193,23 @@ def decode_text(data: bytes, path: str | os.PathLike, kind: InputKind) -> str:
     """Bytes already in hand (copied out of a container), checked as read_text checks a file's: at most
     kind.max_bytes, UTF-8; `path` names them in the message."""
     if len(data) > kind.max_bytes:
-        raise InputFileError(path, "too_large", f"is larger than {_size(kind.max_bytes)}, the limit for a {kind.name}"
-                             f" ({kind.why})", kind.fix)
+        raise InputFileError(
+            path,
+            "too_large",
+            f"is larger than {_size(kind.max_bytes)}, the limit for a {kind.name} ({kind.why})",
+            kind.fix,
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
         raise InputFileError(
-            path, "not_utf8", f"is not UTF-8 text (unreadable byte 0x{data[exc.start]:02x} at line {line}, column"
-            f" {column}, byte offset {exc.start})", "save it as UTF-8",
+            path,
+            "not_utf8",
+            f"is not UTF-8 text (unreadable byte 0x{data[exc.start]:02x} at line {line}, column"
+            f" {column}, byte offset {exc.start})",
+            "save it as UTF-8",
         ) from None
 
 
@@ -163,15 +227,24 @@ def _parse_json(text: str, path: str | os.PathLike, kind: InputKind) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputFileError(path, "bad_json", f"is not valid JSON (line {exc.lineno}, column {exc.colno}:"
-                             f" {exc.msg})", kind.fix) from None
+        raise InputFileError(
+            path,
+            "bad_json",
+            f"is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
+            kind.fix,
+        ) from None
     except ValueError as exc:  # valid syntax Python cannot convert: an integer beyond the 4300-digit limit
         why = str(exc).split(":")[0][:200]
-        raise InputFileError(path, "bad_json", f"is not valid JSON here (a value cannot be read: {why})",
-                             kind.fix) from None
+        raise InputFileError(
+            path, "bad_json", f"is not valid JSON here (a value cannot be read: {why})", kind.fix
+        ) from None
     except RecursionError:
-        raise InputFileError(path, "too_deep", f"is nested too deeply to read (over {sys.getrecursionlimit()}"
-                             " levels of lists or objects)", kind.fix) from None
+        raise InputFileError(
+            path,
+            "too_deep",
+            f"is nested too deeply to read (over {sys.getrecursionlimit()} levels of lists or objects)",
+            kind.fix,
+        ) from None
 
 
 def _require_regular(path: str | os.PathLike, mode: int, kind: InputKind) -> None:

@@ -141,8 +141,11 @@ def raising() -> Iterator[None]:
         if signum is None or signal.getsignal(signum) is signal.SIG_IGN:
             continue
         handler = signal.signal(signum, _handle)
-        previous[signum] = signal.default_int_handler if handler is _hold_early and signum == signal.SIGINT else (
-            signal.SIG_DFL if handler is _hold_early else handler)
+        previous[signum] = (
+            signal.default_int_handler
+            if handler is _hold_early and signum == signal.SIGINT
+            else (signal.SIG_DFL if handler is _hold_early else handler)
+        )
     global _state
     outer, _state = _state, _State()
     try:

@@ -76,11 +76,19 @@ class JsonLinesChild:
     protocol (anything else on the stream is ignored).
     """
 
-    def __init__(self, argv: list[str], *, label: str, env: dict[str, str] | None = None,
-                 events: queue.Queue[tuple[Any, dict[str, Any] | None]] | None = None, tag: Hashable = None,
-                 events_on_fd: bool = False, stdin_pipe: bool = False,
-                 is_event: Callable[[dict[str, Any]], bool] = _is_event,
-                 tail_chars: int | None = STDERR_TAIL_CHARS) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        label: str,
+        env: dict[str, str] | None = None,
+        events: queue.Queue[tuple[Any, dict[str, Any] | None]] | None = None,
+        tag: Hashable = None,
+        events_on_fd: bool = False,
+        stdin_pipe: bool = False,
+        is_event: Callable[[dict[str, Any]], bool] = _is_event,
+        tail_chars: int | None = STDERR_TAIL_CHARS,
+    ) -> None:
         self.tag, self.tail_chars, self._is_event = tag, tail_chars, is_event
         self.events: queue.Queue[tuple[Any, dict[str, Any] | None]] = events or queue.Queue()
         self.returncode: int | None = None
@@ -95,10 +103,13 @@ class JsonLinesChild:
             self.started = time.monotonic()
             # its own session: a kill ends the child and anything it started, and nothing else
             self.proc = child_processes.start(
-                argv, env=env, stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
+                argv,
+                env=env,
+                stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
                 stdout=self.log if events_on_fd else subprocess.PIPE,
                 stderr=subprocess.STDOUT if events_on_fd else self.log,
-                pass_fds=(write_fd,) if events_on_fd else ())
+                pass_fds=(write_fd,) if events_on_fd else (),
+            )
         except BaseException:  # verify is stopping (child_processes.Stopping), or Popen failed
             for fd in (read_fd, write_fd):
                 if fd is not None:
@@ -166,8 +177,8 @@ class JsonLinesChild:
                 data = self.log_path.read_bytes()
             except OSError:
                 data = b""
-            self.stderr_tail = (data if self.tail_chars is None else data[-self.tail_chars:]).decode(
-                "utf-8", errors="replace")
+            self.stderr_tail = (data if self.tail_chars is None else data[-self.tail_chars :]).decode(
+                "utf-8", errors="replace"
+            )
             self.log_path.unlink(missing_ok=True)
         return self.returncode, self.stderr_tail
-

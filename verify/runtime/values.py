@@ -55,9 +55,11 @@ class Arch:
         """'9.0a+PTX' -> Arch(9, 0, 'a', True); anything else raises ValueProblem."""
         match = _ARCH.fullmatch(text.strip()) if isinstance(text, str) else None
         if not match:
-            raise ValueProblem(f"{shown(text)} is not a compute capability",
-                               f"write it as {_guess(text)} (MAJOR.MINOR in ASCII digits, optionally with a or f "
-                               "and +PTX; e.g. 9.0 for H100/H200)")
+            raise ValueProblem(
+                f"{shown(text)} is not a compute capability",
+                f"write it as {_guess(text)} (MAJOR.MINOR in ASCII digits, optionally with a or f "
+                "and +PTX; e.g. 9.0 for H100/H200)",
+            )
         return cls(int(match[1]), int(match[2]), match[3], bool(match[4]))
 
     @classmethod
@@ -166,8 +168,10 @@ def check_apex_tree(src: Path) -> None:
     if not src.is_dir():
         raise ValueProblem("no such directory", "clone https://github.com/NVIDIA/apex and pass its path")
     if not (src / "setup.py").is_file() or not (src / "apex" / "__init__.py").is_file():
-        raise ValueProblem("not an Apex source tree (needs setup.py and apex/__init__.py)",
-                           "pass the root of an NVIDIA/apex checkout")
+        raise ValueProblem(
+            "not an Apex source tree (needs setup.py and apex/__init__.py)",
+            "pass the root of an NVIDIA/apex checkout",
+        )
 
 
 # ---------------------------------------------------------------- paths on a command line
@@ -178,14 +182,17 @@ def path_value(text: str) -> Path:
     current folder, NUL is no path at all, a `~user` with no such user raises deep inside pathlib when the
     path is used (a RuntimeError traceback)."""
     if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path (it would mean the current folder); name a file or folder")
+        raise argparse.ArgumentTypeError(
+            "an empty path (it would mean the current folder); name a file or folder"
+        )
     if "\x00" in text:
         raise argparse.ArgumentTypeError("a path with a NUL character; name a file or folder")
     try:
         Path(text).expanduser()  # checked here; the request keeps the path as written (its manifest says so)
     except RuntimeError:  # "Could not determine home directory."
-        raise argparse.ArgumentTypeError(f"{text}: {text.split('/')[0]} names no user's home on this machine; "
-                                         "write the path without ~") from None
+        raise argparse.ArgumentTypeError(
+            f"{text}: {text.split('/')[0]} names no user's home on this machine; write the path without ~"
+        ) from None
     return Path(text)
 
 
@@ -213,8 +220,10 @@ def extra_flag(name: str, names: Mapping[str, str]) -> str:
         return flag
     near = closest(key.removeprefix("apex_"), names)
     if near:
-        raise ValueProblem(f"unknown contrib extension {shown(text)}",
-                           f"{did_you_mean(key.removeprefix('apex_'), names)} (the flag {names[near[0]]})")
+        raise ValueProblem(
+            f"unknown contrib extension {shown(text)}",
+            f"{did_you_mean(key.removeprefix('apex_'), names)} (the flag {names[near[0]]})",
+        )
     short = [n for n in names if not n.endswith(("_cuda", "_lib"))]
     raise ValueProblem(f"unknown contrib extension {shown(text)}", f"use some of {', '.join(short)}")
 
@@ -281,8 +290,17 @@ class ApexLayout:
 
     def paths(self) -> dict[str, PurePosixPath]:
         """Every path by its name (the Dockerfile test checks them against docker/)."""
-        names = ("manifest", "log", "static_report", "static_markdown", "static_slim_report",
-                 "static_slim_markdown", "inputs", "wheel_hashes", "wheels")
+        names = (
+            "manifest",
+            "log",
+            "static_report",
+            "static_markdown",
+            "static_slim_report",
+            "static_slim_markdown",
+            "inputs",
+            "wheel_hashes",
+            "wheels",
+        )
         return {"root": self.root, **{name: getattr(self, name) for name in names}}
 
 

@@ -37,7 +37,9 @@ def escape_property(text: str) -> str:
 
 def command(name: str, message: str = "", **properties: str | None) -> str:
     """One workflow-command line, e.g. command("error", "x failed", title="build x")."""
-    props = ",".join(f"{key}={escape_property(value)}" for key, value in properties.items() if value is not None)
+    props = ",".join(
+        f"{key}={escape_property(value)}" for key, value in properties.items() if value is not None
+    )
     return f"::{name}{' ' + props if props else ''}::{escape_data(message)}"
 
 

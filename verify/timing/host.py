@@ -46,9 +46,15 @@ class HostConditions:
     cpu_mhz: float | None  # the chosen core's clock when pinned (None: not shown by this kernel or VM)
 
     def to_json(self) -> dict[str, object]:
-        return {"cpu": self.cpu, "allowed_cpus": cpu_list(self.allowed), "pinning": self.pinning,
-                "threads_pinned": self.threads_pinned, "torch_threads": self.torch_threads, "gc": self.gc,
-                "cpu_mhz": self.cpu_mhz}
+        return {
+            "cpu": self.cpu,
+            "allowed_cpus": cpu_list(self.allowed),
+            "pinning": self.pinning,
+            "threads_pinned": self.threads_pinned,
+            "torch_threads": self.torch_threads,
+            "gc": self.gc,
+            "cpu_mhz": self.cpu_mhz,
+        }
 
 
 GC_RULE = "collected and frozen before timing; disabled inside each timed host-inclusive block"
@@ -81,8 +87,9 @@ def parse_proc_stat(text: str) -> dict[int, tuple[int, int]]:
     return found
 
 
-def choose_cpu(allowed: tuple[int, ...], before: Mapping[int, tuple[int, int]],
-               after: Mapping[int, tuple[int, int]]) -> tuple[int, str]:
+def choose_cpu(
+    allowed: tuple[int, ...], before: Mapping[int, tuple[int, int]], after: Mapping[int, tuple[int, int]]
+) -> tuple[int, str]:
     """The allowed core that was idlest between two /proc/stat samples; ties (and no samples): the highest."""
     if not allowed:
         raise ValueError("no allowed CPU to choose from")
@@ -98,8 +105,10 @@ def choose_cpu(allowed: tuple[int, ...], before: Mapping[int, tuple[int, int]],
     fraction = idle_fraction(best)
     if fraction < 0:
         return best, f"the highest allowed core (no {PROC_STAT} sample)"
-    return best, (f"the idlest allowed core over {IDLE_SAMPLE_S:g} s ({100 * fraction:.0f}% idle; ties: the "
-                  "highest number)")
+    return best, (
+        f"the idlest allowed core over {IDLE_SAMPLE_S:g} s ({100 * fraction:.0f}% idle; ties: the "
+        "highest number)"
+    )
 
 
 def parse_cpuinfo_mhz(text: str, cpu: int) -> float | None:
@@ -188,8 +197,9 @@ class SteadyHost:
         gc.freeze()  # what exists now (torch, the test data) is never scanned again
         threads = torch.get_num_threads() if torch is not None else None
         if not hasattr(os, "sched_setaffinity"):
-            self.conditions = HostConditions(None, (), f"not pinned: {sys.platform} has no sched_setaffinity",
-                                             0, threads, GC_RULE, None)
+            self.conditions = HostConditions(
+                None, (), f"not pinned: {sys.platform} has no sched_setaffinity", 0, threads, GC_RULE, None
+            )
             return self.conditions
         self._allowed = set(os.sched_getaffinity(0))
         allowed = tuple(sorted(self._allowed))
@@ -197,8 +207,9 @@ class SteadyHost:
         time.sleep(IDLE_SAMPLE_S if before else 0)
         cpu, how = choose_cpu(allowed, before, _read_stat())
         pinned = set_affinity(thread_ids(), {cpu})
-        self.conditions = HostConditions(cpu, allowed, f"every thread on core {cpu}: {how}", pinned, threads,
-                                         GC_RULE, cpu_mhz(cpu))
+        self.conditions = HostConditions(
+            cpu, allowed, f"every thread on core {cpu}: {how}", pinned, threads, GC_RULE, cpu_mhz(cpu)
+        )
         return self.conditions
 
     def stop(self) -> None:

@@ -51,6 +51,7 @@ LOOP_CPU = "perf_counter around N back-to-back calls, / N (CPU run)"
 # (the figures then follow the calls' own simulated time, never the test machine's load).
 clock = time.perf_counter
 
+
 @dataclasses.dataclass(frozen=True)
 class Variant:
     """One implementation: `make` builds its state (optimizer, module) and returns one call."""
@@ -95,14 +96,23 @@ class VariantResult:
         def figure(values: tuple[float, ...], method: str, calls: int) -> dict[str, object] | None:
             if not values:
                 return None
-            return {"median_ms": round(stats.median(values), 5), "p10_ms": round(stats.quantile(values, 0.1), 5),
-                    "p90_ms": round(stats.quantile(values, 0.9), 5), "min_ms": round(min(values), 5),
-                    "rounds": len(values), "calls": calls, "method": method,
-                    "per_round_ms": [round(x, 5) for x in values]}  # re-deciding needs the rounds themselves
+            return {
+                "median_ms": round(stats.median(values), 5),
+                "p10_ms": round(stats.quantile(values, 0.1), 5),
+                "p90_ms": round(stats.quantile(values, 0.9), 5),
+                "min_ms": round(min(values), 5),
+                "rounds": len(values),
+                "calls": calls,
+                "method": method,
+                "per_round_ms": [round(x, 5) for x in values],
+            }  # re-deciding needs the rounds themselves
 
         bound = self.bound
         return {
-            "name": self.name, "role": self.role, "status": self.status, "reason": self.reason,
+            "name": self.name,
+            "role": self.role,
+            "status": self.status,
+            "reason": self.reason,
             rules.KERNEL: figure(self.kernel_ms, self.kernel_method, self.kernel_calls),
             rules.HOST_INCLUSIVE: figure(self.host_ms, self.loop_method, self.loop_calls),
             "issue_ms": round(self.issue_ms, 5) if self.issue_ms is not None else None,
@@ -136,13 +146,18 @@ class KernelComparison:
         return [v for v in self.variants if v.status == "FAIL"]
 
     def winners(self) -> dict[str, str | None]:
-        return {rules.KERNEL: self.kernel_verdict.winner if self.kernel_verdict else None,
-                rules.HOST_INCLUSIVE: self.host_verdict.winner if self.host_verdict else None}
+        return {
+            rules.KERNEL: self.kernel_verdict.winner if self.kernel_verdict else None,
+            rules.HOST_INCLUSIVE: self.host_verdict.winner if self.host_verdict else None,
+        }
 
     def to_json(self) -> dict[str, object]:
         return {
-            "kernel": self.kernel, "case": self.case, "device": self.device,
-            "fused": self.fused.to_json(), "natives": [v.to_json() for v in self.natives],
+            "kernel": self.kernel,
+            "case": self.case,
+            "device": self.device,
+            "fused": self.fused.to_json(),
+            "natives": [v.to_json() for v in self.natives],
             rules.KERNEL: self.kernel_verdict.to_json() if self.kernel_verdict else None,
             rules.HOST_INCLUSIVE: self.host_verdict.to_json() if self.host_verdict else None,
             "winner": self.winners(),
@@ -193,8 +208,9 @@ def host_block(fn: Callable[[], object], n: int, device: torch.device) -> tuple[
 class _Runner:
     """Times live implementations on one device; `calls` are their step functions, fused first."""
 
-    def __init__(self, names: list[str], calls: list[Callable[[], object]], device: torch.device,
-                 plan: RoundPlan) -> None:
+    def __init__(
+        self, names: list[str], calls: list[Callable[[], object]], device: torch.device, plan: RoundPlan
+    ) -> None:
         self.names, self.calls, self.device, self.plan = names, calls, device, plan
         self.cuda = device.type == "cuda"
 
@@ -293,8 +309,14 @@ def _best(results: list[VariantResult], figure: str) -> VariantResult | None:
     return min(natives, key=key) if natives else None
 
 
-def compare(kernel: str, case: str, variants: Sequence[Variant], device: torch.device | str,
-            plan: RoundPlan | None = None, host: dict[str, object] | None = None) -> KernelComparison:
+def compare(
+    kernel: str,
+    case: str,
+    variants: Sequence[Variant],
+    device: torch.device | str,
+    plan: RoundPlan | None = None,
+    host: dict[str, object] | None = None,
+) -> KernelComparison:
     """Build, warm up and time every variant (the first is the fused one) in interleaved rounds.
 
     A variant whose `make` is None is SKIP (its skip_reason); one that raises while being built is FAIL
@@ -326,26 +348,35 @@ def compare(kernel: str, case: str, variants: Sequence[Variant], device: torch.d
             kernel_times, kernel_method = runner.kernel_rounds()
         except Exception as exc:
             reason = f"while timing: {one_line_error(exc)}"
-            results = [dataclasses.replace(r, status="FAIL", reason=reason) if r.status == "OK" else r
-                       for r in results]
+            results = [
+                dataclasses.replace(r, status="FAIL", reason=reason) if r.status == "OK" else r
+                for r in results
+            ]
         else:
             loop_method = LOOP_CUDA if runner.cuda else LOOP_CPU
             for k, (i, _fn) in enumerate(live):
                 # no kernel time recorded (a profiler without CUPTI): that figure is missing, not zero
                 measured = min(kernel_times[k], default=0.0) > 0
                 results[i] = dataclasses.replace(
-                    results[i], kernel_ms=tuple(kernel_times[k]) if measured else (), host_ms=tuple(loop_times[k]),
+                    results[i],
+                    kernel_ms=tuple(kernel_times[k]) if measured else (),
+                    host_ms=tuple(loop_times[k]),
                     issue_ms=stats.median(issue[k]),
                     kernel_method=kernel_method if measured else f"not measured: {NO_KERNELS}",
-                    loop_method=loop_method, loop_calls=n, kernel_calls=plan.kernel_calls, on_gpu=runner.cuda,
-                    warmup_calls=warmed[k])
+                    loop_method=loop_method,
+                    loop_calls=n,
+                    kernel_calls=plan.kernel_calls,
+                    on_gpu=runner.cuda,
+                    warmup_calls=warmed[k],
+                )
         finally:
             del runner
     return dataclasses.replace(_decide(kernel, case, label, results, plan), host=host)
 
 
-def _across_host_speeds(loop: stats.FigureVerdict, kernel: stats.FigureVerdict | None,
-                        results: list[VariantResult]) -> stats.FigureVerdict:
+def _across_host_speeds(
+    loop: stats.FigureVerdict, kernel: stats.FigureVerdict | None, results: list[VariantResult]
+) -> stats.FigureVerdict:
     """timing_rules.LOOP_RULE on a GPU run. A native loop win is checked against that native's kernels (the
     loop's fastest native may not be the kernels' fastest), a fused one against the fastest native kernels.
     Without kernel times (no CUPTI) the plain loop verdict stands, and on a CPU run (the host is the device)."""
@@ -358,7 +389,9 @@ def _across_host_speeds(loop: stats.FigureVerdict, kernel: stats.FigureVerdict |
     return stats.across_host_speeds(loop, kernel)
 
 
-def _decide(kernel: str, case: str, label: str, results: list[VariantResult], plan: RoundPlan) -> KernelComparison:
+def _decide(
+    kernel: str, case: str, label: str, results: list[VariantResult], plan: RoundPlan
+) -> KernelComparison:
     fused = results[0]
     verdicts: dict[str, stats.FigureVerdict | None] = {rules.KERNEL: None, rules.HOST_INCLUSIVE: None}
     if fused.status == "OK":
@@ -366,7 +399,9 @@ def _decide(kernel: str, case: str, label: str, results: list[VariantResult], pl
             best = _best(results, figure)
             if best is None:
                 continue
-            f_ms, n_ms = (fused.kernel_ms, best.kernel_ms) if figure == rules.KERNEL else (fused.host_ms, best.host_ms)
+            f_ms, n_ms = (
+                (fused.kernel_ms, best.kernel_ms) if figure == rules.KERNEL else (fused.host_ms, best.host_ms)
+            )
             verdicts[figure] = stats.decide(figure, fused.name, best.name, f_ms, n_ms)
         loop = verdicts[rules.HOST_INCLUSIVE]
         if loop is not None:
@@ -382,5 +417,13 @@ def _decide(kernel: str, case: str, label: str, results: list[VariantResult], pl
         missing = "" if verdicts[rules.KERNEL] else NO_KERNELS
         several = sum(1 for v in results[1:] if v.status == "OK") > 1
         text = stats.sentence(verdicts[rules.KERNEL], verdicts[rules.HOST_INCLUSIVE], shown, missing, several)
-    return KernelComparison(kernel, case, label, tuple(results), verdicts[rules.KERNEL], verdicts[rules.HOST_INCLUSIVE],
-                      text, plan)
+    return KernelComparison(
+        kernel,
+        case,
+        label,
+        tuple(results),
+        verdicts[rules.KERNEL],
+        verdicts[rules.HOST_INCLUSIVE],
+        text,
+        plan,
+    )

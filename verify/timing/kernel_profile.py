@@ -44,8 +44,11 @@ def device_events(prof: torch.profiler.profile) -> list[tuple[float, str, float]
     """GPU activity records; a user annotation's GPU span (e.g. torch's `Optimizer.step#AdamW.step` range)
     covers kernels already counted, so it is left out."""
     cuda = torch.autograd.DeviceType.CUDA
-    return [(e.time_range.start, e.name, e.time_range.elapsed_us()) for e in prof.events()
-            if e.device_type == cuda and not getattr(e, "is_user_annotation", False)]
+    return [
+        (e.time_range.start, e.name, e.time_range.elapsed_us())
+        for e in prof.events()
+        if e.device_type == cuda and not getattr(e, "is_user_annotation", False)
+    ]
 
 
 def cpu_op_us(prof: torch.profiler.profile) -> float:

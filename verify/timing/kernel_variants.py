@@ -33,26 +33,41 @@ NORM_KINDS: dict[str, tuple[str, str, str, str, bool]] = {
 }
 
 
-def adam_variants(params: Sequence[nn.Parameter], fused_cls: type | None, fused_reason: str = "") -> list[Variant]:
+def adam_variants(
+    params: Sequence[nn.Parameter], fused_cls: type | None, fused_reason: str = ""
+) -> list[Variant]:
     """One optimizer step over `params` (their .grad set by the caller and left alone: read-only).
 
     Every variant has its own optimizer state over the same parameters; each step moves them by ~lr.
     """
     params = list(params)
 
-    def make(cls: Callable[..., torch.optim.Optimizer], **extra: object) -> Callable[[], Callable[[], object]]:
+    def make(
+        cls: Callable[..., torch.optim.Optimizer], **extra: object
+    ) -> Callable[[], Callable[[], object]]:
         return lambda: cls(params, **ADAM_HYPER, **extra).step
 
     return [
-        Variant(FUSED_ADAM, "fused", make(fused_cls, adam_w_mode=True) if fused_cls is not None else None,
-                fused_reason),
+        Variant(
+            FUSED_ADAM,
+            "fused",
+            make(fused_cls, adam_w_mode=True) if fused_cls is not None else None,
+            fused_reason,
+        ),
         Variant(ADAMW_FOREACH, "native", make(torch.optim.AdamW, foreach=True)),
         Variant(ADAMW_FUSED, "native", make(torch.optim.AdamW, fused=True)),
     ]
 
 
-def norm_variants(kind: str, x: torch.Tensor, grad_out: torch.Tensor, weight: torch.Tensor,
-                  bias: torch.Tensor | None, fused_cls: type | None, fused_reason: str = "") -> list[Variant]:
+def norm_variants(
+    kind: str,
+    x: torch.Tensor,
+    grad_out: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    fused_cls: type | None,
+    fused_reason: str = "",
+) -> list[Variant]:
     """Forward + backward of a norm over the last dim of x, both sides with the same weights (and bias),
     in x's dtype. Gradients come from torch.autograd.grad: no .grad accumulation is timed."""
     _feature, fused_name, native_name, native_attr, has_bias = NORM_KINDS[kind]
@@ -68,11 +83,18 @@ def norm_variants(kind: str, x: torch.Tensor, grad_out: torch.Tensor, weight: to
                     module.bias.copy_(bias)
             inputs = [x, *module.parameters()]
             return lambda: torch.autograd.grad(module(x), inputs, grad_out)
+
         return build
 
-    native = (Variant(native_name, "native", make(native_cls)) if native_cls is not None else
-              Variant(native_name, "native", None, f"not available in torch {torch.__version__}"))
-    return [Variant(fused_name, "fused", make(fused_cls) if fused_cls is not None else None, fused_reason), native]
+    native = (
+        Variant(native_name, "native", make(native_cls))
+        if native_cls is not None
+        else Variant(native_name, "native", None, f"not available in torch {torch.__version__}")
+    )
+    return [
+        Variant(fused_name, "fused", make(fused_cls) if fused_cls is not None else None, fused_reason),
+        native,
+    ]
 
 
 def norm_feature(kind: str) -> str:

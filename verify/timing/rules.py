@@ -42,21 +42,30 @@ class TieBand:
         return 1.0 + self.within
 
     def to_json(self) -> dict[str, object]:
-        return {"figure": self.figure, "low": round(self.low, 4), "high": round(self.high, 4),
-                "within_pct": round(100 * self.within, 2), "reason": self.reason}
+        return {
+            "figure": self.figure,
+            "low": round(self.low, 4),
+            "high": round(self.high, 4),
+            "within_pct": round(100 * self.within, 2),
+            "reason": self.reason,
+        }
 
 
 TIE_BANDS: dict[str, TieBand] = {
     KERNEL: TieBand(
-        KERNEL, 0.05,
+        KERNEL,
+        0.05,
         "kernel durations of one build repeat within 2% across runs on one H200 (2026-12-01); clocks boost "
-        "differently from run to run; a kernel difference under 5% is no reason to keep or drop Apex"),
+        "differently from run to run; a kernel difference under 5% is no reason to keep or drop Apex",
+    ),
     HOST_INCLUSIVE: TieBand(
-        HOST_INCLUSIVE, 0.03,
+        HOST_INCLUSIVE,
+        0.03,
         "host time only adds to a loop: on the H200 it moved a host-bound implementation's loop time by up to "
         "2x between runs (2026-12-01: apex FusedRMSNorm fp32 0.355-0.679 ms, torch nn.RMSNorm 0.32 ms in every "
         "run) but never below the other's; a 10% band turned that steady 'slower' into 'tie' in 2 of 5 runs, "
-        "so the band is narrow and the bootstrap interval, which carries the rounds' noise, decides"),
+        "so the band is narrow and the bootstrap interval, which carries the rounds' noise, decides",
+    ),
 }
 
 
@@ -76,7 +85,8 @@ LOOP_RULE = LoopRule(
     "0.34-0.70 ms per call over 0.31 ms of kernels, torch nn.LayerNorm 0.33 ms), and the plain loop ratio said "
     "'native' in some runs, 'tie' in others. A loop floor tried first (the winner's loop against the loser's "
     "kernels) failed the other way: a slow host lifted torch's own bf16 RMSNorm loop to 0.22 ms, level with "
-    "Apex's 0.22 ms of kernels")
+    "Apex's 0.22 ms of kernels"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,15 +97,22 @@ class Bootstrap:
     reason: str
 
     def to_json(self) -> dict[str, object]:
-        return {"resamples": self.resamples, "confidence": self.confidence, "seed": self.seed,
-                "statistic": "median of the per-round ratios (percentile interval)"}
+        return {
+            "resamples": self.resamples,
+            "confidence": self.confidence,
+            "seed": self.seed,
+            "statistic": "median of the per-round ratios (percentile interval)",
+        }
 
 
 # a fixed seed: the verdict is a pure function of the measured rounds, so re-deciding gives the same answer
 BOOTSTRAP = Bootstrap(
-    resamples=2000, confidence=0.95, seed=20261201,
+    resamples=2000,
+    confidence=0.95,
+    seed=20261201,
     reason="with 2000 resamples another seed moves the interval's ends by under 1% (tests/unit/"
-    "test_timing_stats.py); the median resists one round disturbed by the host (a GC pause, a page fault)")
+    "test_timing_stats.py); the median resists one round disturbed by the host (a GC pause, a page fault)",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +126,8 @@ class HostBound:
 HOST_BOUND = HostBound(
     margin=0.25,
     reason="a GPU-bound loop runs within a few percent of its kernels (launch gaps of 1-3 us per kernel); "
-    "25% more means the GPU waits for the host for a quarter of each call")
+    "25% more means the GPU waits for the host for a quarter of each call",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,18 +142,40 @@ class RoundPlan:
     reason: str
 
     def to_json(self) -> dict[str, object]:
-        return {"rounds": self.rounds, "warmup_calls": self.warmup_calls, "warmup_ms": self.warmup_ms,
-                "block_ms": self.block_ms, "min_calls": self.min_calls, "max_calls": self.max_calls,
-                "kernel_calls": self.kernel_calls}
+        return {
+            "rounds": self.rounds,
+            "warmup_calls": self.warmup_calls,
+            "warmup_ms": self.warmup_ms,
+            "block_ms": self.block_ms,
+            "min_calls": self.min_calls,
+            "max_calls": self.max_calls,
+            "kernel_calls": self.kernel_calls,
+        }
 
 
 ROUNDS = RoundPlan(
-    rounds=16, warmup_calls=3, warmup_ms=60.0, block_ms=10.0, min_calls=5, max_calls=200, kernel_calls=3,
+    rounds=16,
+    warmup_calls=3,
+    warmup_ms=60.0,
+    block_ms=10.0,
+    min_calls=5,
+    max_calls=200,
+    kernel_calls=3,
     reason="16 rounds x 2-3 implementations x 10 ms keep one verify timing case under a second, so the "
     "whole verify run stays near 20 s on an H200 (19 s with 12 rounds of 8 ms, 2026-12-01); 10 ms blocks "
     "average many calls, so one slow call moves a round by a few percent at most; 60 ms of warm-up per "
     "implementation (tens of calls, not 3) so the first rounds do not pay for cold host caches and a "
-    "clock still ramping up, for 0.8 s per verify run")
+    "clock still ramping up, for 0.8 s per verify run",
+)
 # --device cpu (tests, smoke runs): the same method, smaller
-CPU_ROUNDS = dataclasses.replace(ROUNDS, rounds=6, warmup_calls=1, warmup_ms=0.0, block_ms=2.0, min_calls=2,
-                                 max_calls=50, kernel_calls=2, reason="CPU smoke runs and tests: the method, not the numbers")
+CPU_ROUNDS = dataclasses.replace(
+    ROUNDS,
+    rounds=6,
+    warmup_calls=1,
+    warmup_ms=0.0,
+    block_ms=2.0,
+    min_calls=2,
+    max_calls=50,
+    kernel_calls=2,
+    reason="CPU smoke runs and tests: the method, not the numbers",
+)

@@ -44,8 +44,11 @@ def quantile(values: Sequence[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def bootstrap_interval(values: Sequence[float], rule: Bootstrap = rules.BOOTSTRAP,
-                       statistic: Callable[[Sequence[float]], float] = median) -> tuple[float, float]:
+def bootstrap_interval(
+    values: Sequence[float],
+    rule: Bootstrap = rules.BOOTSTRAP,
+    statistic: Callable[[Sequence[float]], float] = median,
+) -> tuple[float, float]:
     """Percentile interval of `statistic` over `rule.resamples` resamples (with replacement), seeded."""
     if not values:
         raise ValueError("bootstrap of no values")
@@ -59,7 +62,9 @@ def bootstrap_interval(values: Sequence[float], rule: Bootstrap = rules.BOOTSTRA
 def ratios_per_round(fused_ms: Sequence[float], native_ms: Sequence[float]) -> list[float]:
     """native / fused for each round (the two lists are the same rounds, in order)."""
     if len(fused_ms) != len(native_ms) or not fused_ms:
-        raise ValueError(f"need the same, non-zero number of rounds (fused {len(fused_ms)}, native {len(native_ms)})")
+        raise ValueError(
+            f"need the same, non-zero number of rounds (fused {len(fused_ms)}, native {len(native_ms)})"
+        )
     if min(fused_ms) <= 0 or min(native_ms) <= 0:
         raise ValueError("every round needs a positive time on both sides")
     return [n / f for f, n in zip(fused_ms, native_ms, strict=True)]
@@ -88,7 +93,9 @@ class FigureVerdict:
     band: TieBand
     ratios: tuple[float, ...]  # per round (or, for independent samples, empty)
     method: str  # "interleaved rounds" or "independent samples"
-    this_run: str = ""  # a loop's plain winner, before timing_rules.LOOP_RULE ("" when the rule was not applied)
+    this_run: str = (
+        ""  # a loop's plain winner, before timing_rules.LOOP_RULE ("" when the rule was not applied)
+    )
     kernel_winner: str = ""  # the kernel verdict of the same pair that the rule checked it against
 
     @property
@@ -98,28 +105,62 @@ class FigureVerdict:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "figure": self.figure, "fused": self.fused, "native": self.native,
-            "fused_ms": round(self.fused_ms, 5), "native_ms": round(self.native_ms, 5),
-            "speedup": round(self.ratio, 4), "interval": [round(self.interval[0], 4), round(self.interval[1], 4)],
-            "confidence": rules.BOOTSTRAP.confidence, "winner": self.winner, "tie_band": self.band.to_json(),
-            "method": self.method, "ratios": [round(r, 4) for r in self.ratios],
-            "this_run_winner": self.this_run or self.winner, "kernel_winner": self.kernel_winner or None,
+            "figure": self.figure,
+            "fused": self.fused,
+            "native": self.native,
+            "fused_ms": round(self.fused_ms, 5),
+            "native_ms": round(self.native_ms, 5),
+            "speedup": round(self.ratio, 4),
+            "interval": [round(self.interval[0], 4), round(self.interval[1], 4)],
+            "confidence": rules.BOOTSTRAP.confidence,
+            "winner": self.winner,
+            "tie_band": self.band.to_json(),
+            "method": self.method,
+            "ratios": [round(r, 4) for r in self.ratios],
+            "this_run_winner": self.this_run or self.winner,
+            "kernel_winner": self.kernel_winner or None,
         }
 
 
-def decide(figure: str, fused: str, native: str, fused_ms: Sequence[float], native_ms: Sequence[float],
-           *, band: TieBand | None = None, rule: Bootstrap = rules.BOOTSTRAP) -> FigureVerdict:
+def decide(
+    figure: str,
+    fused: str,
+    native: str,
+    fused_ms: Sequence[float],
+    native_ms: Sequence[float],
+    *,
+    band: TieBand | None = None,
+    rule: Bootstrap = rules.BOOTSTRAP,
+) -> FigureVerdict:
     """Verdict for paired rounds: round i of fused and round i of native ran back to back."""
     band = band or rules.TIE_BANDS[figure]
     ratios = ratios_per_round(fused_ms, native_ms)
     interval = bootstrap_interval(ratios, rule)
-    return FigureVerdict(figure, fused, native, median(fused_ms), median(native_ms), median(ratios), interval,
-                         winner(interval, band), band, tuple(ratios), "interleaved rounds")
+    return FigureVerdict(
+        figure,
+        fused,
+        native,
+        median(fused_ms),
+        median(native_ms),
+        median(ratios),
+        interval,
+        winner(interval, band),
+        band,
+        tuple(ratios),
+        "interleaved rounds",
+    )
 
 
-def decide_independent(figure: str, fused: str, native: str, fused_ms: Sequence[float],
-                       native_ms: Sequence[float], *, band: TieBand | None = None,
-                       rule: Bootstrap = rules.BOOTSTRAP) -> FigureVerdict:
+def decide_independent(
+    figure: str,
+    fused: str,
+    native: str,
+    fused_ms: Sequence[float],
+    native_ms: Sequence[float],
+    *,
+    band: TieBand | None = None,
+    rule: Bootstrap = rules.BOOTSTRAP,
+) -> FigureVerdict:
     """Verdict for samples that were not interleaved (e.g. training stages run one after the other):
     each side is resampled on its own, the statistic is median(native) / median(fused)."""
     band = band or rules.TIE_BANDS[figure]
@@ -134,8 +175,19 @@ def decide_independent(figure: str, fused: str, native: str, fused_ms: Sequence[
     tail = (1.0 - rule.confidence) / 2
     interval = (quantile(boot, tail), quantile(boot, 1.0 - tail))
     f_med, n_med = median(fused_ms), median(native_ms)
-    return FigureVerdict(figure, fused, native, f_med, n_med, n_med / f_med, interval,
-                         winner(interval, band), band, (), "independent samples")
+    return FigureVerdict(
+        figure,
+        fused,
+        native,
+        f_med,
+        n_med,
+        n_med / f_med,
+        interval,
+        winner(interval, band),
+        band,
+        (),
+        "independent samples",
+    )
 
 
 def across_host_speeds(loop: FigureVerdict, kernel: FigureVerdict) -> FigureVerdict:
@@ -146,8 +198,9 @@ def across_host_speeds(loop: FigureVerdict, kernel: FigureVerdict) -> FigureVerd
     if loop.fused != kernel.fused:
         raise ValueError(f"kernel verdict of {kernel.fused}, loop verdict of {loop.fused}")
     holds = loop.winner in ("tie", kernel.winner)
-    return dataclasses.replace(loop, winner=loop.winner if holds else "tie", this_run=loop.winner,
-                               kernel_winner=kernel.winner)
+    return dataclasses.replace(
+        loop, winner=loop.winner if holds else "tie", this_run=loop.winner, kernel_winner=kernel.winner
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,12 +216,16 @@ class Bound:
         return max(0.0, self.host_inclusive_ms - self.kernel_ms)
 
     def to_json(self) -> dict[str, object]:
-        return {"kind": self.kind, "host_overhead_ms": round(self.host_overhead_ms, 5),
-                "loop_over_kernel": round(self.host_inclusive_ms / self.kernel_ms, 4) if self.kernel_ms else None}
+        return {
+            "kind": self.kind,
+            "host_overhead_ms": round(self.host_overhead_ms, 5),
+            "loop_over_kernel": round(self.host_inclusive_ms / self.kernel_ms, 4) if self.kernel_ms else None,
+        }
 
 
-def bound_of(name: str, kernel_ms: float, host_inclusive_ms: float,
-             rule: rules.HostBound = rules.HOST_BOUND) -> Bound:
+def bound_of(
+    name: str, kernel_ms: float, host_inclusive_ms: float, rule: rules.HostBound = rules.HOST_BOUND
+) -> Bound:
     kind = "host" if host_inclusive_ms > kernel_ms * (1.0 + rule.margin) else "gpu"
     return Bound(name, kind, kernel_ms, host_inclusive_ms)
 
@@ -191,7 +248,9 @@ def _faster(v: FigureVerdict, winner: str = "", when: str = "") -> tuple[str, st
 
 def kernel_phrase(v: FigureVerdict | None, missing_reason: str = "", name_native: bool = False) -> str:
     if v is None:
-        return f"kernel time not measured ({missing_reason})" if missing_reason else "kernel time not measured"
+        return (
+            f"kernel time not measured ({missing_reason})" if missing_reason else "kernel time not measured"
+        )
     if v.winner == "tie":
         with_whom = f" with {v.native}" if name_native else ""
         return f"kernels tie{with_whom} ({_x(v.ratio)}, {_span(*v.interval)})"
@@ -211,13 +270,22 @@ def loop_phrase(v: FigureVerdict, context: str = "in a loop", name_native: bool 
 
 
 def bound_phrase(bounds: Sequence[Bound]) -> str:
-    parts = [f"{b.name} is host-bound here ({b.host_overhead_ms:.2f} ms of host time per call beyond its "
-             f"{b.kernel_ms:.2f} ms of kernels)" for b in bounds if b.kind == "host"]
+    parts = [
+        f"{b.name} is host-bound here ({b.host_overhead_ms:.2f} ms of host time per call beyond its "
+        f"{b.kernel_ms:.2f} ms of kernels)"
+        for b in bounds
+        if b.kind == "host"
+    ]
     return "; ".join(parts)
 
 
-def sentence(kernel: FigureVerdict | None, loop: FigureVerdict | None, bounds: Sequence[Bound] = (),
-             missing_reason: str = "", name_native: bool = False) -> str:
+def sentence(
+    kernel: FigureVerdict | None,
+    loop: FigureVerdict | None,
+    bounds: Sequence[Bound] = (),
+    missing_reason: str = "",
+    name_native: bool = False,
+) -> str:
     """What the user reads: both figures, and which implementation is host-bound (example in the module
     docstring). name_native: say which native a tie is with (when there are several natives)."""
     text = kernel_phrase(kernel, missing_reason, name_native)

@@ -39,8 +39,10 @@ def _install() -> None:
 
     from apex import normalization
 
-    for name, cls in (("fused_layer_norm", normalization.FusedLayerNorm),
-                      ("fused_rms_norm", normalization.FusedRMSNorm)):
+    for name, cls in (
+        ("fused_layer_norm", normalization.FusedLayerNorm),
+        ("fused_rms_norm", normalization.FusedRMSNorm),
+    ):
         if name not in _WRONG:
             continue
         real_forward = cls.forward
