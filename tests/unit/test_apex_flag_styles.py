@@ -78,7 +78,7 @@ def test_legacy_apis_of_each_tree_are_named(head: Path, tag2504: Path, tmp_path:
     """verify's identity layer on the two real Apex packages (file reads only, no GPU)."""
 
     def legacy(tree: Path) -> dict[str, bool]:
-        code = "import json; from verify import identity; print(json.dumps(identity.locate()['legacy_apis']))"
+        code = "import json; from verify.layers import identity; print(json.dumps(identity.locate()['legacy_apis']))"
         done = subprocess.run(
             [sys.executable, "-c", code],
             capture_output=True,

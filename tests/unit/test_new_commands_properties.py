@@ -509,7 +509,14 @@ def _index_examples(
         out = root / "src" / "out"
         shutil.copytree(built, out, symlinks=True)
         (wheel,) = out.glob("*.whl")
-        whole = which == "wheel" and wheel_damage == "none" or which != "wheel" and file_damage == "none"
+        # the gate report beside the wheel is never read: the index publishes the wheel's own .dist-info copy
+        whole = (
+            which == "wheel"
+            and wheel_damage == "none"
+            or which == "build-manifest.json"
+            and file_damage == "none"
+            or which == "verify-static.json"
+        )
         if which == "wheel":
             damage_wheel(wheel, wheel_damage, where, data)
         else:
