@@ -51,7 +51,7 @@ class BuiltImage:
 
 
 def no_registry_argv(apex_src: Path, out: Path, logs: Path, extra_ca: Path | None) -> list[str]:
-    """The README's no-registry command (build_log.NO_REGISTRY_COMMAND, what the pull error prints), as the argv
+    """The no-registry command of docs/ci.md (build_log.NO_REGISTRY_COMMAND), as the argv
     of this interpreter, plus the inputs a machine without GitHub needs."""
     words = shlex.split(build_log.NO_REGISTRY_COMMAND.split("&&", 1)[1])
     assert words[:2] == ["python3", "build.py"], build_log.NO_REGISTRY_COMMAND
