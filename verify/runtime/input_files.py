@@ -91,12 +91,13 @@ class InputFileError(Exception):
         super().__init__(f"{self.path}: {problem}; {fix}")
 
 
-def read_bytes(path: str | os.PathLike, kind: InputKind) -> bytes:
-    """The file's bytes, if it is a regular file of at most kind.max_bytes; else InputFileError."""
+def _open_regular(path: str | os.PathLike, kind: InputKind) -> int:
+    """A read-only descriptor of `path` once it is a regular file (checked again on the descriptor by the
+    caller); a missing or unopenable file is an InputFileError."""
     try:
         _require_regular(path, os.stat(path).st_mode, kind)
         # O_NONBLOCK: a FIFO swapped in after the stat must not block the open; harmless for a file
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise InputFileError(path, "missing", "does not exist", f"check the path; {kind.fix}") from None
     except OSError as exc:
@@ -106,6 +107,11 @@ def read_bytes(path: str | os.PathLike, kind: InputKind) -> bytes:
             f"cannot be read ({exc.strerror or exc})",
             "check the path and its permissions",
         ) from None
+
+
+def read_bytes(path: str | os.PathLike, kind: InputKind) -> bytes:
+    """The file's bytes, if it is a regular file of at most kind.max_bytes; else InputFileError."""
+    fd = _open_regular(path, kind)
     with os.fdopen(fd, "rb") as handle:
         _require_regular(path, os.fstat(fd).st_mode, kind)
         try:
@@ -138,18 +144,7 @@ def read_part(path: str | os.PathLike, kind: InputKind, start: int | None, lengt
             f"the limit for a {kind.name} ({kind.why})",
             kind.fix,
         )
-    try:
-        _require_regular(path, os.stat(path).st_mode, kind)
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise InputFileError(path, "missing", "does not exist", f"check the path; {kind.fix}") from None
-    except OSError as exc:
-        raise InputFileError(
-            path,
-            "unreadable",
-            f"cannot be read ({exc.strerror or exc})",
-            "check the path and its permissions",
-        ) from None
+    fd = _open_regular(path, kind)
     try:
         info = os.fstat(fd)
         _require_regular(path, info.st_mode, kind)
