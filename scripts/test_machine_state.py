@@ -1,7 +1,8 @@
 """What the test suite leaves on the machine: recorded before it runs, taken back after (scripts/test.sh).
 
     test_machine_state.py snapshot STATE [--dockerd-pid PID] [--base-created IMAGE]
-    test_machine_state.py cleanup STATE [--dry-run] [--tag-prefix PREFIX]
+    test_machine_state.py cleanup STATE [--dry-run] [--tag-prefix PREFIX] [--keep-engine]
+    test_machine_state.py reclaim STATE --free-gib N [--dry-run]
 
 `snapshot` records the Docker engine's images and build-cache records as they are before the suite's
 builds (a STATE that exists already is kept: .ci/run's second tier keeps the first tier's snapshot), the
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -35,6 +37,7 @@ from verify.runtime import atomic  # noqa: E402  (the project's one write path)
 SUITE_TAG_PREFIX = (
     "apex-"  # the last path part of every tag the suite builds (apex-ci-..., apex-<ref>-torch...)
 )
+CELL_LABEL = "io.apex-toolchain.cell"  # every image the project builds carries its cell id here
 DOCKERD_STOP_S = 30
 
 
@@ -101,22 +104,32 @@ def _stop_dockerd(pid: int, dry_run: bool) -> None:
     )
 
 
-def cleanup(state: Path, dry_run: bool, prefix: str = SUITE_TAG_PREFIX) -> int:
+def _read_state(state: Path) -> dict[str, Any] | None:
     try:
         before = json.loads(state.read_text())
-        known_images, known_cache = set(before["images"]), set(before["build_cache"])
+        before["known_images"], before["known_cache"] = set(before["images"]), set(before["build_cache"])
+        return before
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(
             f"test_machine_state: {state}: no usable snapshot ({exc}); run `snapshot` before the suite",
             file=sys.stderr,
         )
+        return None
+
+
+def cleanup(state: Path, dry_run: bool, prefix: str = SUITE_TAG_PREFIX, keep_engine: bool = False) -> int:
+    before = _read_state(state)
+    if before is None:
         return 2
     client = _client()
     verb = "would remove" if dry_run else "removing"
-    ours = _suite_images(client, known_images, prefix, before.get("base_created"))
+    own_engine = bool(before.get("dockerd_pid"))
+    ours = _suite_images(client, before["known_images"], prefix, before.get("base_created"))
     _remove_containers_and_images(client, ours, verb, dry_run)
-    _remove_build_cache(client, known_cache, bool(before.get("dockerd_pid")), verb, dry_run)
-    if before.get("dockerd_pid"):
+    _remove_build_cache(client, before["known_cache"], own_engine, verb, dry_run)
+    if keep_engine:
+        return 0
+    if own_engine:
         client.close()
         _stop_dockerd(int(before["dockerd_pid"]), dry_run)
     if not dry_run:
@@ -127,7 +140,8 @@ def cleanup(state: Path, dry_run: bool, prefix: str = SUITE_TAG_PREFIX) -> int:
 def _suite_images(
     client, known_images: set[str], prefix: str, base_created: str | None
 ) -> dict[str, list[str]]:
-    """Image id -> its suite tags, for every image made since the snapshot under a suite tag."""
+    """Image id -> its suite tags (its id when a rebuild left it dangling), for every image made since the
+    snapshot under a suite tag or a suite cell label."""
     ours = {}
     for image in client.images.list(all=True):
         if image.id in known_images:
@@ -135,7 +149,14 @@ def _suite_images(
         tags = [t for t in image.tags if _suite_tag(t, prefix) or t == base_created]
         if tags:
             ours[image.id] = tags
+        elif _dangling_of_ours(image, prefix):
+            ours[image.id] = [image.id]
     return ours
+
+
+def _dangling_of_ours(image, prefix: str = SUITE_TAG_PREFIX) -> bool:
+    cell = (image.attrs.get("Config") or {}).get("Labels") or {}
+    return not image.tags and str(cell.get(CELL_LABEL, "")).startswith(prefix)
 
 
 def _remove_containers_and_images(client, ours: dict[str, list[str]], verb: str, dry_run: bool) -> None:
@@ -162,13 +183,91 @@ def _remove_build_cache(client, known_cache: set[str], own_engine: bool, verb: s
     if new_cache and own_engine:
         print(f"  {verb} {len(new_cache)} build-cache records ({size_gb:.2f} GB) made since the snapshot")
         if not dry_run:
-            client.api.prune_builds(filters={"id": [r["ID"] for r in new_cache]})
+            _prune_records(client, [r["ID"] for r in new_cache])
     elif new_cache:
         print(
             f"  build cache: {len(new_cache)} records ({size_gb:.2f} GB) new since the snapshot, kept: this "
             "engine was running before the suite and other builds may share its cache "
             "(`docker builder prune` frees it)"
         )
+
+
+def _prune_records(client, ids: list[str]) -> None:
+    """One prune call per record: the engine's `id` filter takes one value (a list is a 400, "filters
+    expect only one value"). A record that others still build on goes only after them, so the calls go
+    round until a round prunes nothing more."""
+    freed, failed, left = 0, [], set(ids)
+    while left:
+        for record_id in sorted(left):
+            try:
+                reply = client.api.prune_builds(filters={"id": record_id}, all=True)
+                freed += int(reply.get("SpaceReclaimed") or 0)
+            except Exception as exc:  # noqa: BLE001 - one record in use must not stop the rest
+                failed.append(f"{record_id[:12]} ({exc})")
+        still = left & {r["ID"] for r in client.df().get("BuildCache") or []}
+        if still == left:
+            break
+        left = still
+    kept = f"; {len(left)} not pruned (in use?)" if left else ""
+    print(f"    freed {freed / 1e9:.2f} GB{kept}" + (f"; errors: {', '.join(failed[:5])}" if failed else ""))
+
+
+def _free_gib(client) -> float:
+    root = Path(client.info().get("DockerRootDir") or "/var/lib/docker")
+    return shutil.disk_usage(root if root.exists() else "/").free / 2**30
+
+
+def reclaim(state: Path, free_gib: float, dry_run: bool) -> int:
+    before = _read_state(state)
+    if before is None:
+        return 2
+    client = _client()
+    free = _free_gib(client)
+    if free >= free_gib:
+        print(
+            f"test_machine_state: {free:.1f} GiB free under Docker's root (>= {free_gib:g}): nothing to reclaim"
+        )
+        return 0
+    if not before.get("dockerd_pid"):
+        print(
+            f"test_machine_state: {free:.1f} GiB free, {free_gib:g} wanted; this engine was running before the "
+            "suite, so nothing is reclaimed here (`docker builder prune` / `docker image prune` free space)"
+        )
+        return 0
+    verb = "would remove" if dry_run else "removing"
+    dangling = [i for i in client.images.list(all=True) if _dangling_of_ours(i)]
+    for image in dangling:
+        print(f"  {verb} dangling image {image.short_id} (cell {image.labels.get(CELL_LABEL)})")
+        if not dry_run:
+            try:
+                client.images.remove(image.id, force=True)
+            except Exception as exc:  # noqa: BLE001 - one image in use must not stop the rest
+                print(f"    not removed: {exc}")
+    _prune_least_recent(client, free_gib, verb, dry_run)
+    print(f"test_machine_state: {_free_gib(client):.1f} GiB free under Docker's root ({free_gib:g} wanted)")
+    return 0
+
+
+def _prune_least_recent(client, free_gib: float, verb: str, dry_run: bool) -> None:
+    """Build cache pruned least recently used first until free_gib are free (the engine's keep-storage).
+    A record whose layers an image still holds frees nothing, so it goes round again, the last time
+    keeping nothing unused."""
+    for last in (False, False, True):
+        short = (free_gib - _free_gib(client)) * 2**30
+        if short <= 0:
+            return
+        cache = client.df().get("BuildCache") or []
+        total = sum(r.get("Size") or 0 for r in cache if not r.get("InUse"))
+        keep = 0 if last else max(0, int(total - short))
+        print(
+            f"  {verb} least recently used build cache: {total / 1e9:.2f} GB unused, keeping {keep / 1e9:.2f} GB"
+        )
+        if dry_run:
+            return
+        freed = client.api.prune_builds(keep_storage=keep, all=True).get("SpaceReclaimed") or 0
+        print(f"    freed {int(freed) / 1e9:.2f} GB")
+        if keep == 0:
+            return
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,10 +285,19 @@ def main(argv: list[str] | None = None) -> int:
         default=SUITE_TAG_PREFIX,
         help=f"the last path part of the suite's tags (default {SUITE_TAG_PREFIX}; tests use their own)",
     )
+    clean.add_argument(
+        "--keep-engine", action="store_true", help="leave the daemon running and the snapshot in place"
+    )
+    recl = sub.add_parser("reclaim")
+    recl.add_argument("state", type=Path)
+    recl.add_argument("--free-gib", type=float, required=True)
+    recl.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
     if args.command == "snapshot":
         return snapshot(args.state, args.dockerd_pid, args.base_created)
-    return cleanup(args.state, args.dry_run, args.tag_prefix)
+    if args.command == "reclaim":
+        return reclaim(args.state, args.free_gib, args.dry_run)
+    return cleanup(args.state, args.dry_run, args.tag_prefix, args.keep_engine)
 
 
 if __name__ == "__main__":

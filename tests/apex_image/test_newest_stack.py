@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.apex_image.conftest import ARCHIVE, BUILD_TIMEOUT_S, _run_bounded, _tail
+from tests.apex_image.conftest import ARCHIVE, BUILD_TIMEOUT_S, _check_disk, _run_bounded, _tail
 from tests.support import REPO
 from toolchain.image import inspect_image
 
@@ -35,9 +35,10 @@ def newest_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def newest(tmp_path_factory: pytest.TempPathFactory, newest_src: Path) -> dict:
+def newest(tmp_path_factory: pytest.TempPathFactory, newest_src: Path, docker_client) -> dict:
     import sys
 
+    _check_disk(docker_client)  # its own cold build: torch 2.15's CUDA 13 wheels, their venv twice
     where = tmp_path_factory.mktemp("newest-stack")
 
     argv = [sys.executable, str(REPO / "build.py"), "image", "--cell", CELL, "--archs", "9.0", "--apex-src",

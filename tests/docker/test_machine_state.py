@@ -68,3 +68,95 @@ def test_only_the_new_images_with_the_suites_tags_are_removed(
     finally:
         for tag in (old, new, foreign):
             subprocess.run([DOCKER, "rmi", tag], capture_output=True, timeout=60)
+
+
+def _build(context: Path, tag: str, stamp: str) -> None:
+    subprocess.run(
+        [DOCKER, "build", "-q", "--build-arg", f"STAMP={stamp}", "-t", tag, str(context)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+        env={"DOCKER_BUILDKIT": "1", "PATH": "/usr/bin:/bin"},
+    )
+
+
+def _cache_ids(docker_client) -> set[str]:
+    return {r["ID"] for r in docker_client.df().get("BuildCache") or []}
+
+
+def test_on_its_own_engine_cleanup_prunes_every_new_cache_record_and_the_dangling_rebuilds(
+    tmp_path: Path, docker_client, base_image: str
+) -> None:
+    """The path CI takes (the run started the daemon): several new build-cache records, pruned one call
+    each (the engine's id filter takes one value), and the image a rebuild under the same tag left
+    dangling, found by its cell label. A `sleep` stands in for the daemon's pid: it is not a dockerd,
+    so it is left alone."""
+    prefix = f"apex-machine-state-{uuid.uuid4().hex[:8]}"
+    tag = f"{prefix}-cell:1"
+    context = tmp_path / "ctx"
+    context.mkdir()
+    (context / "Dockerfile").write_text(
+        f"FROM {base_image}\nARG STAMP\nLABEL io.apex-toolchain.cell={prefix}-cell\n"
+        'RUN echo "$STAMP" > /one\nRUN echo "$STAMP" > /two\nRUN echo "$STAMP" > /three\n'
+    )
+    stand_in = subprocess.Popen(["sleep", "600"])
+    state = tmp_path / "engine.json"
+    try:
+        assert _state("snapshot", str(state), "--dockerd-pid", str(stand_in.pid)).returncode == 0
+        known = set(json.loads(state.read_text())["build_cache"])
+        _build(context, tag, "first")
+        dangling = docker_client.images.get(tag).id
+        _build(context, tag, "second")  # the first image loses its tag
+        made = _cache_ids(docker_client) - known
+        assert len(made) >= 3, made
+        done = _state("cleanup", str(state), "--tag-prefix", prefix, "--keep-engine")
+        assert done.returncode == 0, done.stderr
+        assert f"removing image {tag}" in done.stdout and f"removing image {dangling}" in done.stdout
+        assert "not pruned" not in done.stdout and "freed" in done.stdout, done.stdout
+        assert not (made & _cache_ids(docker_client)), "new build-cache records survived the cleanup"
+        assert not _exists(tag) and not _exists(dangling) and _exists(base_image)
+        assert state.exists() and stand_in.poll() is None  # --keep-engine: snapshot and daemon stay
+        last = _state("cleanup", str(state), "--tag-prefix", prefix)
+        assert f"process {stand_in.pid} is 'sleep', not the dockerd" in last.stdout, last.stdout
+        assert stand_in.poll() is None and not state.exists()
+    finally:
+        stand_in.kill()
+        subprocess.run([DOCKER, "rmi", "-f", tag], capture_output=True, timeout=60)
+
+
+def test_reclaim_acts_only_on_its_own_engine_and_names_what_it_would_free(
+    tmp_path: Path, docker_client, base_image: str
+) -> None:
+    """reclaim before a cold build: on an engine that was running before the suite it only reports; on its
+    own it names the project's dangling images and the least recently used cache (a dry run here: the
+    real prune is CI's, and it would take this machine's whole cache)."""
+    prefix = "apex-machine-state-reclaim"  # reclaim looks for the project's cell label (apex-...)
+    tag = f"{prefix}-{uuid.uuid4().hex[:8]}:1"
+    context = tmp_path / "ctx"
+    context.mkdir()
+    (context / "Dockerfile").write_text(
+        f'FROM {base_image}\nARG STAMP\nLABEL io.apex-toolchain.cell={prefix}\nRUN echo "$STAMP" > /one\n'
+    )
+    stand_in = subprocess.Popen(["sleep", "600"])
+    shared, own = tmp_path / "shared.json", tmp_path / "own.json"
+    try:
+        _build(context, tag, "first")
+        dangling = docker_client.images.get(tag).id
+        _build(context, tag, "second")
+        assert _state("snapshot", str(shared)).returncode == 0
+        assert _state("snapshot", str(own), "--dockerd-pid", str(stand_in.pid)).returncode == 0
+        enough = _state("reclaim", str(own), "--free-gib", "0")
+        assert enough.returncode == 0 and "nothing to reclaim" in enough.stdout, enough.stdout
+        huge = "1e9"  # more than any disk: every step is named
+        report = _state("reclaim", str(shared), "--free-gib", huge)
+        assert report.returncode == 0 and "nothing is reclaimed here" in report.stdout, report.stdout
+        dry = _state("reclaim", str(own), "--free-gib", huge, "--dry-run")
+        assert dry.returncode == 0, dry.stderr
+        assert f"would remove dangling image {dangling[:19]}" in dry.stdout, dry.stdout
+        assert "would remove least recently used build cache" in dry.stdout
+        assert _exists(dangling) and _exists(tag)  # a dry run removes nothing
+        assert _state("reclaim", str(tmp_path / "none.json"), "--free-gib", "1").returncode == 2
+    finally:
+        stand_in.kill()
+        subprocess.run([DOCKER, "rmi", "-f", tag, dangling if "dangling" in locals() else tag],
+                       capture_output=True, timeout=60)  # fmt: skip

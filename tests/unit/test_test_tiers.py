@@ -60,6 +60,24 @@ def test_ci_runs_make_test_then_the_apex_image_tier() -> None:
     assert steps.index("make test") < next(i for i, s in enumerate(steps) if "TIER=apex-image" in s)
 
 
+def test_ci_makes_room_for_each_cold_build_and_one_build_at_a_time() -> None:
+    """Before each cold image build .ci/run reclaims what the tier's own disk check asks for (the same
+    figure), and the first image and its cache go before the newest stack's build."""
+    from tests.apex_image import conftest as apex_tier
+
+    steps = [
+        line for line in (REPO / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")
+    ]
+    builds = [i for i, s in enumerate(steps) if "TIER=apex-image" in s]
+    reclaims = [i for i, s in enumerate(steps) if "test_machine_state.py reclaim" in s]
+    between = [i for i, s in enumerate(steps) if "cleanup" in s and "--keep-engine" in s]
+    assert len(builds) == 2 and len(reclaims) == 2 and len(between) == 1, steps
+    assert reclaims[0] < builds[0] < between[0] < reclaims[1] < builds[1]
+    assert "APEX_IMAGE_NEWEST=1" in steps[builds[1]] and "APEX_IMAGE_NEWEST" not in steps[builds[0]]
+    figures = {m.group(1) for i in reclaims if (m := re.search(r"APEX_IMAGE_DISK_GIB:-(\d+)", steps[i]))}
+    assert figures == {str(apex_tier.DISK_DEFAULT_GIB)}, figures
+
+
 def test_the_suite_installs_only_into_its_own_venv_and_cleans_up_after_itself() -> None:
     script = (REPO / "scripts" / "test.sh").read_text()
     installs = [
