@@ -236,16 +236,31 @@ def reclaim(state: Path, free_gib: float, dry_run: bool) -> int:
         return 0
     verb = "would remove" if dry_run else "removing"
     dangling = [i for i in client.images.list(all=True) if _dangling_of_ours(i)]
-    for image in dangling:
-        print(f"  {verb} dangling image {image.short_id} (cell {image.labels.get(CELL_LABEL)})")
+    _remove_images(client, dangling, "dangling image", verb, dry_run)
+    _prune_least_recent(client, free_gib, verb, dry_run)
+    if _free_gib(client) < free_gib:  # still short: what earlier runs tagged and never took back
+        stale = [i for i in client.images.list() if i.id in before["known_images"] and _tagged_of_ours(i)]
+        _remove_images(client, stale, "earlier run's image", verb, dry_run)
+        _prune_least_recent(client, free_gib, verb, dry_run)
+    print(f"test_machine_state: {_free_gib(client):.1f} GiB free under Docker's root ({free_gib:g} wanted)")
+    return 0
+
+
+def _tagged_of_ours(image, prefix: str = SUITE_TAG_PREFIX) -> bool:
+    cell = str(((image.attrs.get("Config") or {}).get("Labels") or {}).get(CELL_LABEL, ""))
+    return cell.startswith(prefix) and any(_suite_tag(t, prefix) for t in image.tags)
+
+
+def _remove_images(client, images: list, what: str, verb: str, dry_run: bool) -> None:
+    for image in images:
+        print(
+            f"  {verb} {what} {image.tags[0] if image.tags else image.short_id} (cell {image.labels.get(CELL_LABEL)})"
+        )
         if not dry_run:
             try:
                 client.images.remove(image.id, force=True)
             except Exception as exc:  # noqa: BLE001 - one image in use must not stop the rest
                 print(f"    not removed: {exc}")
-    _prune_least_recent(client, free_gib, verb, dry_run)
-    print(f"test_machine_state: {_free_gib(client):.1f} GiB free under Docker's root ({free_gib:g} wanted)")
-    return 0
 
 
 def _prune_least_recent(client, free_gib: float, verb: str, dry_run: bool) -> None:

@@ -128,8 +128,9 @@ def test_reclaim_acts_only_on_its_own_engine_and_names_what_it_would_free(
     tmp_path: Path, docker_client, base_image: str
 ) -> None:
     """reclaim before a cold build: on an engine that was running before the suite it only reports; on its
-    own it names the project's dangling images and the least recently used cache (a dry run here: the
-    real prune is CI's, and it would take this machine's whole cache)."""
+    own it names the project's dangling images, the least recently used cache and, still short, the
+    suite-tagged images of earlier runs (a dry run here: the real prune is CI's, and it would take this
+    machine's whole cache)."""
     prefix = "apex-machine-state-reclaim"  # reclaim looks for the project's cell label (apex-...)
     tag = f"{prefix}-{uuid.uuid4().hex[:8]}:1"
     context = tmp_path / "ctx"
@@ -154,6 +155,7 @@ def test_reclaim_acts_only_on_its_own_engine_and_names_what_it_would_free(
         assert dry.returncode == 0, dry.stderr
         assert f"would remove dangling image {dangling[:19]}" in dry.stdout, dry.stdout
         assert "would remove least recently used build cache" in dry.stdout
+        assert f"would remove earlier run's image {tag}" in dry.stdout, dry.stdout  # still short after that
         assert _exists(dangling) and _exists(tag)  # a dry run removes nothing
         assert _state("reclaim", str(tmp_path / "none.json"), "--free-gib", "1").returncode == 2
     finally:
