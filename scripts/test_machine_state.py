@@ -194,22 +194,40 @@ def _remove_build_cache(client, known_cache: set[str], own_engine: bool, verb: s
 
 def _prune_records(client, ids: list[str]) -> None:
     """One prune call per record: the engine's `id` filter takes one value (a list is a 400, "filters
-    expect only one value"). A record that others still build on goes only after them, so the calls go
-    round until a round prunes nothing more."""
+    expect only one value"). A record that others still build on is kept while they exist, so the
+    records go deepest first (every child of a new record is new too); a second round catches a record
+    whose child another run was still using."""
     freed, failed, left = 0, [], set(ids)
-    while left:
-        for record_id in sorted(left):
+    for _round in range(2):
+        records = client.df().get("BuildCache") or []
+        for record_id in _deepest_first(records, left):
             try:
                 reply = client.api.prune_builds(filters={"id": record_id}, all=True)
                 freed += int(reply.get("SpaceReclaimed") or 0)
             except Exception as exc:  # noqa: BLE001 - one record in use must not stop the rest
                 failed.append(f"{record_id[:12]} ({exc})")
-        still = left & {r["ID"] for r in client.df().get("BuildCache") or []}
-        if still == left:
+        left &= {r["ID"] for r in client.df().get("BuildCache") or []}
+        if not left:
             break
-        left = still
     kept = f"; {len(left)} not pruned (in use?)" if left else ""
     print(f"    freed {freed / 1e9:.2f} GB{kept}" + (f"; errors: {', '.join(failed[:5])}" if failed else ""))
+
+
+def _deepest_first(records: list[dict], wanted: set[str]) -> list[str]:
+    """The wanted record ids, each after every record that builds on it (engines name one `Parent`, newer
+    ones a list of `Parents`)."""
+    parents = {r["ID"]: list(r.get("Parents") or ([r["Parent"]] if r.get("Parent") else [])) for r in records}
+    depth: dict[str, int] = {}
+
+    def depth_of(record_id: str) -> int:
+        if record_id not in depth:
+            depth[record_id] = 0  # a cycle, were there one, ends here
+            depth[record_id] = 1 + max(
+                (depth_of(p) for p in parents.get(record_id, []) if p in parents), default=-1
+            )
+        return depth[record_id]
+
+    return sorted((i for i in wanted if i in parents), key=lambda i: (-depth_of(i), i))
 
 
 def _free_gib(client) -> float:
