@@ -70,6 +70,7 @@ def _run(
 ) -> dict:
     report = tmp / "r.json"
     report.write_text(EARLIER)
+    earlier_inode = report.stat().st_ino
     started = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "verify", *mode, "--json", str(report)],
@@ -81,8 +82,11 @@ def _run(
         start_new_session=True,
     )
     seen: set[int] = set()
-    while signal_name and time.monotonic() - started < at_s and proc.poll() is None:
+    written_s = None  # when the report was replaced (the atomic write's rename): the run's work is done
+    while (not signal_name or time.monotonic() - started < at_s) and proc.poll() is None:
         seen |= _descendants(proc.pid)
+        if written_s is None and _replaced(report, earlier_inode):
+            written_s = time.monotonic() - started
         time.sleep(0.01)
     if signal_name and proc.poll() is None:
         seen |= _descendants(proc.pid)
@@ -110,8 +114,16 @@ def _run(
         "left": left,
         "temp_files": sorted(p.name for p in tmp.iterdir() if p.name != "r.json"),
         "wall_s": round(time.monotonic() - started, 3),
+        "written_s": written_s,
         "stdout_tail": stdout[-300:],
     }
+
+
+def _replaced(report: Path, inode: int) -> bool:
+    try:
+        return report.stat().st_ino != inode
+    except OSError:  # between the old file's unlink and the new one's rename
+        return False
 
 
 def _in_interpreter_start(row: dict, name: str) -> bool:
@@ -130,49 +142,63 @@ def _in_interpreter_start(row: dict, name: str) -> bool:
     )
 
 
+def _outcome(row: dict, name: str) -> str:
+    stopped = row["report"] == "earlier"
+    if stopped and _in_interpreter_start(row, name):
+        return "before verify's first statement"
+    return "stopped" if stopped else "finished first"
+
+
+def _check(row: dict, name: str, fraction: float, baseline: dict, verdict: str) -> None:
+    """The three ways a run may end, nothing else (the module's docstring)."""
+    before_start = row["outcome"] == "before verify's first statement"
+    assert before_start or not any("Traceback" in line for line in row["stderr"]), row
+    assert row["left"] == [] and row["temp_files"] == [], row
+    if before_start:  # the interpreter's own start (~30 ms): the signal's own end, nothing printed or written
+        assert fraction < 0.05, row
+    elif row["outcome"] == "stopped":
+        assert row["exit"] == exit_codes.FAILED, row  # never 130, 134, 143: one path, exit 1
+        assert row["stderr"] == [STOPPED.format(name)], row
+    else:  # the run was over before the signal: its true result, never a report of false FAILs
+        assert row["exit"] == baseline["exit"] and row["report"]["verdict"] == verdict, row
+
+
 @pytest.mark.parametrize("mode, moments", [(("--static",), MOMENTS), ((), 12)], ids=["static", "full-cpu"])
 def test_a_signal_at_any_moment_of_a_real_run_is_handled(
     tmp_path: Path, mode: tuple[str, ...], moments: int
 ) -> None:
     """`--static` (the image gate) and the whole run as a CPU node runs it (no --static: the GPU layers
-    find no device and SKIP, as a CPU node's real run is)."""
+    find no device and SKIP, as a CPU node's real run is). The moments are fractions of the baseline's
+    work: its start to its report's write (what comes after is the interpreter's shutdown, where a signal
+    rightly changes nothing). A loaded machine makes runs slower or faster than the baseline, so after the
+    fixed moments more are drawn, up to as many again, until a third of them fell inside a run."""
     runs = [_run(tmp_path, None, 0.0, False, mode) for _ in range(2)]
-    baseline = min(runs, key=lambda r: r["wall_s"])  # the moments fall inside even the faster runs
     assert all(r["exit"] == runs[0]["exit"] and isinstance(r["report"], dict) for r in runs), runs
-    verdict, duration = baseline["report"]["verdict"], baseline["wall_s"]
+    assert all(r["written_s"] for r in runs), runs  # each baseline's write was seen
+    baseline = min(runs, key=lambda r: r["written_s"])  # the moments fall inside even the faster runs
+    verdict, duration = baseline["report"]["verdict"], baseline["written_s"]
     chooser = random.Random(24)
     fractions = [0.0, 0.002, 0.01] + sorted(chooser.uniform(0.02, 1.0) for _ in range(moments - 3))
-    rows = []
-    for index, fraction in enumerate(fractions):
+    rows: list[dict] = []
+    while len(rows) < moments or (
+        sum(r["outcome"] == "stopped" for r in rows) < moments // 3 and len(rows) < 2 * moments
+    ):
+        index = len(rows)
+        fraction = fractions[index] if index < moments else chooser.uniform(0.02, 1.0)
         name = SIGNALS[index % len(SIGNALS)]
         row = _run(tmp_path, name, fraction * duration, second=index % 3 == 2, mode=mode)
         row["fraction"] = round(fraction, 3)
-        stopped = row["report"] == "earlier"
-        before_start = stopped and _in_interpreter_start(row, name)
-        row["outcome"] = (
-            "before verify's first statement"
-            if before_start
-            else ("stopped" if stopped else "finished first")
-        )
+        row["outcome"] = _outcome(row, name)
         rows.append(row)
-        assert before_start or not any("Traceback" in line for line in row["stderr"]), row
-        assert row["left"] == [] and row["temp_files"] == [], row
-        if (
-            before_start
-        ):  # the interpreter's own start (~30 ms): the signal's own end, nothing printed or written
-            assert fraction < 0.05, row
-        elif stopped:
-            assert row["exit"] == exit_codes.FAILED, row  # never 130, 134, 143: one path, exit 1
-            assert row["stderr"] == [STOPPED.format(name)], row
-        else:  # the run was over before the signal: its true result, never a report of false FAILs
-            assert row["exit"] == baseline["exit"] and row["report"]["verdict"] == verdict, row
+        _check(row, name, fraction, baseline, verdict)
     if os.environ.get("SIGNAL_SWEEP_OUT") and mode == (
         "--static",
     ):  # the evidence file is the static sweep's
         Path(os.environ["SIGNAL_SWEEP_OUT"]).write_text(
             json.dumps(
                 {
-                    "baseline": {k: baseline[k] for k in ("exit", "wall_s")} | {"verdict": verdict},
+                    "baseline": {k: baseline[k] for k in ("exit", "wall_s", "written_s")}
+                    | {"verdict": verdict},
                     "runs": [
                         {
                             k: r[k]
