@@ -114,7 +114,7 @@ class SecondDaemon:
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         wait_for(lambda: self.docker("version", check=False).returncode == 0, 60, "the second dockerd")
-        self.children = _children(self.proc.pid)  # its managed containerd
+        self.children = children_of(self.proc.pid)  # its managed containerd
 
     def docker(self, *args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
         return subprocess.run([DOCKER, "-H", self.host, *args], capture_output=True, check=check, **kw)
@@ -155,10 +155,16 @@ class SecondDaemon:
         subprocess.run(["ip", "link", "del", self.bridge], check=False, capture_output=True)
 
 
-def _children(pid: int) -> list[int]:
+def children_of(pid: int) -> list[int]:
+    """pid's children now; a process that ends while it is read has none (no error: it is gone)."""
     found = []
-    for task in Path(f"/proc/{pid}/task").glob("*/children"):
-        found += [int(x) for x in task.read_text().split()]
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").glob("*/children"))
+    except OSError:
+        return []
+    for task in tasks:
+        with contextlib.suppress(OSError):
+            found += [int(x) for x in task.read_text().split()]
     return found
 
 

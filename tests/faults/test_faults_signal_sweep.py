@@ -48,7 +48,11 @@ def _descendants(pid: int) -> set[int]:
     found, frontier = set(), [pid]
     while frontier:
         parent = frontier.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*/children"):
+        try:  # a process may end between being found and being read: its children are then gone too
+            tasks = list(Path(f"/proc/{parent}/task").glob("*/children"))
+        except OSError:
+            continue
+        for task in tasks:
             try:
                 kids = [int(x) for x in task.read_text().split()]
             except OSError:

@@ -15,15 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
-from faultlib import REPO, wait_for
+from faultlib import REPO, children_of, wait_for
 
 from verify.runtime import exit_codes
 
 EARLIER = '{"an earlier report": "must survive"}\n'
-
-
-def _children(pid: int) -> list[int]:
-    return [int(x) for task in Path(f"/proc/{pid}/task").glob("*/children") for x in task.read_text().split()]
 
 
 def _alive(pid: int) -> bool:
@@ -79,7 +75,7 @@ def test_a_signal_during_the_import_probe_stops_at_once_and_leaves_no_child(tmp_
     spawned: list[int] = []
     try:
         wait_for(started.exists, 60, "the probe to hang in amp_C")
-        spawned = [*_children(proc.pid), int(grandchild_file.read_text())]
+        spawned = [*children_of(proc.pid), int(grandchild_file.read_text())]
         t0 = time.monotonic()
         if how.startswith("SIGINT"):
             os.killpg(proc.pid, signal.SIGINT)
@@ -166,7 +162,7 @@ def test_sigterm_while_gpu_workers_hang_kills_them_and_starts_no_fresh_one(tmp_p
     try:
 
         def two_workers() -> bool:
-            workers[:] = _children(proc.pid)
+            workers[:] = children_of(proc.pid)
             return len(workers) == 2
 
         wait_for(two_workers, 60, "two worker processes")
