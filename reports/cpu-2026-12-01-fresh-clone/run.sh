@@ -15,7 +15,7 @@ dir="/tmp/i23-tests fresh clone $n"
 rm -rf "$dir"; mkdir -p "$dir"
 git clone -q --branch "$(git -C "$src" rev-parse --abbrev-ref HEAD)" "$src" "$dir/apex-toolchain"
 commit=$(git -C "$dir/apex-toolchain" rev-parse --short HEAD)
-engine() { /usr/bin/docker system df --format '{{.Type}} {{.TotalCount}} {{.Size}}' | tr '\n' ';'; }
+engine() { /usr/bin/docker system df --format '{{.Type}} {{.TotalCount}} {{.Size}}' 2>/dev/null | tr '\n' ';' || echo 'no engine answering'; }
 before=$(engine)
 stress=""
 if [ "$busy" = busy ]; then stress-ng --cpu 4 --quiet & stress=$!; fi
