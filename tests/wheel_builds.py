@@ -86,10 +86,26 @@ def uv_binary() -> str:
 
 
 def torch_venv(path: Path) -> Path:
-    """A venv that sees this Python's site-packages (torch, pip, setuptools, packaging: ensurepip's older
-    setuptools would shadow the one the build needs); returns its python."""
-    venv.EnvBuilder(system_site_packages=True, with_pip=False, symlinks=True).create(path)
-    return path / "bin" / "python"
+    """A venv that sees the running Python's own site folders (torch, pip, setuptools, packaging), through a
+    .pth, not --system-site-packages: the suite runs in a venv of its own, and --system-site-packages would
+    show the base interpreter's folders instead (whatever was installed there by hand, or nothing: a fresh
+    machine's ensurepip setuptools without bdist_wheel and no torch). Returns its python."""
+    venv.EnvBuilder(system_site_packages=False, with_pip=False, symlinks=True).create(path)
+    python = path / "bin" / "python"
+    ask = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    purelib = Path(
+        subprocess.run([str(python), "-c", ask], capture_output=True, text=True, check=True).stdout.strip()
+    )
+    (purelib / "suite-site.pth").write_text("".join(f"{p}\n" for p in suite_site_dirs()))
+    return python
+
+
+def suite_site_dirs() -> list[str]:
+    """The site folders of the Python running the suite (its venv's, or the interpreter's own when none)."""
+    import site
+
+    dirs = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    return [d for d in dict.fromkeys(dirs) if Path(d).is_dir()]
 
 
 def apex_shaped_tree(root: Path, module: str = MODULE, libraries: tuple[str, ...] = ()) -> Path:

@@ -7,12 +7,17 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
+
+import pytest
 
 from tests.support import REPO
 
 PROBE = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
 LAUNCHER_IGNORES = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT)  # `nohup cmd &` in a script
 INNER = "APEX_TEST_LAUNCHED_IGNORING_SIGINT"
+TERM_DIR = "APEX_TEST_TERMINATED_IN"  # the inner run of the SIGTERM test: where it leaves its marks
 
 
 def _ignored_in(pid: int) -> int:
@@ -65,3 +70,53 @@ def test_even_when_the_suite_itself_was_started_with_ctrl_c_ignored() -> None:
         timeout=300,
     )
     assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="session")
+def left_behind_until_teardown():
+    """Stands in for the registry and servers the suite's fixtures start: its teardown must run."""
+    yield
+    if os.environ.get(TERM_DIR):
+        (Path(os.environ[TERM_DIR]) / "torn-down").write_text("yes")
+
+
+def test_inner_waits_to_be_terminated(left_behind_until_teardown) -> None:
+    if not os.environ.get(TERM_DIR):
+        return  # the outer run: the test below runs this one in a pytest of its own
+    (Path(os.environ[TERM_DIR]) / "started").write_text(str(os.getpid()))
+    time.sleep(120)
+
+
+def test_sigterm_to_the_suite_tears_its_fixtures_down(tmp_path: Path) -> None:
+    """`kill PID` on a running pytest: without tests/conftest.py's handler it dies with the registry (and
+    whatever else a fixture started) still running."""
+    inner = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "",
+            f"{__file__}::test_inner_waits_to_be_terminated",
+        ],
+        cwd=REPO,
+        env={**os.environ, TERM_DIR: str(tmp_path)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        for _ in range(6000):  # the inner pytest's start-up, however loaded the machine: up to 10 min
+            if (tmp_path / "started").exists() or inner.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert (tmp_path / "started").exists(), inner.communicate(timeout=60)[0]
+        inner.terminate()
+        output = inner.communicate(timeout=300)[0]
+    finally:
+        inner.kill()
+    assert (tmp_path / "torn-down").read_text() == "yes", output
+    assert inner.returncode == pytest.ExitCode.INTERRUPTED, output

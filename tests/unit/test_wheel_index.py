@@ -77,6 +77,20 @@ def test_the_installed_wheels_manifest_allows_another_patch_but_not_another_mino
     )  # a named manifest: exact
 
 
+def test_the_build_venv_sees_the_suites_own_packages_not_the_base_interpreters(tmp_path: Path) -> None:
+    # make test runs in its own venv: torch and a setuptools with bdist_wheel are there, and a fresh machine's
+    # base interpreter has neither (run 13 of reports/cpu-2026-12-02-fresh-clone)
+    python = wb.torch_venv(tmp_path / "venv")
+    ask = "import json, setuptools, torch; print(json.dumps([setuptools.__file__, torch.__file__, setuptools.__version__]))"
+    done = subprocess.run([str(python), "-c", ask], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    setuptools_file, torch_file, version = json.loads(done.stdout)
+    import setuptools
+
+    assert (setuptools_file, torch_file) == (setuptools.__file__, torch.__file__)
+    assert tuple(int(x) for x in version.split(".")[:2]) >= (70, 1), version  # bdist_wheel of its own
+
+
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """out/ folders of the builder's runs: a good one, a newer build of it, a gate that fails, one linking zlib."""
