@@ -9,10 +9,13 @@ builds (a STATE that exists already is kept: .ci/run's second tier keeps the fir
 dockerd this run started (none when one was already answering) and the base image it created.
 `cleanup` then removes only what the suite made: images that are new since the snapshot and tagged by it
 (the docker and faults tiers tag `apex-ci-*`, the apex-image tier its cell id `apex-<ref>-torch...`),
-their stopped containers, the base image when this run created it, the build cache that is new since
-the snapshot when this run started the daemon (nobody else can have used it), and then stops that
-daemon. On an engine that was running before the suite (a shared machine, a developer's box) the new
-build cache is only reported: other builds may be filling it at the same moment. --dry-run names
+their stopped containers, the base image when this run created it (made before the snapshot, so the
+snapshot leaves it out), and, when this run started the daemon (nobody else can have used it), every
+other image new since the snapshot (the product's own tags such as `devel-torch...`, the local Debian
+base build.py debootstraps, what a rebuild left untagged) and the new build cache; then it stops that
+daemon. On an engine that was running before the suite (a shared machine, a developer's box) images
+without the suite's tags and the new build cache are kept (cache only reported): other builds may be
+making them at the same moment. --keep-engine (between .ci/run's tiers) keeps the base images too. --dry-run names
 everything it would remove and removes nothing.
 Exit: 0 done (or nothing to do); 2 bad arguments or an unreadable STATE; 3 no Docker engine to clean.
 """
@@ -66,11 +69,13 @@ def snapshot(state: Path, dockerd_pid: int | None, base_created: str | None) -> 
         print(f"test_machine_state: {state} exists: keeping the first snapshot of this run")
         return 0
     client = _client()
+    # the base ensure-docker.sh created already exists; it is this run's, so it is not "there before"
+    made_base = {i.id for i in client.images.list(all=True) if base_created and base_created in i.tags}
     data: dict[str, Any] = {
         "started_at": time.time(),
         "dockerd_pid": dockerd_pid,
         "base_created": base_created,
-        "images": sorted(i.id for i in client.images.list(all=True)),
+        "images": sorted(i.id for i in client.images.list(all=True) if i.id not in made_base),
         "build_cache": sorted(r["ID"] for r in client.df().get("BuildCache") or []),
     }
     atomic.write_json(state, data)
@@ -124,7 +129,13 @@ def cleanup(state: Path, dry_run: bool, prefix: str = SUITE_TAG_PREFIX, keep_eng
     client = _client()
     verb = "would remove" if dry_run else "removing"
     own_engine = bool(before.get("dockerd_pid"))
-    ours = _suite_images(client, before["known_images"], prefix, before.get("base_created"))
+    ours = _suite_images(
+        client,
+        before["known_images"],
+        prefix,
+        None if keep_engine else before.get("base_created"),
+        every_new=own_engine and not keep_engine,
+    )
     _remove_containers_and_images(client, ours, verb, dry_run)
     _remove_build_cache(client, before["known_cache"], own_engine, verb, dry_run)
     if keep_engine:
@@ -138,18 +149,20 @@ def cleanup(state: Path, dry_run: bool, prefix: str = SUITE_TAG_PREFIX, keep_eng
 
 
 def _suite_images(
-    client, known_images: set[str], prefix: str, base_created: str | None
+    client, known_images: set[str], prefix: str, base_created: str | None, every_new: bool = False
 ) -> dict[str, list[str]]:
     """Image id -> its suite tags (its id when a rebuild left it dangling), for every image made since the
-    snapshot under a suite tag or a suite cell label."""
+    snapshot under a suite tag or a suite cell label; with `every_new` (an engine this run started) every
+    image made since, under all its tags. Newest first: an image goes before the one it was built on."""
     ours = {}
-    for image in client.images.list(all=True):
+    images = sorted(client.images.list(all=True), key=lambda i: str(i.attrs.get("Created", "")), reverse=True)
+    for image in images:
         if image.id in known_images:
             continue
-        tags = [t for t in image.tags if _suite_tag(t, prefix) or t == base_created]
+        tags = [t for t in image.tags if every_new or _suite_tag(t, prefix) or t == base_created]
         if tags:
             ours[image.id] = tags
-        elif _dangling_of_ours(image, prefix):
+        elif every_new or _dangling_of_ours(image, prefix):
             ours[image.id] = [image.id]
     return ours
 

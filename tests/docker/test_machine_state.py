@@ -162,3 +162,48 @@ def test_reclaim_acts_only_on_its_own_engine_and_names_what_it_would_free(
         stand_in.kill()
         subprocess.run([DOCKER, "rmi", "-f", tag, dangling if "dangling" in locals() else tag],
                        capture_output=True, timeout=60)  # fmt: skip
+
+
+def test_its_own_engine_loses_every_image_the_run_made_and_the_base_it_created(
+    tmp_path: Path, docker_client, base_image: str
+) -> None:
+    """Fresh-clone runs 15-17 left ~1 GB each: the local-route test's `devel-torch...` image (a product tag,
+    not the suite's), the trixie base build.py debootstrapped, what their rebuilds left untagged, and the
+    bookworm base ensure-docker.sh created (made before the snapshot, so it counted as "there before").
+    On an engine the run started all of it goes; --keep-engine (between CI's tiers) keeps it, and on a
+    shared engine only the created base goes with the suite's tags (the first test keeps a foreign tag)."""
+    unique = uuid.uuid4().hex[:8]
+    prefix, made_base, product = f"apex-machine-state-{unique}", f"base-{unique}:made", f"devel-{unique}:1"
+    context = tmp_path / "ctx"
+    context.mkdir()
+    (context / "Dockerfile").write_text(f"FROM {base_image}\nARG STAMP\nLABEL stamp=$STAMP\n")
+    stand_in = subprocess.Popen(["sleep", "600"])
+    state, shared = tmp_path / "engine.json", tmp_path / "shared.json"
+    try:
+        _build(context, made_base, f"base-{unique}")  # as ensure-docker.sh does, before the snapshot
+        assert (
+            _state(
+                "snapshot", str(state), "--dockerd-pid", str(stand_in.pid), "--base-created", made_base
+            ).returncode
+            == 0
+        )
+        assert _state("snapshot", str(shared), "--base-created", made_base).returncode == 0
+        assert docker_client.images.get(made_base).id not in json.loads(state.read_text())["images"]
+        _build(context, product, f"product-{unique}")
+        untagged = docker_client.images.get(product).id
+        _build(context, product, f"product-again-{unique}")  # the first one loses its tag
+        kept = _state("cleanup", str(state), "--tag-prefix", prefix, "--keep-engine")
+        assert kept.returncode == 0, kept.stderr
+        assert _exists(made_base) and _exists(product) and _exists(untagged), kept.stdout
+        dry = _state("cleanup", str(shared), "--tag-prefix", prefix, "--dry-run")
+        assert f"would remove image {made_base}" in dry.stdout and product not in dry.stdout, dry.stdout
+        assert untagged not in dry.stdout, dry.stdout
+        done = _state("cleanup", str(state), "--tag-prefix", prefix)
+        assert done.returncode == 0, done.stderr
+        assert f"removing image {product}" in done.stdout and f"removing image {made_base}" in done.stdout
+        assert not _exists(product) and not _exists(untagged) and not _exists(made_base), done.stdout
+        assert _exists(base_image) and stand_in.poll() is None  # known images stay; a sleep is no dockerd
+    finally:
+        stand_in.kill()
+        for tag in (product, made_base, untagged):
+            subprocess.run([DOCKER, "rmi", "-f", tag], capture_output=True, timeout=60)
