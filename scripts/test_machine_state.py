@@ -15,8 +15,8 @@ other image new since the snapshot (the product's own tags such as `devel-torch.
 base build.py debootstraps, what a rebuild left untagged) and the new build cache; then it stops that
 daemon. On an engine that was running before the suite (a shared machine, a developer's box) images
 without the suite's tags and the new build cache are kept (cache only reported): other builds may be
-making them at the same moment. --keep-engine (between .ci/run's tiers) keeps the base images too. --dry-run names
-everything it would remove and removes nothing.
+making them at the same moment. --keep-engine (between .ci/run's tiers) keeps the base images too.
+--dry-run names everything it would remove and removes nothing.
 Exit: 0 done (or nothing to do); 2 bad arguments or an unreadable STATE; 3 no Docker engine to clean.
 """
 
@@ -69,13 +69,14 @@ def snapshot(state: Path, dockerd_pid: int | None, base_created: str | None) -> 
         print(f"test_machine_state: {state} exists: keeping the first snapshot of this run")
         return 0
     client = _client()
+    images = client.images.list(all=True)
     # the base ensure-docker.sh created already exists; it is this run's, so it is not "there before"
-    made_base = {i.id for i in client.images.list(all=True) if base_created and base_created in i.tags}
+    made_base = {i.id for i in images if base_created and base_created in i.tags}
     data: dict[str, Any] = {
         "started_at": time.time(),
         "dockerd_pid": dockerd_pid,
         "base_created": base_created,
-        "images": sorted(i.id for i in client.images.list(all=True) if i.id not in made_base),
+        "images": sorted(i.id for i in images if i.id not in made_base),
         "build_cache": sorted(r["ID"] for r in client.df().get("BuildCache") or []),
     }
     atomic.write_json(state, data)

@@ -167,7 +167,7 @@ def test_reclaim_acts_only_on_its_own_engine_and_names_what_it_would_free(
 def test_its_own_engine_loses_every_image_the_run_made_and_the_base_it_created(
     tmp_path: Path, docker_client, base_image: str
 ) -> None:
-    """Fresh-clone runs 15-17 left ~1 GB each: the local-route test's `devel-torch...` image (a product tag,
+    """Fresh-clone runs 15-17 left ~1.1 GB each: the local-route test's `devel-torch...` image (a product tag,
     not the suite's), the trixie base build.py debootstrapped, what their rebuilds left untagged, and the
     bookworm base ensure-docker.sh created (made before the snapshot, so it counted as "there before").
     On an engine the run started all of it goes; --keep-engine (between CI's tiers) keeps it, and on a
