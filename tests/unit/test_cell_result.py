@@ -108,9 +108,9 @@ def test_the_files_a_run_writes_read_back_into_records_that_write_them_unchanged
 
 
 def test_a_result_of_an_earlier_release_reads_the_same(tmp_path: Path) -> None:
-    """reports/ holds a result.json written on a CUDA host before the records were typed: its nulls are
+    """tests/fixtures/evidence holds a result.json written on a CUDA host before the records were typed: its nulls are
     not written back (an absent key and a null read alike), every other key is."""
-    path = REPO / "reports" / "docker-cuda-local-2026-11-30" / "result.json"
+    path = REPO / "tests" / "fixtures" / "evidence" / "result-2026-11-30.json"
     data = json.loads(path.read_text())
     record = cell_result.read(data, path.name)
     assert isinstance(record, CellResult)

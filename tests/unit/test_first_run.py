@@ -1,5 +1,5 @@
 """A newcomer's first run: base overrides from make and the environment, the no-registry
-command, the failing checks under `build.py verify`. Real make, real build.py, real committed reports."""
+command, the failing checks under `build.py verify`. Real make, real build.py, real committed reports (tests/fixtures/evidence)."""
 
 from __future__ import annotations
 
@@ -94,12 +94,12 @@ def test_the_pull_error_names_the_local_base_and_the_offline_inputs():
 
 
 def test_build_py_verify_lists_the_failing_checks(tmp_path):
-    lines = images.failing_checks(REPO / "reports" / "h200-2026-11-30" / "h200-arch80.json")
+    lines = images.failing_checks(REPO / "tests" / "fixtures" / "evidence" / "h200-arch80.json")
     assert lines[0].startswith("FAIL  arch.amp_C  arch mismatch: built for sm_80 only")
     assert any(line.startswith("FAIL  expectations.feature.FusedAdam") for line in lines)
-    assert images.failing_checks(REPO / "reports" / "h200-2026-11-30" / "h200-good.json") == []
+    assert images.failing_checks(REPO / "tests" / "fixtures" / "evidence" / "h200-good.json") == []
     cut = tmp_path / "cut.json"
-    cut.write_bytes((REPO / "reports" / "h200-2026-11-30" / "h200-arch80.json").read_bytes()[:500])
+    cut.write_bytes((REPO / "tests" / "fixtures" / "evidence" / "h200-arch80.json").read_bytes()[:500])
     assert images.failing_checks(cut) == [] and images.failing_checks(None) == []
 
 
@@ -108,7 +108,7 @@ def test_build_py_report_shows_build_py_verify_results(tmp_path):
     for image, source in (("img-good", "h200-good.json"), ("img-arch80", "h200-arch80.json")):
         (tmp_path / "verify" / image).mkdir(parents=True)
         shutil.copy(
-            REPO / "reports" / "h200-2026-11-30" / source, tmp_path / "verify" / image / "report.json"
+            REPO / "tests" / "fixtures" / "evidence" / source, tmp_path / "verify" / image / "report.json"
         )
     done = subprocess.run(
         [sys.executable, "build.py", "report", "--out", str(tmp_path)],

@@ -131,7 +131,7 @@ def test_manifest_from_a_fifo_or_dev_zero_is_exit_2(tmp_path: Path) -> None:
 
 
 def _good_manifest() -> dict:
-    return json.loads((REPO / "reports/h200-2026-11-30/builds/manifest-9.0-warm-ccache.json").read_text())
+    return json.loads((REPO / "tests/fixtures/evidence/manifests/manifest-9.0-warm-ccache.json").read_text())
 
 
 def test_manifest_with_wrong_types_names_every_field(tmp_path: Path) -> None:
@@ -170,5 +170,5 @@ def test_manifest_with_wrong_types_names_every_field(tmp_path: Path) -> None:
 def test_a_real_builder_manifest_still_passes(tmp_path: Path) -> None:
     from verify.layers import manifest
 
-    for path in sorted((REPO / "reports").glob("*/builds/*manifest*.json")):
+    for path in sorted((REPO / "tests/fixtures/evidence/manifests").glob("*manifest*.json")):
         assert manifest.load(path, "--manifest")["manifest_version"] == "1"

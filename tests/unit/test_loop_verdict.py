@@ -14,7 +14,7 @@ from verify.timing import kernel_compare, rules, stats
 from verify.timing.kernel_compare import VariantResult
 
 KERNEL, LOOP = rules.KERNEL, rules.HOST_INCLUSIVE
-EVIDENCE = REPO / "reports" / "h200-2026-12-01-timing2" / "call"
+EVIDENCE = REPO / "tests" / "fixtures" / "evidence"
 
 
 def _noisy(value: float, noise: float, seed: int, rounds: int = 16) -> list[float]:
@@ -199,7 +199,8 @@ def _redecide(timing: dict) -> tuple[str, str]:
 def test_the_committed_five_runs_redecided_with_the_rule_agree() -> None:
     """The H200 evidence of the second round (reports/h200-2026-12-01-timing2): two loop winners flipped
     between runs; re-decided from the same rounds under the rule, every case has one winner."""
-    runs = [json.loads((EVIDENCE / f"verify-{i}.json").read_text())["timings"] for i in range(1, 6)]
+    runs = [run["timings"] for run in json.loads((EVIDENCE / "timing2-runs.json").read_text())["runs"]]
+    assert len(runs) == 5
     cases = {(t["kernel"], t["case"]) for t in runs[0]}
     assert len(cases) == 5
     plain_flips = 0
@@ -212,7 +213,7 @@ def test_the_committed_five_runs_redecided_with_the_rule_agree() -> None:
     assert plain_flips == 2
 
 
-THIRD = REPO / "reports" / "h200-2026-12-01-timing3" / "call"
+THIRD = EVIDENCE / "timing3-runs.json"
 
 
 def _variant_from_report(row: dict) -> VariantResult:
@@ -230,8 +231,8 @@ def test_the_committed_eight_runs_keep_their_winners_and_redeciding_them_gives_t
     """reports/h200-2026-12-01-timing3: eight verify runs of one wheel under the rule. Every timing's winner is
     the same in all eight for both figures although this run's plain loop winner flipped; and each verdict
     re-decided by this checkout's code from the report's own per-round times is the one committed."""
-    runs = [json.loads((THIRD / f"verify-{i}.json").read_text()) for i in range(1, 9)]
-    assert len({r["manifest"]["data"]["build"]["wheel_sha256"] for r in runs}) == 1
+    runs = json.loads(THIRD.read_text())["runs"]  # each run's timings block and wheel sha256
+    assert len(runs) == 8 and len({r["wheel_sha256"] for r in runs}) == 1
     winners: dict[tuple[str, str], set[str]] = {}
     this_run: dict[tuple[str, str], set[str]] = {}
     for run in runs:

@@ -1,7 +1,7 @@
 """Text that only made sense where it was written: numbers of a tracker that is not in this repository (a
 comment says what was meant instead; an upstream reference names its repository, `NVIDIA/apex#1972`), and
 `<!-- section:... -->` markers in the docs that nothing reads. The dated reports/ folders are records and
-keep their wording; their scripts are code and are checked."""
+keep their wording (they hold no code), as do the copies the tests read in tests/fixtures/evidence."""
 
 from __future__ import annotations
 
@@ -13,10 +13,6 @@ from tests.support import REPO
 FOLDERS = ("toolchain", "verify", "tests", "scripts", "docs", "docker", "cluster", ".ci", ".github")
 FILES = ("README.md", "Makefile", "matrix.toml", "pyproject.toml", "build.py", "conftest.py")
 SUFFIXES = frozenset({".py", ".sh", ".md", ".toml", ".json", ".yml", ".yaml", ".txt", ""})
-# reports/ folders whose scripts are not checked, and why
-NOT_CHECKED = {
-    "cpu-2026-12-01-local-route": "its evidence build runs from it; its scripts are handled with it"
-}
 _TRACKER = re.compile(r"\b[Ii]ssues? ?#?[0-9]+|(?<![\w/.-])\(#[0-9]+\)")
 _MARKER = re.compile(r"<!-- */?section:")
 
@@ -25,9 +21,8 @@ def checked_files() -> list[Path]:
     found = [REPO / name for name in FILES]
     for folder in FOLDERS:
         found += [p for p in (REPO / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
-    for script in [*(REPO / "reports").rglob("*.py"), *(REPO / "reports").rglob("*.sh")]:
-        if script.relative_to(REPO / "reports").parts[0] not in NOT_CHECKED:
-            found.append(script)
+    records = REPO / "tests" / "fixtures" / "evidence"  # what verify wrote on the H200, verbatim, as reports/
+    found = [p for p in found if not p.is_relative_to(records)]
     return sorted(p for p in found if p.is_file() and p.suffix in SUFFIXES)
 
 
@@ -45,6 +40,11 @@ def test_no_numbers_of_a_tracker_outside_the_repository() -> None:
     files = checked_files()
     assert len(files) > 200
     assert findings(_TRACKER, files) == [], "say what the number meant (or name the upstream repository)"
+
+
+def test_reports_hold_results_not_scripts() -> None:
+    """A report folder keeps its README and small results; the scripts that made them stay in git history."""
+    assert [p for p in (REPO / "reports").rglob("*") if p.suffix in (".py", ".sh")] == []
 
 
 def test_no_section_markers_in_the_docs() -> None:
