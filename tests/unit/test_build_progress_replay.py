@@ -68,7 +68,9 @@ def _plan(header: dict) -> build_progress.UnitPlan | None:
 def replay(build: str) -> tuple[list[Tick], build_progress.Reporter]:
     header, lines = _load(build)
     now = [0.0]
-    reporter = build_progress.Reporter(_plan(header), lambda _: None, started_monotonic_s=0.0, clock=lambda: now[0])
+    reporter = build_progress.Reporter(
+        _plan(header), lambda _: None, started_monotonic_s=0.0, clock=lambda: now[0]
+    )
     ticks, at = [], header["progress_started_s"] + build_progress.INTERVAL_S
     pending = list(lines)
     while at < header["pip_ended_s"]:
@@ -105,7 +107,7 @@ def test_every_estimate_after_the_first_minute_is_within_half_and_twice_the_time
 def test_units_done_and_total_only_grow_and_end_at_n_of_n(build: str) -> None:
     ticks, reporter = replay(build)
     pairs = [(t.done, t.total) for t in ticks]
-    assert all(a[0] <= b[0] and a[1] <= b[1] for a, b in zip(pairs, pairs[1:])), pairs
+    assert all(a[0] <= b[0] and a[1] <= b[1] for a, b in zip(pairs, pairs[1:], strict=False)), pairs
     assert all(done <= total for done, total in pairs), pairs
     end = reporter.tally.count()
     assert (end.done, end.total, end.uncounted) == (37, 37, ()) and reporter.tally.all_done()

@@ -86,7 +86,7 @@ class UnitPlan:
                     cost.cpu_s(n_archs),
                     cost.host_s if cost.nvcc else cost.cpu_s(n_archs),
                     max(1, int(threads or bulk_threads)),
-                    unit_schedule.NICE_STEP ** -nice,
+                    unit_schedule.NICE_STEP**-nice,
                 )
             )
         if not units:
@@ -151,7 +151,9 @@ class Snapshot:
 
     def line(self) -> str:
         left = (
-            f", about {_minutes(self.left.left_s)} left" if self.left else ", no estimate (no predicted unit costs)"
+            f", about {_minutes(self.left.left_s)} left"
+            if self.left
+            else ", no estimate (no predicted unit costs)"
         )
         return f"progress: {self.count.text()}; {_minutes(self.elapsed_s)} so far{left}"
 

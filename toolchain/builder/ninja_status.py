@@ -71,7 +71,9 @@ class StatusTally:
     """Units done of total over every extension's ninja, with when each unit ended; thread-safe (pip's
     output is fed from the build's thread, the progress line reads it from its own)."""
 
-    def __init__(self, expected_units: dict[str, int], extensions: set[str] | frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, expected_units: dict[str, int], extensions: set[str] | frozenset[str] = frozenset()
+    ) -> None:
         self._expected = dict(expected_units)  # extension: units the cost table predicts
         self._extensions = set(extensions) | set(expected_units)
         self._steps: dict[str, tuple[int, int]] = {}  # extension: (n, N) of its latest line

@@ -57,32 +57,47 @@ def _shares(running: list[tuple[SimUnit, int]], cores: float) -> dict[str, float
     return rate
 
 
+class _Queue:
+    """Which units run: at most `per_extension` of an extension, `extensions_at_once` extensions."""
+
+    def __init__(self, units: Sequence[SimUnit], per_extension: int, extensions_at_once: int) -> None:
+        self.waiting: dict[str, list[SimUnit]] = {}
+        for unit in sorted(units, key=lambda u: -u.cost_s):  # costliest first within an extension
+            self.waiting.setdefault(unit.extension, []).append(unit)
+        self.per_extension, self.extensions_at_once = max(1, per_extension), max(1, extensions_at_once)
+        self.open: list[str] = []
+
+    def admit(self, running: dict[str, SimUnit]) -> list[SimUnit]:
+        """Close the extensions with nothing left, open the next, and start what fits."""
+        for ext in list(self.open):
+            if not self.waiting[ext] and all(u.extension != ext for u in running.values()):
+                self.open.remove(ext)
+                del self.waiting[ext]
+        for ext in self.waiting:  # in order of first appearance, while there is room
+            if ext not in self.open and len(self.open) < self.extensions_at_once:
+                self.open.append(ext)
+        started = []
+        for ext in self.open:
+            room = self.per_extension - sum(1 for u in running.values() if u.extension == ext)
+            started += self.waiting[ext][: max(0, room)]
+            del self.waiting[ext][: max(0, room)]
+        return started
+
+
 def finish_times(
     units: Sequence[SimUnit], cores: int, per_extension: int = 10**6, extensions_at_once: int = 10**6
 ) -> dict[str, float]:
     """{unit key: seconds from the first unit's start to its end} under the model above."""
-    order: dict[str, list[SimUnit]] = {}
-    for unit in (dataclasses.replace(u, cost_s=max(u.cost_s, 0.01)) for u in units):  # no zero-length phase
-        order.setdefault(unit.extension, []).append(unit)
-    waiting = {ext: sorted(found, key=lambda u: -u.cost_s) for ext, found in order.items()}
-    open_exts: list[str] = []
+    # no zero-length phase: a unit costs at least 10 ms
+    queue = _Queue(
+        [dataclasses.replace(u, cost_s=max(u.cost_s, 0.01)) for u in units], per_extension, extensions_at_once
+    )
     running: dict[str, SimUnit] = {}
     done: dict[str, float] = {}
     finished: dict[str, float] = {}
     now = 0.0
-
-    def admit() -> None:
-        for ext in list(waiting):  # extensions in order of first appearance, while there is room
-            if ext not in open_exts and len(open_exts) < max(1, extensions_at_once):
-                open_exts.append(ext)
-        for ext in open_exts:
-            flying = sum(1 for u in running.values() if u.extension == ext)
-            while waiting.get(ext) and flying < max(1, per_extension):
-                unit = waiting[ext].pop(0)
-                running[unit.key], done[unit.key] = unit, 0.0
-                flying += 1
-
-    admit()
+    for unit in queue.admit(running):
+        running[unit.key], done[unit.key] = unit, 0.0
     while running:
         live = [(u, u.threads_at(done[u.key])) for u in running.values()]
         rate = _shares(live, float(max(1, cores)))
@@ -96,8 +111,6 @@ def finish_times(
             if done[unit.key] >= unit.cost_s - 1e-6:
                 finished[unit.key] = now
                 del running[unit.key]
-        for ext in [e for e in open_exts if not waiting.get(e) and all(u.extension != e for u in running.values())]:
-            open_exts.remove(ext)
-            waiting.pop(ext, None)
-        admit()
+        for unit in queue.admit(running):
+            running[unit.key], done[unit.key] = unit, 0.0
     return finished
