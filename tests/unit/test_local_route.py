@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO, frozen_facts
-from toolchain.builder import build_progress
 from toolchain.errors import EnvironmentUnavailable, MatrixError, UsageError
 from toolchain.image import base_route
 from toolchain.spec import compat
@@ -193,81 +192,6 @@ def test_given_bases_are_never_moved() -> None:
         cuda="13.0", torch="2.11", base_devel="mirror.local/cuda:devel", base_runtime="mirror.local/cuda:rt"
     )
     assert c.base_route == "given" and choose(c) == (c, None)
-
-
-# --- progress lines (an injected clock) -------------------------------------------------------------
-
-
-def _append(path: Path, **record: object) -> None:
-    with open(path, "a") as handle:
-        handle.write(json.dumps(record) + "\n")
-
-
-def test_progress_counts_units_names_the_slowest_and_estimates_from_costs(tmp_path: Path) -> None:
-    times = tmp_path / "unit-times.jsonl"
-    starts = build_progress.starts_path(times)
-    costs = {"amp_C/a.o": 300.0, "amp_C/b.o": 100.0, "fused/c.o": 100.0, "fused/d.o": 100.0}
-    assert build_progress.snapshot(costs, times, 1000.0, 1010.0).line() == (
-        "progress: 0/4 nvcc units done, 0 in flight; 0m10s so far, estimate after the first unit"
-    )
-    _append(starts, key="amp_C/a.o", start_s=1000.0)
-    _append(starts, key="amp_C/b.o", start_s=1001.0)
-    _append(times, key="amp_C/b.o", start_s=1001.0, end_s=1100.0)
-    _append(starts, key="fused/c.o", start_s=1100.0)
-    starts.open("a").write('{"key": "fused/d.o", "sta')  # a line being appended right now is skipped
-    shot = build_progress.snapshot(costs, times, 1000.0, 1200.0)
-    assert (shot.done, shot.total, shot.in_flight, shot.slowest, shot.slowest_s) == (
-        1,
-        4,
-        2,
-        "amp_C/a.o",
-        200.0,
-    )
-    assert shot.left_s == pytest.approx(200.0 * 500 / 100)  # time so far x cost left / cost done
-    assert shot.line() == (
-        "progress: 1/4 nvcc units done, 2 in flight (slowest: amp_C/a.o, 200 s); "
-        "3m20s so far, about 16m40s left"
-    )
-
-
-def test_the_reporter_prints_every_interval_until_stopped(tmp_path: Path) -> None:
-    said: list[str] = []
-    now = [0.0]
-    waits: list[float] = []
-
-    def wait(seconds: float) -> bool:  # the injected wait: three intervals pass, then the build ends
-        waits.append(seconds)
-        now[0] += seconds
-        return len(waits) > 3
-
-    with build_progress.Reporter(
-        {"x/a.o": 1.0}, tmp_path / "t.jsonl", said.append, clock=lambda: now[0], wait=wait
-    ):
-        pass
-    assert waits == [30.0] * 4 and len(said) == 3
-    assert (
-        said[-1] == "progress: 0/1 nvcc units done, 0 in flight; 1m30s so far, estimate after the first unit"
-    )
-
-
-def test_the_unit_runner_records_each_start(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    schedule = tmp_path / "schedule.json"
-    schedule.write_text(json.dumps({"default": {"nice": 0, "threads": None}, "units": {}}))
-    times = tmp_path / "times.jsonl"
-    runner = REPO / "toolchain" / "builder" / "unit_runner.py"
-    out = tmp_path / "build" / "temp.linux" / "amp_C" / "x.o"
-    done = subprocess.run(
-        [sys.executable, str(runner), str(schedule), str(times), "--", "true", "-o", str(out)],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    (start,) = [json.loads(line) for line in build_progress.starts_path(times).read_text().splitlines()]
-    (end,) = [json.loads(line) for line in times.read_text().splitlines()]
-    assert start["key"] == end["key"] == "amp_C/x.o" and start["start_s"] == end["start_s"]
 
 
 # --- the live rows ---------------------------------------------------------------------------------

@@ -34,7 +34,6 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from toolchain.builder import (
     apex_setup,
@@ -44,6 +43,7 @@ from toolchain.builder import (
     build_timing,
     build_tools,
     ccache,
+    command_clock,
     parallelism,
     unit_schedule,
     wheel_identity,
@@ -53,6 +53,7 @@ from toolchain.builder.build_env import BuildEnv, EnvStep, path_first
 from toolchain.builder.build_inputs import BuildInputs
 from toolchain.builder.build_outputs import LOG_NAME, MANIFEST_NAME
 from toolchain.builder.build_tools import BuildTools
+from toolchain.builder.command_clock import CommandClock
 from toolchain.builder.pip_wheel import build_wheel
 from toolchain.builder.provenance import apex_identity, sha256_of, wheel_hashes
 from toolchain.builder.request import BuildRequest
@@ -83,14 +84,15 @@ def _say(message: str) -> None:
 def main(argv: list[str] | None = None, default_flags: str | None = None) -> int:
     """`default_flags`: --flags when none is given (build.py wheel hands in compat.toml's core flags; the
     Dockerfile always passes --flags from the cell)."""
+    clock = command_clock.of_this_process()  # the wall printed and recorded is the whole command's
     request = build_request.parse(argv, default_flags)
     # --out is removed again if the build fails before writing to it
-    return OutputDirs([request.out.expanduser()]).run(lambda: _main_reporting(request))
+    return OutputDirs([request.out.expanduser()]).run(lambda: _main_reporting(request, clock))
 
 
-def _main_reporting(request: BuildRequest) -> int:
+def _main_reporting(request: BuildRequest, clock: CommandClock | None = None) -> int:
     try:
-        return build(request)
+        return build(request, clock)
     except ToolchainError as err:
         print(f"[apex-builder] error: {bounded(str(err))}", file=sys.stderr, flush=True)
         return err.exit_code
@@ -121,9 +123,10 @@ def _os_error_message(err: OSError, out: Path) -> str:
     )
 
 
-def build(request: BuildRequest) -> int:
-    """Every check first (steps 1-2), then build_and_gate."""
-    started = dt.datetime.now(dt.timezone.utc)
+def build(request: BuildRequest, clock: CommandClock | None = None) -> int:
+    """Every check first (steps 1-2), then build_and_gate. `clock`: when the command started (main's)."""
+    clock = clock or command_clock.started_now()
+    started = dt.datetime.fromtimestamp(clock.started_epoch_s, dt.timezone.utc)
     inputs = build_inputs.resolve(request)
     request.out_dir.mkdir(parents=True, exist_ok=True)  # an unwritable --out fails now, not after the checks
     lock = _lock_out(request.out_dir)  # one builder per --out, until this build ends
@@ -132,7 +135,7 @@ def build(request: BuildRequest) -> int:
         env = BuildEnv.of(os.environ)
         env = env.plus(EnvStep.of("venv", {"PATH": path_first(env.vars(), str(Path(sys.executable).parent))}))
         tools = build_tools.check(request, inputs, env.vars(), _say)
-        return build_and_gate(request, inputs, tools, env.plus(tools.env).vars(), started)
+        return build_and_gate(request, inputs, tools, env.plus(tools.env).vars(), started, clock)
     finally:
         os.close(lock)
 
@@ -164,7 +167,7 @@ class Compiled:
     pip_options: list[str]
     passed: str  # how the flags reached setup.py, in words
     wheel: Path
-    stats: dict  # wall_s, started_epoch_s, cpu_s, peak_rss_mb, peak_rss_single_process_mb
+    stats: dict  # pip_wall_s, started_epoch_s (pip's), cpu_s, peak_rss_mb, peak_rss_single_process_mb
     ccache: dict
     env: dict[str, str]  # the environment pip ran in (the install after the gate runs in it too)
 
@@ -175,23 +178,28 @@ def build_and_gate(
     tools: BuildTools,
     env: Mapping[str, str],
     started: dt.datetime,
+    clock: CommandClock | None = None,
 ) -> int:
     """After the checks: size, build, list, write the manifest, gate (and install + verify). `env`: the
-    environment after the checks' steps (build_env.py); the flags' step and the compile's go on it here."""
+    environment after the checks' steps (build_env.py); the flags' step and the compile's go on it here.
+    `clock`: when the command started (a direct caller without one: now)."""
+    clock = clock or command_clock.started_now()
     out = request.out_dir
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / LOG_NAME
     log_path.write_text("")
-    compiled = _compile(request, inputs, tools, BuildEnv.of(env).plus(_flag_env(inputs)), log_path)
+    compiled = _compile(request, inputs, tools, BuildEnv.of(env).plus(_flag_env(inputs)), log_path, clock)
     env = compiled.env
     log_lines = log_path.read_text(errors="replace").splitlines()
     built = build_outputs.extension_modules(compiled.wheel)
-    manifest = _manifest(request, inputs, tools, compiled, built, log_lines, started)
+    manifest = _manifest(request, inputs, tools, compiled, built, log_lines, started, clock)
     wheel, manifest = _with_identity(compiled.wheel, manifest)
+    manifest = _with_wall(manifest, clock)  # the wall up to now: renaming the wheel took seconds too
     manifest_path = write_json(out / MANIFEST_NAME, manifest.to_json())
-    stats = compiled.stats
+    stats = manifest.build.to_json()
     _say(
-        f"wheel {wheel} ({stats['wall_s']} s, peak {stats['peak_rss_mb']:.0f} MiB); manifest {manifest_path}"
+        f"wheel {wheel} (wall {stats['wall_s']} s, of which pip wheel {stats['pip_wall_s']} s; peak "
+        f"{stats['peak_rss_mb']:.0f} MiB); manifest {manifest_path}"
     )
     _say(f"built modules: {', '.join(built) or 'none'}")
     _say(build_timing.timing_line(manifest.build.to_json()))
@@ -217,6 +225,19 @@ def build_and_gate(
             _carry_gate_report(wheel, manifest, out, env)
         return code
     return exit_codes.OK
+
+
+def _with_wall(manifest: BuildManifest, clock: CommandClock) -> BuildManifest:
+    """The whole command's wall so far in build.wall_s and the timing's wall / bound. The copy inside the
+    wheel was written before the wheel was renamed, so its wall is a few seconds shorter."""
+    wall = round(clock.elapsed_s(), 1)
+    timing = manifest.build.timing
+    return dataclasses.replace(
+        manifest,
+        build=manifest.build.updated(
+            wall_s=wall, timing=build_timing.with_wall(dict(timing), wall) if timing else timing
+        ),
+    )
 
 
 def _with_identity(raw: Path, manifest: BuildManifest) -> tuple[Path, BuildManifest]:
@@ -369,17 +390,39 @@ def _passed(inputs: BuildInputs) -> str:
     return f"{' '.join(f'{f}=1' for f in inputs.flags) or 'no APEX_* variable'} in pip's environment"
 
 
-def _progress(schedule: unit_schedule.Schedule | None, env: Mapping[str, str], times: Path) -> Any:
-    """A progress line every 30 s while the scheduled nvcc units compile (build_progress.py)."""
-    if schedule is None:
-        return contextlib.nullcontext()
+def _progress(
+    inputs: BuildInputs,
+    par: dict,
+    schedule: unit_schedule.Schedule | None,
+    env: Mapping[str, str],
+    clock: CommandClock,
+) -> build_progress.Reporter | contextlib.nullcontext:
+    """A progress line every 30 s while Apex compiles (build_progress.py), from ninja's [n/N] lines and the
+    units' predicted costs; none for a build without CUDA units the cost table knows."""
     n_archs = max(1, len(values.split_arch_list(env.get("TORCH_CUDA_ARCH_LIST", ""))))
-    costs = {k: c.cpu_s(n_archs) for k, c in unit_schedule.load_costs().items() if k in schedule.units}
-    return build_progress.Reporter(costs, times, _say)
+    costs = unit_schedule.load_costs()
+    plan = build_progress.UnitPlan.of(
+        costs,
+        set(inputs.expected),
+        n_archs,
+        schedule,
+        bulk_threads=int(par["nvcc_threads"]),
+        at_once=int(par["max_jobs"]),
+        extensions_at_once=int(par["apex_parallel_build"]),
+        cores=int(schedule.cores if schedule else parallelism.host_resources().cores),
+    )
+    if plan is None:
+        return contextlib.nullcontext()
+    return build_progress.Reporter(plan, _say, started_monotonic_s=clock.started_monotonic_s)
 
 
 def _compile(
-    request: BuildRequest, inputs: BuildInputs, tools: BuildTools, build_env: BuildEnv, log_path: Path
+    request: BuildRequest,
+    inputs: BuildInputs,
+    tools: BuildTools,
+    build_env: BuildEnv,
+    log_path: Path,
+    clock: CommandClock,
 ) -> Compiled:
     """Steps 3-4: size, then `pip wheel` through ccache into OUT."""
     src, setup = inputs.src, inputs.setup
@@ -417,8 +460,9 @@ def _compile(
             f"TORCH_CUDA_ARCH_LIST={env.get('TORCH_CUDA_ARCH_LIST', '(unset)')}"
         )
         _say(f"flag style: {setup.style} ({setup.evidence}); passing {passed}")
-        with _progress(schedule, env, request.out_dir / build_timing.TIMES_NAME):
-            wheel, stats = build_wheel(src, request.out_dir, env, log_path, options, setup)
+        with _progress(inputs, par, schedule, env, clock) as progress:
+            feed = progress.feed if progress else None
+            wheel, stats = build_wheel(src, request.out_dir, env, log_path, options, setup, feed)
         if cache["used"]:
             after = ccache.ccache_stats(env)
             cache["stats"] = {k: after[k] - before.get(k, 0) for k in after}
@@ -435,9 +479,12 @@ def _manifest(
     built: list[str],
     log_lines: list[str],
     started: dt.datetime,
+    clock: CommandClock,
 ) -> BuildManifest:
     """Step 5: the record verify and the bench read (verify/layers/manifest.py)."""
-    setup, stats, given = inputs.setup, compiled.stats, request.provenance
+    setup, given = inputs.setup, request.provenance
+    # the whole command's wall so far (the interpreter's start to now), not pip wheel's (pip_wall_s)
+    stats = {**compiled.stats, "wall_s": round(clock.elapsed_s(), 1), "wall_from": clock.source}
     cores = len(os.sched_getaffinity(0))
     return BuildManifest(
         apex=apex_identity(inputs.src, given.apex_ref, given.apex_source, given.apex_commit),

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from toolchain.builder import apex_setup
@@ -25,10 +25,15 @@ from verify.runtime.values import Arch
 
 
 def run_logged(
-    cmd: list[str], env: Mapping[str, str], log_path: Path, cwd: Path | None = None
+    cmd: list[str],
+    env: Mapping[str, str],
+    log_path: Path,
+    cwd: Path | None = None,
+    on_line: Callable[[str], None] | None = None,
 ) -> tuple[int, float, float, float]:
-    """Run `cmd`, streaming its output to stdout and `log_path`. Returns (exit code, wall seconds,
-    peak summed RSS of the process tree in MiB, largest single child's RSS in MiB)."""
+    """Run `cmd`, streaming its output to stdout and `log_path` (and each line to `on_line`: the progress
+    lines read ninja's). Returns (exit code, wall seconds, peak summed RSS of the process tree in MiB,
+    largest single child's RSS in MiB)."""
     start = time.monotonic()
     with open(log_path, "a", encoding="utf-8") as log:
         log.write("$ " + " ".join(cmd) + "\n")
@@ -51,6 +56,8 @@ def run_logged(
                     # a compiler's line is no CI command and no terminal escape; the log keeps it as it was
                     sys.stdout.write(workflow_commands.inert(workflow_commands.terminal_safe(line)))
                     log.write(line)
+                    if on_line:
+                        on_line(line)
                 code = proc.wait()
         except BaseException:  # Ctrl-C, SIGTERM (verify.runtime.interrupts): stop the whole tree
             if proc.returncode is None:
@@ -85,6 +92,7 @@ def build_wheel(
     log_path: Path,
     options: list[str] | None = None,
     setup: apex_setup.SetupPy | None = None,
+    on_line: Callable[[str], None] | None = None,
 ) -> tuple[Path, dict]:
     """`pip wheel --no-build-isolation --no-deps -v SRC` into a fresh directory (so a stale wheel in
     OUT is never picked up), then moved into OUT."""
@@ -92,9 +100,10 @@ def build_wheel(
     try:
         cmd = pip_wheel_command(src, staging, options or [])
         cpu_before, started_epoch = _children_cpu_s(), time.time()
-        code, wall, peak_tree, peak_single = run_logged(cmd, env, log_path)
+        code, wall, peak_tree, peak_single = run_logged(cmd, env, log_path, on_line=on_line)
         stats = {
-            "wall_s": round(wall, 1),
+            # pip wheel's own wall and start; the builder records the whole command's as wall_s
+            "pip_wall_s": round(wall, 1),
             "started_epoch_s": round(started_epoch, 3),
             # every compiler, linker and pip process the build waited for (RUSAGE_CHILDREN is cumulative)
             "cpu_s": round(_children_cpu_s() - cpu_before, 1),

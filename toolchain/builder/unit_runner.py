@@ -10,8 +10,7 @@ so each nvcc unit of every extension passes through here. SCHEDULE_JSON (toolcha
 
 threads null leaves NVCC_APPEND_FLAGS (read by nvcc itself) as it is. TIMES_JSONL gets one line per unit,
 appended with one write: {"key", "output", "start_s", "end_s", "cpu_s", "maxrss_mib", "nice", "threads",
-"exit"}, and TIMES_JSONL.starts one {"key", "start_s"} line when the unit starts (the builder's progress
-lines, build_progress.py, read both); cpu_s is the user + system seconds of the unit's whole process tree (wait4), maxrss_mib its
+"exit"}; cpu_s is the user + system seconds of the unit's whole process tree (wait4), maxrss_mib its
 largest process. A schedule or times file this script cannot use never fails the compile: the unit then
 runs unchanged and says so on stderr. Standard library only and no project imports: ninja runs it as a
 plain script, in the build image's Python (3.10).
@@ -80,10 +79,6 @@ def main(argv: list[str]) -> int:
     if threads:
         env["NVCC_APPEND_FLAGS"] = with_threads(env.get("NVCC_APPEND_FLAGS", ""), int(threads))
     start = time.time()
-    try:
-        _append(times_path + ".starts", {"key": key, "start_s": round(start, 3)})
-    except OSError:
-        pass  # only the progress line misses it
     pid = os.fork()
     if pid == 0:  # the child: lower its priority (inherited by nvcc's own children), then become the compiler
         try:

@@ -213,7 +213,6 @@ def route_nvcc(
     schedule_path = workdir / "unit-schedule.json"
     write(plan, schedule_path, user_threads)
     times_path.write_text("")
-    times_path.with_name(times_path.name + ".starts").write_text("")  # build_progress.STARTS_SUFFIX
     inner = env.get("PYTORCH_NVCC") or " ".join(
         shlex.quote(p) for p in ([ccache_binary] if ccache_binary else []) + [nvcc]
     )
