@@ -26,19 +26,7 @@ EXTRA_CA ?=
 WHEELHOUSE ?=
 # base images: from the command line or the environment (make imports both), passed as --base-devel/--base-runtime
 BASE_DEVEL_IMAGE ?=
-# which bases (auto: NVIDIA's when pullable, else the local Debian base), verify mode, offline inputs
-BASE ?=
-VERIFY ?=
-APEX_SRC ?=
-EXTRA_CA ?=
-WHEELHOUSE ?=
 BASE_RUNTIME_IMAGE ?=
-# which bases (auto: NVIDIA's when pullable, else the local Debian base), verify mode, offline inputs
-BASE ?=
-VERIFY ?=
-APEX_SRC ?=
-EXTRA_CA ?=
-WHEELHOUSE ?=
 
 # The one quoting rule: a variable reaches its program as ONE literal argument, never as shell or make
 # text. $(value V) is V exactly as given (a '$' in it is not expanded by make), and q single-quotes it
@@ -65,7 +53,7 @@ FILTER_OPTS = $(call opt,--cell,CELL) $(call opt,--cuda,CUDA) $(call opt,--torch
 BUILD_OPTS = $(call opt,--base,BASE) $(call opt,--apex-src,APEX_SRC) $(call opt,--extra-ca,EXTRA_CA) \
              $(call opt,--wheelhouse,WHEELHOUSE)
 
-.PHONY: image matrix verify report plan validate facts-check lint test zipapp mutation coverage
+.PHONY: image matrix verify report plan validate facts-check lint test test-all zipapp mutation coverage
 
 image:
 	$(BUILD) image $(CELL_OPTS) --target $(call q,TARGET) $(BUILD_OPTS) $(call opt,--verify,VERIFY)
@@ -100,8 +88,14 @@ lint:
 	$(call q,PY) -m mypy   # the files and settings: [tool.mypy] in pyproject.toml
 	hadolint --failure-threshold warning docker/Dockerfile   # info-level hints do not fail the build
 
+# the unit tier: no root, no Docker engine, a few minutes (scripts/test.sh says what each tier needs)
 test:
-	PY=$(call q,PY) bash scripts/test.sh
+	PY=$(call q,PY) TIER=unit bash scripts/test.sh
+
+# every tier CI runs but the image builds: unit, its slow tests, and the engine tiers (needs root: it
+# installs and starts a Docker engine when none answers)
+test-all:
+	PY=$(call q,PY) TIER=all bash scripts/test.sh
 
 # does the suite still catch broken rules? targeted mutations of verify's and the builder's decisions;
 # the result lands in reports/mutation/last-run.md (tests/mutation/mutations.toml lists them)
@@ -110,4 +104,5 @@ mutation:
 
 # the unit tier under coverage, per package (the figures in docs/testing.md)
 coverage:
-	PY=$(call q,PY) COVERAGE=1 TIER=unit bash scripts/test.sh -q
+	PY=$(call q,PY) COVERAGE=1 TIER=unit PYTEST_MARKERS='not gpu and not docker and not faults and not apex_image' \
+	  bash scripts/test.sh -q

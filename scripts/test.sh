@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The test command behind `make test` and every CI job: its own Python environment, a Docker engine, one tier,
-# and the machine left as it was found.
-#   TIER=all         everything but the GPU and apex-image tiers (default; `make test`)
-#   TIER=unit        no Docker engine needed (not docker, not faults)
-#   TIER=docker      a real engine: the docker tier and the fault-injection tier
+# The test command behind `make test` (TIER=unit) and every CI job: its own Python environment, one tier.
+#   TIER=unit        the default (`make test`): no root, no apt, no Docker engine; the tests not marked slow,
+#                    spread over the cores with pytest-xdist (TEST_WORKERS, default auto)
+#   TIER=slow        the unit tier's slow tests (subprocess wheel builds, hangs waited out): .ci/run
+#   TIER=docker      a real engine (installed and started if none answers; needs root): docker + faults
+#   TIER=all         unit + slow + docker (`make test-all`)
 #   TIER=apex-image  a real engine and a package index: a real Apex image built (tens of minutes cold; .ci/run)
 #   TIER=gpu         a CUDA GPU with compiled Apex (the H200 host)
 # The suite's Python is a venv of its own, TEST_VENV (default .venv-test in the checkout, ignored by git):
@@ -13,21 +14,24 @@
 # PYTEST_MARKERS overrides the tier's marker expression; SKIP_DOCKER=1 does not start an engine.
 # COVERAGE=1 runs pytest under coverage and prints the per-package table (make coverage); MUTATION=1 runs
 # scripts/mutation_check.py instead of pytest (make mutation).
-# Afterwards (scripts/test_machine_state.py): the images this run tagged (apex-*), their stopped containers
-# and the base image it created are removed, and a dockerd it started is stopped together with the build
-# cache that daemon made; an engine that was already running keeps its build cache (reported).
+# After an engine tier (scripts/test_machine_state.py): the images this run tagged (apex-*), their stopped
+# containers and the base image it created are removed, and a dockerd it started is stopped together with the
+# build cache that daemon made; an engine that was already running keeps its build cache (reported).
 # TEST_KEEP_ENGINE=1 leaves all of that for a later tier (.ci/run cleans up after its last one);
 # TEST_CLEANUP=dry-run names what would be removed; TEST_CLEANUP=0 removes nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}  # PY, not PYTHON: PYTHON is a matrix-cell key for make image
-case "${TIER:-all}" in
-  all) markers="not gpu and not apex_image" ;;
-  unit) markers="not gpu and not docker and not faults and not apex_image"; SKIP_DOCKER=1 ;;
+ENGINE_FREE="not gpu and not docker and not faults and not apex_image"
+workers=""
+case "${TIER:-unit}" in
+  unit) markers="$ENGINE_FREE and not slow"; SKIP_DOCKER=1; workers=${TEST_WORKERS:-auto} ;;
+  slow) markers="$ENGINE_FREE and slow"; SKIP_DOCKER=1 ;;
   docker) markers="(docker or faults) and not gpu and not apex_image" ;;
+  all) markers="not gpu and not apex_image" ;;
   apex-image) markers="apex_image" ;;
   gpu) markers="gpu"; SKIP_DOCKER=1 ;;
-  *) echo "scripts/test.sh: TIER=${TIER} is not a tier; use all, unit, docker, apex-image or gpu" >&2; exit 2 ;;
+  *) echo "scripts/test.sh: TIER=${TIER} is not a tier; use unit, slow, docker, all, apex-image or gpu" >&2; exit 2 ;;
 esac
 case "${TEST_CLEANUP:-1}" in
   1|0|dry-run) ;;
@@ -78,4 +82,7 @@ if [ "${COVERAGE:-0}" = "1" ]; then
   "$PY" scripts/coverage_table.py .test-state/coverage
   exit "$rc"
 fi
-"$PY" -m pytest -m "${PYTEST_MARKERS:-$markers}" "$@"
+# pytest-xdist: one worker per core; --dist loadfile keeps a file's tests (and its module fixtures) together
+parallel=()
+if [ -n "$workers" ] && [ "$workers" != 0 ]; then parallel=(-n "$workers" --dist loadfile); fi
+"$PY" -m pytest -m "${PYTEST_MARKERS:-$markers}" "${parallel[@]}" "$@"

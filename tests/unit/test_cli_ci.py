@@ -172,11 +172,32 @@ def test_ci_workflow_runs_lint_unit_and_docker_tiers() -> None:
     def selects(tier: str, marks: set[str]) -> bool:
         return Expression.compile(exprs[tier]).evaluate(lambda name: name in marks)
 
+    base = re.search(r'^ENGINE_FREE="([^"]+)"', script, flags=re.M).group(1)
+    exprs = {tier: expr.replace("$ENGINE_FREE", base) for tier, expr in exprs.items()}
     for marks in ({"faults"}, {"faults", "docker"}, {"docker"}):
-        assert selects("docker", marks) and not selects("unit", marks), marks
-    for marks in (set(), {"property"}, {"slow"}):
-        assert selects("unit", marks) and not selects("docker", marks), marks
-    assert not any(selects(t, {"gpu"}) for t in ("unit", "docker", "all")) and selects("gpu", {"gpu"})
+        assert selects("docker", marks) and not selects("unit", marks) and not selects("slow", marks), marks
+    for marks in (set(), {"property"}):
+        assert selects("unit", marks) and not selects("docker", marks) and not selects("slow", marks), marks
+    # the slow tests leave make test for TIER=slow, which CI runs after it; all = unit + slow + docker
+    assert selects("slow", {"slow"}) and not selects("unit", {"slow"}) and not selects("docker", {"slow"})
+    for marks in (set(), {"property"}, {"slow"}, {"docker"}, {"faults"}, {"slow", "docker"}):
+        assert selects("all", marks) == any(selects(t, marks) for t in ("unit", "slow", "docker")), marks
+    assert not any(selects(t, {"gpu"}) for t in ("unit", "slow", "docker", "all")) and selects("gpu", {"gpu"})
+    unit_steps = " ".join(str(s.get("run", "")) for s in ci["jobs"]["unit"]["steps"])
+    assert "TIER=slow" in unit_steps
+
+
+def test_make_test_is_the_unit_tier_and_ci_runs_every_other_tier_after_it() -> None:
+    make = (REPO / "Makefile").read_text()
+    assert re.search(r"^test:\n\tPY=\$\(call q,PY\) TIER=unit bash scripts/test.sh$", make, flags=re.M)
+    ci_run = (REPO / ".ci" / "run").read_text()
+    order = [ci_run.index(s) for s in ("make test", "TIER=slow", "TIER=docker", "TIER=apex-image")]
+    assert order == sorted(order)
+    assert "APEX_IMAGE_NEWEST" not in ci_run.split("set -euo pipefail", 1)[1]
+    newest = load_workflow("newest-stack.yml")
+    assert "schedule" in newest["on"] and "workflow_dispatch" in newest["on"]
+    runs = " ".join(str(s.get("run", "")) for s in newest["jobs"]["newest-stack"]["steps"])
+    assert "APEX_IMAGE_NEWEST=1" in runs and "test_newest_stack.py" in runs
 
 
 def test_images_workflow_builds_from_the_generated_matrix(cells) -> None:
