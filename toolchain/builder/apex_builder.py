@@ -58,9 +58,10 @@ from toolchain.builder.provenance import apex_identity, sha256_of, wheel_hashes
 from toolchain.builder.request import BuildRequest
 from toolchain.builder.static_gate import gate_required, install_and_verify, install_wheel
 from toolchain.errors import ToolchainError, UsageError
+from verify.domain.arch import arch_list_text, split_arch_list
 from verify.layers import module_map
 from verify.layers.manifest import BuildManifest, BuildStats, Parallelism, Versions
-from verify.runtime import entry_point, exit_codes, values
+from verify.runtime import entry_point, exit_codes
 from verify.runtime.atomic import write_json
 from verify.runtime.messages import bounded
 from verify.runtime.out_dirs import OutputDirs
@@ -290,7 +291,7 @@ def _flag_env(inputs: BuildInputs) -> EnvStep:
     leak in; the arch list exactly as checked."""
     sets = dict(inputs.flags) if inputs.setup.style == apex_setup.ENV else {}
     if inputs.archs:
-        sets["TORCH_CUDA_ARCH_LIST"] = values.arch_list_text(inputs.archs)
+        sets["TORCH_CUDA_ARCH_LIST"] = arch_list_text(inputs.archs)
     return EnvStep.of("flags", sets, unsets=[*module_map.known_flags(), "TORCH_CUDA_ARCH_LIST"])
 
 
@@ -373,7 +374,7 @@ def _progress(schedule: unit_schedule.Schedule | None, env: Mapping[str, str], t
     """A progress line every 30 s while the scheduled nvcc units compile (build_progress.py)."""
     if schedule is None:
         return contextlib.nullcontext()
-    n_archs = max(1, len(values.split_arch_list(env.get("TORCH_CUDA_ARCH_LIST", ""))))
+    n_archs = max(1, len(split_arch_list(env.get("TORCH_CUDA_ARCH_LIST", ""))))
     costs = {k: c.cpu_s(n_archs) for k, c in unit_schedule.load_costs().items() if k in schedule.units}
     return build_progress.Reporter(costs, times, _say)
 

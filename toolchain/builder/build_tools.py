@@ -21,7 +21,7 @@ from toolchain.builder.build_env import EnvStep, path_first
 from toolchain.builder.build_inputs import BuildInputs
 from toolchain.builder.request import BuildRequest
 from toolchain.errors import EnvironmentUnavailable, UsageError
-from verify.runtime.values import Arch
+from verify.domain.arch import Arch
 
 
 @dataclasses.dataclass(frozen=True)

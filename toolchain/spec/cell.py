@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from toolchain.spec import compat as compat_mod
-from verify.runtime.values import arch_list_text
+from verify.domain.arch import arch_list_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +49,7 @@ class Cell:
 
     @property
     def arch_list(self) -> str:
-        """TORCH_CUDA_ARCH_LIST form: '8.0;9.0' (verify/runtime/values.py's one rendering)."""
+        """TORCH_CUDA_ARCH_LIST form: '8.0;9.0' (verify/domain/arch.py's one rendering)."""
         return arch_list_text(self.archs)
 
     def build_args(self) -> dict[str, str]:

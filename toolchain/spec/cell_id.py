@@ -10,7 +10,7 @@ import hashlib
 import re
 
 from toolchain.spec.cell_fields import TAG_MAX
-from verify.runtime.values import short_ref
+from verify.domain.commit import short_ref
 
 CPU = "cpu"  # where the CUDA version would be, for a CPU-only torch
 # A variant's parts (cell_naming.variant_of) each start like this; the hashed form when it is too long.

@@ -11,8 +11,9 @@ from toolchain.spec.apex_fields import extra_flag_names
 from toolchain.spec.cell_fields import TAG_MAX, TAG_RE
 from toolchain.spec.cell_id import CellId
 from toolchain.spec.cell_values import CellValues
+from verify.domain.arch import parse_arch_list, tag_suffix
+from verify.domain.commit import short_ref
 from verify.runtime.messages import shown
-from verify.runtime.values import parse_arch_list, short_ref, tag_suffix
 
 
 def check_image_ref(r: CellValues, key: str, ref: str | None) -> None:

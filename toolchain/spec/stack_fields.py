@@ -12,8 +12,9 @@ import re
 from toolchain.spec import compat as compat_mod
 from toolchain.spec.cell_values import CellValues, nearest
 from toolchain.spec.compat import version_key
+from verify.domain.arch import Arch
+from verify.domain.problem import ValueProblem
 from verify.runtime.messages import did_you_mean, shown
-from verify.runtime.values import Arch, ValueProblem
 
 # ASCII digits only: Python's \d also matches '１' and '٣', which no tool downstream reads as digits
 _MAJOR_MINOR = re.compile(r"^[0-9]+\.[0-9]+$")

@@ -19,7 +19,7 @@ from pathlib import Path
 from toolchain.errors import UsageError
 from toolchain.spec.cell_id import CPU, CellId
 from toolchain.spec.matrix import Cell
-from verify.runtime.values import short_ref
+from verify.domain.commit import short_ref
 
 # The targets that run toolchain/builder/apex_builder.py (docker/Dockerfile's apex-build and what copies it).
 APEX_TARGETS = frozenset({"runtime", "runtime-devel", "runtime-slim", "apex-build"})
