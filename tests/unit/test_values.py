@@ -143,7 +143,7 @@ def test_spec_and_builder_take_the_same_archs() -> None:
                 cell_problems,
             )
         else:
-            assert built == [text] and not cell_problems, (text, cell_problems)
+            assert built == (Arch.parse(text),) and not cell_problems, (text, cell_problems)
 
 
 def _cell(values_: dict):

@@ -58,7 +58,7 @@ from toolchain.builder.provenance import apex_identity, sha256_of, wheel_hashes
 from toolchain.builder.request import BuildRequest
 from toolchain.builder.static_gate import gate_required, install_and_verify, install_wheel
 from toolchain.errors import ToolchainError, UsageError
-from verify.domain.arch import arch_list_text, split_arch_list
+from verify.domain.arch import arch_list_text
 from verify.layers import module_map
 from verify.layers.manifest import BuildManifest, BuildStats, Parallelism, Versions
 from verify.runtime import entry_point, exit_codes
@@ -370,11 +370,10 @@ def _passed(inputs: BuildInputs) -> str:
     return f"{' '.join(f'{f}=1' for f in inputs.flags) or 'no APEX_* variable'} in pip's environment"
 
 
-def _progress(schedule: unit_schedule.Schedule | None, env: Mapping[str, str], times: Path) -> Any:
+def _progress(schedule: unit_schedule.Schedule | None, n_archs: int, times: Path) -> Any:
     """A progress line every 30 s while the scheduled nvcc units compile (build_progress.py)."""
     if schedule is None:
         return contextlib.nullcontext()
-    n_archs = max(1, len(split_arch_list(env.get("TORCH_CUDA_ARCH_LIST", ""))))
     costs = {k: c.cpu_s(n_archs) for k, c in unit_schedule.load_costs().items() if k in schedule.units}
     return build_progress.Reporter(costs, times, _say)
 
@@ -415,10 +414,10 @@ def _compile(
             )  # a clean build: no stale objects from another config
         _say(
             f"building {src} flags={' '.join(inputs.flags) or 'none (Python-only)'} "
-            f"TORCH_CUDA_ARCH_LIST={env.get('TORCH_CUDA_ARCH_LIST', '(unset)')}"
+            f"TORCH_CUDA_ARCH_LIST={arch_list_text(inputs.archs) if inputs.archs else '(unset)'}"
         )
         _say(f"flag style: {setup.style} ({setup.evidence}); passing {passed}")
-        with _progress(schedule, env, request.out_dir / build_timing.TIMES_NAME):
+        with _progress(schedule, len(inputs.archs or [1]), request.out_dir / build_timing.TIMES_NAME):
             wheel, stats = build_wheel(src, request.out_dir, env, log_path, options, setup)
         if cache["used"]:
             after = ccache.ccache_stats(env)
@@ -455,8 +454,8 @@ def _manifest(
         },
         skipped_extensions=tuple(build_outputs.skipped_extensions(log_lines)),
         # a build with no CUDA module compiles for no arch, whatever the environment says
-        arch_list=compiled.env.get("TORCH_CUDA_ARCH_LIST")
-        if any(module_map.module(m).cuda for m in inputs.expected)
+        arch_list=arch_list_text(inputs.archs)
+        if inputs.archs and any(module_map.module(m).cuda for m in inputs.expected)
         else None,
         versions=Versions.from_json({k: v for k, v in tools.versions.items() if k != "nvcc_path"}),
         parallelism=Parallelism.from_json(compiled.parallelism),

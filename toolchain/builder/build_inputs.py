@@ -9,13 +9,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from toolchain.builder import apex_setup
 from toolchain.builder.request import BuildRequest
 from toolchain.errors import UsageError
 from verify.domain.apex_tree import check_apex_tree
-from verify.domain.arch import parse_arch_list, split_arch_list
+from verify.domain.arch import Arch, parse_arch_list, split_arch_list
 from verify.domain.extras import extra_flag
 from verify.domain.problem import ValueProblem
 from verify.layers import module_map
@@ -30,7 +31,7 @@ class BuildInputs:
     setup: apex_setup.SetupPy
     flags: dict[str, str]
     archs: (
-        tuple[str, ...] | None
+        tuple[Arch, ...] | None
     )  # None: no TORCH_CUDA_ARCH_LIST (a Python-only build, or --naive without --archs)
 
     @classmethod
@@ -38,7 +39,7 @@ class BuildInputs:
         cls,
         src: Path,
         flags: dict[str, str],
-        archs: list[str] | tuple[str, ...] | None = None,
+        archs: Sequence[Arch] | None = None,
         setup: apex_setup.SetupPy | None = None,
     ) -> BuildInputs:
         return cls(
@@ -127,14 +128,15 @@ def _known_flag(key: str, known: tuple[str, ...], option: str) -> str:
     raise UsageError(f"{option}: unknown Apex flag {shown(key)}; {hint}")
 
 
-def parse_archs(text: str) -> list[str]:
-    """`9.0`, `8.0;9.0`, `8.0 9.0+PTX`, `8.0,9.0` -> ["8.0", "9.0+PTX"] (verify.domain.arch.Arch); bad entries exit 2."""
+def parse_archs(text: str) -> tuple[Arch, ...]:
+    """`9.0`, `8.0;9.0`, `8.0 9.0+PTX`, `8.0,9.0` -> (Arch(8, 0), Arch(9, 0, ptx=True)), parsed once here and
+    carried as such; bad entries exit 2."""
     if not split_arch_list(text):
         raise UsageError(
             "--archs is empty; give compute capabilities such as --archs 9.0 or --archs '8.0;9.0'",
         )
     try:
-        return [str(arch) for arch in parse_arch_list(text)]
+        return parse_arch_list(text)
     except ValueProblem as bad:
         raise UsageError(f"--archs: {bad.problem}; {bad.fix}") from None
 

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from toolchain.spec import compat as compat_mod
-from verify.domain.arch import arch_list_text
+from verify.domain.arch import Arch, arch_list_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,7 +20,7 @@ class Cell:
     python: str  # "3.12"
     os: str  # "ubuntu22.04"
     gcc: str  # "11"
-    archs: tuple[str, ...]  # ("8.0", "9.0")
+    archs: tuple[Arch, ...]  # (Arch(8, 0), Arch(9, 0)): parsed once, by the matrix; str() where it leaves
     apex_repo: str
     apex_ref: str
     apex_flags: dict[str, str]  # {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1", ...}
@@ -73,7 +73,7 @@ class Cell:
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
-        data["archs"] = list(self.archs)
+        data["archs"] = [str(a) for a in self.archs]
         data["extras"] = list(self.extras)
         data["os_cuda_packages"] = list(self.os_cuda_packages)
         data["os_cuda_components"] = list(self.os_cuda_components)

@@ -11,7 +11,7 @@ from toolchain.spec.apex_fields import extra_flag_names
 from toolchain.spec.cell_fields import TAG_MAX, TAG_RE
 from toolchain.spec.cell_id import CellId
 from toolchain.spec.cell_values import CellValues
-from verify.domain.arch import parse_arch_list, tag_suffix
+from verify.domain.arch import Arch, tag_suffix
 from verify.domain.commit import short_ref
 from verify.runtime.messages import shown
 
@@ -49,8 +49,8 @@ def check_ref_fits_tag(r: CellValues, ref: str) -> None:
 
 def variant_of(
     r: CellValues,
-    archs: list[str],
-    default_archs: list[str],
+    archs: list[Arch],
+    default_archs: list[Arch],
     extras: list[str],
     flags: list[str],
     gcc: str | None,
@@ -58,7 +58,7 @@ def variant_of(
 ) -> str:
     parts: list[str] = []
     if archs != default_archs:
-        parts.append(tag_suffix(parse_arch_list(archs)))
+        parts.append(tag_suffix(archs))
     if extras:
         parts.append("ext." + ".".join(sorted(extras)))
     core = list(r.facts.apex_core_flags)

@@ -29,6 +29,7 @@ from toolchain.spec.cell_values import CellValues, nearest
 from toolchain.spec.compat import Compat
 from toolchain.spec.field_shapes import check_keys, check_layer
 from toolchain.spec.toml_loader import load_toml
+from verify.domain.arch import Arch
 from verify.runtime.messages import did_you_mean, shown
 
 FORMAT_VERSION = 1
@@ -200,8 +201,8 @@ class _Axes:
     os_name: str | None
     python: str | None
     gcc: str | None
-    archs: list[str]
-    default_archs: list[str]  # the defaults' archs for this toolkit (they decide the tag variant)
+    archs: list[Arch]
+    default_archs: list[Arch]  # the defaults' archs for this toolkit (they decide the tag variant)
     flags: list[str]
     extras: list[str]
     apex_repo: str | None
