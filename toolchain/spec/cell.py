@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from toolchain.spec import compat as compat_mod
+from toolchain.spec.cell_id import CellId
 from verify.domain.arch import Arch, arch_list_text
 
 
@@ -41,6 +42,9 @@ class Cell:
     # the registry tag this cell's image goes under: the id without its platform suffix, shared by the cells of
     # one stack on other platforms (an OCI index, toolchain/image/oci_index.py); "" means the id itself
     image_tag: str = ""
+    # the record `id` was made from (toolchain/spec/cell_id.py), carried so nothing parses the id back;
+    # None for an explicit tag (the user's name). Not in to_json: the id is its rendering.
+    made_id: CellId | None = None
 
     @property
     def tag(self) -> str:
@@ -73,6 +77,7 @@ class Cell:
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
+        del data["made_id"]
         data["archs"] = [str(a) for a in self.archs]
         data["extras"] = list(self.extras)
         data["os_cuda_packages"] = list(self.os_cuda_packages)

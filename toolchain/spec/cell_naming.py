@@ -80,15 +80,17 @@ def make_cell_id(
     python: str | None,
     os_name: str | None,
     variant: str,
-) -> str | None:
-    """The explicit tag (already checked), else the id made from the cell's values (toolchain/spec/cell_id.py)."""
+) -> CellId | str | None:
+    """The explicit tag (already checked), else the id made from the cell's values (toolchain/spec/cell_id.py),
+    as its record; None (with the problem recorded) when that id is no valid tag."""
     if explicit is not None:
         return explicit
-    cell_id = str(CellId.for_apex(apex_ref or "", torch, cuda, python or "None", os_name or "None", variant))
+    made = CellId.for_apex(apex_ref or "", torch, cuda, python or "None", os_name or "None", variant)
+    cell_id = str(made)
     if not TAG_RE.match(cell_id):
         r.problem(
             f"the image tag {shown(cell_id)} would be invalid",
             f"set {r.how('tag', 'a-short-tag')} with letters, digits, '_', '.', '-'",
         )
         return None
-    return cell_id
+    return made
