@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.import_scan import tree_imports
 from tests.support import REPO, clean_env, unpack_apex
 
 REPORTS = REPO / "reports"
@@ -52,15 +53,10 @@ def imports_project(path: Path) -> bool:
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".sh":
         return bool(_SHELL_IMPORT.search(text))
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.Import) and any(a.name.split(".")[0] in PROJECT for a in node.names):
-            return True
-        if (
-            isinstance(node, ast.ImportFrom)
-            and node.level == 0
-            and (node.module or "").split(".")[0] in PROJECT
-        ):
-            return True
+    tree = ast.parse(text)
+    if any(ref.top in PROJECT for ref in tree_imports(tree) if not ref.level):
+        return True
+    for node in ast.walk(tree):
         if (
             isinstance(node, ast.Attribute)
             and node.attr in ("insert", "append", "extend")
