@@ -3,7 +3,7 @@
 # from a directory in the build context (docker/build-inputs/$APEX_SRC_DIR). Writes
 # /src/apex-source.txt ("git+URL@SHA" or "dir:NAME") for the build manifest.
 set -euo pipefail
-# verify/runtime/values.py's is_commit_sha and check_apex_tree, in bash (tests/unit/test_values.py feeds both the
+# verify/domain/commit.py's is_commit_sha and apex_tree.py's check_apex_tree, in bash (tests/unit/test_values.py feeds both the
 # same cases); the class is spelled out so no locale's collation widens it
 is_commit_sha() { [[ $1 =~ ^[0123456789abcdef]{7,40}$ ]]; }
 is_apex_tree() { [ -d "$1" ] && [ -f "$1/setup.py" ] && [ -f "$1/apex/__init__.py" ]; }

@@ -35,6 +35,7 @@ from toolchain.builder.build_inputs import BuildInputs
 from toolchain.builder.build_tools import BuildTools
 from toolchain.errors import ToolchainError
 from toolchain.spec import compat
+from verify.domain.arch import Arch
 from verify.layers import module_map
 from verify.runtime import exit_codes
 
@@ -179,9 +180,9 @@ def test_bad_flags_exit_2(flags: str | None, extras: str | None, needle: str) ->
 
 
 def test_arch_list_syntax() -> None:
-    assert build_inputs.parse_archs("9.0") == ["9.0"]
-    assert build_inputs.parse_archs("8.0;9.0+PTX") == ["8.0", "9.0+PTX"]
-    assert build_inputs.parse_archs("8.0, 10.0a 12.0f") == ["8.0", "10.0a", "12.0f"]
+    assert build_inputs.parse_archs("9.0") == (Arch(9, 0),)
+    assert build_inputs.parse_archs("8.0;9.0+PTX") == (Arch(8, 0), Arch(9, 0, ptx=True))
+    assert build_inputs.parse_archs("8.0, 10.0a 12.0f") == (Arch(8, 0), Arch(10, 0, "a"), Arch(12, 0, "f"))
     for bad in ("", "sm_90", "9", "9.0+ptx", "9.0;x"):
         with pytest.raises(ToolchainError) as stop:
             build_inputs.parse_archs(bad)

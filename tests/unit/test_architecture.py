@@ -4,7 +4,6 @@ table cannot drift from the code and verify's in-image rule holds before anythin
 
 from __future__ import annotations
 
-import ast
 import re
 import sys
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.import_scan import file_imports
 from tests.support import REPO
 
 DOC = REPO / "docs" / "architecture.md"
@@ -63,19 +63,6 @@ def project_room(module: str, rooms: set[str], root: Path) -> str | None:
     return None
 
 
-def imports(path: Path) -> list[tuple[int, str, str | None]]:
-    """(line, module, name) for every import: `from a.b import c` gives (n, "a.b", "c")."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name, None) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found += [(node.lineno, node.module, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):  # a relative import: the project uses none, so name it
-            found.append((node.lineno, "." * node.level + (node.module or ""), None))
-    return found
-
-
 def violations(root: Path, rules: dict[str, Rule]) -> list[str]:
     rooms = set(rules)
     files = sorted(p for top in ("verify", "toolchain") for p in (root / top).rglob("*.py"))
@@ -88,9 +75,9 @@ def violations(root: Path, rules: dict[str, Rule]) -> list[str]:
             out.append(f"{rel}: in no room of the table (add its row)")
             continue
         rule = rules[own]
-        for line, module, name in imports(path):
-            top = module.split(".")[0]
-            if module.startswith("."):
+        for ref in file_imports(path):
+            line, module, name, top = ref.line, ref.module, ref.name, ref.top
+            if ref.level:
                 out.append(f"{rel}:{line}: relative import {module!r}")
             elif top in ("verify", "toolchain"):
                 out += _project_import_problems(f"{rel}:{line}", module, name, own, rule, rooms, root)

@@ -13,6 +13,7 @@ from tests.support import REPO
 from toolchain.builder import apex_builder, apex_setup
 from toolchain.builder.build_env import BuildEnv, EnvStep, path_first
 from toolchain.builder.build_inputs import BuildInputs
+from verify.domain.arch import parse_arch_list
 
 BUILDER = REPO / "toolchain" / "builder"
 
@@ -43,19 +44,19 @@ def test_steps_compose_in_order_and_leave_the_base_alone() -> None:
     assert [s.step for s in env.steps] == ["venv", "cuda", "parallelism"]
 
 
-def _inputs(tmp_path: Path, style_env: bool, archs: tuple[str, ...] | None) -> BuildInputs:
+def _inputs(tmp_path: Path, style_env: bool, archs: str | None) -> BuildInputs:
     src = tmp_path / "apex"
     (src / "apex").mkdir(parents=True)
     (src / "apex" / "__init__.py").write_text("")
     (src / "setup.py").write_text('import sys\nif "--cpp_ext" in sys.argv:\n    pass\n')
     setup = apex_setup.read(src)
     setup = dataclasses.replace(setup, style=apex_setup.ENV if style_env else apex_setup.ARGV)
-    return BuildInputs.of(src, {"APEX_CPP_EXT": "1"}, archs, setup)
+    return BuildInputs.of(src, {"APEX_CPP_EXT": "1"}, parse_arch_list(archs) if archs else None, setup)
 
 
 def test_the_flags_step_keeps_only_what_was_asked(tmp_path: Path) -> None:
     stray = {"APEX_XENTROPY": "1", "TORCH_CUDA_ARCH_LIST": "7.0", "PATH": "/bin"}
-    env_style = apex_builder._flag_env(_inputs(tmp_path / "a", True, ("8.0", "9.0+PTX")))
+    env_style = apex_builder._flag_env(_inputs(tmp_path / "a", True, "8.0;9.0+PTX"))
     assert env_style.applied(stray) == {
         "PATH": "/bin",
         "APEX_CPP_EXT": "1",

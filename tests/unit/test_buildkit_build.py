@@ -11,6 +11,7 @@ from toolchain.errors import EnvironmentUnavailable, UsageError
 from toolchain.image import build_log, buildkit_build, docker_host
 from toolchain.spec import image_labels
 from toolchain.spec.cell import Cell
+from verify.domain.arch import Arch
 
 # BuildKit's plain progress for a step that failed (shape of a real 20.10 log).
 FAILED_LOG = """\
@@ -28,7 +29,7 @@ error: failed to solve: executor failed running [/bin/bash -o pipefail -c ...]: 
 def cell(**overrides: object) -> Cell:
     values = dict(
         id="apex-6424da3-torch2.11.0-cu13.0-py3.12-ubuntu24.04", name="cu130", cuda="13.0", torch="2.11.0",
-        python="3.12", os="ubuntu24.04", gcc="13", archs=("9.0",), apex_repo="https://github.com/NVIDIA/apex.git",
+        python="3.12", os="ubuntu24.04", gcc="13", archs=(Arch(9, 0),), apex_repo="https://github.com/NVIDIA/apex.git",
         apex_ref="6424da3b4faa6c8f062da4a48c424fff3f02d42d", apex_flags={"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"},
         extras=(), base_devel="nvidia/cuda:13.0.0-devel-ubuntu24.04", base_runtime="nvidia/cuda:13.0.0-runtime-ubuntu24.04",
         torch_index_url="https://download.pytorch.org/whl/cu130",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.import_scan import of_node
 from tests.support import REPO
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -55,8 +56,8 @@ def _top_level_names(module: Path) -> set[str]:
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names.update(t.id for t in targets if isinstance(t, ast.Name))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        else:
+            names.update(ref.bound for ref in of_node(node))
     return names
 
 

@@ -3,36 +3,15 @@
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
+from tests import import_scan
 from tests.support import REPO
 
 TOPS = ("verify", "toolchain")
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(REPO).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def import_graph() -> dict[str, set[str]]:
-    """module -> the project modules it imports (`from a import b` is a.b when a/b is a module, else a)."""
-    paths = {module_name(p): p for top in TOPS for p in (REPO / top).rglob("*.py")}
-    graph: dict[str, set[str]] = {name: set() for name in paths}
-    for name, path in paths.items():
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                targets = [
-                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in paths else node.module
-                    for a in node.names
-                ]
-            else:
-                continue
-            graph[name] |= {t for t in targets if t in paths and t != name}
-    return graph
+    """module -> the project modules it imports (tests/import_scan.py)."""
+    return import_scan.import_graph(REPO, TOPS)
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -13,6 +13,7 @@ from tests.support import REPO, frozen_cell, frozen_facts, frozen_matrix
 from toolchain.spec import compat
 from toolchain.spec.apex_fields import extra_flag_names
 from toolchain.spec.cell_fields import TAG_MAX, TAG_RE
+from verify.domain.arch import Arch
 from verify.layers import module_map
 
 PIN = frozen_facts().apex_default_ref
@@ -107,7 +108,11 @@ def test_default_archs_fitted_to_the_toolkit_give_no_variant(simple: Path) -> No
     cell12 = frozen_cell({"cuda": "12.4"}, matrix_path=simple)
     cell13 = frozen_cell({"cuda": "13.0"}, matrix_path=simple)
     # the 13.0 row has ptx_on_highest (PyTorch's CUDA 13 wheels end in +PTX); 12.4's has not
-    assert cell12.archs == ("8.0", "9.0") and cell13.archs == ("8.0", "9.0", "10.0+PTX")
+    assert cell12.archs == (Arch(8, 0), Arch(9, 0)) and cell13.archs == (
+        Arch(8, 0),
+        Arch(9, 0),
+        Arch(10, 0, ptx=True),
+    )
     assert not cell12.variant and not cell13.variant
 
 
@@ -115,7 +120,7 @@ def test_explicit_archs_and_extras_make_a_variant(simple: Path) -> None:
     cell = frozen_cell(
         {"cuda": "12.4", "archs": "9.0", "extras": "xentropy,fast_layer_norm"}, matrix_path=simple
     )
-    assert cell.archs == ("9.0",)
+    assert cell.archs == (Arch(9, 0),)
     assert cell.id.endswith("-sm90-ext.fast_layer_norm.xentropy")
     assert cell.apex_flags == {
         "APEX_CPP_EXT": "1",
@@ -153,7 +158,7 @@ def test_layers_defaults_then_cell_then_command_line(tmp_path: Path) -> None:
     """,
     )
     cell = frozen_matrix(path).cells[0]
-    assert (cell.python, cell.os, cell.archs) == ("3.10", "ubuntu22.04", ("9.0",))
+    assert (cell.python, cell.os, cell.archs) == ("3.10", "ubuntu22.04", (Arch(9, 0),))
     over = frozen_cell({"python": "3.11"}, matrix_path=path, base_cell="a")
     assert (over.python, over.os, over.cuda) == ("3.11", "ubuntu22.04", "12.6")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 
+from tests.import_scan import of_node
 from tests.support import REPO
 
 # 3.11-only modules the code reads, and the backport each one's 3.10 branch imports instead
@@ -19,11 +20,7 @@ CHECKED = [
 
 
 def _imported(node: ast.stmt) -> set[str]:
-    if isinstance(node, ast.Import):
-        return {alias.name.split(".")[0] for alias in node.names}
-    if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-        return {node.module.split(".")[0]}
-    return set()
+    return {ref.top for ref in of_node(node) if not ref.level}
 
 
 def _is_311_check(test: ast.expr) -> bool:

@@ -1,4 +1,4 @@
-"""verify/runtime/values.py and toolchain/spec/cell_id.py: each domain value has one parser, its renderings round-trip,
+"""verify/domain/ and toolchain/spec/cell_id.py: each domain value has one parser, its renderings round-trip,
 and the shell and Dockerfile copies of a rule agree with the Python one case by case."""
 
 from __future__ import annotations
@@ -15,11 +15,14 @@ from tests.support import REPO, frozen_cell, frozen_facts
 from toolchain.builder import build_inputs
 from toolchain.errors import UsageError
 from toolchain.spec import targets
-from toolchain.spec.cell_id import CPU, CellId
+from toolchain.spec.cell_fields import TAG_MAX
+from toolchain.spec.cell_id import CellId
+from verify.domain import apex_tree, commit, layout
+from verify.domain.arch import Arch, arch_list_text, parse_arch_list, tag_suffix
+from verify.domain.extras import extra_flag
+from verify.domain.problem import ValueProblem
 from verify.layers import module_map
-from verify.runtime import values
 from verify.runtime.messages import shown
-from verify.runtime.values import Arch, ValueProblem
 
 FETCH_APEX = REPO / "docker" / "fetch-apex.sh"
 
@@ -117,13 +120,13 @@ def test_every_arch_round_trips_through_each_form(arch: Arch) -> None:
 @given(st.lists(arches, min_size=1, max_size=6), st.sampled_from([";", ",", " ", "; "]))
 def test_arch_lists_round_trip(archs: list[Arch], separator: str) -> None:
     text = separator.join(str(a) for a in archs)
-    assert values.parse_arch_list(text) == tuple(archs)
-    assert values.parse_arch_list(values.arch_list_text(archs)) == tuple(archs)
-    assert values.parse_arch_list([str(a) for a in archs]) == tuple(archs)
+    assert parse_arch_list(text) == tuple(archs)
+    assert parse_arch_list(arch_list_text(archs)) == tuple(archs)
+    assert parse_arch_list([str(a) for a in archs]) == tuple(archs)
 
 
 def test_tag_suffix() -> None:
-    assert values.tag_suffix(values.parse_arch_list("8.0;9.0+PTX;10.0a")) == "sm80_90ptx_100a"
+    assert tag_suffix(parse_arch_list("8.0;9.0+PTX;10.0a")) == "sm80_90ptx_100a"
 
 
 def test_spec_and_builder_take_the_same_archs() -> None:
@@ -141,7 +144,7 @@ def test_spec_and_builder_take_the_same_archs() -> None:
                 cell_problems,
             )
         else:
-            assert built == [text] and not cell_problems, (text, cell_problems)
+            assert built == (Arch.parse(text),) and not cell_problems, (text, cell_problems)
 
 
 def _cell(values_: dict):
@@ -187,7 +190,7 @@ def _bash_function(name: str) -> str:
 def test_fetch_apex_short_sha_rule_is_the_python_rule(locale: str) -> None:
     check = _bash_function("is_commit_sha")
     for text, expected in SHA_CASES:
-        assert values.is_commit_sha(text) is expected, text
+        assert commit.is_commit_sha(text) is expected, text
         done = subprocess.run(
             ["bash", "-c", f'{check}\nis_commit_sha "$1"', "sh", text],
             env={"LC_ALL": locale, "PATH": "/usr/bin:/bin"},
@@ -212,14 +215,14 @@ def test_dockerfile_full_commit_rule_is_the_python_rule() -> None:
             timeout=30,
             check=False,
         )
-        full = short and len(text) == values.FULL_SHA_LEN
+        full = short and len(text) == commit.FULL_SHA_LEN
         assert (done.returncode == 0) is full, text
 
 
 def test_short_ref() -> None:
-    assert values.short_ref("6424da3b4faa6c8f062da4a48c424fff3f02d42d") == "6424da3"
-    assert values.short_ref("25.09") == "25.09" and values.short_ref("master") == "master"
-    assert values.short_ref("6424DA3B4FAA") == "6424DA3B4FAA"  # not a sha by the rule: kept as written
+    assert commit.short_ref("6424da3b4faa6c8f062da4a48c424fff3f02d42d") == "6424da3"
+    assert commit.short_ref("25.09") == "25.09" and commit.short_ref("master") == "master"
+    assert commit.short_ref("6424DA3B4FAA") == "6424DA3B4FAA"  # not a sha by the rule: kept as written
 
 
 # ---------------------------------------------------------------- the Apex source tree, against fetch-apex.sh
@@ -254,7 +257,7 @@ def test_fetch_apex_source_tree_rule_is_the_python_rule(tmp_path: Path) -> None:
     check = _bash_function("is_apex_tree")
     for path, expected in _trees(tmp_path):
         try:
-            values.check_apex_tree(path)
+            apex_tree.check_apex_tree(path)
             python = True
         except ValueProblem:
             python = False
@@ -294,7 +297,7 @@ def test_every_caller_uses_the_one_tree_check(tmp_path: Path) -> None:
 )
 def test_matrix_and_wheel_take_the_same_extras(text: str) -> None:
     names = module_map.extra_names()
-    flag = values.extra_flag(text, names)
+    flag = extra_flag(text, names)
     cell = _cell({"cuda": "13.0", "extras": text})
     assert flag in cell.apex_flags
     assert flag in build_inputs.parse_flags("APEX_CPP_EXT", text)
@@ -304,7 +307,7 @@ def test_matrix_and_wheel_take_the_same_extras(text: str) -> None:
 
 def test_an_unknown_extra_names_the_nearest_and_its_flag() -> None:
     with pytest.raises(ValueProblem) as bad:
-        values.extra_flag("xentropi", module_map.extra_names())
+        extra_flag("xentropi", module_map.extra_names())
     assert "unknown contrib extension 'xentropi'" in bad.value.problem
     assert "did you mean 'xentropy'?" in bad.value.fix and "APEX_XENTROPY" in bad.value.fix
     with pytest.raises(UsageError, match="--extras: unknown contrib extension 'nope'; use some of"):
@@ -328,7 +331,7 @@ def test_wheel_extras_all_is_taken(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- the cell id
 
 
-def test_cell_ids_of_real_cells_parse_back() -> None:
+def test_cell_ids_of_real_cells_carry_their_record() -> None:
     cases = [
         {"cuda": "13.0"},
         {"cuda": "12.8", "archs": "8.0;9.0+PTX", "extras": "xentropy"},
@@ -337,64 +340,38 @@ def test_cell_ids_of_real_cells_parse_back() -> None:
     ]
     for case in cases:
         cell = _cell(case)
-        made = CellId.parse(cell.id)
+        made = cell.made_id
         assert made is not None and str(made) == cell.id, cell.id
         assert (made.torch, made.cuda, made.python, made.apex) == (
             cell.torch,
             cell.cuda,
             cell.python,
-            values.short_ref(cell.apex_ref),
+            commit.short_ref(cell.apex_ref),
         )
         assert made.variant == cell.variant and made.os.startswith(cell.os)
 
 
-ids = st.builds(
-    CellId,
-    torch=st.from_regex(r"2\.[0-9]{1,2}\.[0-9]", fullmatch=True),
-    cuda=st.sampled_from(["12.4", "12.8", "13.0", CPU]),
-    python=st.sampled_from(["3.10", "3.11", "3.12", "3.13"]),
-    os=st.sampled_from(["ubuntu22.04", "ubuntu24.04", "debian12", "ubuntu24.04-arm64"]),
-    apex=st.one_of(st.sampled_from(["6424da3", "25.04", "master"]), st.none()),
-    variant=st.sampled_from(
-        ["", "sm80_90ptx", "ext.xentropy", "sm90-ext.fmha.xentropy-flags.cpp_ext", "gcc12", "v0123456789"]
-    ),
-).map(
-    lambda c: (
-        c
-        if c.apex is not None
-        else CellId(c.torch, c.cuda, c.python, c.os, None, "verify-runtime", c.variant)
-    )
-)
+def test_explicit_tags_carry_no_cell_id() -> None:
+    cell = _cell({"cuda": "13.0", "tag": "my-tag"})
+    assert cell.id == "my-tag" and cell.made_id is None
+    assert targets.for_target(cell, "verify-runtime").id == "my-tag"
 
 
-@given(ids)
-def test_every_cell_id_round_trips(cell_id: CellId) -> None:
-    assert CellId.parse(str(cell_id)) == cell_id
-
-
-def test_explicit_tags_are_no_cell_id() -> None:
-    for tag in (
-        "my-tag",
-        "latest",
-        "apex-6424da3-torch2.11.0-cu13.0",
-        "torch2.11.0-cu13.0-py3.12-ubuntu24.04",
-    ):
-        assert CellId.parse(tag) is None
-
-
-def test_a_long_variant_goes_in_hashed_and_reads_back() -> None:
+def test_a_long_variant_goes_in_hashed() -> None:
     made = CellId.for_apex(
         "6424da3b4f", "2.11.0", "13.0", "3.12", "ubuntu24.04", "ext." + ".".join(["xentropy"] * 30)
     )
-    assert re.fullmatch(r"v[0-9a-f]{10}", made.variant) and CellId.parse(str(made)) == made
+    assert re.fullmatch(r"v[0-9a-f]{10}", made.variant) and len(str(made)) <= TAG_MAX
 
 
-def test_targets_without_apex_read_the_id_back() -> None:
+def test_targets_without_apex_carry_their_id() -> None:
     cell = _cell({"cuda": "13.0", "gcc": "12", "os": "ubuntu24.04", "archs": "9.0;10.0"})
-    tag = targets.for_target(cell, "verify-runtime").id
+    built = targets.for_target(cell, "verify-runtime")
+    tag = built.id
     assert cell.variant == "sm90_100-gcc12", cell.id
     assert tag == f"verify-runtime-torch{cell.torch}-cu13.0-py{cell.python}-ubuntu24.04-gcc12", (cell.id, tag)
-    assert str(CellId.parse(tag)) == tag
+    assert built.made_id is not None and str(built.made_id) == tag
+    assert (built.made_id.apex, built.made_id.target) == (None, "verify-runtime")
 
 
 # ---------------------------------------------------------------- the image layout, against docker/
@@ -407,14 +384,14 @@ def _paths_in(text: str) -> set[str]:
 
 
 def test_every_opt_apex_path_in_docker_is_one_the_layout_names() -> None:
-    named = {str(p) for p in values.IMAGE.paths().values()}
+    named = {str(p) for p in layout.IMAGE.paths().values()}
     docker = REPO / "docker"
     used: dict[str, set[str]] = {}
     for path in [docker / "Dockerfile", *sorted(docker.glob("*.sh"))]:
         for found in _paths_in(path.read_text()):
             used.setdefault(found, set()).add(path.name)
     assert set(used) - named == set(), (
-        f"paths docker/ uses that verify/runtime/values.py's IMAGE does not name: {used}"
+        f"paths docker/ uses that verify/domain/layout.py's IMAGE does not name: {used}"
     )
     # and every path the layout names is one the image really has (the Dockerfile writes or copies it)
     assert named - set(used) == set(), f"IMAGE names paths docker/ never writes: {named - set(used)}"
@@ -425,12 +402,12 @@ def test_the_layout_is_what_its_readers_use() -> None:
     from toolchain.image import image_wheels, inspect_image
     from verify.layers import manifest
 
-    assert manifest.DEFAULT_PATH == Path(str(values.IMAGE.manifest))
-    assert inspect_image.EMBEDDED["static_report"] == str(values.IMAGE.static_report)
-    assert image_wheels.APEX_DIR == str(values.IMAGE.root) == "/opt/apex"
-    assert build_outputs.MANIFEST_NAME == values.IMAGE.manifest.name
-    assert wheel_identity.VERIFY_FILES == (values.IMAGE.static_report.name, values.IMAGE.static_markdown.name)
-    assert values.ApexLayout(PurePosixPath("/out")).wheel_hashes == PurePosixPath("/out/inputs/wheels.sha256")
+    assert manifest.DEFAULT_PATH == Path(str(layout.IMAGE.manifest))
+    assert inspect_image.EMBEDDED["static_report"] == str(layout.IMAGE.static_report)
+    assert image_wheels.APEX_DIR == str(layout.IMAGE.root) == "/opt/apex"
+    assert build_outputs.MANIFEST_NAME == layout.IMAGE.manifest.name
+    assert wheel_identity.VERIFY_FILES == (layout.IMAGE.static_report.name, layout.IMAGE.static_markdown.name)
+    assert layout.ApexLayout(PurePosixPath("/out")).wheel_hashes == PurePosixPath("/out/inputs/wheels.sha256")
 
 
 def test_frozen_facts_toolkit_archs_are_arches() -> None:

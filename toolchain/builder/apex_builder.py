@@ -59,9 +59,10 @@ from toolchain.builder.provenance import apex_identity, sha256_of, wheel_hashes
 from toolchain.builder.request import BuildRequest
 from toolchain.builder.static_gate import gate_required, install_and_verify, install_wheel
 from toolchain.errors import ToolchainError, UsageError
+from verify.domain.arch import arch_list_text
 from verify.layers import module_map
 from verify.layers.manifest import BuildManifest, BuildStats, Parallelism, Versions
-from verify.runtime import entry_point, exit_codes, values
+from verify.runtime import entry_point, exit_codes
 from verify.runtime.atomic import write_json
 from verify.runtime.messages import bounded
 from verify.runtime.out_dirs import OutputDirs
@@ -311,7 +312,7 @@ def _flag_env(inputs: BuildInputs) -> EnvStep:
     leak in; the arch list exactly as checked."""
     sets = dict(inputs.flags) if inputs.setup.style == apex_setup.ENV else {}
     if inputs.archs:
-        sets["TORCH_CUDA_ARCH_LIST"] = values.arch_list_text(inputs.archs)
+        sets["TORCH_CUDA_ARCH_LIST"] = arch_list_text(inputs.archs)
     return EnvStep.of("flags", sets, unsets=[*module_map.known_flags(), "TORCH_CUDA_ARCH_LIST"])
 
 
@@ -394,12 +395,11 @@ def _progress(
     inputs: BuildInputs,
     par: dict,
     schedule: unit_schedule.Schedule | None,
-    env: Mapping[str, str],
     clock: CommandClock,
 ) -> build_progress.Reporter | contextlib.nullcontext:
     """A progress line every 30 s while Apex compiles (build_progress.py), from ninja's [n/N] lines and the
     units' predicted costs; none for a build without CUDA units the cost table knows."""
-    n_archs = max(1, len(values.split_arch_list(env.get("TORCH_CUDA_ARCH_LIST", ""))))
+    n_archs = max(1, len(inputs.archs or ()))
     costs = unit_schedule.load_costs()
     plan = build_progress.UnitPlan.of(
         costs,
@@ -457,10 +457,10 @@ def _compile(
             )  # a clean build: no stale objects from another config
         _say(
             f"building {src} flags={' '.join(inputs.flags) or 'none (Python-only)'} "
-            f"TORCH_CUDA_ARCH_LIST={env.get('TORCH_CUDA_ARCH_LIST', '(unset)')}"
+            f"TORCH_CUDA_ARCH_LIST={arch_list_text(inputs.archs) if inputs.archs else '(unset)'}"
         )
         _say(f"flag style: {setup.style} ({setup.evidence}); passing {passed}")
-        with _progress(inputs, par, schedule, env, clock) as progress:
+        with _progress(inputs, par, schedule, clock) as progress:
             feed = progress.feed if progress else None
             wheel, stats = build_wheel(src, request.out_dir, env, log_path, options, setup, feed)
         if cache["used"]:
@@ -501,8 +501,8 @@ def _manifest(
         },
         skipped_extensions=tuple(build_outputs.skipped_extensions(log_lines)),
         # a build with no CUDA module compiles for no arch, whatever the environment says
-        arch_list=compiled.env.get("TORCH_CUDA_ARCH_LIST")
-        if any(module_map.module(m).cuda for m in inputs.expected)
+        arch_list=arch_list_text(inputs.archs)
+        if inputs.archs and any(module_map.module(m).cuda for m in inputs.expected)
         else None,
         versions=Versions.from_json({k: v for k, v in tools.versions.items() if k != "nvcc_path"}),
         parallelism=Parallelism.from_json(compiled.parallelism),

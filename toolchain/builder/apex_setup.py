@@ -17,8 +17,8 @@ import re
 from pathlib import Path
 
 from toolchain.errors import UsageError
+from verify.domain.arch import Arch
 from verify.layers import module_map
-from verify.runtime.values import Arch
 
 ENV, ARGV, UNKNOWN = "env", "argv", "unknown"
 
@@ -28,9 +28,7 @@ _SWITCH = re.compile(r"""["'](--[a-z0-9_]+)["']""")
 _ARGV_TEST = re.compile(r"""["']--(?:cpp|cuda)_ext["']\s+in\s+sys\.argv""")
 # CUDAExtension(name="amp_C", ...), CppExtension("apex_C", [...]), name='permutation_search_cuda'
 _MODULE = re.compile(r"""(?:\bname\s*=\s*|\b(?:Cpp|CUDA)?Extension\(\s*)["']([A-Za-z_][A-Za-z0-9_]*)["']""")
-_COMPUTE = re.compile(
-    r"compute_[0-9]+"
-)  # nvcc's names (verify.runtime.values.Arch.from_nvcc_name reads them)
+_COMPUTE = re.compile(r"compute_[0-9]+")  # nvcc's names (verify.domain.arch.Arch.from_nvcc_name reads them)
 _ARCH_LOOP = re.compile(r"for\s+(\w+)\s+in\s+\[([\d,\s]+)\]")
 # setup.py's own helpers, not extensions
 _NOT_MODULES = {"apex", "_nccl_version_getter"}

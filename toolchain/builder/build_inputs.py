@@ -9,13 +9,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from toolchain.builder import apex_setup
 from toolchain.builder.request import BuildRequest
 from toolchain.errors import UsageError
+from verify.domain.apex_tree import check_apex_tree
+from verify.domain.arch import Arch, parse_arch_list, split_arch_list
+from verify.domain.extras import extra_flag
+from verify.domain.problem import ValueProblem
 from verify.layers import module_map
-from verify.runtime import values
 from verify.runtime.messages import did_you_mean, shown
 
 
@@ -27,7 +31,7 @@ class BuildInputs:
     setup: apex_setup.SetupPy
     flags: dict[str, str]
     archs: (
-        tuple[str, ...] | None
+        tuple[Arch, ...] | None
     )  # None: no TORCH_CUDA_ARCH_LIST (a Python-only build, or --naive without --archs)
 
     @classmethod
@@ -35,7 +39,7 @@ class BuildInputs:
         cls,
         src: Path,
         flags: dict[str, str],
-        archs: list[str] | tuple[str, ...] | None = None,
+        archs: Sequence[Arch] | None = None,
         setup: apex_setup.SetupPy | None = None,
     ) -> BuildInputs:
         return cls(
@@ -111,8 +115,8 @@ def parse_flags(text: str | None, extras: str | None) -> dict[str, str]:
     for item in re.split(r"[,\s]+", (extras or "").strip()):
         if item:
             try:
-                flags[values.extra_flag(item, by_name)] = "1"
-            except values.ValueProblem as bad:
+                flags[extra_flag(item, by_name)] = "1"
+            except ValueProblem as bad:
                 raise UsageError(f"--extras: {bad.problem}; {bad.fix}") from None
     return {k: v for k, v in flags.items() if v == "1"}
 
@@ -124,23 +128,24 @@ def _known_flag(key: str, known: tuple[str, ...], option: str) -> str:
     raise UsageError(f"{option}: unknown Apex flag {shown(key)}; {hint}")
 
 
-def parse_archs(text: str) -> list[str]:
-    """`9.0`, `8.0;9.0`, `8.0 9.0+PTX`, `8.0,9.0` -> ["8.0", "9.0+PTX"] (verify.runtime.values.Arch); bad entries exit 2."""
-    if not values.split_arch_list(text):
+def parse_archs(text: str) -> tuple[Arch, ...]:
+    """`9.0`, `8.0;9.0`, `8.0 9.0+PTX`, `8.0,9.0` -> (Arch(8, 0), Arch(9, 0, ptx=True)), parsed once here and
+    carried as such; bad entries exit 2."""
+    if not split_arch_list(text):
         raise UsageError(
             "--archs is empty; give compute capabilities such as --archs 9.0 or --archs '8.0;9.0'",
         )
     try:
-        return [str(arch) for arch in values.parse_arch_list(text)]
-    except values.ValueProblem as bad:
+        return parse_arch_list(text)
+    except ValueProblem as bad:
         raise UsageError(f"--archs: {bad.problem}; {bad.fix}") from None
 
 
 def check_apex_source(src: Path) -> None:
-    """--apex-src by the one source-tree rule (verify.runtime.values.check_apex_tree); exit 2 naming the option."""
+    """--apex-src by the one source-tree rule (verify.domain.apex_tree.check_apex_tree); exit 2 naming the option."""
     try:
-        values.check_apex_tree(src)
-    except values.ValueProblem as bad:
+        check_apex_tree(src)
+    except ValueProblem as bad:
         raise UsageError(f"--apex-src {src}: {bad}") from None
 
 

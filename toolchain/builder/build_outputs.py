@@ -8,11 +8,11 @@ import re
 import zipfile
 from pathlib import Path
 
+from verify.domain import layout
 from verify.layers import module_map
-from verify.runtime import values
 
-MANIFEST_NAME = values.MANIFEST_NAME
-LOG_NAME = values.LOG_NAME
+MANIFEST_NAME = layout.MANIFEST_NAME
+LOG_NAME = layout.LOG_NAME
 
 # setup.py: warnings.warn(f"Skip `{global_option}` as it requires cuDNN 8400 or later, but ...")
 _SKIP = re.compile(r"Skip `(--[a-z0-9_]+)`(.*)")

@@ -21,7 +21,7 @@ from toolchain.builder.build_env import EnvStep, path_first
 from toolchain.builder.build_inputs import BuildInputs
 from toolchain.builder.request import BuildRequest
 from toolchain.errors import EnvironmentUnavailable, UsageError
-from verify.runtime.values import Arch
+from verify.domain.arch import Arch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +171,9 @@ def compiler_version(env: dict[str, str]) -> str | None:
         return None
 
 
-def check_build_tools(env: dict[str, str], archs: Sequence[str] | None, cuda_home: str | None = None) -> dict:
+def check_build_tools(
+    env: dict[str, str], archs: Sequence[Arch] | None, cuda_home: str | None = None
+) -> dict:
     """Everything setup.py needs, checked up front so the user reads one clear line, not setup.py's
     traceback. Returns the versions for the manifest. `cuda_home`: one assembled from the index."""
     info = torch_info()
@@ -206,7 +208,7 @@ def check_build_tools(env: dict[str, str], archs: Sequence[str] | None, cuda_hom
     if archs:
         nvcc_compiles(nvcc, env)
         supported = nvcc_archs(nvcc)
-        bad = [a for a in archs if supported and Arch.parse(a).number not in supported]
+        bad = [str(a) for a in archs if supported and a.number not in supported]
         if bad:
             ordered = sorted(supported, key=lambda a: Arch.parse(a).capability)
             raise UsageError(

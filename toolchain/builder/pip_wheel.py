@@ -20,8 +20,8 @@ from pathlib import Path
 from toolchain.builder import apex_setup
 from toolchain.builder.process_tree import PeakSampler
 from toolchain.errors import BuildFailed, EnvironmentUnavailable
+from verify.domain.arch import Arch
 from verify.runtime import workflow_commands
-from verify.runtime.values import Arch
 
 
 def run_logged(

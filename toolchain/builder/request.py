@@ -10,7 +10,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from verify.runtime.values import path_value
+from verify.domain.paths import path_value
 
 DESCRIPTION = "The one code path that turns an Apex source tree into a wheel and a build manifest."
 

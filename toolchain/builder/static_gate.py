@@ -13,8 +13,8 @@ from pathlib import Path
 from toolchain.builder import build_outputs
 from toolchain.builder.pip_wheel import run_logged
 from toolchain.errors import BuildFailed
+from verify.domain import layout
 from verify.layers import module_map
-from verify.runtime import values
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]  # holds toolchain/ and verify/
 
@@ -62,12 +62,12 @@ def install_and_verify(
         str(manifest),
         f"--require={gate_required(expected_modules)}",
         "--json",
-        str(out / values.STATIC_REPORT_NAME),
+        str(out / layout.STATIC_REPORT_NAME),
         "--markdown",
-        str(out / values.STATIC_MARKDOWN_NAME),
+        str(out / layout.STATIC_MARKDOWN_NAME),
     ]
     # cwd=OUT: run from the Apex source tree and `import apex` would find the uninstalled sources
     code, *_ = run_logged(cmd, verify_env, log, cwd=out)
     if code != 0:
-        say(f"static gate: verify --static exited {code}; see {out / values.STATIC_MARKDOWN_NAME}")
+        say(f"static gate: verify --static exited {code}; see {out / layout.STATIC_MARKDOWN_NAME}")
     return code

@@ -20,13 +20,13 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from verify.domain import layout
+from verify.domain.commit import is_commit_sha, short_ref
 from verify.layers import manifest
-from verify.runtime import values
-from verify.runtime.values import is_commit_sha, short_ref
 
 # what the dist-info carries besides pip's own files (verify/layers/manifest.py reads the first there)
 MANIFEST_FILE = manifest.DIST_INFO_NAME
-VERIFY_FILES = (values.STATIC_REPORT_NAME, values.STATIC_MARKDOWN_NAME)
+VERIFY_FILES = (layout.STATIC_REPORT_NAME, layout.STATIC_MARKDOWN_NAME)
 _WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)-(?P<tags>.+)\.whl$")
 
 

@@ -13,8 +13,8 @@ from typing import NoReturn
 from toolchain.commands import cells, ci, images, wheel_index
 from toolchain.errors import UsageError
 from toolchain.spec import cell_fields, ci_matrix
+from verify.domain.paths import expanded_path_value as path_value  # the builder's check, ~ expanded
 from verify.runtime.messages import bounded
-from verify.runtime.values import expanded_path_value as path_value  # the builder's check, ~ expanded
 
 
 class Parser(argparse.ArgumentParser):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from toolchain.errors import UsageError
 from toolchain.image import docker_host
-from verify.runtime.values import IMAGE, MANIFEST_NAME
+from verify.domain.layout import IMAGE, MANIFEST_NAME
 
 APEX_DIR = str(IMAGE.root)
 

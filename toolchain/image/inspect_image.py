@@ -9,7 +9,7 @@ import tarfile
 
 from toolchain.image import docker_host
 from toolchain.spec.image_labels import CELL, NAMESPACE, OCI
-from verify.runtime.values import IMAGE
+from verify.domain.layout import IMAGE
 
 EMBEDDED = {
     "manifest": str(IMAGE.manifest),

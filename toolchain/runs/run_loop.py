@@ -279,11 +279,12 @@ def check_inputs(request: RunRequest) -> None:
             raise UsageError(f"{option} {path}: no such directory; pass an existing directory")
         # what the build would find out only after the devel stage: caught here, before any build
         if option == "--apex-src":
-            from verify.runtime import values
+            from verify.domain.apex_tree import check_apex_tree
+            from verify.domain.problem import ValueProblem
 
             try:
-                values.check_apex_tree(Path(path))
-            except values.ValueProblem as bad:
+                check_apex_tree(Path(path))
+            except ValueProblem as bad:
                 raise UsageError(f"--apex-src {path}: {bad}") from None
         # what --wheelhouse must hold is checked per cell (toolchain/image/wheelhouse.py: names the cell's values);
         # one with no wheel at all is wrong for every cell, so it is refused here, before the bases are asked for

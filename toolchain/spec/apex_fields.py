@@ -8,7 +8,8 @@ from __future__ import annotations
 from toolchain.spec import compat as compat_mod
 from toolchain.spec.cell_values import CellValues
 from toolchain.spec.compat import version_key
-from verify.runtime import values
+from verify.domain.extras import extra_flag, extra_name
+from verify.domain.problem import ValueProblem
 from verify.runtime.messages import did_you_mean, shown
 
 # APEX_X=<one of these> in apex_flags means "off", which a list of flags to build cannot say.
@@ -39,8 +40,8 @@ def resolve_flags(r: CellValues) -> tuple[list[str], list[str]]:
     extras: list[str] = []
     for extra in extras_text:
         try:
-            extras.append(values.extra_name(values.extra_flag(extra, by_name), by_name))
-        except values.ValueProblem as bad:
+            extras.append(extra_name(extra_flag(extra, by_name), by_name))
+        except ValueProblem as bad:
             r.problem(f"extras: {bad.problem}", bad.fix)
     extras = list(dict.fromkeys(extras))
     for extra in extras:

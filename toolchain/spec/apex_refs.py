@@ -16,9 +16,9 @@ from toolchain.spec import compat as compat_mod
 from toolchain.spec import compat_shape
 from toolchain.spec.compat import version_key
 from toolchain.spec.toml_loader import load_toml
+from verify.domain.commit import is_commit_sha
 from verify.layers import module_map
 from verify.runtime import input_files
-from verify.runtime.values import is_commit_sha
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,8 @@ import dataclasses
 from typing import Any
 
 from toolchain.spec import compat as compat_mod
-from verify.runtime.values import arch_list_text
+from toolchain.spec.cell_id import CellId
+from verify.domain.arch import Arch, arch_list_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,7 +21,7 @@ class Cell:
     python: str  # "3.12"
     os: str  # "ubuntu22.04"
     gcc: str  # "11"
-    archs: tuple[str, ...]  # ("8.0", "9.0")
+    archs: tuple[Arch, ...]  # (Arch(8, 0), Arch(9, 0)): parsed once, by the matrix; str() where it leaves
     apex_repo: str
     apex_ref: str
     apex_flags: dict[str, str]  # {"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1", ...}
@@ -41,6 +42,9 @@ class Cell:
     # the registry tag this cell's image goes under: the id without its platform suffix, shared by the cells of
     # one stack on other platforms (an OCI index, toolchain/image/oci_index.py); "" means the id itself
     image_tag: str = ""
+    # the record `id` was made from (toolchain/spec/cell_id.py), carried so nothing parses the id back;
+    # None for an explicit tag (the user's name). Not in to_json: the id is its rendering.
+    made_id: CellId | None = None
 
     @property
     def tag(self) -> str:
@@ -49,7 +53,7 @@ class Cell:
 
     @property
     def arch_list(self) -> str:
-        """TORCH_CUDA_ARCH_LIST form: '8.0;9.0' (verify/runtime/values.py's one rendering)."""
+        """TORCH_CUDA_ARCH_LIST form: '8.0;9.0' (verify/domain/arch.py's one rendering)."""
         return arch_list_text(self.archs)
 
     def build_args(self) -> dict[str, str]:
@@ -73,7 +77,8 @@ class Cell:
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
-        data["archs"] = list(self.archs)
+        del data["made_id"]
+        data["archs"] = [str(a) for a in self.archs]
         data["extras"] = list(self.extras)
         data["os_cuda_packages"] = list(self.os_cuda_packages)
         data["os_cuda_components"] = list(self.os_cuda_components)

@@ -1,6 +1,6 @@
 """The cell id as a value: `apex-<ref>-torch<v>-cu<v>-py<v>-<os>[-<variant>]` for an image with Apex, and
 `<target>-torch<v>-cu<v>|cpu-py<v>-<os>[-gcc<N>]` for a target without it (toolchain/spec/targets.py). One
-record renders it (str) and reads it back (parse), so the two forms cannot drift apart.
+record renders it (str); the Cell carries the record (`made_id`), so nothing reads an id back from its text.
 """
 
 from __future__ import annotations
@@ -10,15 +10,9 @@ import hashlib
 import re
 
 from toolchain.spec.cell_fields import TAG_MAX
-from verify.runtime.values import short_ref
+from verify.domain.commit import short_ref
 
 CPU = "cpu"  # where the CUDA version would be, for a CPU-only torch
-# A variant's parts (cell_naming.variant_of) each start like this; the hashed form when it is too long.
-_VARIANT_PART = re.compile(r"sm[0-9].*|ext\..+|flags\..+|gcc[0-9]+|v[0-9a-f]{10}")
-_ID = re.compile(
-    r"(?:apex-(?P<apex>.+?)|(?P<target>[a-z][a-z0-9-]*?))"
-    r"-torch(?P<torch>[^-]+)-(?:cu(?P<cuda>[^-]+)|(?P<cpu>cpu))-py(?P<python>[^-]+)-(?P<tail>.+)"
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,24 +43,6 @@ class CellId:
         cuda = CPU if self.cuda == CPU else f"cu{self.cuda}"
         text = f"{head}-torch{self.torch}-{cuda}-py{self.python}-{self.os}"
         return f"{text}-{self.variant}" if self.variant else text
-
-    @classmethod
-    def parse(cls, text: str) -> CellId | None:
-        """The record an id was made from; None for text that is no automatic id (an explicit --tag)."""
-        match = _ID.fullmatch(text)
-        if not match:
-            return None
-        parts = match["tail"].split("-")
-        at = next((i for i, part in enumerate(parts) if i and _VARIANT_PART.fullmatch(part)), len(parts))
-        return cls(
-            torch=match["torch"],
-            cuda=CPU if match["cpu"] else match["cuda"],
-            python=match["python"],
-            os="-".join(parts[:at]),
-            apex=match["apex"],
-            target=match["target"] or "",
-            variant="-".join(parts[at:]),
-        )
 
     def without_apex(self, target: str, cuda: str, variant: str) -> CellId:
         """The id of `target` built from the same stack: no Apex ref, and of the variant only the parts that

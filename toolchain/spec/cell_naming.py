@@ -11,8 +11,9 @@ from toolchain.spec.apex_fields import extra_flag_names
 from toolchain.spec.cell_fields import TAG_MAX, TAG_RE
 from toolchain.spec.cell_id import CellId
 from toolchain.spec.cell_values import CellValues
+from verify.domain.arch import Arch, tag_suffix
+from verify.domain.commit import short_ref
 from verify.runtime.messages import shown
-from verify.runtime.values import parse_arch_list, short_ref, tag_suffix
 
 
 def check_image_ref(r: CellValues, key: str, ref: str | None) -> None:
@@ -48,8 +49,8 @@ def check_ref_fits_tag(r: CellValues, ref: str) -> None:
 
 def variant_of(
     r: CellValues,
-    archs: list[str],
-    default_archs: list[str],
+    archs: list[Arch],
+    default_archs: list[Arch],
     extras: list[str],
     flags: list[str],
     gcc: str | None,
@@ -57,7 +58,7 @@ def variant_of(
 ) -> str:
     parts: list[str] = []
     if archs != default_archs:
-        parts.append(tag_suffix(parse_arch_list(archs)))
+        parts.append(tag_suffix(archs))
     if extras:
         parts.append("ext." + ".".join(sorted(extras)))
     core = list(r.facts.apex_core_flags)
@@ -79,15 +80,17 @@ def make_cell_id(
     python: str | None,
     os_name: str | None,
     variant: str,
-) -> str | None:
-    """The explicit tag (already checked), else the id made from the cell's values (toolchain/spec/cell_id.py)."""
+) -> CellId | str | None:
+    """The explicit tag (already checked), else the id made from the cell's values (toolchain/spec/cell_id.py),
+    as its record; None (with the problem recorded) when that id is no valid tag."""
     if explicit is not None:
         return explicit
-    cell_id = str(CellId.for_apex(apex_ref or "", torch, cuda, python or "None", os_name or "None", variant))
+    made = CellId.for_apex(apex_ref or "", torch, cuda, python or "None", os_name or "None", variant)
+    cell_id = str(made)
     if not TAG_RE.match(cell_id):
         r.problem(
             f"the image tag {shown(cell_id)} would be invalid",
             f"set {r.how('tag', 'a-short-tag')} with letters, digits, '_', '.', '-'",
         )
         return None
-    return cell_id
+    return made

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.errors import UsageError
+from verify.domain.arch import ARCH_PATTERN
 from verify.runtime import field_types as ft
-from verify.runtime import values
 
 MINOR = ft.Str(max_len=16, pattern=r"\d+\.\d+", means="a major.minor version like 2.6")
 PATCH = ft.Str(max_len=24, pattern=r"\d+\.\d+\.\d+", means="a release version like 2.6.0")
-ARCH = ft.Str(max_len=16, pattern=values.ARCH_PATTERN, means="a GPU arch like 9.0 or 12.0+PTX")
+ARCH = ft.Str(max_len=16, pattern=ARCH_PATTERN, means="a GPU arch like 9.0 or 12.0+PTX")
 TEXT = ft.Str(max_len=4096)
 NAME = ft.Str(max_len=256)
 MINORS = ft.ListOf(MINOR, max_items=64)

@@ -25,10 +25,12 @@ from toolchain.spec import cell_naming as naming
 from toolchain.spec import compat as compat_mod
 from toolchain.spec import stack_fields as stack
 from toolchain.spec.cell import Cell
+from toolchain.spec.cell_id import CellId
 from toolchain.spec.cell_values import CellValues, nearest
 from toolchain.spec.compat import Compat
 from toolchain.spec.field_shapes import check_keys, check_layer
 from toolchain.spec.toml_loader import load_toml
+from verify.domain.arch import Arch
 from verify.runtime.messages import did_you_mean, shown
 
 FORMAT_VERSION = 1
@@ -200,8 +202,8 @@ class _Axes:
     os_name: str | None
     python: str | None
     gcc: str | None
-    archs: list[str]
-    default_archs: list[str]  # the defaults' archs for this toolkit (they decide the tag variant)
+    archs: list[Arch]
+    default_archs: list[Arch]  # the defaults' archs for this toolkit (they decide the tag variant)
     flags: list[str]
     extras: list[str]
     apex_repo: str | None
@@ -348,14 +350,15 @@ def _make_cell(
     variant = naming.variant_of(r, axes.archs, axes.default_archs, axes.extras, axes.flags, axes.gcc, os_name)
     suffix = facts.platform(axes.platform or "").id_suffix
     os_part = "-".join(p for p in (os_name or "", suffix) if p)
-    cell_id = naming.make_cell_id(r, explicit_tag, apex_ref, torch_version, cuda, python, os_part, variant)
-    if cell_id is None:
+    made = naming.make_cell_id(r, explicit_tag, apex_ref, torch_version, cuda, python, os_part, variant)
+    if made is None:
         return None
+    cell_id = str(made)
     # the registry tag leaves the platform out: the stack's platforms go under one tag (an OCI index)
     image_tag = (
         ""
         if explicit_tag is not None or not suffix
-        else (naming.make_cell_id(r, None, apex_ref, torch_version, cuda, python, os_name, variant) or "")
+        else str(naming.make_cell_id(r, None, apex_ref, torch_version, cuda, python, os_name, variant) or "")
     )
     os_cuda = bases.os_cuda
     return Cell(
@@ -380,6 +383,7 @@ def _make_cell(
         base_route=bases.route,
         os_cuda_packages=os_cuda.packages if os_cuda else (),
         os_cuda_components=os_cuda.components if os_cuda else (),
+        made_id=made if isinstance(made, CellId) else None,
     )
 
 

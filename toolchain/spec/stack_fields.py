@@ -12,8 +12,9 @@ import re
 from toolchain.spec import compat as compat_mod
 from toolchain.spec.cell_values import CellValues, nearest
 from toolchain.spec.compat import version_key
+from verify.domain.arch import Arch
+from verify.domain.problem import ValueProblem
 from verify.runtime.messages import did_you_mean, shown
-from verify.runtime.values import Arch, ValueProblem
 
 # ASCII digits only: Python's \d also matches '１' and '٣', which no tool downstream reads as digits
 _MAJOR_MINOR = re.compile(r"^[0-9]+\.[0-9]+$")
@@ -306,8 +307,9 @@ def _requested_archs(r: CellValues) -> list[str] | None:
 
 def resolve_archs(
     r: CellValues, cuda: str | None, toolkit: compat_mod.Toolkit | None
-) -> tuple[list[str], list[str]]:
-    """(archs to build, the defaults' archs for this toolkit) — the second decides the tag variant."""
+) -> tuple[list[Arch], list[Arch]]:
+    """(archs to build, the defaults' archs for this toolkit), parsed once here: the second decides the
+    tag variant."""
     entry = r.get("archs")
     from_defaults = entry is not None and entry.origin == "defaults"
     requested = _requested_archs(r)
@@ -320,7 +322,7 @@ def resolve_archs(
         except ValueProblem as bad:
             r.problem(f"arch {bad.problem}", bad.fix)
     if toolkit is None:
-        return [str(a) for a in parsed], [str(a) for a in parsed]
+        return parsed, list(parsed)
     fits = [a for a in parsed if a.number in toolkit.archs]
     if from_defaults:  # archs from [defaults]: keep those this toolkit compiles
         kept = _with_ptx(_sort_archs(fits), toolkit)
@@ -352,18 +354,18 @@ def _parsed_quietly(texts: list[str]) -> list[Arch]:
     return archs
 
 
-def _with_ptx(archs: list[str], toolkit: compat_mod.Toolkit) -> list[str]:
+def _with_ptx(archs: list[Arch], toolkit: compat_mod.Toolkit) -> list[Arch]:
     """Default archs for a toolkit whose row says so end in PTX for the highest one (as PyTorch's
     CUDA 13 wheels: "...;12.0+PTX"), so a newer GPU JIT-compiles it instead of failing."""
-    if not toolkit.ptx_on_highest or not archs or any(Arch.parse(a).ptx for a in archs):
+    if not toolkit.ptx_on_highest or not archs or any(a.ptx for a in archs):
         return archs
-    return [*archs[:-1], str(Arch.parse(archs[-1]).with_ptx())]
+    return [*archs[:-1], archs[-1].with_ptx()]
 
 
-def _sort_archs(archs: list[Arch]) -> list[str]:
-    """By capability, each arch once, in the TORCH_CUDA_ARCH_LIST form."""
+def _sort_archs(archs: list[Arch]) -> list[Arch]:
+    """By capability, each arch once."""
     unique = list(dict.fromkeys(archs))
-    return [str(a) for a in sorted(unique, key=lambda a: (a.capability, str(a)))]
+    return sorted(unique, key=lambda a: (a.capability, str(a)))
 
 
 def resolve_index_url(r: CellValues) -> str | None:

@@ -19,7 +19,6 @@ from pathlib import Path
 from toolchain.errors import UsageError
 from toolchain.spec.cell_id import CPU, CellId
 from toolchain.spec.matrix import Cell
-from verify.runtime.values import short_ref
 
 # The targets that run toolchain/builder/apex_builder.py (docker/Dockerfile's apex-build and what copies it).
 APEX_TARGETS = frozenset({"runtime", "runtime-devel", "runtime-slim", "apex-build"})
@@ -42,16 +41,11 @@ def cpu_torch_source(cell: Cell, wheelhouse: Path | None) -> str | None:
     return None
 
 
-def _without_apex(cell: Cell, target: str, cuda: str) -> str | None:
+def _without_apex(cell: Cell, target: str, cuda: str) -> CellId | None:
     """`TARGET-torchX-cuY-pyZ-OS` from an automatic cell id; None for an explicit --tag (the user's name)."""
-    made = CellId.parse(cell.id)
-    if (
-        made is None
-        or made.apex != short_ref(cell.apex_ref)
-        or (made.torch, made.cuda, made.python) != (cell.torch, cell.cuda, cell.python)
-    ):
+    if cell.made_id is None:
         return None
-    return str(made.without_apex(target, cuda, cell.variant))
+    return cell.made_id.without_apex(target, cuda, cell.variant)
 
 
 def for_target(cell: Cell, target: str, wheelhouse: Path | None = None) -> Cell:
@@ -67,8 +61,14 @@ def for_target(cell: Cell, target: str, wheelhouse: Path | None = None) -> Cell:
             )
         return cell
     cuda = CPU if cpu else cell.cuda
-    tag = _without_apex(cell, target, cuda)
-    return dataclasses.replace(cell, id=tag or cell.id, cuda=cuda, archs=() if cpu else cell.archs)
+    made = _without_apex(cell, target, cuda)
+    return dataclasses.replace(
+        cell,
+        id=str(made) if made else cell.id,
+        made_id=made,
+        cuda=cuda,
+        archs=() if cpu else cell.archs,
+    )
 
 
 def slim_base(devel: str, runtime: str) -> str:

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from verify.checks import Check, Status
+from verify.domain.arch import Arch
 from verify.layers import drivers
 from verify.runtime import interrupts
-from verify.runtime.values import Arch
 
 TOOL_TIMEOUT_S = 5.0
 _DRIVER_PROC = Path("/proc/driver/nvidia/version")

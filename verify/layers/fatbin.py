@@ -26,7 +26,7 @@ import os
 import struct
 from pathlib import Path
 
-from verify.runtime.values import Arch
+from verify.domain.arch import Arch
 
 FATBIN_MAGIC = 0xBA55ED50
 FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from verify.checks import Check, Status
+from verify.domain.commit import is_commit_sha
 from verify.layers import module_map
 from verify.layers.extensions import ExtensionResult
 from verify.layers.manifest import BuildManifest
-from verify.runtime.values import is_commit_sha
 
 # Files/directories that only NVIDIA Apex has, and ones that only the 2013 Pyramid toolkit on PyPI has.
 _NVIDIA_MARKERS = ("optimizers", "normalization", "multi_tensor_apply", "amp", "parallel")

@@ -15,14 +15,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from verify.domain import layout
 from verify.runtime import field_types as ft
-from verify.runtime import input_files, values
+from verify.runtime import input_files
 
 MANIFEST_VERSION = "1"
 ENV_VAR = "APEX_BUILD_MANIFEST"
-DEFAULT_PATH = Path(values.IMAGE.manifest)
+DEFAULT_PATH = Path(layout.IMAGE.manifest)
 DIST_INFO_NAME = (
-    values.MANIFEST_NAME
+    layout.MANIFEST_NAME
 )  # the copy inside a wheel's .dist-info (toolchain/builder/wheel_identity.py)
 INSTALLED_ORIGIN = "the installed wheel"
 
