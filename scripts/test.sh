@@ -22,11 +22,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}  # PY, not PYTHON: PYTHON is a matrix-cell key for make image
-ENGINE_FREE="not gpu and not docker and not faults and not apex_image"
 workers=""
 case "${TIER:-unit}" in
-  unit) markers="$ENGINE_FREE and not slow"; SKIP_DOCKER=1; workers=${TEST_WORKERS:-auto} ;;
-  slow) markers="$ENGINE_FREE and slow"; SKIP_DOCKER=1 ;;
+  unit) markers="not gpu and not docker and not faults and not apex_image and not slow"; SKIP_DOCKER=1; workers=${TEST_WORKERS:-auto} ;;
+  slow) markers="slow and not gpu and not docker and not faults and not apex_image"; SKIP_DOCKER=1; workers=${TEST_WORKERS:-auto} ;;
   docker) markers="(docker or faults) and not gpu and not apex_image" ;;
   all) markers="not gpu and not apex_image" ;;
   apex-image) markers="apex_image" ;;

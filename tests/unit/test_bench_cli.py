@@ -46,6 +46,7 @@ def _stages(doc: dict) -> dict[str, dict]:
     return {s["key"]: s for s in doc["stages"]}
 
 
+@pytest.mark.slow
 def test_smoke_run_exits_0_and_writes_json_and_markdown(smoke: dict) -> None:
     proc = smoke["proc"]
     assert proc.returncode == 0, proc.stderr
@@ -134,6 +135,7 @@ def test_plots_are_written_when_matplotlib_is_installed(smoke: dict) -> None:
     assert "![stages.png](stages.png)" in smoke["md"]
 
 
+@pytest.mark.slow
 def test_no_plots_and_stage_selection(tmp_path: Path) -> None:
     proc = _run([*TINY, "--out", str(tmp_path), "--stages", "1,native-tf32", "--no-micro", "--no-plots"])
     assert proc.returncode == 0, proc.stderr

@@ -84,6 +84,7 @@ def make_tree(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_a_ninja_build_records_each_unit_and_prints_wall_over_the_bound(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -192,6 +193,7 @@ def test_a_memory_cap_below_one_gib_is_a_usage_error(tmp_path: Path, value: str)
     assert "Traceback" not in result.stderr and not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_a_stored_wheel_is_packed_without_compression(tmp_path: Path) -> None:
     """--wheel-compression stored reaches bdist_wheel through pip's config settings (PEP 517, as Apex from
     23.07 builds): every member of the wheel is ZIP_STORED, and the manifest records the option."""

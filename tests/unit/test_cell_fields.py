@@ -27,6 +27,7 @@ def test_every_field_is_a_cell_attribute_and_back() -> None:
         "base_route",
         "os_cuda_packages",
         "os_cuda_components",
+        "made_id",
     }  # made by the resolver, never written
     assert {f.name for f in dataclasses.fields(Cell)} - derived == set(cell_fields.CELL_KEYS) - {
         "tag"

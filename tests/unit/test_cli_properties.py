@@ -298,6 +298,7 @@ build_argv = st.tuples(
 )
 
 
+@pytest.mark.slow
 def test_build_py_keeps_the_contract() -> None:
     _keeps_checkout(_build_py_examples)
 
@@ -329,6 +330,7 @@ def _build_py_examples(case: tuple) -> None:
             json.loads(Path(argv[argv.index("-o") + 1]).read_text())
 
 
+@pytest.mark.slow
 def test_every_generated_matrix_is_valid_or_refused_with_exit_2() -> None:
     _keeps_checkout(_matrix_examples)
 

@@ -94,6 +94,7 @@ def test_prolog_on_a_node_without_a_gpu_is_exit_3(tmp_path: Path, pyz: Path) -> 
     assert report["exit_code"] == exit_codes.ENVIRONMENT and report["options"]["require_gpu"] is True
 
 
+@pytest.mark.slow
 def test_prolog_passes_a_working_install_and_fails_a_missing_apex(tmp_path: Path, pyz: Path) -> None:
     unpack_apex("6424da3b", tmp_path / "src")
     # a Python-only Apex, nothing required: verify passes (the host path of a CPU node, statically)

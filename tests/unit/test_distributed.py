@@ -27,6 +27,9 @@ from verify.distributed.plan import CPU_HOOK_ENV, cpu_hook_ranks, plan
 from verify.gpu.worker import FAULT_ENV
 from verify.report import assemble as report_mod
 
+# slow: subprocess runs and waited-out hangs; TIER=slow (CI), not make test
+pytestmark = pytest.mark.slow
+
 SEED = 20261201
 ALL_MODULES = frozenset(m for c in CASES for m in c.needs)
 

@@ -4,6 +4,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from tests.support import REPO
 
 
@@ -21,6 +23,7 @@ def test_ruff_format_changes_nothing() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_mypy_finds_nothing() -> None:
     # [tool.mypy] in pyproject.toml names the files (build.py, toolchain/, verify/, scripts/) and the settings
     proc = subprocess.run([sys.executable, "-m", "mypy"], cwd=REPO, capture_output=True, text=True)

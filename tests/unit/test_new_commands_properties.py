@@ -478,6 +478,7 @@ def _bytes_io(blob: bytes):  # noqa: ANN202
     return io.BytesIO(blob)
 
 
+@pytest.mark.slow
 def test_every_damaged_wheel_folder_is_published_or_refused(built: Path) -> None:
     _keeps_checkout(lambda: _index_examples(built))
     assert SEEN["index"] >= {0, 1, 2}, SEEN["index"]

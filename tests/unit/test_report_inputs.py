@@ -45,6 +45,7 @@ def _row(md: str, cell_id: str) -> str:
     return next(line for line in md.splitlines() if line.startswith(f"| {cell_id} "))
 
 
+@pytest.mark.slow
 def test_corrupt_results_are_named_and_the_readable_cells_rendered(
     tmp_path: Path, verify_report: Path
 ) -> None:

@@ -232,6 +232,7 @@ def _run_verify(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
     return run_verify("--static", "--quiet", *args, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_verify_json_to_a_fifo_with_a_reader_and_without(tmp_path: Path) -> None:
     fifo = tmp_path / "report.fifo"
     os.mkfifo(fifo)

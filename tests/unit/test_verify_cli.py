@@ -214,6 +214,7 @@ def _row(stdout: str, module: str) -> list[str]:
     return re.split(r"\s{2,}", line.strip())
 
 
+@pytest.mark.slow
 def test_default_output_is_the_module_table_then_what_is_not_pass(tmp_path: Path) -> None:
     """This host: torch without CUDA, no Apex; then two modules that import (real files on PYTHONPATH)."""
     out = run_verify("--static", "--markdown", str(tmp_path / "r.md"))
@@ -264,6 +265,7 @@ def test_default_output_is_the_module_table_then_what_is_not_pass(tmp_path: Path
     assert _row(found.stdout, "amp_C")[2:5] == ["yes", "-", "no GPU"]
 
 
+@pytest.mark.slow
 def test_verbose_prints_every_check_and_quiet_only_fail_and_warn() -> None:
     verbose = run_verify("--static", "--verbose")
     assert verbose.returncode == 1

@@ -118,6 +118,7 @@ def test_probe_classifies_each_failure_and_survives_a_crash(broken_modules: Path
     assert checks["not_built"].details["by_flag"]["APEX_XENTROPY"] == ["xentropy_cuda"]
 
 
+@pytest.mark.slow
 def test_probe_times_out_a_hanging_import(tmp_path: Path, monkeypatch) -> None:
     build_module(
         tmp_path,
@@ -171,6 +172,7 @@ def nvidia_apex_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return unpack_apex("6424da3b", tmp_path_factory.mktemp("apex-src"))  # the checkout root holds the package
 
 
+@pytest.mark.slow
 def test_python_only_nvidia_apex_and_mixed_install(
     tmp_path: Path, nvidia_apex_source: Path, broken_modules: Path
 ) -> None:
@@ -217,6 +219,7 @@ def test_with_no_apex_installed_a_missing_module_is_not_installed_not_a_fallback
     assert "Python-only fallback" in python_only.summary
 
 
+@pytest.mark.slow
 def test_check_timeout_measures_the_imports_not_the_probes_start(tmp_path: Path) -> None:
     """With a timeout shorter than the probe child's own start and torch import, every module
     used to FAIL as 'the import probe process failed to start'; the timeout now starts at the first task."""

@@ -17,6 +17,9 @@ import pytest
 from tests.support import REPO, unpack_apex
 from toolchain.image import verify_zipapp
 
+# slow: subprocess runs and waited-out hangs; TIER=slow (CI), not make test
+pytestmark = pytest.mark.slow
+
 SCHEMA = json.loads((REPO / "verify" / "schema" / "report.schema.json").read_text())
 
 

@@ -18,6 +18,9 @@ from tests.support import REPO, run_build
 from toolchain.builder import wheel_identity
 from verify.runtime import exit_codes
 
+# slow: subprocess runs and waited-out hangs; TIER=slow (CI), not make test
+pytestmark = pytest.mark.slow
+
 MINOR = ".".join(torch.__version__.split(".")[:2])
 CUDA = wheel_identity.cuda_tag(torch.version.cuda)
 STACK = f"torch{MINOR}-{CUDA}"
