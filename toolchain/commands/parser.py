@@ -186,6 +186,11 @@ def _image(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
         help="verify the built image, as matrix does (default auto: GPU if the daemon has one, else "
         "static); none: only the build's own gate, whose result the report still shows",
     )
+    p.add_argument(
+        "--no-network-check",
+        action="store_true",
+        help="skip probing the remote inputs (Apex git host, package indexes, base images) before the build",
+    )
     p.set_defaults(func=cells.cmd_image)
 
 
