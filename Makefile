@@ -61,9 +61,9 @@ image:
 matrix:
 	$(BUILD) matrix $(FILTER_OPTS) $(BUILD_OPTS) $(call opt,--verify,VERIFY)
 
-# make verify IMAGE=<tag>  (or CUDA=12.4 ...: the tag that cell resolves to)
+# make verify IMAGE=<tag>  (or CUDA=12.4 ...: the tag `make image` with the same variables made, on either route)
 verify:
-	$(BUILD) verify $(if $(value IMAGE),$(call q,IMAGE),$(CELL_OPTS))
+	$(BUILD) verify $(if $(value IMAGE),$(call q,IMAGE),$(CELL_OPTS) $(call opt,--base,BASE))
 
 report:
 	$(BUILD) report

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from toolchain.commands.cells import resolve_cells
+from toolchain.commands.cells import built_cell, resolve_cells
 from toolchain.commands.parts import check_registry, load_part, require_docker, require_engine
 from toolchain.console import Console
 from toolchain.errors import UsageError
@@ -35,8 +35,8 @@ def failing_checks(report_path: Path | str | None, limit: int = 20) -> list[str]
 
 
 def cmd_verify(args: argparse.Namespace, console: Console) -> int:
-    if not args.image:
-        args.image = resolve_cells(args, all_when_empty=False)[0].id
+    if not args.image:  # the tag `build.py image` with the same options made (NVIDIA's or the local route's)
+        args.image = built_cell(resolve_cells(args, all_when_empty=False)[0], args.base, args, console).id
     container_verify = load_part("image.container_verify")
     require_engine(args.engine)
 

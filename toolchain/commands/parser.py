@@ -213,6 +213,13 @@ def _verify(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
         "verify", parents=[o.common, o.cell, o.engine], help="run verify inside an image (any image)"
     )
     p.add_argument("image", nargs="?", help="image tag, id or REPO@sha256:DIGEST (default: the cell's tag)")
+    p.add_argument(
+        "--base",
+        choices=("auto", "nvidia", "local"),
+        default="auto",
+        help="which route's tag a cell names, as `image --base` built it (default auto: NVIDIA's when the "
+        "engine has it, else the local base's)",
+    )
     p.add_argument("--gpu", choices=("auto", "require", "none"), default="auto")
     p.add_argument(
         "--verify-from",
