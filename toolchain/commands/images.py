@@ -263,6 +263,46 @@ def cmd_ccache(args: argparse.Namespace, console: Console) -> int:
     return exit_codes.OK
 
 
+def cmd_clean(args: argparse.Namespace, console: Console) -> int:
+    """`build.py clean [--dry-run]`: the project's images and the BuildKit cache its builds made
+    (toolchain/image/clean.py says what counts as ours)."""
+    import docker
+
+    from toolchain.image import clean
+    from toolchain.spec import compat
+
+    require_docker()
+    client = docker.from_env(timeout=120)
+    plan = clean.select(
+        client.api.images(),
+        client.df().get("BuildCache") or [],
+        [base.image for base in compat.load().local_bases.values()],
+    )
+    for item in plan.images:
+        console.line(f"  image  {item.what} ({clean.human(item.size)})")
+    console.line(f"  build cache: {len(plan.cache)} records of the project's builds")
+    if args.dry_run:
+        console.line(
+            f"would remove {len(plan.images)} images and {len(plan.cache)} cache records, about "
+            f"{clean.human(plan.size)} (--dry-run: nothing removed)"
+        )
+        return exit_codes.OK
+
+    def prune(record_id: str) -> int:
+        return int(client.api.prune_builds(filters={"id": [record_id]}, all=True).get("SpaceReclaimed") or 0)
+
+    freed, problems = clean.remove(plan, lambda image: client.api.remove_image(image), prune)
+    for problem in problems:
+        console.error(f"{problem}; remove it by hand (docker rmi / docker builder prune)", title="clean")
+    console.status(
+        "CLEAN",
+        "warn" if problems else "ok",
+        f"removed {len(plan.images) - sum(p.startswith('image') for p in problems)} images and "
+        f"{clean.human(freed)} of build cache; the rest of the cache (base layers) goes with `docker builder prune`",
+    )
+    return exit_codes.FAILED if problems else exit_codes.OK
+
+
 def cmd_zipapp(args: argparse.Namespace, console: Console) -> int:
     from toolchain.image import verify_zipapp
 

@@ -362,6 +362,15 @@ def _zipapp(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     p.set_defaults(func=images.cmd_zipapp)
 
 
+def _clean(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
+    p = sub.add_parser(
+        "clean",
+        help="remove the project's images (by label), its local bases and the BuildKit cache its builds made",
+    )
+    p.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
+    p.set_defaults(func=images.cmd_clean)
+
+
 def _ccache(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     p = sub.add_parser(
         "ccache",
@@ -449,6 +458,7 @@ _COMMANDS = (
     _publish,
     _publish_index,
     _zipapp,
+    _clean,
     _ccache,
     _wheel,
     _index,
