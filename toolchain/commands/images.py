@@ -289,7 +289,9 @@ def cmd_clean(args: argparse.Namespace, console: Console) -> int:
         return exit_codes.OK
 
     def prune(record_id: str) -> int:
-        return int(client.api.prune_builds(filters={"id": [record_id]}, all=True).get("SpaceReclaimed") or 0)
+        # the SDK's stubs list only dangling/until; the engine's /build/prune takes id (one value a call)
+        done = client.api.prune_builds(filters={"id": [record_id]}, all=True)  # type: ignore[arg-type]
+        return int(done.get("SpaceReclaimed") or 0)
 
     freed, problems = clean.remove(plan, lambda image: client.api.remove_image(image), prune)
     for problem in problems:
