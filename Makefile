@@ -24,6 +24,8 @@ VERIFY ?=
 APEX_SRC ?=
 EXTRA_CA ?=
 WHEELHOUSE ?=
+# make clean-images DRY_RUN=1: list what would be removed
+DRY_RUN ?=
 # base images: from the command line or the environment (make imports both), passed as --base-devel/--base-runtime
 BASE_DEVEL_IMAGE ?=
 BASE_RUNTIME_IMAGE ?=
@@ -34,7 +36,7 @@ BASE_RUNTIME_IMAGE ?=
 # break would split the recipe into two shell commands: make stops instead. The variables are not
 # exported, since make expands a command-line variable it exports ($(shell ...) would run).
 VARIABLES := PY CUDA TORCH PYTHON ARCHS APEX_REF EXTRAS GCC PLATFORM CELL TARGET IMAGE BASE_DEVEL_IMAGE BASE_RUNTIME_IMAGE \
-             BASE VERIFY APEX_SRC EXTRA_CA WHEELHOUSE
+             BASE VERIFY APEX_SRC EXTRA_CA WHEELHOUSE DRY_RUN
 unexport $(VARIABLES)
 define newline
 
@@ -53,17 +55,21 @@ FILTER_OPTS = $(call opt,--cell,CELL) $(call opt,--cuda,CUDA) $(call opt,--torch
 BUILD_OPTS = $(call opt,--base,BASE) $(call opt,--apex-src,APEX_SRC) $(call opt,--extra-ca,EXTRA_CA) \
              $(call opt,--wheelhouse,WHEELHOUSE)
 
-.PHONY: image matrix verify report plan validate facts-check lint test test-all zipapp mutation coverage
+.PHONY: image clean-images matrix verify report plan validate facts-check lint test test-all zipapp mutation coverage
 
 image:
 	$(BUILD) image $(CELL_OPTS) --target $(call q,TARGET) $(BUILD_OPTS) $(call opt,--verify,VERIFY)
 
+# what make image leaves: the project's images, its local bases, the BuildKit cache its builds made
+clean-images:
+	$(BUILD) clean $(if $(value DRY_RUN),--dry-run)
+
 matrix:
 	$(BUILD) matrix $(FILTER_OPTS) $(BUILD_OPTS) $(call opt,--verify,VERIFY)
 
-# make verify IMAGE=<tag>  (or CUDA=12.4 ...: the tag that cell resolves to)
+# make verify IMAGE=<tag>  (or CUDA=12.4 ...: the tag `make image` with the same variables made, on either route)
 verify:
-	$(BUILD) verify $(if $(value IMAGE),$(call q,IMAGE),$(CELL_OPTS))
+	$(BUILD) verify $(if $(value IMAGE),$(call q,IMAGE),$(CELL_OPTS) $(call opt,--base,BASE))
 
 report:
 	$(BUILD) report

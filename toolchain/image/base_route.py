@@ -125,6 +125,55 @@ def choose(
     return moved, note
 
 
+def built_cell(
+    cell: Cell,
+    requested: str,
+    reresolve: Reresolve,
+    has_image: Callable[[Cell], bool],
+    facts: compat_mod.Compat | None = None,
+) -> tuple[Cell, str | None]:
+    """The cell whose image `build.py image` with the same options made, so that `verify` and `plan` name
+    its tag (one rule for both): --base nvidia or local, that route's cell; auto, NVIDIA's cell when the
+    engine has its image, else the local route's when the engine has that one (auto moved the build there
+    when NVIDIA's base could not be pulled), else NVIDIA's (nothing built yet). `has_image(cell)` asks the
+    engine's store for the cell's tag. Returns the cell and, when it moved, the one line that says so."""
+    if requested != "auto" or cell.base_route != "nvidia":
+        return choose(cell, requested, reresolve, lambda ref: None, facts)[0], None
+    if has_image(cell):
+        return cell, None
+    try:
+        local = choose(cell, "local", reresolve, lambda ref: None, facts)[0]
+    except (EnvironmentUnavailable, UsageError):  # no local route for this cell: NVIDIA's tag it is
+        return cell, None
+    if local.id == cell.id or not has_image(local):
+        return cell, None
+    return local, (
+        f"cell {cell.name}: {local.id}, the image `build.py image` made on the local base (no {cell.id} "
+        "here); --base nvidia names NVIDIA's"
+    )
+
+
+def engine_has_image() -> Callable[[str], bool]:
+    """tag -> whether the engine's store holds it; always False when no daemon answers (plan needs none)."""
+    try:
+        import docker
+        from docker.errors import DockerException, ImageNotFound
+
+        client = docker.from_env(timeout=5)
+        client.ping()
+    except (ImportError, DockerException, OSError):
+        return lambda ref: False
+
+    def has(ref: str) -> bool:
+        try:
+            client.images.get(ref)
+            return True
+        except (ImageNotFound, DockerException, OSError):
+            return False
+
+    return has
+
+
 def _on_a_local_base(
     cell: Cell, reresolve: Reresolve, facts: compat_mod.Compat
 ) -> tuple[Cell | None, compat_mod.LocalBase | None, list[str]]:

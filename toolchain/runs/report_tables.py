@@ -110,12 +110,32 @@ def verify_text(row: Row) -> str:
 
 
 def extensions_text(row: Row) -> str:
+    """`ok/expected ok`, counted against the modules the build manifest expected (the cell's flags), so
+    an optional module the cell never built is "not built (optional)", not missing; without a manifest,
+    against every module verify looked for."""
     if row.report is None:
         return "-"
     extensions = row.report.extensions
-    bad = [f"{e.module} ({e.status.replace('_', ' ')})" for e in extensions if e.status != "ok"]
-    text = f"{len(extensions) - len(bad)}/{len(extensions)} ok"
-    return text + (f"; {', '.join(bad)}" if bad else "")
+    expected = row.report.expected_modules
+    if expected is None:
+        bad = [f"{e.module} ({e.status.replace('_', ' ')})" for e in extensions if e.status != "ok"]
+        text = f"{len(extensions) - len(bad)}/{len(extensions)} ok"
+        return text + (f"; {', '.join(bad)}" if bad else "")
+    status = {e.module: e.status for e in extensions}
+    wanted = list(dict.fromkeys(expected))
+    ok = sum(status.get(m) == "ok" for m in wanted)
+    bad = [f"{m} ({status.get(m, 'not checked').replace('_', ' ')})" for m in wanted if status.get(m) != "ok"]
+    # an optional module that is there but broken still counts against the cell; one never built does not
+    bad += [
+        f"{e.module} ({e.status.replace('_', ' ')})"
+        for e in extensions
+        if e.module not in wanted and e.status not in ("ok", "missing")
+    ]
+    optional = sum(e.module not in wanted and e.status == "missing" for e in extensions)
+    parts = [f"{ok}/{len(wanted)} ok", *([", ".join(bad)] if bad else [])]
+    if optional:
+        parts.append(f"{optional} not built (optional)")
+    return "; ".join(parts)
 
 
 def speedups(row: Row) -> dict[str, float]:

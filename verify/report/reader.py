@@ -144,6 +144,7 @@ class VerifyReport:
     torch_cuda: str | None = None
     gpu_name: str | None = None
     extensions: tuple[ReportExtension, ...] = ()
+    expected_modules: tuple[str, ...] | None = None  # the build manifest's; None without a manifest
     checks: tuple[ReportCheck, ...] = ()
     speedups: tuple[tuple[str, float], ...] = ()  # (kernel, kernel-time speedup) per timing row that has one
 
@@ -152,6 +153,7 @@ class VerifyReport:
         """From a document that fits read_shape() (parse checks it first)."""
         torch = (data.get("environment") or {}).get("torch") or {}
         summary = data.get("summary") or {}
+        expected = (data.get("manifest") or {}).get("expected_modules")
         return cls(
             data=data,
             verdict=data.get("verdict"),
@@ -165,6 +167,9 @@ class VerifyReport:
                 ReportExtension(e.get("module", "?"), e.get("status", "?"))
                 for e in data.get("extensions") or []
             ),
+            expected_modules=tuple(m for m in expected if isinstance(m, str))
+            if isinstance(expected, list)
+            else None,
             checks=tuple(
                 ReportCheck(
                     c.get("id") or c.get("name") or "",
