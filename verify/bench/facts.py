@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from verify.report.shapes import EnvironmentJSON
+
 
 def _apex_identity() -> dict[str, Any]:
     try:
@@ -41,7 +43,7 @@ def _apex_identity() -> dict[str, Any]:
         return {"kind": None, "commit": None, "commit_source": None, "note": f"{type(exc).__name__}: {exc}"}
 
 
-def _environment_block() -> dict[str, Any]:
+def _environment_block() -> EnvironmentJSON | dict[str, str]:
     try:
         from verify.layers import environment
 
