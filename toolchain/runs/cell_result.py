@@ -69,7 +69,7 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-def _present(record: Any) -> dict[str, Any]:
+def _present(record: Any) -> dict[str, object]:
     """The record's fields that are set (not None), in declaration order."""
     return {
         f.name: _json_value(getattr(record, f.name))
@@ -103,7 +103,7 @@ class CellFields:
     def __post_init__(self) -> None:  # made from its fields, it holds them in `data` too: one equality
         object.__setattr__(self, "data", self.to_json())
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         typed = {
             name: _json_value(getattr(self, name))
             for name in self._TYPED
@@ -148,7 +148,7 @@ class BuildRecord:
     def replace(self, **changes: Any) -> BuildRecord:
         return dataclasses.replace(self, **changes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return _present(self)
 
     @classmethod
@@ -182,7 +182,7 @@ class VerifyRecord:
     def replace(self, **changes: Any) -> VerifyRecord:
         return dataclasses.replace(self, **changes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return _present(self)
 
     @classmethod
@@ -210,7 +210,7 @@ class CellResult:
     def replace(self, **changes: Any) -> CellResult:
         return dataclasses.replace(self, **changes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         data: dict[str, Any] = {
             "result_version": RESULT_VERSION,
             "id": self.id,

@@ -73,7 +73,7 @@ class _Part:
     def __post_init__(self) -> None:  # a part made from its fields holds them in `data` too: one equality
         object.__setattr__(self, "data", self.to_json())
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         typed = {
             name: getattr(self, name)
             for name in self._TYPED
@@ -182,7 +182,7 @@ class BuildManifest:
     def built_for_torch(self) -> str | None:
         return self.versions.torch
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data: dict[str, Any] = {"manifest_version": MANIFEST_VERSION}
         for name, value in fields.items():
@@ -266,7 +266,7 @@ def _invalid(path: Path, problem: str) -> ManifestError:
     )
 
 
-def load(path: Path, origin: str) -> dict[str, Any]:
+def load(path: Path, origin: str) -> dict[str, object]:
     """Read (bounded: a regular file, at most input_files.MANIFEST's size) and type-check every field of
     a manifest; raises ManifestError with a one-line message naming each wrong field. The dict as read
     (the report quotes it); BuildManifest.from_json of it is what the layers read."""
