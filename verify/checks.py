@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from verify.report.shapes import CheckJSON
 
 
 class Status(str, enum.Enum):
@@ -31,7 +34,7 @@ class Check:
     def id(self) -> str:
         return f"{self.layer}.{self.name}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CheckJSON:
         return {
             "id": self.id,
             "layer": self.layer,
@@ -43,7 +46,7 @@ class Check:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Check:
+    def from_json(cls, data: CheckJSON) -> Check:
         return cls(
             layer=data["layer"],
             name=data["name"],

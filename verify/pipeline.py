@@ -25,6 +25,7 @@ from verify.layers import environment, expectations, extensions, fatbin, identit
 from verify.layers.arch import arch_layer, usable_on_devices
 from verify.layers.extensions import ExtensionResult
 from verify.report import assemble as report_mod
+from verify.report.shapes import EnvironmentJSON, ReportJSON, TimingJSON
 from verify.runtime import interrupts
 
 
@@ -58,7 +59,7 @@ class VerifyRequest:
 class StaticLayers:
     """Layers 1-5: what --static reports, and what the GPU layers need from it."""
 
-    environment: dict[str, Any]
+    environment: EnvironmentJSON
     apex: dict[str, Any]
     extensions: tuple[ExtensionResult, ...]
     checks: tuple[Check, ...]
@@ -70,7 +71,7 @@ class StaticLayers:
 @dataclasses.dataclass(frozen=True)
 class GpuLayers:
     checks: tuple[Check, ...]
-    timings: tuple[dict[str, Any], ...]
+    timings: tuple[TimingJSON, ...]
 
 
 def probe_tasks(required: tuple[str, ...], expected_modules: tuple[str, ...]) -> tuple[list[dict], list[str]]:
@@ -87,7 +88,9 @@ def probe_tasks(required: tuple[str, ...], expected_modules: tuple[str, ...]) ->
     return tasks, names
 
 
-def _probe_and_environment(request: VerifyRequest, tasks: list[dict]) -> tuple[dict, list[Check], dict]:
+def _probe_and_environment(
+    request: VerifyRequest, tasks: list[dict]
+) -> tuple[EnvironmentJSON, list[Check], dict]:
     """(environment block, layer-1 checks, probe results by task id), the probe overlapping torch's import."""
     cancel = threading.Event()
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
@@ -112,7 +115,7 @@ def _probe_and_environment(request: VerifyRequest, tasks: list[dict]) -> tuple[d
             raise
 
 
-def _require_gpu_check(env: dict[str, Any], old_driver: bool) -> Check:
+def _require_gpu_check(env: EnvironmentJSON, old_driver: bool) -> Check:
     why = (
         "the NVIDIA driver is too old for this torch's CUDA (see environment.driver)"
         if old_driver
@@ -211,13 +214,13 @@ def gpu_layers(
     return GpuLayers(tuple(results.checks), tuple(results.timings))
 
 
-def run(request: VerifyRequest) -> dict[str, Any]:
+def run(request: VerifyRequest) -> ReportJSON:
     """Every layer the request asks for, then the report (schema v2). Raises ManifestMismatch."""
     t0 = time.perf_counter()
     started_at = datetime.datetime.now(datetime.timezone.utc)
     static = static_layers(request)
     checks = list(static.checks)
-    timings: tuple[dict[str, Any], ...] = ()
+    timings: tuple[TimingJSON, ...] = ()
     dist_block = None
     if not request.static:
         device_usable = usable_on_devices(static.extensions, static.device_count)

@@ -68,7 +68,7 @@ class BuildRequest:
         fields = {f.name: given[f.name] for f in dataclasses.fields(cls) if f.name != "provenance"}
         return cls(**fields, provenance=Provenance(**provenance))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "provenance"}
         data = {k: str(v) if isinstance(v, Path) else v for k, v in data.items()}
         provenance = dataclasses.asdict(self.provenance)

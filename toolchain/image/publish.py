@@ -149,7 +149,7 @@ def publish_indexes(cells: list, repository: str, *, out: Path) -> tuple[list[di
 
 def push(
     cell_id: str, repository: str, *, out: Path, local: str | None = None, platform: str | None = None
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Tag the local image (default: the cell id) as REPOSITORY:<cell id>, push it, record the digest."""
     import docker
     from docker.errors import APIError, DockerException
@@ -180,7 +180,7 @@ def push(
 
 def from_bake_metadata(
     cell_id: str, target: str, repository: str, metadata: Path, *, out: Path, platform: str | None = None
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Record what `docker buildx bake --push --metadata-file FILE` pushed for this cell's bake target."""
     try:
         data = input_files.read_json(metadata, input_files.CELL_RESULT)

@@ -69,23 +69,20 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-def _present(record: Any) -> dict[str, Any]:
-    """The record's fields that are set (not None), in declaration order, then its `extra` keys."""
-    data = {
+def _present(record: Any) -> dict[str, object]:
+    """The record's fields that are set (not None), in declaration order."""
+    return {
         f.name: _json_value(getattr(record, f.name))
         for f in dataclasses.fields(record)
-        if f.name != "extra" and getattr(record, f.name) is not None
+        if getattr(record, f.name) is not None
     }
-    return {**data, **record.extra}
 
 
-def _known(cls: type, data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the keys `cls` has a field for, the others) of a decoded object."""
-    names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-    return (
-        {k: v for k, v in data.items() if k in names and v is not None},
-        {k: v for k, v in data.items() if k not in names},
-    )
+def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The set keys of a decoded object that `cls` has a field for; a newer writer's other keys are not
+    read (every field a reader uses is typed here)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names and v is not None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +103,7 @@ class CellFields:
     def __post_init__(self) -> None:  # made from its fields, it holds them in `data` too: one equality
         object.__setattr__(self, "data", self.to_json())
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         typed = {
             name: _json_value(getattr(self, name))
             for name in self._TYPED
@@ -147,22 +144,21 @@ class BuildRecord:
     pulled: bool | None = None
     image_id: str | None = None
     signature: Mapping[str, Any] | None = None
-    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def replace(self, **changes: Any) -> BuildRecord:
         return dataclasses.replace(self, **changes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return _present(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BuildRecord:
-        given, extra = _known(cls, data)
+        given = _known(cls, data)
         if "log_tail" in given:
             given["log_tail"] = tuple(given["log_tail"])
         if "status" in given:
             given["status"] = CellStatus(given["status"])
-        return cls(**given, extra=extra)
+        return cls(**given)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,22 +178,21 @@ class VerifyRecord:
     summary: Mapping[str, int] | None = None  # check counts by status word (PASS, FAIL, ...)
     error: str | None = None
     status: CellStatus | None = None
-    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def replace(self, **changes: Any) -> VerifyRecord:
         return dataclasses.replace(self, **changes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return _present(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> VerifyRecord:
-        given, extra = _known(cls, data)
+        given = _known(cls, data)
         if "status" in given:
             given["status"] = CellStatus(given["status"])
         if "summary" in given:
             given["summary"] = dict(given["summary"])
-        return cls(**given, extra=extra)
+        return cls(**given)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,7 +210,7 @@ class CellResult:
     def replace(self, **changes: Any) -> CellResult:
         return dataclasses.replace(self, **changes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         data: dict[str, Any] = {
             "result_version": RESULT_VERSION,
             "id": self.id,
@@ -251,7 +246,7 @@ class CellResult:
 
 
 # The fields the records above type, as the decoded file must hold them; other keys are allowed (within the
-# checker's limits) and ride along in `extra`.
+# checker's limits) and not read.
 _TEXT = ft.Nullable(ft.STR)
 _STATUS = ft.Nullable(
     ft.Str(pattern="|".join(_STATUSES), means=f"a cell status (one of {', '.join(_STATUSES)})")

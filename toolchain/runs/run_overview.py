@@ -42,7 +42,7 @@ class MatrixReport:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def _read(self) -> dict[str, Any]:
+    def _read(self) -> dict[str, object]:
         """The overview so far. Absent, unreadable, of another version or the wrong shape: a fresh one
         (the per-cell result files remain; `build.py report` names a corrupt file). A cell entry of the
         wrong shape is dropped, the others kept."""
@@ -81,7 +81,7 @@ class MatrixReport:
             data["status"] = status
 
 
-def _placeholder(cell: Cell, status: CellStatus, run_id: str) -> dict[str, Any]:
+def _placeholder(cell: Cell, status: CellStatus, run_id: str) -> dict[str, object]:
     return CellResult(
         id=cell.id, name=cell.name, run_id=run_id, cell=CellFields.from_json(cell.to_json()), status=status
     ).to_json()

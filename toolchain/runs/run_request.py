@@ -34,7 +34,7 @@ class RunRequest:
         given = vars(args)
         return cls(**{f.name: given[f.name] for f in dataclasses.fields(cls) if f.name in given})
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(self).items()}
 
     @classmethod

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from toolchain.spec import compat as compat_mod
 from toolchain.spec.cell_id import CellId
@@ -75,7 +74,7 @@ class Cell:
             "OS_CUDA_COMPONENTS": " ".join(self.os_cuda_components),
         }
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         data = dataclasses.asdict(self)
         del data["made_id"]
         data["archs"] = [str(a) for a in self.archs]

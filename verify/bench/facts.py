@@ -8,12 +8,13 @@ the bench and the verify report describe a machine the same way.
 from __future__ import annotations
 
 import platform
-from typing import Any
 
 import torch
 
+from verify.report.shapes import EnvironmentJSON
 
-def _apex_identity() -> dict[str, Any]:
+
+def _apex_identity() -> dict[str, object]:
     try:
         from verify.layers import identity, manifest
 
@@ -41,7 +42,7 @@ def _apex_identity() -> dict[str, Any]:
         return {"kind": None, "commit": None, "commit_source": None, "note": f"{type(exc).__name__}: {exc}"}
 
 
-def _environment_block() -> dict[str, Any]:
+def _environment_block() -> EnvironmentJSON | dict[str, str]:
     try:
         from verify.layers import environment
 
@@ -51,7 +52,7 @@ def _environment_block() -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def collect(device: torch.device) -> dict[str, Any]:
+def collect(device: torch.device) -> dict[str, object]:
     gpu = None
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)

@@ -219,7 +219,7 @@ class _Launch:
         for rank in self.ranks:
             rank.finish(0)
 
-    def _rank_info(self, rank: _Rank) -> dict[str, Any]:
+    def _rank_info(self, rank: _Rank) -> dict[str, object]:
         ready = self.ready.get(rank.rank, {})
         return {
             "rank": rank.rank,

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from verify.checks import Check, Status
 from verify.gpu import cases as case_table
 from verify.gpu.runner import GroupResult, run_groups
+from verify.report.shapes import TimingJSON
 
 __all__ = ["GpuResults", "plan", "run_gpu_layers"]
 
@@ -26,7 +27,7 @@ __all__ = ["GpuResults", "plan", "run_gpu_layers"]
 @dataclasses.dataclass(frozen=True)
 class GpuResults:
     checks: list[Check]
-    timings: list[dict]
+    timings: list[TimingJSON]
     groups: list[dict] = dataclasses.field(default_factory=list)  # per group: wall_s, worker processes
     wall_s: float = 0.0
 
@@ -117,7 +118,7 @@ def run_gpu_layers(
     )
     by_group = {r.group: r for r in results}
     checks: list[Check] = []
-    timings: list[dict] = []
+    timings: list[TimingJSON] = []
     for group in groups:  # report order follows the case table, whatever ran in parallel
         if group in by_group:
             checks.extend(by_group[group].checks)

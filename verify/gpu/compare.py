@@ -47,7 +47,7 @@ class Comparison:
             )
         return f"{self.what}: max |diff| {self.max_abs:.3g}, {self.tol_used:.2f} of tolerance ({tol})"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         data = {
             "what": self.what,
             "ok": self.ok,

@@ -37,6 +37,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+from verify.report.shapes import TimingJSON
+
 BUSY_UTILIZATION_PCT = (
     10  # the share of the sample period with a kernel running: 0 when idle, near 100 under a loop
 )
@@ -390,7 +392,7 @@ class DeviceWatch:
         return True
 
 
-def withhold(checks: Iterable, timings: list[dict], load: DeviceLoad) -> None:
+def withhold(checks: Iterable, timings: list[TimingJSON], load: DeviceLoad) -> None:
     """Under other work: each timing check becomes WARN naming it, each timing row keeps its figures and
     loses its verdict ("withheld"); else each row records that the GPU was watched. In place."""
     from verify.checks import Status

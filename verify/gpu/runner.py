@@ -19,6 +19,7 @@ from typing import Any
 from verify.checks import Check, Status
 from verify.gpu import cases as case_table
 from verify.gpu import device_load
+from verify.report.shapes import TimingJSON
 from verify.runtime import child_processes
 from verify.runtime.json_lines_child import TIMEOUT, JsonLinesChild, describe_exit, last_line, verify_env
 
@@ -29,7 +30,7 @@ MAX_WORKERS_PER_GROUP = 3  # the first worker plus two restarts after a crash, a
 class GroupResult:
     group: str
     checks: list[Check] = dataclasses.field(default_factory=list)
-    timings: list[dict] = dataclasses.field(default_factory=list)
+    timings: list[TimingJSON] = dataclasses.field(default_factory=list)
     workers: list[dict] = dataclasses.field(default_factory=list)  # one entry per process started
     wall_s: float = 0.0
 

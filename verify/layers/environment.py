@@ -19,6 +19,7 @@ from typing import Any
 from verify.checks import Check, Status
 from verify.domain.arch import Arch
 from verify.layers import drivers
+from verify.report.shapes import DriverJSON, EnvironmentJSON, GpuJSON, ToolJSON, TorchJSON
 from verify.runtime import interrupts
 
 TOOL_TIMEOUT_S = 5.0
@@ -43,7 +44,7 @@ def _nvcc_path() -> str | None:
     return None
 
 
-def nvcc_info() -> dict[str, Any] | None:
+def nvcc_info() -> ToolJSON | None:
     path = _nvcc_path()
     out = _run_tool([path, "--version"]) if path else None
     if not out:
@@ -56,7 +57,7 @@ def nvcc_info() -> dict[str, Any] | None:
     }
 
 
-def gcc_info() -> dict[str, Any] | None:
+def gcc_info() -> ToolJSON | None:
     path = shutil.which(os.environ.get("CC") or "gcc") or shutil.which("gcc")
     out = _run_tool([path, "--version"]) if path else None
     if not out:
@@ -82,7 +83,7 @@ def driver_version(proc_file: Path = _DRIVER_PROC) -> tuple[str | None, str | No
     return None, None
 
 
-def _torch_info() -> tuple[dict[str, Any] | None, str | None]:
+def _torch_info() -> tuple[TorchJSON | None, str | None]:
     try:
         # a signal inside torch's import would be raised in its C++ initialisers, which turn it into
         # another error (read as "torch cannot be imported") or abort: it is raised once the import is done
@@ -91,7 +92,7 @@ def _torch_info() -> tuple[dict[str, Any] | None, str | None]:
     except Exception as exc:  # an import error of any kind is the finding, not a crash
         interrupts.raise_if_received()  # an error that was a signal in disguise: the run stops, no finding
         return None, f"{type(exc).__name__}: {exc}"
-    info: dict[str, Any] = {
+    info: TorchJSON = {
         "version": torch.__version__,
         "path": str(Path(torch.__file__).parent),
         "cuda": torch.version.cuda,
@@ -107,13 +108,15 @@ def _torch_info() -> tuple[dict[str, Any] | None, str | None]:
             info["device_count"] = torch.cuda.device_count()
             # every visible GPU (a cluster node has 8); `gpu` is device 0, where parity and timing run
             info["gpus"] = [_gpu(torch, i) for i in range(info["device_count"])]
-            info["gpu"] = {k: v for k, v in info["gpus"][0].items() if k != "index"}
+            first = info["gpus"][0].copy()
+            del first["index"]
+            info["gpu"] = first
     except Exception as exc:  # a broken driver shows up here; report it, don't die
         info["cuda_error"] = f"{type(exc).__name__}: {exc}"
     return info, None
 
 
-def _gpu(torch: Any, index: int) -> dict[str, Any]:
+def _gpu(torch: Any, index: int) -> GpuJSON:
     props = torch.cuda.get_device_properties(index)
     return {
         "index": index,
@@ -125,13 +128,13 @@ def _gpu(torch: Any, index: int) -> dict[str, Any]:
     }
 
 
-def device_capabilities(env: dict[str, Any]) -> list[tuple[int, int]]:
+def device_capabilities(env: EnvironmentJSON) -> list[tuple[int, int]]:
     """Every visible GPU's compute capability, device 0 first; [] without a GPU."""
     gpus = (env.get("torch") or {}).get("gpus") or []
     return [tuple(int(n) for n in g["capability"].split(".")) for g in gpus]  # type: ignore[misc]  # "M.m": a pair
 
 
-def capability(env: dict[str, Any]) -> tuple[int, int] | None:
+def capability(env: EnvironmentJSON) -> tuple[int, int] | None:
     """The first GPU's compute capability from a collected environment, or None without a GPU."""
     gpu = (env.get("torch") or {}).get("gpu")
     if not gpu:
@@ -140,7 +143,7 @@ def capability(env: dict[str, Any]) -> tuple[int, int] | None:
     return int(major), int(minor)
 
 
-def collect() -> tuple[dict[str, Any], list[Check]]:
+def collect() -> tuple[EnvironmentJSON, list[Check]]:
     """The environment block of the report and the layer-1 checks."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
         nvcc_f = pool.submit(nvcc_info)
@@ -149,7 +152,7 @@ def collect() -> tuple[dict[str, Any], list[Check]]:
         torch_info, torch_error = _torch_info()
         nvcc, gcc, (driver, driver_source) = nvcc_f.result(), gcc_f.result(), driver_f.result()
 
-    env: dict[str, Any] = {
+    env: EnvironmentJSON = {
         "python": {
             "version": platform.python_version(),
             "executable": sys.executable,
@@ -169,11 +172,9 @@ def collect() -> tuple[dict[str, Any], list[Check]]:
     return env, _checks(env)
 
 
-def _driver_block(
-    driver: str | None, source: str | None, torch_info: dict[str, Any] | None
-) -> dict[str, Any]:
+def _driver_block(driver: str | None, source: str | None, torch_info: TorchJSON | None) -> DriverJSON:
     """The driver and, when torch is a CUDA build, whether it is new enough for torch's CUDA."""
-    block: dict[str, Any] = {"version": driver, "source": source}
+    block: DriverJSON = {"version": driver, "source": source}
     cuda = (torch_info or {}).get("cuda")
     if driver and cuda:
         try:
@@ -186,7 +187,7 @@ def _driver_block(
     return block
 
 
-def driver_too_old(env: dict[str, Any]) -> bool:
+def driver_too_old(env: EnvironmentJSON) -> bool:
     """The driver cannot run torch's CUDA and torch sees no device: the node, not the image, must change."""
     torch_info = env.get("torch") or {}
     return (env.get("driver") or {}).get("supports_torch_cuda") is False and not torch_info.get(
@@ -194,7 +195,7 @@ def driver_too_old(env: dict[str, Any]) -> bool:
     )
 
 
-def _driver_check(env: dict[str, Any]) -> Check:
+def _driver_check(env: EnvironmentJSON) -> Check:
     driver = env["driver"]
     if not driver["version"]:
         return Check("environment", "driver", Status.INFO, "no NVIDIA driver found")
@@ -202,7 +203,9 @@ def _driver_check(env: dict[str, Any]) -> Check:
     where = f"from {driver['source']}"
     if driver.get("supports_torch_cuda") is None:
         return Check("environment", "driver", Status.INFO, f"NVIDIA driver {driver['version']} ({where})")
-    verdict = drivers.judge(driver["version"], torch_info["cuda"])
+    cuda = torch_info.get("cuda")
+    assert cuda is not None  # supports_torch_cuda is set only when torch is a CUDA build
+    verdict = drivers.judge(driver["version"], cuda)
     assert verdict.floor is not None  # supports_torch_cuda is this judge's ok: not None, so it found a floor
     details = {
         "driver": driver["version"],
@@ -234,7 +237,7 @@ def _driver_check(env: dict[str, Any]) -> Check:
     )
 
 
-def _checks(env: dict[str, Any]) -> list[Check]:
+def _checks(env: EnvironmentJSON) -> list[Check]:
     checks = [
         Check(
             "environment",
@@ -333,7 +336,7 @@ def _checks(env: dict[str, Any]) -> list[Check]:
     return checks
 
 
-def _other_gpus(torch_info: dict[str, Any]) -> str:
+def _other_gpus(torch_info: TorchJSON) -> str:
     """'' on one GPU or a node of identical ones; else which devices differ from device 0."""
     gpus = torch_info.get("gpus") or []
     if len(gpus) < 2:

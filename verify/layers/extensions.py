@@ -23,6 +23,7 @@ from typing import Any
 
 from verify.checks import Check, Status
 from verify.layers import module_map
+from verify.report.shapes import ExtensionJSON
 from verify.runtime import resources
 from verify.runtime.json_lines_child import TIMEOUT, JsonLinesChild
 
@@ -159,7 +160,7 @@ class ExtensionResult:
     arch: dict[str, Any] | None = None
     features: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ExtensionJSON:
         return {
             "module": self.module,
             "flag": self.flag,

@@ -77,7 +77,7 @@ def _git_head(directory: Path) -> str | None:
     return sha if done.returncode == 0 and is_commit_sha(sha) else None
 
 
-def locate() -> dict[str, Any]:
+def locate() -> dict[str, object]:
     """Where `apex` is and what it is, from the file system and package metadata only."""
     try:
         spec = importlib.util.find_spec("apex")

@@ -73,7 +73,7 @@ class _Part:
     def __post_init__(self) -> None:  # a part made from its fields holds them in `data` too: one equality
         object.__setattr__(self, "data", self.to_json())
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         typed = {
             name: getattr(self, name)
             for name in self._TYPED
@@ -153,7 +153,7 @@ class BuildManifest:
     """The build manifest: written by toolchain's apex builder (to_json), read here (from_json after SHAPE).
 
     Its parts are typed (Versions, Parallelism, BuildStats); fields a reader does not use stay as JSON
-    values (flag style, inputs); keys this version does not know (a newer builder's) ride along in `extra`.
+    values (flag style, inputs); keys this version does not know (a newer builder's) are not read.
     """
 
     # in the order the builder writes them
@@ -173,7 +173,6 @@ class BuildManifest:
     wheel_identity: Mapping[str, str] | None = (
         None  # version, local, torch_requirement, stack (the wheel's name)
     )
-    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def commit(self) -> str | None:
@@ -183,8 +182,8 @@ class BuildManifest:
     def built_for_torch(self) -> str | None:
         return self.versions.torch
 
-    def to_json(self) -> dict[str, Any]:
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+    def to_json(self) -> dict[str, object]:
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data: dict[str, Any] = {"manifest_version": MANIFEST_VERSION}
         for name, value in fields.items():
             data[name] = (
@@ -194,12 +193,12 @@ class BuildManifest:
                 if isinstance(value, _Part)
                 else value
             )
-        return {**data, **self.extra}
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BuildManifest:
         """From a dict that passed SHAPE (load() checks it first)."""
-        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {f.name for f in dataclasses.fields(cls)}
         given = {k: v for k, v in data.items() if k in known and v is not None}
         for name in ("expected_modules", "built_modules", "absent_at_ref", "skipped_extensions"):
             if name in given:
@@ -207,9 +206,7 @@ class BuildManifest:
         for name, part in (("versions", Versions), ("parallelism", Parallelism), ("build", BuildStats)):
             if name in given:
                 given[name] = part.from_json(given[name])
-        return cls(
-            **given, extra={k: v for k, v in data.items() if k not in known and k != "manifest_version"}
-        )
+        return cls(**given)
 
 
 _TEXT = ft.Nullable(ft.STR)
@@ -269,7 +266,7 @@ def _invalid(path: Path, problem: str) -> ManifestError:
     )
 
 
-def load(path: Path, origin: str) -> dict[str, Any]:
+def load(path: Path, origin: str) -> dict[str, object]:
     """Read (bounded: a regular file, at most input_files.MANIFEST's size) and type-check every field of
     a manifest; raises ManifestError with a one-line message naming each wrong field. The dict as read
     (the report quotes it); BuildManifest.from_json of it is what the layers read."""

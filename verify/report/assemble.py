@@ -11,12 +11,13 @@ from typing import Any
 
 from verify import SCHEMA_VERSION, __version__
 from verify.checks import Check, Status
+from verify.report.shapes import EnvironmentJSON, ExtensionJSON, HostJSON, ReportJSON, TimingJSON
 from verify.runtime import exit_codes
 
 SCHEMA_PATH = Path(__file__).parents[1] / "schema" / "report.schema.json"
 
 
-def host_info() -> dict[str, Any]:
+def host_info() -> HostJSON:
     return {
         "hostname": socket.gethostname(),
         "in_container": Path("/.dockerenv").exists() or Path("/run/.containerenv").exists(),
@@ -46,19 +47,19 @@ def build(
     mode: str,
     started_at: datetime.datetime,
     duration_s: float,
-    environment: dict[str, Any],
+    environment: EnvironmentJSON,
     apex: dict[str, Any],
     manifest: dict[str, Any] | None,
-    extensions: list[dict[str, Any]],
+    extensions: list[ExtensionJSON],
     checks: list[Check],
-    timings: list[dict[str, Any]],
+    timings: list[TimingJSON],
     options: dict[str, Any],
     environment_unavailable: bool = False,
     distributed: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> ReportJSON:
     summary = summarize(checks)
     code = exit_code(checks, environment_unavailable=environment_unavailable)
-    report = {
+    report: ReportJSON = {
         "schema_version": SCHEMA_VERSION,
         "tool_version": __version__,
         "created_at": started_at.isoformat(timespec="seconds"),

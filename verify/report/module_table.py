@@ -8,9 +8,8 @@ rendering show the same rows.
 
 from __future__ import annotations
 
-from typing import Any
-
 from verify.layers import module_map
+from verify.report.shapes import ExtensionJSON, ReportJSON
 
 HEADER = ("module", "flag", "imports", "SASS/PTX for this GPU", "runs here", "needed by")
 _IMPORT_WORDS = {
@@ -32,7 +31,7 @@ def _needed_by(module: str) -> str:
     return shown + (", ..." if len(features) > _NEEDED_BY_SHOWN else "")
 
 
-def _code_for_gpu(ext: dict[str, Any], via: str | None, gpu_sm: str | None) -> str:
+def _code_for_gpu(ext: ExtensionJSON, via: str | None, gpu_sm: str | None) -> str:
     arch = ext.get("arch")
     if ext["status"] != "ok" or not arch:
         return "-"
@@ -48,7 +47,7 @@ def _code_for_gpu(ext: dict[str, Any], via: str | None, gpu_sm: str | None) -> s
     return f"SASS {via}" if via else built
 
 
-def _runs_here(ext: dict[str, Any], gpu_sm: str | None) -> str:
+def _runs_here(ext: ExtensionJSON, gpu_sm: str | None) -> str:
     arch = ext.get("arch") or {}
     if ext["status"] != "ok":
         return "no"
@@ -66,7 +65,7 @@ def _is_cuda(module: str) -> bool:
         return True
 
 
-def rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
+def rows(report: ReportJSON) -> list[tuple[str, ...]]:
     """One row per module of report["extensions"], in report order, under HEADER."""
     gpu = ((report.get("environment") or {}).get("torch") or {}).get("gpu") or {}
     gpu_sm = gpu.get("sm")
@@ -84,7 +83,7 @@ def rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
     ]
 
 
-def text_lines(report: dict[str, Any]) -> list[str]:
+def text_lines(report: ReportJSON) -> list[str]:
     """The table as aligned plain-text lines (header first); [] when the report has no modules."""
     body = rows(report)
     if not body:

@@ -11,10 +11,11 @@ the Actions runner would read as a command (verify.runtime.workflow_commands).
 from __future__ import annotations
 
 import os
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from verify.checks import LAYERS
 from verify.report import module_table
+from verify.report.shapes import CheckJSON, ReportJSON, TimingJSON
 from verify.runtime import exit_codes, workflow_commands
 
 _COLORS = {"PASS": "32", "FAIL": "31;1", "WARN": "33", "SKIP": "2", "INFO": "36"}
@@ -29,12 +30,12 @@ def _paint(text: str, status: str, color: bool) -> str:
     return f"\033[{_COLORS[status]}m{text}\033[0m" if color else text
 
 
-def _ordered(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _ordered(checks: list[CheckJSON]) -> list[CheckJSON]:
     rank = {layer: i for i, layer in enumerate(LAYERS)}
     return sorted(checks, key=lambda c: rank.get(c["layer"], len(LAYERS)))  # stable inside a layer
 
 
-def verdict_line(report: dict[str, Any]) -> str:
+def verdict_line(report: ReportJSON) -> str:
     s = report["summary"]
     counts = ", ".join(f"{s[k]} {k}" for k in ("FAIL", "WARN", "PASS", "SKIP", "INFO") if s.get(k))
     code = report["exit_code"]
@@ -48,7 +49,7 @@ def _num(value: Any, spec: str, suffix: str = "") -> str:
     return f"{value:{spec}}{suffix}" if isinstance(value, (int, float)) else "n/a"
 
 
-def _figure_cells(t: dict[str, Any], figure: str) -> tuple[str, str]:
+def _figure_cells(t: TimingJSON, figure: Literal["kernel_time", "host_inclusive"]) -> tuple[str, str]:
     """('fused ms / native ms', 'winner speedup (lo-hi)') for one figure of a timing row."""
     v = t.get(figure)
     if not v:
@@ -65,7 +66,7 @@ def _figure_cells(t: dict[str, Any], figure: str) -> tuple[str, str]:
     )
 
 
-def _host_bound(t: dict[str, Any]) -> str:
+def _host_bound(t: TimingJSON) -> str:
     rows = [t.get("fused") or {}, *(t.get("natives") or [])]
     marks = [
         f"{r['name']} +{r['bound']['host_overhead_ms']:.3f} ms"
@@ -75,7 +76,7 @@ def _host_bound(t: dict[str, Any]) -> str:
     return ", ".join(marks) or "none"
 
 
-def timings_table(timings: list[dict[str, Any]]) -> list[str]:
+def timings_table(timings: list[TimingJSON]) -> list[str]:
     if not timings:
         return []
     rows = [
@@ -107,7 +108,7 @@ def timings_table(timings: list[dict[str, Any]]) -> list[str]:
     return ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows]
 
 
-def timings_heading(timings: list[dict[str, Any]]) -> str:
+def timings_heading(timings: list[TimingJSON]) -> str:
     devices = sorted({t.get("device") or "?" for t in timings})
     cores = sorted({str(t["host"]["cpu"]) for t in timings if (t.get("host") or {}).get("cpu") is not None})
     pinned = f", host threads pinned to CPU {', '.join(cores)}" if cores else ""
@@ -117,13 +118,13 @@ def timings_heading(timings: list[dict[str, Any]]) -> str:
     )
 
 
-def _check_line(check: dict[str, Any], width: int, color: bool) -> str:
+def _check_line(check: CheckJSON, width: int, color: bool) -> str:
     one_line = workflow_commands.one_line
     status = _paint(f"{check['status']:<4}", check["status"], color)
     return f"{status}  {one_line(check['id']):<{width}}  {one_line(check['summary'])}"
 
 
-def _every_check(checks: list[dict[str, Any]], width: int, color: bool) -> list[str]:
+def _every_check(checks: list[CheckJSON], width: int, color: bool) -> list[str]:
     """--verbose: every check, under a heading per layer."""
     lines: list[str] = []
     layer = None
@@ -135,9 +136,7 @@ def _every_check(checks: list[dict[str, Any]], width: int, color: bool) -> list[
     return lines
 
 
-def _compatibility_block(
-    report: dict[str, Any], checks: list[dict[str, Any]], width: int, color: bool
-) -> list[str]:
+def _compatibility_block(report: ReportJSON, checks: list[CheckJSON], width: int, color: bool) -> list[str]:
     """The default: the module table, then only the checks that need a look (FAIL, WARN, SKIP)."""
     lines = module_table.text_lines(report)
     shown = [c for c in checks if c["status"] in _NEEDS_A_LOOK]
@@ -152,9 +151,7 @@ def _compatibility_block(
     return lines
 
 
-def terminal(
-    report: dict[str, Any], *, color: bool = False, quiet: bool = False, verbose: bool = False
-) -> str:
+def terminal(report: ReportJSON, *, color: bool = False, quiet: bool = False, verbose: bool = False) -> str:
     """quiet: FAIL and WARN lines only; verbose: every check by layer; default: the compatibility block."""
     checks = _ordered(report["checks"])
     width = max((len(workflow_commands.one_line(c["id"])) for c in checks), default=10)
@@ -182,11 +179,12 @@ def _md(text: Any) -> str:
     return str(text if text is not None else "").replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(report: dict[str, Any]) -> str:
+def markdown(report: ReportJSON) -> str:
     env = report["environment"]
     torch_info = env.get("torch") or {}
     gpu = torch_info.get("gpu") or {}
     apex = report["apex"]
+    manifest = report.get("manifest")
     gpu_text = f"{gpu.get('name')} (cc {gpu.get('capability')})" if gpu else "none"
     out = [
         f"# verify report: {report['verdict']}",
@@ -216,7 +214,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"- identity: **{apex.get('kind')}**" + (f" at `{apex['path']}`" if apex.get("path") else ""),
         f"- commit: {apex.get('commit') or 'unknown'}"
         + (f" (from {apex['commit_source']})" if apex.get("commit_source") else ""),
-        f"- build manifest: {('`' + report['manifest']['path'] + '`') if report.get('manifest') else 'none'}",
+        f"- build manifest: {('`' + manifest['path'] + '`') if manifest else 'none'}",
         "",
     ]
     out += ["## Checks", "", "| status | check | summary |", "|---|---|---|"]
@@ -246,7 +244,7 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _modules_md(report: dict[str, Any]) -> list[str]:
+def _modules_md(report: ReportJSON) -> list[str]:
     """The module table (verify.report.module_table) plus each module's import error; [] without modules."""
     body = module_table.rows(report)
     if not body:
