@@ -29,7 +29,7 @@ class Item:
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class CleanPlan:
     images: tuple[Item, ...]
     cache: tuple[Item, ...]
 
@@ -40,7 +40,7 @@ class Plan:
 
 def select(
     images: Iterable[Mapping[str, Any]], cache: Iterable[Mapping[str, Any]], base_images: Iterable[str]
-) -> Plan:
+) -> CleanPlan:
     """Ours among `GET /images/json` entries and `GET /system/df`'s BuildCache records (not those in use)."""
     bases = set(base_images)
     ours = [
@@ -53,11 +53,11 @@ def select(
         for r in cache
         if CACHE_MARKER in str(r.get("Description") or "") and not r.get("InUse")
     ]
-    return Plan(tuple(ours), tuple(records))
+    return CleanPlan(tuple(ours), tuple(records))
 
 
 def remove(
-    plan: Plan, remove_image: Callable[[str], None], prune_cache: Callable[[str], int]
+    plan: CleanPlan, remove_image: Callable[[str], None], prune_cache: Callable[[str], int]
 ) -> tuple[int, list[str]]:
     """Images first (their layers then become unused cache), then each cache record by id. Returns the
     bytes the cache pruning reported and one line per thing that could not be removed."""
