@@ -25,13 +25,13 @@ DEFAULT_CHECK_TIMEOUT_S = 120.0
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # one line naming the flag, not the whole usage block
-        self.exit(exit_codes.USAGE, f"verify: {bounded(message)}; see `verify --help`\n")
+        self.exit(exit_codes.USAGE, f"{self.prog}: {bounded(message)}; see `{self.prog} --help`\n")
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str = "verify") -> argparse.ArgumentParser:
     features = ", ".join(module_map.feature_names())
     parser = _Parser(
-        prog="verify",
+        prog=prog,
         description="Does this Apex install really work on this GPU, and if not, why not. Layers: environment,"
         " identity, extensions, arch, expectations (--static stops here), then parity and timing on a GPU."
         " `verify bench ...` runs the benchmarks.",
@@ -104,12 +104,13 @@ def _bench(argv: list[str]) -> int:
     return int(bench_main(argv) or 0)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, prog: str = "verify") -> int:
+    """`prog`: the name the user typed (`apex-verify`, the apex-verify wheel's console script)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     bench = argv[:1] == ["bench"]
     return entry_point.run(
-        "verify bench" if bench else "verify",
-        lambda: _main(argv),
+        f"{prog} bench" if bench else prog,
+        lambda: _main(argv, prog),
         on_interrupt=entry_point.BENCH_ON_INTERRUPT if bench else ON_INTERRUPT,
     )
 
@@ -117,10 +118,10 @@ def main(argv: list[str] | None = None) -> int:
 ON_INTERRUPT = "child processes stopped; no report written or left half-written"
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], prog: str = "verify") -> int:
     if argv and argv[0] == "bench":
         return _bench(argv[1:])
-    parser = _parser()
+    parser = _parser(prog)
     if argv and not argv[0].startswith("-"):  # verify takes options; its one command is bench
         options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
         hint = did_you_mean(argv[0], ["bench", *options])
