@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from verify import distributed, pipeline
+from verify.install import command as install_command
 from verify.layers import expectations, manifest, module_map
 from verify.report import render
 from verify.runtime import atomic, entry_point, exit_codes, interrupts, workflow_commands
@@ -34,7 +35,8 @@ def _parser(prog: str = "verify") -> argparse.ArgumentParser:
         prog=prog,
         description="Does this Apex install really work on this GPU, and if not, why not. Layers: environment,"
         " identity, extensions, arch, expectations (--static stops here), then parity and timing on a GPU."
-        " `verify bench ...` runs the benchmarks.",
+        " `verify bench ...` runs the benchmarks; `verify install --index URL` installs this torch's Apex wheel"
+        " and verifies it.",
         epilog=f"Features for --require: {features}; extension module names (amp_C, ...) work too. Exit codes: "
         + "; ".join(f"{k} {v}" for k, v in exit_codes.MEANINGS.items()),
     )
@@ -121,14 +123,17 @@ ON_INTERRUPT = "child processes stopped; no report written or left half-written"
 def _main(argv: list[str], prog: str = "verify") -> int:
     if argv and argv[0] == "bench":
         return _bench(argv[1:])
+    if argv and argv[0] == "install":  # verify itself is what checks the install: it runs in this process
+        return install_command.run(argv[1:], prog, lambda verify_argv: _main(verify_argv, prog))
     parser = _parser(prog)
     if argv and not argv[0].startswith("-"):  # verify takes options; its one command is bench
         options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
-        hint = did_you_mean(argv[0], ["bench", *options])
+        hint = did_you_mean(argv[0], ["bench", "install", *options])
         return _usage_error(
             f"unknown command {shown(argv[0])}; "
             + (f"{hint} " if hint else "")
-            + "(verify takes options, see `verify --help`; `verify bench` runs the benchmarks)"
+            + "(verify takes options, see `verify --help`; `verify bench` runs the benchmarks,"
+            " `verify install --index URL` installs Apex and verifies it)"
         )
     args = parser.parse_args(argv)
     if not (math.isfinite(args.check_timeout) and args.check_timeout > 0):  # nan/inf would reach the report
