@@ -233,3 +233,47 @@ def test_nearest_prefers_the_same_torch_minor_then_the_nearest_newer_minor() -> 
     assert choice.nearest(_local(), stacks[:2]).name == "torch2.12-cu130"  # a tie goes to the newer
     assert "--archs 9.0" in choice.build_command(_local(gpu_arch="9.0"))
     assert "--archs" not in choice.build_command(_local(torch_cuda=None))
+
+
+def test_uv_on_path_is_the_installer_and_its_dry_run_leaves_this_python_alone(served, tmp_path) -> None:
+    """uv resolves against the suite's own Python (torch in its own site-packages, which uv reads)."""
+    import sys
+
+    from tests.support import REPO
+
+    uv_dir = str(Path(wb.uv_binary()).parent)
+    env = wb.isolated_pip_env({"PATH": f"{uv_dir}:/usr/bin:/bin", "PYTHONPATH": str(REPO)})
+    done = subprocess.run(
+        [sys.executable, "-m", "verify", "install", "--index", served.url, "--dry-run"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == exit_codes.OK, done.stdout + done.stderr
+    assert "; uv: " in done.stdout and f"+ apex=={VERSION}" in done.stderr
+    assert "dry run: uv resolved apex" in done.stdout
+
+
+def test_full_runs_verifys_whole_run_and_require_passes_through(monkeypatch, tmp_path) -> None:
+    """The wiring alone (installer and stack faked): --full is verify without --static."""
+    from verify.install import command, index_stacks, installer, local_stack
+
+    stack = IndexStack(STACK, "http://x/s/", (f"apex-{VERSION}-py3-none-any.whl",), ("PASS",))
+    monkeypatch.setattr(
+        local_stack, "read", lambda: _local(torch_version=torch.__version__, torch_cuda=torch.version.cuda)
+    )
+    monkeypatch.setattr(index_stacks, "read", lambda index: [stack])
+    monkeypatch.setattr(installer, "run", lambda plan: 0)
+    calls: list[list[str]] = []
+
+    def verify_run(args: list[str]) -> int:
+        calls.append(args)
+        return exit_codes.FAILED if "--static" in args else exit_codes.OK
+
+    assert (
+        command.run(["--index", "http://x/", "--full", "--require=FusedAdam"], "apex-verify", verify_run) == 0
+    )
+    assert command.run(["--index", "http://x/"], "apex-verify", verify_run) == exit_codes.FAILED
+    assert calls == [["--require=FusedAdam"], ["--static"]]
