@@ -195,6 +195,9 @@ def test_an_unreachable_index_is_3_and_a_bad_url_is_2(parts, tmp_path) -> None:
         ((tmp_path / "nowhere").as_uri(), exit_codes.ENVIRONMENT, "does not exist"),
         ("ftp://host/apex/", exit_codes.USAGE, "not an http://, https:// or file:// URL"),
         ("apex-index", exit_codes.USAGE, "not an http://, https:// or file:// URL"),
+        ("http://[::1/apex/", exit_codes.USAGE, "not an http://, https:// or file:// URL"),
+        ("http://127.0.0.1:99999/", exit_codes.ENVIRONMENT, "cannot be fetched"),
+        ("file:///tmp/a%00b/", exit_codes.USAGE, "is not an http/https/file URL"),
     ]
     for url, code, says in cases:
         done = _apex_verify(python, "install", "--index", url, cwd=tmp_path)

@@ -26,8 +26,12 @@ class IndexStack:
 
 def root_url(index: str) -> str:
     """The index root with one trailing slash; InstallProblem (exit 2) for what is not an index URL."""
-    parts = urllib.parse.urlsplit(index)
-    if parts.scheme not in input_files.URL_SCHEMES or (parts.scheme != "file" and not parts.hostname):
+    try:
+        parts = urllib.parse.urlsplit(index)
+        usable = parts.scheme in input_files.URL_SCHEMES and (parts.scheme == "file" or bool(parts.hostname))
+    except ValueError:  # an unclosed IPv6 bracket, say
+        usable = False
+    if not usable:
         raise InstallProblem(
             f"--index {index!r}: not an http://, https:// or file:// URL; pass the index root, the folder"
             f" holding {STACKS_FILE} (e.g. https://HOST/apex/ or file:///srv/apex-index/)",

@@ -206,13 +206,18 @@ def read_url(url: str, kind: InputKind, *, timeout_s: float) -> bytes:
     are InputFileError with reason `bad_url` (not a URL of URL_SCHEMES: the caller's usage error),
     `unreachable` (no answer, refused, timed out), `http_error` (an answer other than 200) or one of
     read_bytes' reasons (a file URL, too large)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in URL_SCHEMES or (parts.scheme != "file" and not parts.hostname):
-        raise InputFileError(
-            url, "bad_url", f"is not an {'/'.join(URL_SCHEMES)} URL", "pass one such as https://HOST/apex/"
-        )
+    bad = InputFileError(
+        url, "bad_url", f"is not an {'/'.join(URL_SCHEMES)} URL", "pass one such as https://HOST/apex/"
+    )
+    try:
+        parts = urllib.parse.urlsplit(url)
+        path = urllib.request.url2pathname(parts.path)
+    except ValueError:  # an unclosed IPv6 bracket, say
+        raise bad from None
+    if parts.scheme not in URL_SCHEMES or (parts.scheme != "file" and not parts.hostname) or "\0" in path:
+        raise bad
     if parts.scheme == "file":
-        return read_bytes(urllib.request.url2pathname(parts.path), kind)
+        return read_bytes(path, kind)
     request = urllib.request.Request(url, headers={"Accept": "application/json, */*;q=0.1"})
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as answer:  # noqa: S310 (scheme checked)
