@@ -154,3 +154,24 @@ def build_stamped(
         text=True,
         timeout=600,
     )
+
+
+class Served:
+    """`python -m toolchain.index.serve INDEX --port 0` (or `command INDEX`) on 127.0.0.1; `url` ends in /."""
+
+    def __init__(self, index: Path, *command: str) -> None:
+        self.proc = subprocess.Popen(
+            [*command, str(index)]
+            if command
+            else [sys.executable, "-m", "toolchain.index.serve", str(index), "--port", "0"],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        line = self.proc.stdout.readline()
+        self.url = line.rsplit(" ", 1)[-1].strip()
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)

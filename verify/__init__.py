@@ -5,3 +5,6 @@ Runs inside any image or on any host; depends on the standard library and torch 
 
 __version__ = "0.1.0"
 SCHEMA_VERSION = "2"  # 2: timings carry two figures (kernel_time, host_inclusive) with winners
+# PyPI's unrelated `verify` (an assertion library) installs a top-level package of the same name: the
+# apex-verify console script (apex_verify_entry.py) checks for this attribute before running anything
+APEX_VERIFY_MARKER = "apex-toolchain verify"

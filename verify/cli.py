@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from verify import distributed, pipeline
+from verify.install import command as install_command
 from verify.layers import expectations, manifest, module_map
 from verify.report import render
 from verify.runtime import atomic, entry_point, exit_codes, interrupts, workflow_commands
@@ -25,16 +26,17 @@ DEFAULT_CHECK_TIMEOUT_S = 120.0
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # one line naming the flag, not the whole usage block
-        self.exit(exit_codes.USAGE, f"verify: {bounded(message)}; see `verify --help`\n")
+        self.exit(exit_codes.USAGE, f"{self.prog}: {bounded(message)}; see `{self.prog} --help`\n")
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str = "verify") -> argparse.ArgumentParser:
     features = ", ".join(module_map.feature_names())
     parser = _Parser(
-        prog="verify",
+        prog=prog,
         description="Does this Apex install really work on this GPU, and if not, why not. Layers: environment,"
         " identity, extensions, arch, expectations (--static stops here), then parity and timing on a GPU."
-        " `verify bench ...` runs the benchmarks.",
+        " `verify bench ...` runs the benchmarks; `verify install --index URL` installs this torch's Apex wheel"
+        " and verifies it.",
         epilog=f"Features for --require: {features}; extension module names (amp_C, ...) work too. Exit codes: "
         + "; ".join(f"{k} {v}" for k, v in exit_codes.MEANINGS.items()),
     )
@@ -104,12 +106,13 @@ def _bench(argv: list[str]) -> int:
     return int(bench_main(argv) or 0)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, prog: str = "verify") -> int:
+    """`prog`: the name the user typed (`apex-verify`, the apex-verify wheel's console script)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     bench = argv[:1] == ["bench"]
     return entry_point.run(
-        "verify bench" if bench else "verify",
-        lambda: _main(argv),
+        f"{prog} bench" if bench else prog,
+        lambda: _main(argv, prog),
         on_interrupt=entry_point.BENCH_ON_INTERRUPT if bench else ON_INTERRUPT,
     )
 
@@ -117,17 +120,20 @@ def main(argv: list[str] | None = None) -> int:
 ON_INTERRUPT = "child processes stopped; no report written or left half-written"
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], prog: str = "verify") -> int:
     if argv and argv[0] == "bench":
         return _bench(argv[1:])
-    parser = _parser()
+    if argv and argv[0] == "install":  # verify itself is what checks the install: it runs in this process
+        return install_command.run(argv[1:], prog, lambda verify_argv: _main(verify_argv, prog))
+    parser = _parser(prog)
     if argv and not argv[0].startswith("-"):  # verify takes options; its one command is bench
         options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
-        hint = did_you_mean(argv[0], ["bench", *options])
+        hint = did_you_mean(argv[0], ["bench", "install", *options])
         return _usage_error(
             f"unknown command {shown(argv[0])}; "
             + (f"{hint} " if hint else "")
-            + "(verify takes options, see `verify --help`; `verify bench` runs the benchmarks)"
+            + "(verify takes options, see `verify --help`; `verify bench` runs the benchmarks,"
+            " `verify install --index URL` installs Apex and verifies it)"
         )
     args = parser.parse_args(argv)
     if not (math.isfinite(args.check_timeout) and args.check_timeout > 0):  # nan/inf would reach the report

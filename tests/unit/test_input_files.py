@@ -172,3 +172,32 @@ def test_a_real_builder_manifest_still_passes(tmp_path: Path) -> None:
 
     for path in sorted((REPO / "tests/fixtures/evidence/manifests").glob("*manifest*.json")):
         assert manifest.load(path, "--manifest")["manifest_version"] == "1"
+
+
+def test_read_url_is_bounded_and_names_each_refusal(tmp_path: Path) -> None:
+    """A real HTTP server on 127.0.0.1: an answer within the limit, one over it, a 404, a file URL."""
+    import functools
+    import http.server
+    import threading
+
+    (tmp_path / "small.json").write_text("{}")
+    (tmp_path / "big.json").write_text("x" * 100)
+    tiny = dataclasses.replace(input_files.INDEX_STACKS, max_bytes=10)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    handler.log_message = lambda *_: None  # type: ignore[attr-defined]
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        base = f"http://127.0.0.1:{server.server_address[1]}/"
+        try:
+            assert input_files.read_url(base + "small.json", tiny, timeout_s=10) == b"{}"
+            for name, reason in (("big.json", "too_large"), ("missing.json", "http_error")):
+                with pytest.raises(input_files.InputFileError) as caught:
+                    input_files.read_url(base + name, tiny, timeout_s=10)
+                assert caught.value.reason == reason and base + name in str(caught.value)
+        finally:
+            server.shutdown()
+    assert input_files.read_url((tmp_path / "small.json").as_uri(), tiny, timeout_s=1) == b"{}"
+    for url in ("ftp://host/x", "stacks.json", "http://[::1/"):
+        with pytest.raises(input_files.InputFileError) as caught:
+            input_files.read_url(url, tiny, timeout_s=1)
+        assert caught.value.reason == "bad_url"

@@ -15,6 +15,7 @@ import torch
 
 from tests import wheel_builds as wb
 from tests.support import REPO, run_build
+from tests.wheel_builds import Served
 from toolchain.builder import wheel_identity
 from verify.runtime import exit_codes
 
@@ -326,25 +327,6 @@ def test_a_runs_cell_that_did_not_build_is_named_and_skipped(builds, tmp_path: P
     assert done.returncode == 0, done.stderr
     assert "cu130: status build_failed, no image to take a wheel from; skipped" in done.stderr
     assert f"added     {STACK}/" in done.stdout
-
-
-class Served:
-    def __init__(self, index: Path, *command: str) -> None:
-        self.proc = subprocess.Popen(
-            [*command, str(index)]
-            if command
-            else [sys.executable, "-m", "toolchain.index.serve", str(index), "--port", "0"],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        line = self.proc.stdout.readline()
-        self.url = line.rsplit(" ", 1)[-1].strip()
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,9 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from verify.domain import layout
+from verify.domain import layout, stack_name
 from verify.domain.commit import is_commit_sha, short_ref
+from verify.domain.stack_name import cuda_tag, torch_minor  # one rule, shared with apex-verify install
 from verify.layers import manifest
 
 # what the dist-info carries besides pip's own files (verify/layers/manifest.py reads the first there)
@@ -51,24 +52,6 @@ class WheelIdentity:
         }
 
 
-def torch_minor(torch_version: str) -> str:
-    """'2.11.0+cu130' -> '2.11'."""
-    found = re.match(r"^(\d+)\.(\d+)", torch_version or "")
-    if not found:
-        raise ValueError(f"torch version {torch_version!r} does not start with MAJOR.MINOR")
-    return f"{found.group(1)}.{found.group(2)}"
-
-
-def cuda_tag(torch_cuda: str | None) -> str:
-    """torch's CUDA '13.0' -> 'cu130'; a CPU torch (None) -> 'cpu'."""
-    if not torch_cuda:
-        return "cpu"
-    found = re.match(r"^(\d+)\.(\d+)", torch_cuda)
-    if not found:
-        raise ValueError(f"torch CUDA version {torch_cuda!r} does not start with MAJOR.MINOR")
-    return f"cu{found.group(1)}{found.group(2)}"
-
-
 def source_label(commit: str | None, ref: str | None) -> str | None:
     """The local version's first part: g + 7 hex of the commit (git describe's habit), else a tag as text."""
     for value in (commit, ref):
@@ -89,7 +72,7 @@ def identity(
     return WheelIdentity(
         version=f"{base_version.partition('+')[0]}+{'.'.join(parts)}",
         torch_requirement=f"torch=={minor}.*",
-        stack=f"torch{minor}-{cuda}",
+        stack=stack_name.stack_name(torch_version, torch_cuda),
     )
 
 

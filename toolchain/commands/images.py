@@ -320,5 +320,18 @@ def cmd_zipapp(args: argparse.Namespace, console: Console) -> int:
     return exit_codes.OK
 
 
+def cmd_verify_wheel(args: argparse.Namespace, console: Console) -> int:
+    from toolchain.image import verify_wheel
+
+    if args.out.exists() and not args.out.is_dir():
+        raise UsageError(f"--out {args.out}: not a directory; pass the folder to write the wheel into")
+    wheel = verify_wheel.build(args.out)
+    console.line(
+        f"{wheel.path}: apex-verify wheel, {wheel.files} files, {wheel.size_bytes} bytes, sha256 {wheel.sha256}"
+    )
+    console.line(f"  install it where torch is: pip install {wheel.path}; then apex-verify --static")
+    return exit_codes.OK
+
+
 def _safe_name(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "_.-" else "_" for ch in text)

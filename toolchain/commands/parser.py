@@ -371,6 +371,19 @@ def _clean(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     p.set_defaults(func=images.cmd_clean)
 
 
+def _verify_wheel(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
+    p = sub.add_parser(
+        "verify-wheel", help="write verify as the pure-Python wheel apex-verify (console script apex-verify)"
+    )
+    p.add_argument(
+        "--out",
+        type=path_value,
+        default=Path("dist"),
+        help="folder to write apex_verify-VERSION-py3-none-any.whl into (default: dist/)",
+    )
+    p.set_defaults(func=images.cmd_verify_wheel)
+
+
 def _ccache(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     p = sub.add_parser(
         "ccache",
@@ -459,6 +472,7 @@ _COMMANDS = (
     _publish_index,
     _zipapp,
     _clean,
+    _verify_wheel,
     _ccache,
     _wheel,
     _index,

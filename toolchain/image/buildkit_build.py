@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = "docker/Dockerfile"
-CONTEXT_PATHS = ("pyproject.toml", "verify", "toolchain", "docker")  # what the Dockerfile reads
+# what the Dockerfile reads (apex_verify_entry.py: pyproject.toml names it, the apex-verify script enters there)
+CONTEXT_PATHS = ("pyproject.toml", "apex_verify_entry.py", "verify", "toolchain", "docker")
 INPUTS = "docker/build-inputs"
 WHEELHOUSE_NAME, APEX_SRC_NAME = "wheelhouse", "apex-src"
 TAIL_LINES = 30

@@ -1,7 +1,8 @@
 """The one reader for files a user hands the project (the matrix TOML, the build manifest, the results
 and reports `build.py report` reads, the builder's --wheel-hashes, the package index answers `build.py
-facts check` reads): regular files only, at most a documented size per kind of input, UTF-8 with the
-position of a bad byte; `read_stream` bounds a socket's answer the same way. Standard library only.
+facts check` reads, an Apex index's stacks.json): regular files only, at most a documented size per kind
+of input, UTF-8 with the position of a bad byte; `read_stream` bounds a socket's answer the same way and
+`read_url` fetches one (http, https, file) with a timeout. Standard library only.
 
     text = input_files.read_text(path, input_files.MATRIX)
     data = input_files.read_json(path, input_files.MANIFEST)
@@ -15,10 +16,14 @@ which check failed, for callers that word a case their own way.
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import json
 import os
 import stat
 import sys
+import urllib.error
+import urllib.parse
+import urllib.request
 from typing import Any, BinaryIO
 
 MiB = 1 << 20
@@ -80,7 +85,24 @@ INDEX_ANSWER = InputKind(
     "PyPI's JSON for torch (every release's files) is under 2 MB, a wheel's METADATA under 100 KB",
     "point --index at PyPI or a mirror of its JSON API",
 )
-KINDS = (MATRIX, FACTS, MANIFEST, CELL_RESULT, MATRIX_REPORT, VERIFY_REPORT, WHEEL_HASHES, INDEX_ANSWER)
+INDEX_STACKS = InputKind(
+    "Apex index stack list",
+    4 * MiB,
+    "build.py index writes ~300 bytes a stack",
+    "pass the root of an index `build.py index` wrote (the folder with stacks.json) as --index URL",
+)
+KINDS = (
+    MATRIX,
+    FACTS,
+    MANIFEST,
+    CELL_RESULT,
+    MATRIX_REPORT,
+    VERIFY_REPORT,
+    WHEEL_HASHES,
+    INDEX_ANSWER,
+    INDEX_STACKS,
+)
+URL_SCHEMES = ("http", "https", "file")
 
 
 class InputFileError(Exception):
@@ -177,6 +199,39 @@ def read_stream(stream: BinaryIO, name: str, kind: InputKind) -> bytes:
             kind.fix,
         )
     return b"".join(pieces)
+
+
+def read_url(url: str, kind: InputKind, *, timeout_s: float) -> bytes:
+    """An http(s) or file URL's bytes, at most kind.max_bytes, within timeout_s a network step. Refusals
+    are InputFileError with reason `bad_url` (not a URL of URL_SCHEMES: the caller's usage error),
+    `unreachable` (no answer, refused, timed out), `http_error` (an answer other than 200) or one of
+    read_bytes' reasons (a file URL, too large)."""
+    bad = InputFileError(
+        url, "bad_url", f"is not an {'/'.join(URL_SCHEMES)} URL", "pass one such as https://HOST/apex/"
+    )
+    try:
+        parts = urllib.parse.urlsplit(url)
+        path = urllib.request.url2pathname(parts.path)
+    except ValueError:  # an unclosed IPv6 bracket, say
+        raise bad from None
+    if parts.scheme not in URL_SCHEMES or (parts.scheme != "file" and not parts.hostname) or "\0" in path:
+        raise bad
+    if parts.scheme == "file":
+        return read_bytes(path, kind)
+    request = urllib.request.Request(url, headers={"Accept": "application/json, */*;q=0.1"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as answer:  # noqa: S310 (scheme checked)
+            return read_stream(answer, url, kind)
+    except urllib.error.HTTPError as exc:
+        raise InputFileError(url, "http_error", f"answered HTTP {exc.code} {exc.reason}", kind.fix) from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
+        why = getattr(exc, "reason", None) or exc
+        raise InputFileError(
+            url,
+            "unreachable",
+            f"cannot be fetched ({why or type(exc).__name__})",
+            f"check the URL, the network and that the index is served; {kind.fix}",
+        ) from None
 
 
 def read_text(path: str | os.PathLike, kind: InputKind) -> str:
