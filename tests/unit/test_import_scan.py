@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.unit.test_report_scripts import imports_project
-
 from tests.import_scan import ImportRef, import_graph, source_imports
 from tests.unit.test_doc_references import _top_level_names
 

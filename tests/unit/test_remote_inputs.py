@@ -35,7 +35,7 @@ def local_cell():
 def server() -> Iterator[str]:
     """An HTTP server on 127.0.0.1 that answers 404 to everything (a host that is there)."""
 
-    class NotFound(http.server.BaseHTTPRequestHandler):
+    class Answers404(http.server.BaseHTTPRequestHandler):
         def do_HEAD(self) -> None:
             self.send_response(404)
             self.end_headers()
@@ -43,7 +43,7 @@ def server() -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answers404)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}/simple"
