@@ -7,7 +7,7 @@ import enum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from verify.report.shapes import CheckJSON
+    from verify.domain.report_json import CheckJSON
 
 
 class Status(str, enum.Enum):

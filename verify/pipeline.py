@@ -21,11 +21,11 @@ from typing import Any
 
 from verify import distributed
 from verify.checks import Check, Status
+from verify.domain.report_json import EnvironmentJSON, ReportJSON, TimingJSON
 from verify.layers import environment, expectations, extensions, fatbin, identity, manifest, module_map
 from verify.layers.arch import arch_layer, usable_on_devices
 from verify.layers.extensions import ExtensionResult
 from verify.report import assemble as report_mod
-from verify.report.shapes import EnvironmentJSON, ReportJSON, TimingJSON
 from verify.runtime import interrupts
 
 

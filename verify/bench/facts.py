@@ -11,7 +11,7 @@ import platform
 
 import torch
 
-from verify.report.shapes import EnvironmentJSON
+from verify.domain.report_json import EnvironmentJSON
 
 
 def _apex_identity() -> dict[str, object]:

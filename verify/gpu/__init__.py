@@ -17,9 +17,9 @@ import time
 from collections.abc import Mapping, Sequence
 
 from verify.checks import Check, Status
+from verify.domain.report_json import TimingJSON
 from verify.gpu import cases as case_table
 from verify.gpu.runner import GroupResult, run_groups
-from verify.report.shapes import TimingJSON
 
 __all__ = ["GpuResults", "plan", "run_gpu_layers"]
 

@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from verify.report.shapes import TimingJSON
+from verify.domain.report_json import TimingJSON
 
 BUSY_UTILIZATION_PCT = (
     10  # the share of the sample period with a kernel running: 0 when idle, near 100 under a loop

@@ -17,9 +17,9 @@ import time
 from typing import Any
 
 from verify.checks import Check, Status
+from verify.domain.report_json import TimingJSON
 from verify.gpu import cases as case_table
 from verify.gpu import device_load
-from verify.report.shapes import TimingJSON
 from verify.runtime import child_processes
 from verify.runtime.json_lines_child import TIMEOUT, JsonLinesChild, describe_exit, last_line, verify_env
 

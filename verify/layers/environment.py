@@ -18,8 +18,8 @@ from typing import Any
 
 from verify.checks import Check, Status
 from verify.domain.arch import Arch
+from verify.domain.report_json import DriverJSON, EnvironmentJSON, GpuJSON, ToolJSON, TorchJSON
 from verify.layers import drivers
-from verify.report.shapes import DriverJSON, EnvironmentJSON, GpuJSON, ToolJSON, TorchJSON
 from verify.runtime import interrupts
 
 TOOL_TIMEOUT_S = 5.0

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from verify.checks import Check, Status
+from verify.domain.report_json import ExtensionJSON
 from verify.layers import module_map
-from verify.report.shapes import ExtensionJSON
 from verify.runtime import resources
 from verify.runtime.json_lines_child import TIMEOUT, JsonLinesChild
 

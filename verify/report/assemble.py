@@ -11,7 +11,7 @@ from typing import Any
 
 from verify import SCHEMA_VERSION, __version__
 from verify.checks import Check, Status
-from verify.report.shapes import EnvironmentJSON, ExtensionJSON, HostJSON, ReportJSON, TimingJSON
+from verify.domain.report_json import EnvironmentJSON, ExtensionJSON, HostJSON, ReportJSON, TimingJSON
 from verify.runtime import exit_codes
 
 SCHEMA_PATH = Path(__file__).parents[1] / "schema" / "report.schema.json"

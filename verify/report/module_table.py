@@ -8,8 +8,8 @@ rendering show the same rows.
 
 from __future__ import annotations
 
+from verify.domain.report_json import ExtensionJSON, ReportJSON
 from verify.layers import module_map
-from verify.report.shapes import ExtensionJSON, ReportJSON
 
 HEADER = ("module", "flag", "imports", "SASS/PTX for this GPU", "runs here", "needed by")
 _IMPORT_WORDS = {

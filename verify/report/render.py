@@ -14,8 +14,8 @@ import os
 from typing import Any, Literal, TextIO
 
 from verify.checks import LAYERS
+from verify.domain.report_json import CheckJSON, ReportJSON, TimingJSON
 from verify.report import module_table
-from verify.report.shapes import CheckJSON, ReportJSON, TimingJSON
 from verify.runtime import exit_codes, workflow_commands
 
 _COLORS = {"PASS": "32", "FAIL": "31;1", "WARN": "33", "SKIP": "2", "INFO": "36"}
