@@ -10,6 +10,9 @@
 #                                                       3  this node cannot run it (no GPU visible,
 #                                                          driver too old for the image's CUDA, no runtime)
 # 1 means verify ran and wrote its report: an exit 1 without one (a python that is not verify's) is 2.
+# A signal (SIGTERM from Slurm or the kubelet, Ctrl-C, SIGHUP) is also 1, as for every CLI of the project:
+# the hook forwards SIGTERM to verify, waits for it (at most 10 s, then SIGKILL), removes this run's reports
+# and says so in one line; no process of it is left and no report is written afterwards.
 #
 # Configuration (environment; Slurm: the Prolog wrapper or slurm.conf's PrologEnv-style setup; Kubernetes:
 # the initContainer's env, cluster/kubernetes/verify-init-pod.yaml). Unset and empty mean the default:
@@ -39,6 +42,40 @@ if [ -n "${SLURM_JOB_ID:-}" ]; then WHO="prolog (job ${JOB} on ${HOST})"; else W
 
 say() { echo "apex-verify ${WHO}: $*" >&2; }
 misconfigured() { say "$*"; exit 2; }  # every setting is checked before anything runs
+
+# --- signals: one line and exit 1, verify stopped first ---------------------------------------------------
+child=""        # the running verify (or the container runtime that runs it), started by run_verify
+reports_ours=""  # set once the report paths are this run's: a stopped run removes them
+started=""       # set once verify was started
+# shellcheck disable=SC2329  # called by the traps below
+stopped() {
+  trap '' INT TERM HUP  # a second signal changes nothing
+  if [ -n "$started" ] && [ -z "${code:-}" ]; then  # verify runs (or a signal came before `child=$!`)
+    local pid=${child:-$!}
+    # SIGTERM, not the signal received: a background job of this non-interactive shell ignores SIGINT
+    kill -TERM "$pid" 2>/dev/null
+    for ((tick = 0; tick < 100; tick++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+  fi
+  [ -z "$reports_ours" ] || rm -f -- "$REPORT_DIR/$NAME.json" "$REPORT_DIR/$NAME.md"
+  if [ -n "$started" ]; then
+    say "interrupted by SIG$1; verify stopped, no report kept (exit 1)"
+  else
+    say "interrupted by SIG$1 before verify started; nothing written (exit 1)"
+  fi
+  exit 1
+}
+trap 'stopped INT' INT
+trap 'stopped TERM' TERM
+trap 'stopped HUP' HUP
+run_verify() {  # "$@" in the background, so that a signal reaches the trap at once; sets code
+  started=1
+  "$@" &
+  child=$!
+  wait "$child"
+  code=$?
+}
 
 # --- the settings, each checked before anything runs: a misconfigured hook is exit 2, never 1 or 3 -------
 if [ -z "$RUNTIME" ]; then
@@ -87,6 +124,7 @@ for report in "$REPORT_DIR/$NAME.json" "$REPORT_DIR/$NAME.md"; do
   rm -f -- "$report" 2>/dev/null  # what is there afterwards, this run wrote
   [ -e "$report" ] && misconfigured "APEX_VERIFY_REPORT_DIR=$REPORT_DIR holds $report, which is not a file that can be replaced; remove it"
 done
+reports_ours=1
 PYZ_DIR=$(cd -- "$(dirname -- "$PYZ")" && pwd)
 PYZ_NAME=$(basename -- "$PYZ")
 PYZ="$PYZ_DIR/$PYZ_NAME"  # absolute: verify's argument parser never sees a path that starts with '-'
@@ -99,8 +137,7 @@ need() {
 
 case "$RUNTIME" in
   host)
-    "$PYTHON" "$PYZ" "${VERIFY_ARGS[@]}" --json "$REPORT_DIR/$NAME.json" --markdown "$REPORT_DIR/$NAME.md"
-    code=$?
+    run_verify "$PYTHON" "$PYZ" "${VERIFY_ARGS[@]}" --json "$REPORT_DIR/$NAME.json" --markdown "$REPORT_DIR/$NAME.md"
     ;;
   enroot)
     [ -n "$IMAGE" ] || { say "APEX_VERIFY_RUNTIME=enroot needs APEX_VERIFY_IMAGE (or Pyxis' --container-image)"; exit 2; }
@@ -117,10 +154,9 @@ case "$RUNTIME" in
          enroot import --output "$squashfs" "$IMAGE" >&2 || { say "enroot import $IMAGE failed"; exit 3; } ;;
     esac
     enroot create --name "$container" "$squashfs" >&2 || { say "enroot create from $squashfs failed"; exit 3; }
-    enroot start --mount "$PYZ_DIR:/opt/apex-verify" --mount "$REPORT_DIR:/opt/apex-verify-report" "$container" \
+    run_verify enroot start --mount "$PYZ_DIR:/opt/apex-verify" --mount "$REPORT_DIR:/opt/apex-verify-report" "$container" \
       "$PYTHON" "/opt/apex-verify/$PYZ_NAME" "${VERIFY_ARGS[@]}" \
       --json "/opt/apex-verify-report/$NAME.json" --markdown "/opt/apex-verify-report/$NAME.md"
-    code=$?
     ;;
   apptainer)
     [ -n "$IMAGE" ] || { say "APEX_VERIFY_RUNTIME=apptainer needs APEX_VERIFY_IMAGE (a .sif or docker://...)"; exit 2; }
@@ -129,10 +165,9 @@ case "$RUNTIME" in
       *://*) ;;
       *) [ -f "$IMAGE" ] && [ -r "$IMAGE" ] || misconfigured "APEX_VERIFY_IMAGE=$IMAGE is not a readable image file (.sif)" ;;
     esac
-    apptainer exec --nv --bind "$PYZ_DIR:/opt/apex-verify,$REPORT_DIR:/opt/apex-verify-report" "$IMAGE" \
+    run_verify apptainer exec --nv --bind "$PYZ_DIR:/opt/apex-verify,$REPORT_DIR:/opt/apex-verify-report" "$IMAGE" \
       "$PYTHON" "/opt/apex-verify/$PYZ_NAME" "${VERIFY_ARGS[@]}" \
       --json "/opt/apex-verify-report/$NAME.json" --markdown "/opt/apex-verify-report/$NAME.md"
-    code=$?
     ;;
 esac
 

@@ -10,8 +10,11 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import stat
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import jsonschema
@@ -452,3 +455,75 @@ def test_readme_cluster_lines_call_verify_with_its_own_flags(start: str) -> None
     at = next(i for i, w in enumerate(words) if w.endswith("verify.pyz"))
     assert words[at - 1] == "python3"
     _parser().parse_args(words[at + 1 :])
+
+
+# --- signals: the hook stops verify, keeps no report, says so in one line, exit 1 ---------------------
+
+SLOW_VERIFY = """#!{python}
+import os, sys, time
+# a verify that takes a while: its pid for the test, then its reports, unless it was stopped first
+with open(os.environ["STUB_PIDFILE"] + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.rename(os.environ["STUB_PIDFILE"] + ".tmp", os.environ["STUB_PIDFILE"])
+time.sleep(4)
+for flag in ("--json", "--markdown"):
+    with open(sys.argv[sys.argv.index(flag) + 1], "w") as f:
+        f.write('{{"verdict": "PASS"}}')
+"""
+
+
+@pytest.mark.parametrize(
+    "signum, whole_group",
+    [
+        (signal.SIGTERM, False),  # Slurm / the kubelet: the hook
+        (signal.SIGTERM, True),
+        (signal.SIGINT, True),  # Ctrl-C at a terminal: the foreground process group
+        (signal.SIGINT, False),
+        (signal.SIGHUP, False),
+    ],
+)
+def test_a_signal_stops_verify_keeps_no_report_and_is_one_line_exit_1(
+    tmp_path: Path, pyz: Path, signum: int, whole_group: bool
+) -> None:
+    python = tmp_path / "slow-python"
+    python.write_text(SLOW_VERIFY.format(python=sys.executable))
+    python.chmod(0o755)
+    pidfile, reports = tmp_path / "verify.pid", tmp_path / "reports"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("APEX_", "SLURM_", "SPANK_"))}
+    env.update(
+        SLURM_JOB_ID="4242",
+        APEX_VERIFY_PYZ=str(pyz),
+        APEX_VERIFY_PYTHON=str(python),
+        APEX_VERIFY_REPORT_DIR=str(reports),
+        STUB_PIDFILE=str(pidfile),
+    )
+    hook = subprocess.Popen(
+        ["bash", str(PROLOG)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not pidfile.exists() and hook.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pidfile.exists(), hook.communicate(timeout=30)
+        verify_pid = int(pidfile.read_text())
+        (os.killpg if whole_group else os.kill)(hook.pid, signum)
+        _, err = hook.communicate(timeout=30)
+    finally:
+        if hook.poll() is None:
+            os.killpg(hook.pid, signal.SIGKILL)
+            hook.wait()
+    assert hook.returncode == exit_codes.FAILED, err
+    name = signal.Signals(signum).name
+    assert err.splitlines() == [
+        f"apex-verify prolog (job 4242 on {err.split(' on ', 1)[1].split(')', 1)[0]}): interrupted by "
+        f"{name}; verify stopped, no report kept (exit 1)"
+    ], err
+    with pytest.raises(ProcessLookupError):  # verify is gone, so nothing writes a report later
+        os.kill(verify_pid, 0)
+    assert not list(reports.glob("4242-*")), list(reports.iterdir())

@@ -16,6 +16,7 @@ from toolchain.runs.run_request import RunRequest
 from toolchain.spec import cell_fields
 from toolchain.spec import matrix as matrix_mod
 from verify.runtime import atomic, exit_codes
+from verify.runtime.messages import printable
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -270,12 +271,12 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
 
     problems: list[str] = []
     md_path, html_path, rows = report_tables.write(args.out, problems)
-    console.line(f"{len(rows)} cells -> {md_path} and {html_path}")
-    for problem in problems:  # each names its file; the table above still has every readable cell
-        print(f"error: {problem}", file=sys.stderr)
+    console.line(f"{len(rows)} cells -> {printable(md_path)} and {printable(html_path)}")
+    for problem in problems:  # each names its file (escaped: a cell folder's name may hold a line break)
+        print(f"error: {printable(problem)}", file=sys.stderr)
     if problems:
         raise UsageError(
-            f"{len(problems)} input file(s) under {args.out} could not be used (listed above); "
+            f"{len(problems)} input file(s) under {printable(args.out)} could not be used (listed above); "
             "the report shows every cell that could be read"
         )
     return exit_codes.OK

@@ -16,11 +16,14 @@ from toolchain.errors import UsageError
 from toolchain.index import publish, wheel_check
 from toolchain.runs.cell_result import CellStatus
 from verify.runtime import exit_codes
+from verify.runtime.messages import printable
 
 
 def cell_images(sources: list[Path]) -> tuple[list[str], list[str]]:
     """(image tags, notes): the images of a matrix run's built cells (OUT/cells/<id>/result.json) under the
-    folders given; a cell that did not build has no image and gets a note."""
+    folders given; a cell that did not build has no image and gets a note. What is printed from here on
+    (paths, cell folder names, wheel names, refusals) goes through messages.printable: a name with a line
+    break cannot add a line (a `::warning::` on GitHub Actions) of its own."""
     tags, notes = [], []
     for source in sources:
         for result in sorted(source.glob("cells/*/result.json")) if source.is_dir() else ():
@@ -50,7 +53,7 @@ def wheels_in(sources: list[Path]) -> list[Path]:
             )
         else:
             raise UsageError(
-                f"build.py index: {source} is neither a .whl file nor a folder; pass built wheels, "
+                f"build.py index: {printable(source)} is neither a .whl file nor a folder; pass built wheels, "
                 "a build's --out folder or --image TAG"
             )
     return list(dict.fromkeys(found))
@@ -62,18 +65,18 @@ def cmd_index(args: argparse.Namespace, console: Console) -> int:
         missing = [s for s in sources if not s.exists()]
         if missing:
             raise UsageError(
-                f"build.py index: {missing[0]} does not exist; pass built wheels, a build's --out "
+                f"build.py index: {printable(missing[0])} does not exist; pass built wheels, a build's --out "
                 "folder, a matrix run's out/ or --image TAG"
             )
         from_cells, notes = cell_images(sources)
         for note in notes:
-            print(f"build.py index: {note}", file=sys.stderr)
+            print(f"build.py index: {printable(note)}", file=sys.stderr)
         for n, tag in enumerate(list(dict.fromkeys([*args.image, *from_cells]))):
             sources.append(load_part("image.image_wheels").copy_out(tag, Path(work) / str(n)))
         wheels = wheels_in(sources)
         if not wheels:
             raise UsageError(
-                f"build.py index: no .whl in {', '.join(map(str, sources)) or 'the arguments'}; pass "
+                f"build.py index: no .whl in {', '.join(map(printable, sources)) or 'the arguments'}; pass "
                 "built wheels, a build's --out folder or --image TAG"
             )
         allowed = wheel_check.allowed_libraries()
@@ -82,15 +85,13 @@ def cmd_index(args: argparse.Namespace, console: Console) -> int:
         refused = [r for r in results if isinstance(r, wheel_check.Refusal)]
         outcomes = publish.add(args.index, passed) if passed else []
     for outcome in outcomes:
-        print(
-            f"{outcome.action:9} {outcome.stack}/{outcome.wheel}"
-            + (f" ({outcome.detail})" if outcome.detail else "")
-        )
+        detail = f" ({outcome.detail})" if outcome.detail else ""
+        print(printable(f"{outcome.action:9} {outcome.stack}/{outcome.wheel}{detail}"))
     for refusal in refused:
-        print(f"build.py index: refused {refusal.message()}", file=sys.stderr)
+        print(f"build.py index: refused {printable(refusal.message())}", file=sys.stderr)
     if passed:
         print(
-            f"index {args.index}: pip install apex --index-url <where it is served>/<stack>/simple "
-            f"(stacks: {', '.join(sorted({w.stack for w in passed}))}; see {args.index / 'index.html'})"
+            f"index {printable(args.index)}: pip install apex --index-url <where it is served>/<stack>/simple "
+            f"(stacks: {', '.join(sorted({w.stack for w in passed}))}; see {printable(args.index / 'index.html')})"
         )
     return exit_codes.FAILED if refused else exit_codes.OK

@@ -1,4 +1,5 @@
-"""How every user error shows a value and suggests a fix: one truncation rule, one "did you mean" wording.
+"""How every user error shows a value and suggests a fix: one truncation rule, one "did you mean" wording,
+one escaping rule for text that came from outside (`printable`).
 
 Used by verify and by the toolchain (which may import verify, never the reverse), so that a 50 MB
 value is never echoed whole and a typo gets the same kind of hint everywhere.
@@ -36,6 +37,19 @@ def shown(value: object, *, quote: bool = True) -> str:
     if len(text) <= SHOWN_MAX:
         return text
     return f"{text[:SHOWN_HEAD]}… ({len(text)} characters)"
+
+
+def printable(text: object) -> str:
+    """Text that came from outside (a path, a cell folder's name, a wheel's metadata, another program's
+    message), safe to put inside one output line: every character `str.isprintable` refuses (line breaks,
+    CR, TAB, ESC and the other C0/C1 controls, U+2028, a lone surrogate of a non-UTF-8 name) is written as
+    `repr` writes it (`\\n`, `\\x1b`, `\\udcff`), the rest as it is. So no such text ends a line, starts a
+    second one that a CI runner reads as a workflow command (`::warning::`), or recolours the terminal;
+    `shown` quotes values by the same rule."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def bounded(message: str) -> str:

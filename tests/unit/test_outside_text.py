@@ -1,0 +1,92 @@
+"""One text rule for what came from outside (issue 32): a path, a cell folder's name, a wheel's name or
+another program's message is printed through verify.runtime.messages.printable, so a line break in it
+cannot start a second line, and so no line that GitHub Actions reads as a workflow command (`::warning::`).
+`build.py report` and `build.py index` run for real, as on a runner (GITHUB_ACTIONS=true)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO
+from verify.runtime import exit_codes
+from verify.runtime.messages import printable
+
+HOSTILE = "a\n::warning::x\r\x1b[31m"
+ESCAPED = "a\\n::warning::x\\r\\x1b[31m"
+
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("plain name-1.2+cu130", "plain name-1.2+cu130"),
+        (HOSTILE, ESCAPED),
+        ("tab\there\x00\x7f\x85\u2028end", "tab\\there\\x00\\x7f\\x85\\u2028end"),
+        ("caf\u00e9 \udcff", "caf\u00e9 \\udcff"),  # printable text stays; a non-UTF-8 byte is escaped
+    ],
+)
+def test_printable_escapes_every_control_character_and_nothing_else(text: str, want: str) -> None:
+    assert printable(text) == want
+    assert len(printable(text).splitlines()) == 1
+
+
+def _build(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GITHUB_ACTIONS": "true", "DOCKER_HOST": "unix:///nonexistent.sock"}
+    return subprocess.run(
+        [sys.executable, str(REPO / "build.py"), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _no_command_lines(done: subprocess.CompletedProcess) -> str:
+    """stdout + stderr, after checking that no line of either is a workflow command but the CLI's own
+    `::error::` annotation of its error line (toolchain/cli.py; its text is the `error: ...` line's)."""
+    errors = {line[len("error: ") :] for line in done.stderr.splitlines() if line.startswith("error: ")}
+    for stream in (done.stdout, done.stderr):
+        for line in stream.splitlines():
+            command = line.lstrip(" \t")
+            if command.startswith("::"):
+                assert command.startswith("::error::") and command[len("::error::") :] in errors, stream
+        assert "\x1b" not in stream and "\r" not in stream, stream
+    return done.stdout + done.stderr
+
+
+def test_report_escapes_a_cell_folder_name(tmp_path: Path) -> None:
+    cell = tmp_path / "out" / "cells" / HOSTILE
+    cell.mkdir(parents=True)
+    (cell / "result.json").write_text("{cut")
+    done = _build("report", "--out", str(tmp_path / "out"))
+    assert done.returncode == exit_codes.USAGE, done.stderr
+    assert f"cells/{ESCAPED}/result.json: is not valid JSON" in _no_command_lines(done)
+
+
+def test_index_escapes_a_wheel_path_and_a_cell_folder_name(tmp_path: Path) -> None:
+    folder = tmp_path / HOSTILE
+    folder.mkdir()
+    (folder / "apex-0.1-cp312-cp312-linux_x86_64.whl").write_bytes(b"not a zip")
+    done = _build("index", str(folder), "--index", str(tmp_path / "index"))
+    assert done.returncode == exit_codes.FAILED, done.stderr
+    assert f"refused {tmp_path}/{ESCAPED}/apex-0.1" in _no_command_lines(done)
+
+    run = tmp_path / "run"
+    (run / "cells" / HOSTILE).mkdir(parents=True)
+    (run / "cells" / HOSTILE / "result.json").write_text(
+        json.dumps({"status": "build_failed", "build": None})
+    )
+    done = _build("index", str(run), "--index", str(tmp_path / "index"))
+    assert done.returncode == exit_codes.USAGE, done.stderr
+    assert f"build.py index: {ESCAPED}: status build_failed" in _no_command_lines(done)
+
+    done = _build("index", str(tmp_path / "missing\n::error::y"), "--index", str(tmp_path / "index"))
+    assert done.returncode == exit_codes.USAGE, done.stderr
+    assert "missing\\n::error::y does not exist" in _no_command_lines(done)
