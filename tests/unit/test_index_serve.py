@@ -1,4 +1,4 @@
-"""The index server (toolchain/index/serve.py) under hostile input (issue 32): each start-up error is one
+"""The index server (toolchain/index/serve.py) under hostile input: each start-up error is one
 line and its exit code; a symlink out of the served folder is not followed; idle and half-sent connections
 neither grow its threads past the bound nor stay open past the timeout; SIGTERM and Ctrl-C are one line and
 exit 1. A real server on 127.0.0.1, in a subprocess, and real sockets."""

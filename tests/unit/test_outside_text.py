@@ -1,4 +1,4 @@
-"""One text rule for what came from outside (issue 32): a path, a cell folder's name, a wheel's name or
+"""One text rule for what came from outside: a path, a cell folder's name, a wheel's name or
 another program's message is printed through verify.runtime.messages.printable, so a line break in it
 cannot start a second line, and so no line that GitHub Actions reads as a workflow command (`::warning::`).
 `build.py report` and `build.py index` run for real, as on a runner (GITHUB_ACTIONS=true)."""

@@ -195,15 +195,16 @@ def build_and_gate(
     built = build_outputs.extension_modules(compiled.wheel)
     manifest = _manifest(request, inputs, tools, compiled, built, log_lines, started, clock)
     wheel, manifest = _with_identity(compiled.wheel, manifest)
-    manifest = _with_wall(manifest, clock)  # the wall up to now: renaming the wheel took seconds too
+    # the manifest beside the wheel keeps the build record of the copy inside it (`build.py index` compares
+    # the two); what is printed is the whole command's wall up to now: renaming the wheel took seconds too
     manifest_path = write_json(out / MANIFEST_NAME, manifest.to_json())
-    stats = manifest.build.to_json()
+    stats = _with_wall(manifest, clock).build.to_json()
     _say(
         f"wheel {wheel} (wall {stats['wall_s']} s, of which pip wheel {stats['pip_wall_s']} s; peak "
         f"{stats['peak_rss_mb']:.0f} MiB); manifest {manifest_path}"
     )
     _say(f"built modules: {', '.join(built) or 'none'}")
-    _say(build_timing.timing_line(manifest.build.to_json()))
+    _say(build_timing.timing_line(stats))
 
     missing = build_outputs.missing_modules(inputs.expected, built, log_lines)
     if missing:
@@ -229,8 +230,8 @@ def build_and_gate(
 
 
 def _with_wall(manifest: BuildManifest, clock: CommandClock) -> BuildManifest:
-    """The whole command's wall so far in build.wall_s and the timing's wall / bound. The copy inside the
-    wheel was written before the wheel was renamed, so its wall is a few seconds shorter."""
+    """The whole command's wall so far in build.wall_s and the timing's wall / bound: what is printed. The
+    manifests (beside and inside the wheel) keep the wall at their writing, identical in both."""
     wall = round(clock.elapsed_s(), 1)
     timing = manifest.build.timing
     return dataclasses.replace(

@@ -8,7 +8,7 @@ negotiation: a client that asks for `application/vnd.pypi.simple.v1+json` (pip a
 gets the folder's index.json with that type, everyone else its index.html. It prints
 `serving INDEX at http://HOST:PORT/` once it listens, so a caller that passed --port 0 learns the port.
 
-What a client cannot do to it (issue 32): read a file outside INDEX through a symlink inside it (404);
+What a client cannot do to it: read a file outside INDEX through a symlink inside it (404);
 hold it with idle or half-sent connections (each socket read or write waits at most --timeout seconds,
 then the connection is closed; at most --max-connections are served at once, one more gets 503 at
 once); start-up errors and signals are one line as every CLI of the project (exit codes in
@@ -171,7 +171,7 @@ class _Body:
         pass
 
 
-class _Parser(argparse.ArgumentParser):
+class _ServeParser(argparse.ArgumentParser):
     def error(self, message: str):
         raise StartupError(f"{printable(message)}; see `{PROG} --help`", exit_codes.USAGE)
 
@@ -236,7 +236,7 @@ def _listen(index: Path, bind: str, port: int, *, timeout: float, max_connection
 
 
 def _serve(argv: list[str] | None) -> int:
-    parser = _Parser(prog=PROG, description=(__doc__ or "").split("\n\n")[0])
+    parser = _ServeParser(prog=PROG, description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("index", type=Path, help="the folder build.py index wrote")
     parser.add_argument("--port", default="0", help="TCP port (default 0: any free one, printed)")
     parser.add_argument("--bind", default="127.0.0.1", help="address (default 127.0.0.1: this machine only)")
