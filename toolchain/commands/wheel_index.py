@@ -77,7 +77,7 @@ def cmd_index(args: argparse.Namespace, console: Console) -> int:
                 "built wheels, a build's --out folder or --image TAG"
             )
         allowed = wheel_check.allowed_libraries()
-        results = [wheel_check.check(w, allowed) for w in wheels]
+        results = [wheel_check.check(w, allowed, Path(work)) for w in wheels]
         passed = [r for r in results if isinstance(r, wheel_check.CheckedWheel)]
         refused = [r for r in results if isinstance(r, wheel_check.Refusal)]
         outcomes = publish.add(args.index, passed) if passed else []
