@@ -31,7 +31,7 @@ class Entry:
     commit: str | None
     archs: str | None
     verdict: str
-    glibc: str | None = None  # the glibc its manylinux tag names (wheel-check.json); None: published before
+    glibc: str | None = None  # the glibc its modules need (wheel-check.json); None: published before that
 
     @property
     def href(self) -> str:  # from <stack>/simple/apex/
