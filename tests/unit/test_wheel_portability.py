@@ -186,6 +186,10 @@ def test_index_publishes_it_retagged_with_wheel_and_record_rewritten_and_a_secon
     as_built = _wheel(built)
     name = as_built.name.replace(f"-linux_{ARCH}.whl", f"-{TAG}.whl")
     assert f"added     {STACK}/{name}" in done.stdout
+    assert (
+        f"retagged  {_wheel(built).name} -> {TAG}: its modules need glibc 2.26 (GLIBC_2.26 (reallocarray)"
+        in done.stdout
+    )
     (published,) = (index / STACK / "files").glob("*/*.whl")
     assert published.name == name
     with zipfile.ZipFile(published) as archive:

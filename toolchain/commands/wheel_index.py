@@ -86,6 +86,12 @@ def cmd_index(args: argparse.Namespace, console: Console) -> int:
             f"{outcome.action:9} {outcome.stack}/{outcome.wheel}"
             + (f" ({outcome.detail})" if outcome.detail else "")
         )
+    for wheel in passed:
+        if wheel.retagged_from and wheel.portability:
+            print(
+                f"retagged  {wheel.retagged_from['wheel']} -> {wheel.portability.tag}: its modules need glibc "
+                f"{wheel.portability.glibc_text} ({wheel.portability.found()})"
+            )
     for refusal in refused:
         print(f"build.py index: refused {refusal.message()}", file=sys.stderr)
     if passed:

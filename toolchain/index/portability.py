@@ -260,7 +260,12 @@ def wheel_portability(wheel: Path, excluded: tuple[str, ...]) -> Portability:
             target.write_bytes(archive.read(member))
             try:
                 found = read_versions(target)
-            except (fatbin.FatbinError, struct.error) as error:
+            except (
+                fatbin.FatbinError,
+                struct.error,
+                ValueError,
+                IndexError,
+            ) as error:  # a damaged ELF: named
                 problems.append(f"{member} is not an ELF64 file this check reads ({error})")
                 continue
             arches.add(found.arch)
