@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import platform
 import shutil
 import subprocess
 import sys
@@ -167,13 +168,19 @@ def test_index_writes_pep503_691_658_per_stack_and_a_second_run_changes_nothing(
     assert f"added     {STACK}/" in done.stdout
     project = index / STACK / "simple" / "apex"
     page, data = (project / "index.html").read_text(), json.loads((project / "index.json").read_text())
-    wheel = _wheel(builds["good"])
+    built = _wheel(builds["good"])
+    (wheel,) = (index / STACK / "files").glob("*/*.whl")
+    # setup.py's linux_x86_64, retagged: the module asks glibc for no versioned symbol, so the oldest policy
+    # (tests/unit/test_wheel_portability.py builds one that needs glibc 2.26)
+    arch = platform.machine()
+    oldest = "2_5" if arch == "x86_64" else "2_17"
+    assert wheel.name == built.name.replace(f"-linux_{arch}.whl", f"-manylinux_{oldest}_{arch}.whl")
     sha = wb_sha(wheel)
     (entry,) = data["files"]
     assert data["meta"]["api-version"] == "1.1" and data["versions"] == [VERSION]
     assert entry["hashes"] == {"sha256": sha} and f"#sha256={sha}" in page and "%2B" in entry["url"]
     folder = project / entry["url"].replace("%2B", "+")
-    assert folder.resolve().read_bytes() == wheel.read_bytes()
+    assert folder.resolve() == wheel.resolve()
     metadata = folder.resolve().with_name(wheel.name + ".metadata").read_bytes()
     assert (
         entry["core-metadata"] == {"sha256": wb_sha_bytes(metadata)}
@@ -189,12 +196,13 @@ def test_index_writes_pep503_691_658_per_stack_and_a_second_run_changes_nothing(
         "wheel-check.json",
     }
     check = json.loads((beside / "wheel-check.json").read_text())
+    assert check["retagged_from"] == {"wheel": built.name, "sha256": wb_sha(built)}
     assert check["gate"] == "PASS" and check["needed_libraries"] == {
         n: [] for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".so")
     }  # setuptools' C module: no DT_NEEDED
     stacks = json.loads((index / "stacks.json").read_text())["stacks"]
-    assert [(s["stack"], s["verify"], s["apex_commits"], s["built"]) for s in stacks] == [
-        (STACK, ["PASS"], [wb.COMMIT], "2026-12-01")
+    assert [(s["stack"], s["verify"], s["apex_commits"], s["built"], s["glibc"]) for s in stacks] == [
+        (STACK, ["PASS"], [wb.COMMIT], "2026-12-01", oldest.replace("_", "."))
     ]
     assert STACK in (index / "index.html").read_text()
 
@@ -231,7 +239,10 @@ def test_a_newer_build_of_the_same_stack_and_commit_replaces_the_older_and_an_ol
     newer = run_build("index", str(builds["newer"]), "--index", str(index))
     assert newer.returncode == 0 and "replaced" in newer.stdout, newer.stdout + newer.stderr
     folders = list((index / STACK / "files").iterdir())
-    assert [f.name for f in folders] == [wb_sha(_wheel(builds["newer"]))[:16]]  # the old folder is gone
+    retagged_from = json.loads((folders[0] / "wheel-check.json").read_text())["retagged_from"]
+    assert len(folders) == 1 and retagged_from["sha256"] == wb_sha(
+        _wheel(builds["newer"])
+    )  # the old one is gone
     older = run_build("index", str(builds["good"]), "--index", str(index))
     assert older.returncode == 0 and "kept" in older.stdout
     assert [f.name for f in (index / STACK / "files").iterdir()] == [folders[0].name]

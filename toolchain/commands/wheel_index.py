@@ -80,13 +80,21 @@ def cmd_index(args: argparse.Namespace, console: Console) -> int:
                 "built wheels, a build's --out folder or --image TAG"
             )
         allowed = wheel_check.allowed_libraries()
-        results = [wheel_check.check(w, allowed) for w in wheels]
+        results = [wheel_check.check(w, allowed, Path(work)) for w in wheels]
         passed = [r for r in results if isinstance(r, wheel_check.CheckedWheel)]
         refused = [r for r in results if isinstance(r, wheel_check.Refusal)]
         outcomes = publish.add(args.index, passed) if passed else []
     for outcome in outcomes:
         detail = f" ({outcome.detail})" if outcome.detail else ""
         print(printable(f"{outcome.action:9} {outcome.stack}/{outcome.wheel}{detail}"))
+    for wheel in passed:
+        if wheel.retagged_from and wheel.portability:
+            print(
+                printable(
+                    f"retagged  {wheel.retagged_from['wheel']} -> {wheel.portability.tag}: its modules need "
+                    f"glibc {wheel.portability.glibc_text} ({wheel.portability.found()})"
+                )
+            )
     for refusal in refused:
         print(f"build.py index: refused {printable(refusal.message())}", file=sys.stderr)
     if passed:

@@ -31,6 +31,7 @@ class Entry:
     commit: str | None
     archs: str | None
     verdict: str
+    glibc: str | None = None  # the glibc its modules need (wheel-check.json); None: published before that
 
     @property
     def href(self) -> str:  # from <stack>/simple/apex/
@@ -109,9 +110,18 @@ def stack_rows(entries: list[Entry]) -> list[dict]:
                 "apex_commits": sorted({e.commit or "unknown" for e in mine}),
                 "verify": sorted({e.verdict for e in mine}),
                 "built": max(e.built_at for e in mine)[:10],
+                "glibc": _newest_glibc(mine),
             }
         )
     return rows
+
+
+def _newest_glibc(entries: list[Entry]) -> str:
+    """The glibc a machine needs for every wheel of the stack: the highest its wheels' tags name."""
+    known = [e.glibc for e in entries if e.glibc]
+    if not known:
+        return "unknown"
+    return max(known, key=lambda v: tuple(int(x) for x in v.split(".")))
 
 
 def top_json(entries: list[Entry]) -> str:
@@ -130,6 +140,7 @@ def top_html(entries: list[Entry]) -> str:
                     ", ".join(row["archs"]),
                     ", ".join(c[:12] for c in row["apex_commits"]),
                     ", ".join(row["verify"]),
+                    row["glibc"],
                     row["built"],
                     "\n".join(row["wheels"]),
                 )
@@ -140,7 +151,8 @@ def top_html(entries: list[Entry]) -> str:
         '<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8">\n<title>Apex wheels per stack</title>\n'
         "</head>\n<body>\n<h1>Verified NVIDIA Apex wheels, one index per stack</h1>\n"
         "<p>Each wheel passed the build's static gate (<code>python -m verify --static</code>) and carries "
-        "its build manifest and report in its .dist-info; pip refuses it on another torch minor.</p>\n"
-        "<table>\n<tr><th>stack</th><th>archs</th><th>Apex commit</th><th>verify</th><th>built</th>"
+        "its build manifest and report in its .dist-info; pip refuses it on another torch minor. "
+        "<em>glibc</em>: the oldest glibc the stack's wheels run on (their manylinux_2_X tag).</p>\n"
+        "<table>\n<tr><th>stack</th><th>archs</th><th>Apex commit</th><th>verify</th><th>glibc</th><th>built</th>"
         "<th>wheels</th><th>install</th></tr>\n" + "\n".join(cells) + "\n</table>\n</body>\n</html>\n"
     )

@@ -75,6 +75,7 @@ def _entry(stack: str, folder: Path) -> pages.Entry | None:
         commit=apex.get("commit") or apex.get("ref"),
         archs=manifest.get("arch_list"),
         verdict=str(report.get("verdict")),
+        glibc=check.get("glibc"),
     )
 
 

@@ -3,8 +3,10 @@
 A wheel is refused (every reason at once, each naming what to do) when it is not the project's builder's
 stamped wheel (no manifest or no stack identity in its .dist-info), when its name, METADATA or modules
 disagree with its manifest, when a manifest beside it names another sha256, when its static gate did not
-PASS (or never ran), or when one of its extension modules links a shared library beyond glibc, the GCC
-runtime and what torch's own wheels provide (toolchain/data/wheel_libraries.toml).
+PASS (or never ran), when one of its extension modules links a shared library beyond glibc, the GCC
+runtime and what torch's own wheels provide (toolchain/data/wheel_libraries.toml), or when its platform tag
+claims an older glibc than its modules need (toolchain/index/portability.py). A wheel tagged linux_x86_64
+(what setup.py writes) is published retagged manylinux_2_X for the glibc its modules really need.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ else:  # Python 3.10: the build extra's backport (toolchain/index/ may not impor
 
 from toolchain.builder import build_outputs, wheel_identity
 from toolchain.builder.provenance import sha256_of
+from toolchain.index import portability
 from verify.layers import fatbin
 from verify.layers import manifest as manifest_mod
 from verify.runtime import field_types as ft
@@ -49,6 +52,8 @@ class CheckedWheel:
     verify_md: bytes | None
     libraries: dict[str, list[str]]  # module file -> its DT_NEEDED entries (what the check found)
     requires_python: str | None
+    portability: portability.Portability | None = None  # the glibc its modules need, the tag that follows
+    retagged_from: dict[str, str] | None = None  # the wheel as built ({"wheel", "sha256"}) when retagged
 
     @property
     def built_at(self) -> str:
@@ -63,6 +68,8 @@ class CheckedWheel:
             "needed_libraries": self.libraries,
             "allowed_from": str(LIBRARIES.name),
             "gate": json.loads(self.verify_json).get("verdict"),
+            **(self.portability.to_json() if self.portability else {}),
+            "retagged_from": self.retagged_from,
         }
 
 
@@ -75,16 +82,27 @@ class Refusal:
         return f"{self.wheel}: " + "; ".join(self.reasons)
 
 
-def allowed_libraries(path: Path = LIBRARIES) -> tuple[str, ...]:
+def allowed_libraries(
+    path: Path = LIBRARIES, parts: tuple[str, ...] = ("system", "driver", "torch")
+) -> tuple[str, ...]:
     data = tomllib.loads(path.read_text())
-    return tuple(name for part in ("system", "driver", "torch") for name in data[part]["names"])
+    return tuple(name for part in parts for name in data[part]["names"])
 
 
-def check(wheel: Path, allowed: tuple[str, ...] | None = None) -> CheckedWheel | Refusal:
-    """Every check on one wheel file; a Refusal lists every reason found."""
+def excluded_libraries(path: Path = LIBRARIES) -> tuple[str, ...]:
+    """The libraries whose symbol versions do not decide the manylinux tag: torch's wheels and the driver
+    bring them (the anchors' auditwheel runs exclude them the same way)."""
+    return allowed_libraries(path, ("driver", "torch"))
+
+
+def check(
+    wheel: Path, allowed: tuple[str, ...] | None = None, work: Path | None = None
+) -> CheckedWheel | Refusal:
+    """Every check on one wheel file; a Refusal lists every reason found. A linux_x86_64 wheel that passes is
+    retagged into `work` (a new temporary folder when None, left to the caller)."""
     allowed = allowed if allowed is not None else allowed_libraries()
     try:
-        return _check(wheel, allowed)
+        return _check(wheel, allowed, work)
     except _Refused as refused:
         return Refusal(wheel, tuple(refused.reasons))
 
@@ -94,9 +112,9 @@ class _Refused(Exception):
         self.reasons = reasons
 
 
-def _check(wheel: Path, allowed: tuple[str, ...]) -> CheckedWheel:
+def _check(wheel: Path, allowed: tuple[str, ...], work: Path | None) -> CheckedWheel:
     try:
-        _, file_version, _ = wheel_identity.parse_name(wheel.name)
+        _, file_version, tags = wheel_identity.parse_name(wheel.name)
         files = wheel_identity.read_dist_info(wheel)
     except (ValueError, zipfile.BadZipFile, OSError) as error:
         raise _Refused([f"not a readable wheel ({error})"]) from None
@@ -129,9 +147,19 @@ def _check(wheel: Path, allowed: tuple[str, ...]) -> CheckedWheel:
             f"against torch's own CUDA wheels (no system CUDA library on the link line), or add the "
             f"library to {LIBRARIES.name} with its source if torch's wheels do bring it"
         )
+    found = portability.wheel_portability(wheel, excluded_libraries())
+    problem, platform = _platform_problem(wheel.name, tags.rsplit("-", 1)[-1], found)
+    reasons += [problem] if problem else []
     if reasons:
         raise _Refused(reasons)
-    published = {**manifest, "build": {**manifest.get("build", {}), "wheel_sha256": sha}}
+    retagged_from = None
+    if platform:  # linux_x86_64: published under the manylinux tag its modules satisfy
+        folder = Path(tempfile.mkdtemp(prefix="apex-index-retag-", dir=work))
+        as_built, as_built_sha = wheel, sha
+        wheel = portability.retag(wheel, folder, platform, file_version, str(ident["torch_requirement"]))
+        sha, files = sha256_of(wheel), wheel_identity.read_dist_info(wheel)
+        retagged_from = {"wheel": as_built.name, "sha256": as_built_sha}
+    build = {**manifest.get("build", {}), "wheel": wheel.name, "wheel_sha256": sha}
     return CheckedWheel(
         path=wheel,
         name=wheel.name,
@@ -139,12 +167,44 @@ def _check(wheel: Path, allowed: tuple[str, ...]) -> CheckedWheel:
         version=file_version,
         stack=ident["stack"],
         metadata=files["METADATA"],
-        manifest=published,
+        manifest={**manifest, "build": build},
         verify_json=verify_json or b"",
         verify_md=files.get("verify-static.md"),
         libraries=libraries,
         requires_python=_header(files["METADATA"], "Requires-Python"),
+        portability=found,
+        retagged_from=retagged_from,
     )
+
+
+def _platform_problem(
+    name: str, platform: str, found: portability.Portability
+) -> tuple[str | None, str | None]:
+    """(why the platform tag is refused, or None; the manylinux tag to publish a linux_* wheel under, or None)."""
+    claims = portability.claimed(platform)
+    if found.tag is None:
+        return (
+            f"no manylinux tag fits its modules ({'; '.join(found.problems)}); highest versions found: "
+            f"{found.found()}; {portability.FIX}",
+            None,
+        )
+    wrong_arch = [c for c in claims if c and c[1] != found.arch]
+    too_old = [c for c in claims if c and found.glibc and c[0] < found.glibc]
+    if (
+        wrong_arch
+        or too_old
+        or any(part.startswith("linux_") and part != f"linux_{found.arch}" for part in platform.split("."))
+    ):
+        return (
+            f"its platform tag {platform} claims what its modules do not satisfy: they are {found.arch} code "
+            f"that needs glibc {found.glibc_text} ({found.found()}), so pip would install it where it fails "
+            f"at import; {portability.FIX}, or tag it linux_{found.arch} and `build.py index` publishes it as "
+            f"{found.tag}",
+            None,
+        )
+    if all(c is None for c in claims):
+        return None, found.tag
+    return None, None  # an honest manylinux tag: published as it is
 
 
 def _manifest(raw: bytes) -> dict[str, Any]:
