@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from faultlib import REPO
 
+from tests.faults.faultlib import REPO
 from verify.runtime import exit_codes
 
 VERIFY = [sys.executable, "-m", "verify", "--static"]

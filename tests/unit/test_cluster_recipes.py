@@ -172,7 +172,7 @@ MISCONFIGURED = [
 ]
 
 
-def _misconfiguration(tmp_path: Path, case: str) -> tuple[dict[str, str], str]:
+def _misconfiguration(tmp_path: Path, case: str) -> tuple[dict[str, str | None], str]:
     """The environment of one misconfigured hook, and the setting its one line must name."""
     other = tmp_path / "not-verify.pyz"
     other.write_bytes(b"#!/usr/bin/env python3\nprint('hello')\n")
@@ -185,7 +185,7 @@ def _misconfiguration(tmp_path: Path, case: str) -> tuple[dict[str, str], str]:
         (tmp_path / "reports" / "4242-x.json").mkdir(parents=True)
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    return {
+    cases: dict[str, tuple[dict[str, str | None], str]] = {
         "pyz is a directory": ({"APEX_VERIFY_PYZ": str(tmp_path)}, "APEX_VERIFY_PYZ="),
         "pyz unset (the default, absent)": ({"APEX_VERIFY_PYZ": None}, "APEX_VERIFY_PYZ is unset or empty"),
         "pyz empty (the default, absent)": ({"APEX_VERIFY_PYZ": ""}, "APEX_VERIFY_PYZ is unset or empty"),
@@ -233,7 +233,8 @@ def _misconfiguration(tmp_path: Path, case: str) -> tuple[dict[str, str], str]:
             {"APEX_VERIFY_RUNTIME": "enroot", "APEX_VERIFY_IMAGE": str(tmp_path / "none.sqsh")},
             "APEX_VERIFY_IMAGE=" if shutil.which("enroot") else "needs 'enroot'",
         ),
-    }[case]
+    }
+    return cases[case]
 
 
 def _hook_prefix(case: str) -> tuple[str, ...]:
@@ -408,7 +409,9 @@ def test_every_misconfigured_pod_is_exit_2_naming_the_setting(tmp_path: Path, py
     """The init container's own misconfiguration is 2 (fix the manifest), never 1 (the image)."""
     other = tmp_path / "other.pyz"
     other.write_text("print('not verify')\n")
-    configmap, env, prefix = None, {}, ()
+    configmap: dict[str, Path] | None = None
+    env: dict[str, str | None] = {}
+    prefix: tuple[str, ...] = ()
     if case == "APEX_VERIFY_PYZ at the mount itself":
         env = {"APEX_VERIFY_PYZ": str(tmp_path / "configmap")}
     elif case == "the ConfigMap has no verify.pyz":

@@ -172,6 +172,7 @@ def test_a_run_keeps_going_over_a_corrupt_overview(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     a, b, *_ = _cells()
+    wrong: dict[str, object]
     for wrong in (
         {"runs": [], "cells": []},
         {"runs": {}, "cells": "x"},

@@ -15,6 +15,7 @@ from tests.support import REPO
 from verify.checks import Status
 from verify.layers import drivers, environment
 from verify.report import assemble as report_mod
+from verify.report.shapes import EnvironmentJSON, TorchJSON
 from verify.runtime import exit_codes
 
 # What /proc/driver/nvidia/version holds (the R535 and R580 lines as NVIDIA's kernel module prints them)
@@ -71,8 +72,8 @@ def test_driver_version_from_the_kernel_modules_file(tmp_path: Path, text: str, 
     assert environment.driver_version(proc) == (version, str(proc))
 
 
-def _env(driver: str | None, cuda: str | None, available: bool) -> dict:
-    torch_info = {
+def _env(driver: str | None, cuda: str | None, available: bool) -> EnvironmentJSON:
+    torch_info: TorchJSON = {
         "version": "2.11.0+cu130",
         "path": "/x",
         "cuda": cuda,

@@ -88,7 +88,7 @@ def test_the_build_venv_sees_the_suites_own_packages_not_the_base_interpreters(t
     done = subprocess.run([str(python), "-c", ask], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     setuptools_file, torch_file, version = json.loads(done.stdout)
-    import setuptools
+    import setuptools  # type: ignore[import-untyped]  # setuptools ships no py.typed; only __file__ is read
 
     assert (setuptools_file, torch_file) == (setuptools.__file__, torch.__file__)
     assert tuple(int(x) for x in version.split(".")[:2]) >= (70, 1), version  # bdist_wheel of its own
