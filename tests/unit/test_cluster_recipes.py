@@ -265,7 +265,7 @@ def _hook_prefix(case: str) -> tuple[str, ...]:
 def test_every_misconfiguration_is_exit_2_naming_the_setting(tmp_path: Path, pyz: Path, case: str) -> None:
     """The hook must not blame the image (exit 1) or the node (3) for its own settings."""
     env, setting = _misconfiguration(tmp_path, case)
-    done, reports = prolog(tmp_path, pyz, prefix=_hook_prefix(case), **env)
+    done, reports = prolog(tmp_path, pyz, prefix=_hook_prefix(case), script=PROLOG, **env)
     want = (
         3 if setting == "needs 'enroot'" else exit_codes.USAGE
     )  # no enroot on this node: that is the node's
