@@ -135,7 +135,7 @@ class DockerfileStage:
         found: dict[str, str] = {}
         for line in self.instructions:
             if line.startswith("LABEL "):
-                found.update(word.split("=", 1) for word in shlex.split(line[len("LABEL ") :]))
+                found.update(word.split("=", 1) for word in shlex.split(line[len("LABEL ") :]))  # type: ignore[misc]  # KEY=VALUE: two items
         return found
 
 

@@ -169,6 +169,7 @@ class Served:
             stderr=subprocess.DEVNULL,
             text=True,
         )
+        assert self.proc.stdout
         line = self.proc.stdout.readline()
         self.url = line.rsplit(" ", 1)[-1].strip()
 

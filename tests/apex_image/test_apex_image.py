@@ -24,7 +24,9 @@ def _file_from_image(client, tag: str, path: str, dest: Path) -> Path:
         stream, _ = container.get_archive(path)
         with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
             member = next(m for m in archive.getmembers() if m.isfile())
-            dest.write_bytes(archive.extractfile(member).read())
+            extracted = archive.extractfile(member)
+            assert extracted, member.name  # a regular file's member has contents
+            dest.write_bytes(extracted.read())
     finally:
         container.remove(force=True)
     return dest

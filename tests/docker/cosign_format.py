@@ -56,7 +56,7 @@ def sign(
     config = json.dumps(
         {"architecture": "", "os": "", "config": {}, "rootfs": {"type": "layers", "diff_ids": []}}
     ).encode()
-    manifest = {
+    manifest: dict[str, object] = {
         "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "size": len(config),
                    "digest": _push_blob(host, name, config)},
@@ -68,7 +68,7 @@ def sign(
         f"http://{host}/v2/{name}/manifests/{tag}",
         data=json.dumps(manifest).encode(),
         method="PUT",
-        headers={"Content-Type": manifest["mediaType"]},
+        headers={"Content-Type": str(manifest["mediaType"])},
     )
     urllib.request.urlopen(request, timeout=30).close()
     return tag

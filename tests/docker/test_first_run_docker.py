@@ -95,7 +95,9 @@ def test_a_tls_failure_in_the_build_names_extra_ca(docker_client, verify_image_t
         said = error.stderr.decode(errors="replace") if isinstance(error.stderr, bytes) else str(error)
     if "CERTIFICATE_VERIFY_FAILED" not in said:
         pytest.skip(f"pip failed for another reason here (no network to PyPI?): {said[-300:]}")
-    message, retry = buildkit_build.environment_fault(said)
+    fault = buildkit_build.environment_fault(said)
+    assert fault, said
+    message, retry = fault
     assert "pass that CA bundle with --extra-ca PEM" in message and not retry
 
 

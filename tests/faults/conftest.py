@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faultlib import (  # noqa: F401 - fixtures are registered by being names of this module
+
+from tests.faults.faultlib import (  # noqa: F401 - fixtures are registered by being names of this module
     DOCKERD,
     SecondDaemon,
     cell_factory,

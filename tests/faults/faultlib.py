@@ -30,6 +30,7 @@ DOCKER = "/usr/bin/docker"
 _spec = importlib.util.spec_from_file_location(
     "apex_docker_tier_fixtures", REPO / "tests" / "docker" / "conftest.py"
 )
+assert _spec and _spec.loader
 _docker_tier = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_docker_tier)
 # re-exported so pytest registers them for this directory too (same definitions as the docker tier)

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from faultlib import REPO, run_cli
 
+from tests.faults.faultlib import REPO, run_cli
 from verify.runtime import exit_codes
 
 GOOD_CELL = '[cells.ok]\ncuda = "12.4"\ntorch = "2.6"\n'

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from faultlib import REPO
 
+from tests.faults.faultlib import REPO
 from verify.runtime import exit_codes
 
 VERIFY = [sys.executable, "-m", "verify", "--static"]
@@ -48,6 +48,7 @@ def _shell(command: list[str], redirect: str, cwd: Path, env: dict[str, str]) ->
 def _closed_pipe(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
     """The reader of stdout is gone before the first line (what `| head -1` becomes once head exits)."""
     proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout and proc.stderr
     proc.stdout.close()
     stderr = proc.stderr.read().decode()
     return proc.wait(timeout=180), stderr
@@ -97,7 +98,11 @@ def test_an_ascii_only_console_gets_escapes_not_unicode_errors(
 ) -> None:
     report = tmp_path / "r.json"
     done = subprocess.run(
-        [*VERIFY, "--json", str(report)], cwd=tmp_path, env=_env(**locale), capture_output=True, timeout=180
+        [*VERIFY, "--json", str(report)],
+        cwd=tmp_path,
+        env=_env(None, **locale),
+        capture_output=True,
+        timeout=180,
     )
     assert done.returncode == json.loads(report.read_text())["exit_code"], done.stderr
     assert b"Traceback" not in done.stderr and done.stdout.isascii()
@@ -107,7 +112,7 @@ def test_an_ascii_only_console_gets_escapes_not_unicode_errors(
     done = subprocess.run(
         [*BUILD_PY, "plan", "--matrix", str(matrix)],
         cwd=tmp_path,
-        env=_env(**locale),
+        env=_env(None, **locale),
         capture_output=True,
         timeout=180,
     )

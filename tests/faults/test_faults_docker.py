@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from faultlib import REPO, log_has, run_cli, wait_for
 
+from tests.faults.faultlib import REPO, log_has, run_cli, wait_for
 from toolchain.image import build_log, buildkit_build, docker_host
 from verify.runtime import exit_codes
 
@@ -230,5 +230,7 @@ def test_buildkit_no_space_left_maps_to_exit_3(docker_client, tmp_path: Path) ->
     assert code != 0
     text = log.read_text()
     assert "No space left on device" in text
-    message, retry = build_log.environment_fault(text)
+    fault = build_log.environment_fault(text)
+    assert fault, text[-2000:]
+    message, retry = fault
     assert message.startswith("the disk is full (no space left on device)") and retry is False

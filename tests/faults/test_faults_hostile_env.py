@@ -16,7 +16,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from faultlib import DOCKERD, REPO
+
+from tests.faults.faultlib import DOCKERD, REPO
 
 HOSTILE_LOG = "dockerd'; touch pwned; echo '.log"  # the old `sh -c "...>'$DOCKERD_LOG'..."` ran `touch pwned`
 

@@ -11,8 +11,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from faultlib import CI_TAG, REPO, driver_command, log_has, wait_for
-
+from tests.faults.faultlib import CI_TAG, REPO, driver_command, log_has, wait_for
 from verify.runtime import exit_codes
 
 GOOD = CI_TAG  # the docker tier's verify-runtime cell: its layers are cached by then

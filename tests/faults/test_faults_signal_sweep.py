@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 import pytest
-from faultlib import REPO
 
+from tests.faults.faultlib import REPO
 from verify.runtime import exit_codes
 
 EARLIER = '{"an earlier report": "must survive"}\n'

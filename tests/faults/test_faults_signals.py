@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from faultlib import REPO, children_of, wait_for
 
+from tests.faults.faultlib import REPO, children_of, wait_for
 from verify.runtime import exit_codes
 
 EARLIER = '{"an earlier report": "must survive"}\n'

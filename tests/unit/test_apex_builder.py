@@ -270,7 +270,9 @@ def test_cli_cpu_torch_exit_3(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on this machine")
 def test_nvcc_probes_on_real_nvcc() -> None:
-    nvcc = Path(shutil.which("nvcc"))
+    found = shutil.which("nvcc")
+    assert found
+    nvcc = Path(found)
     release, full = build_tools.nvcc_version(nvcc)
     assert full.startswith(release)
     archs = build_tools.nvcc_archs(nvcc)

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_apex_builder import build, make_project, run_builder
 
 from tests.support import REPO, frozen_facts, unpack_apex
+from tests.unit.test_apex_builder import build, make_project, run_builder
 from toolchain.builder import apex_setup, build_inputs, build_outputs, pip_wheel
 from toolchain.errors import ToolchainError
 from verify.layers import module_map

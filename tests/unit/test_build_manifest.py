@@ -71,6 +71,7 @@ def test_the_record_is_frozen() -> None:
 
 def test_the_parts_are_typed_and_keep_every_key_in_its_place() -> None:
     record = _record()
+    assert record.parallelism
     assert (record.versions.torch, record.versions.cxx11_abi, record.parallelism.max_jobs) == (
         "2.13.0",
         True,

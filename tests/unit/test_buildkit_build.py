@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ error: failed to solve: executor failed running [/bin/bash -o pipefail -c ...]: 
 
 
 def cell(**overrides: object) -> Cell:
-    values = dict(
+    values: dict[str, Any] = dict(
         id="apex-6424da3-torch2.11.0-cu13.0-py3.12-ubuntu24.04", name="cu130", cuda="13.0", torch="2.11.0",
         python="3.12", os="ubuntu24.04", gcc="13", archs=(Arch(9, 0),), apex_repo="https://github.com/NVIDIA/apex.git",
         apex_ref="6424da3b4faa6c8f062da4a48c424fff3f02d42d", apex_flags={"APEX_CPP_EXT": "1", "APEX_CUDA_EXT": "1"},
@@ -110,7 +111,7 @@ def test_every_target_is_a_stage_of_the_dockerfile() -> None:
 
 def test_failed_step_is_read_from_the_log() -> None:
     stage, step = build_log.failed_step(FAILED_LOG)
-    assert stage == "torch" and step.startswith("[torch 1/5] RUN")
+    assert stage == "torch" and step and step.startswith("[torch 1/5] RUN")
     assert build_log.failed_step(["#1 [internal] load build definition"]) == (None, None)
 
 
@@ -137,7 +138,9 @@ def test_failed_step_is_read_from_the_log() -> None:
     ],
 )
 def test_environment_faults_are_recognised(text: str, needle: str, retry: bool) -> None:
-    message, retryable = build_log.environment_fault(text)
+    fault = build_log.environment_fault(text)
+    assert fault, text
+    message, retryable = fault
     assert needle in message and retryable is retry
     assert build_log.environment_fault("\n".join(FAILED_LOG)) is None
 
@@ -220,5 +223,7 @@ def test_an_unreachable_git_host_is_an_environment_fault(tmp_path) -> None:
         },
     )
     assert done.returncode == 1 and "cannot reach http://127.0.0.1:1/apex.git" in done.stderr
-    message, retry = build_log.environment_fault(done.stderr)
+    fault = build_log.environment_fault(done.stderr)
+    assert fault, done.stderr
+    message, retry = fault
     assert "git host cannot be reached" in message and "--apex-src" in message and not retry

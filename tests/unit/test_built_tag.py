@@ -58,7 +58,12 @@ def test_verify_of_a_cell_verifies_the_local_routes_image(
     monkeypatch.setattr(base_route, "engine_has_image", lambda: lambda ref: ref == local_id)
     monkeypatch.setattr(images, "require_engine", lambda name: None)
     seen: list[str] = []
-    monkeypatch.setattr(container_verify, "verify_image", lambda image, **k: (seen.append(image) or 0, None))
+
+    def verify_image(image: str, **k: object) -> tuple[int, None]:
+        seen.append(image)
+        return 0, None
+
+    monkeypatch.setattr(container_verify, "verify_image", verify_image)
     args = build_parser().parse_args(["verify", *CELL, "--out", str(tmp_path)])
     assert images.cmd_verify(args, Console()) == exit_codes.OK
     assert seen == [local_id]

@@ -104,7 +104,11 @@ def test_the_files_a_run_writes_read_back_into_records_that_write_them_unchanged
         assert isinstance(record.build, BuildRecord) and isinstance(record.cell, CellFields)
         assert record.cell.archs == ("9.0",) and record.cell.data["apex_ref"]  # every key of the cell kept
     first = CellResult.from_json(json.loads(_written_by_a_run(tmp_path / "again")[0].read_text()))
-    assert first.build.status is CellStatus.ENVIRONMENT_UNAVAILABLE and first.build.exit_code == 3
+    assert (
+        first.build
+        and first.build.status is CellStatus.ENVIRONMENT_UNAVAILABLE
+        and first.build.exit_code == 3
+    )
 
 
 def test_a_result_of_an_earlier_release_reads_the_same(tmp_path: Path) -> None:
@@ -114,6 +118,7 @@ def test_a_result_of_an_earlier_release_reads_the_same(tmp_path: Path) -> None:
     data = json.loads(path.read_text())
     record = cell_result.read(data, path.name)
     assert isinstance(record, CellResult)
+    assert record.verify and record.verify.report_path
     assert record.verify.status is CellStatus.VERIFIED and record.verify.report_path.endswith("report.json")
     written = record.to_json()
     for part in ("build", "verify"):

@@ -170,7 +170,10 @@ def test_ci_workflow_runs_lint_unit_and_docker_tiers() -> None:
     from _pytest.mark.expression import Expression
 
     def selects(tier: str, marks: set[str]) -> bool:
-        return Expression.compile(exprs[tier]).evaluate(lambda name: name in marks)
+        def matcher(name: str, /, **kwargs: str | int | bool | None) -> bool:
+            return name in marks
+
+        return Expression.compile(exprs[tier]).evaluate(matcher)
 
     for marks in ({"faults"}, {"faults", "docker"}, {"docker"}):
         assert selects("docker", marks) and not selects("unit", marks) and not selects("slow", marks), marks
@@ -295,6 +298,7 @@ def test_facts_workflow_runs_the_drift_check_weekly() -> None:
 def test_workflow_build_py_commands_exist() -> None:
     """Every `build.py SUBCOMMAND` a workflow runs is one the CLI has."""
     choices = next(a for a in build_parser()._actions if a.dest == "command").choices
+    assert choices
     used = []
     for path in WORKFLOWS.glob("*.yml"):
         for line in path.read_text().splitlines():

@@ -153,7 +153,7 @@ toml_value = st.recursive(
     max_leaves=6,
 )
 CELL_KEYS = [*cell_fields.CELL_KEYS, "pyhton", "archz"]  # every field, and two typos
-GOOD_CELLS = [
+GOOD_CELLS: list[dict[str, object]] = [
     {"cuda": "12.4"},
     {"cuda": "12.6", "torch": "2.7"},
     {"cuda": "13.0", "archs": ["9.0"]},

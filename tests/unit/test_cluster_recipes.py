@@ -175,7 +175,7 @@ MISCONFIGURED = [
 ]
 
 
-def _misconfiguration(tmp_path: Path, case: str) -> tuple[dict[str, str], str]:
+def _misconfiguration(tmp_path: Path, case: str) -> tuple[dict[str, str | None], str]:
     """The environment of one misconfigured hook, and the setting its one line must name."""
     other = tmp_path / "not-verify.pyz"
     other.write_bytes(b"#!/usr/bin/env python3\nprint('hello')\n")
@@ -188,7 +188,7 @@ def _misconfiguration(tmp_path: Path, case: str) -> tuple[dict[str, str], str]:
         (tmp_path / "reports" / "4242-x.json").mkdir(parents=True)
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    return {
+    cases: dict[str, tuple[dict[str, str | None], str]] = {
         "pyz is a directory": ({"APEX_VERIFY_PYZ": str(tmp_path)}, "APEX_VERIFY_PYZ="),
         "pyz unset (the default, absent)": ({"APEX_VERIFY_PYZ": None}, "APEX_VERIFY_PYZ is unset or empty"),
         "pyz empty (the default, absent)": ({"APEX_VERIFY_PYZ": ""}, "APEX_VERIFY_PYZ is unset or empty"),
@@ -236,7 +236,8 @@ def _misconfiguration(tmp_path: Path, case: str) -> tuple[dict[str, str], str]:
             {"APEX_VERIFY_RUNTIME": "enroot", "APEX_VERIFY_IMAGE": str(tmp_path / "none.sqsh")},
             "APEX_VERIFY_IMAGE=" if shutil.which("enroot") else "needs 'enroot'",
         ),
-    }[case]
+    }
+    return cases[case]
 
 
 def _hook_prefix(case: str) -> tuple[str, ...]:
@@ -267,7 +268,7 @@ def _hook_prefix(case: str) -> tuple[str, ...]:
 def test_every_misconfiguration_is_exit_2_naming_the_setting(tmp_path: Path, pyz: Path, case: str) -> None:
     """The hook must not blame the image (exit 1) or the node (3) for its own settings."""
     env, setting = _misconfiguration(tmp_path, case)
-    done, reports = prolog(tmp_path, pyz, prefix=_hook_prefix(case), **env)
+    done, reports = prolog(tmp_path, pyz, prefix=_hook_prefix(case), script=PROLOG, **env)
     want = (
         3 if setting == "needs 'enroot'" else exit_codes.USAGE
     )  # no enroot on this node: that is the node's
@@ -411,7 +412,9 @@ def test_every_misconfigured_pod_is_exit_2_naming_the_setting(tmp_path: Path, py
     """The init container's own misconfiguration is 2 (fix the manifest), never 1 (the image)."""
     other = tmp_path / "other.pyz"
     other.write_text("print('not verify')\n")
-    configmap, env, prefix = None, {}, ()
+    configmap: dict[str, Path] | None = None
+    env: dict[str, str | None] = {}
+    prefix: tuple[str, ...] = ()
     if case == "APEX_VERIFY_PYZ at the mount itself":
         env = {"APEX_VERIFY_PYZ": str(tmp_path / "configmap")}
     elif case == "the ConfigMap has no verify.pyz":

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from verify.checks import Check, Status
+from verify.domain.report_json import TimingJSON
 from verify.gpu import device_load
 from verify.gpu.device_load import DeviceLoad, DeviceWatch, GpuProcess, LoadSample
 
@@ -99,7 +100,7 @@ def test_withhold_keeps_figures_and_drops_verdicts() -> None:
         ),
         Check("parity", "fused_adam.fp32", Status.PASS, "agree"),
     ]
-    rows = [
+    rows: list[TimingJSON] = [
         {
             "kernel": "FusedLayerNorm",
             "kernel_time": {"fused_ms": 1.0},
@@ -116,7 +117,7 @@ def test_withhold_keeps_figures_and_drops_verdicts() -> None:
     assert checks[1].status == Status.PASS and checks[1].summary == "agree"  # parity is judged as before
     assert rows[0]["winner"] == {"kernel_time": None, "host_inclusive": None}
     assert rows[0]["kernel_time"] == {"fused_ms": 1.0} and rows[0]["verdict"].startswith("withheld:")
-    idle_rows = [{"verdict": "native", "winner": {"kernel_time": "native"}}]
+    idle_rows: list[TimingJSON] = [{"verdict": "native", "winner": {"kernel_time": "native"}}]
     device_load.withhold([], idle_rows, _load(LoadSample("before", (), 0, 1980)))
     assert idle_rows[0]["verdict"] == "native" and idle_rows[0]["device_load"] == {
         "observed": True,
@@ -134,7 +135,7 @@ def test_the_watch_samples_before_during_and_after_with_an_injected_clock() -> N
     assert [s.when for s in load.samples][0] == "before" and load.samples[-1].when == "after"
     assert sleeps == [device_load.SETTLE_S, device_load.SETTLE_S]
     assert 4_000_002 in load.own_pids  # a worker that already exited is still verify's
-    assert "pid 1 python3" in load.shared_reason() and load.source == f"nvidia-smi, GPU {BUS}"
+    assert "pid 1 python3" in (load.shared_reason() or "") and load.source == f"nvidia-smi, GPU {BUS}"
 
 
 def test_without_nvidia_smi_nothing_waits_and_nothing_is_withheld() -> None:
@@ -195,7 +196,9 @@ def test_an_idle_context_in_another_process_is_named_and_withholds_nothing() -> 
         "no other work on the GPU: no other compute process at work in 4 samples (2 "
         "during timing); pid 1 python3, 512 MiB: present, idle (its own SM"
     )
-    rows = [{"verdict": "native", "winner": {"kernel_time": "native", "host_inclusive": "tie"}}]
+    rows: list[TimingJSON] = [
+        {"verdict": "native", "winner": {"kernel_time": "native", "host_inclusive": "tie"}}
+    ]
     checks = [Check("timing", "fused_layer_norm.bf16", Status.INFO, "FusedLayerNorm (bf16): native 1.2x")]
     device_load.withhold(checks, rows, load)
     assert (
@@ -212,20 +215,22 @@ def test_another_process_at_work_withholds_the_verdicts() -> None:
         "seen before/during/after timing; working: its own SM utilization 98% during timing)"
     )
     assert load.idle_others() == []
-    rows = [{"verdict": "native", "winner": {"kernel_time": "native", "host_inclusive": "tie"}}]
+    rows: list[TimingJSON] = [
+        {"verdict": "native", "winner": {"kernel_time": "native", "host_inclusive": "tie"}}
+    ]
     device_load.withhold([], rows, load)
     assert (
         rows[0]["winner"] == {"kernel_time": None, "host_inclusive": None} and "pid 1" in rows[0]["withheld"]
     )
     grown = _load(*_samples(_other(0), during=_other(0, used_mib=4096)))  # no utilization read, memory grew
-    assert "its memory changed (512-4096 MiB)" in grown.shared_reason()
+    assert "its memory changed (512-4096 MiB)" in (grown.shared_reason() or "")
 
 
 def test_without_per_process_figures_only_a_process_there_throughout_on_an_idle_gpu_is_idle() -> None:
     assert _load(*_samples(_other(None))).reasons() == []  # before and after, the GPU at 0%: idle
     assert "the GPU idle before and after timing" in _load(*_samples(_other(None))).idle_others()[0]
     came = _load(*_samples(None, during=_other(None)))  # appeared only while verify timed
-    assert "not there throughout" in came.shared_reason()
+    assert "not there throughout" in (came.shared_reason() or "")
     busy_gpu = _load(*_samples(_other(None), before=100))
     assert "not there throughout with the GPU idle" in busy_gpu.reasons()[0] and len(busy_gpu.reasons()) == 2
 

@@ -349,8 +349,8 @@ def test_a_rank_started_by_hand_says_who_starts_it(tmp_path):
 
 
 def test_a_rank_that_cannot_be_started_stops_the_layer_without_stranding_the_others(
-    monkeypatch, token, tmp_path
-):
+    monkeypatch: pytest.MonkeyPatch, token: str, tmp_path: Path
+) -> None:
     # rank 0 starts; the interpreter for rank 1 is gone: a real OSError from Popen
     real_popen = subprocess.Popen
     started: list[subprocess.Popen] = []

@@ -18,7 +18,7 @@ import pytest
 
 from tests.support import FROZEN_FACTS as FROZEN
 from tests.support import REPO, run_build
-from toolchain.errors import UsageError
+from toolchain.errors import ToolchainError, UsageError
 from toolchain.spec import compat, facts_check
 from toolchain.spec.facts_check import BadAnswer, IndexUnreachable
 from verify.runtime import exit_codes
@@ -312,7 +312,7 @@ def test_an_unreachable_index_is_the_environment() -> None:
         def get(self, url: str) -> bytes:
             raise IndexUnreachable(f"{url}: [Errno 111] Connection refused")
 
-    with pytest.raises(Exception, match="cannot be read") as caught:
+    with pytest.raises(ToolchainError, match="cannot be read") as caught:
         facts_check.run(compat.load(FROZEN), Refused())
     assert caught.value.exit_code == exit_codes.ENVIRONMENT
 

@@ -3,11 +3,17 @@ for unknown keys too; messages that never echo a value. Inputs are real decoded 
 
 from __future__ import annotations
 
-import tomllib
+import sys
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from verify.runtime import field_types as ft
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # mypy checks as Python 3.10: the dev extra's backport
+    import tomli as tomllib
 
 CELL = ft.Record(
     {

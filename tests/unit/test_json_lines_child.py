@@ -86,7 +86,9 @@ def test_a_kill_ends_the_whole_process_group() -> None:
     )
     child = JsonLinesChild(_python(code), label="test-group")
     try:
-        grandchild = child.next_event(30)["pid"]
+        event = child.next_event(30)
+        assert isinstance(event, dict), event
+        grandchild = event["pid"]
         assert _alive(grandchild)
     finally:
         child.kill()

@@ -7,6 +7,7 @@ import dataclasses
 import gc
 import json
 import re
+from typing import Any
 
 import pytest
 import torch
@@ -108,10 +109,11 @@ def test_rounds_alternate_and_both_figures_are_measured(clock: SimulatedClock) -
     assert blocks == ["fused", "native", "native", "fused"] * (PLAN.rounds // 2)
     assert all(calls[warm + i * n : warm + (i + 1) * n] == [blocks[i]] * n for i in range(2 * PLAN.rounds))
     # 2 ms of host time per fused call: far slower in the loop; the ops themselves are the same
+    assert result.host_verdict and result.kernel_verdict
     assert result.host_verdict.winner == "native" and result.host_verdict.ratio < 0.2, result.to_json()
     assert result.kernel_verdict.winner in rules.WINNERS  # CPU op time on a shared CPU: any answer, but one
     assert "; in a loop native is" in result.sentence
-    data = result.to_json()
+    data: dict[str, Any] = result.to_json()
     _schema_validator("timing_row").validate(json.loads(json.dumps(data)))
     assert data["winner"] == {"kernel_time": result.kernel_verdict.winner, "host_inclusive": "native"}
     assert data["fused"]["kernel_time"]["method"].startswith("torch.profiler CPU activity")
@@ -147,17 +149,20 @@ def test_warm_up_lasts_its_time_and_timed_blocks_run_without_the_garbage_collect
     assert fused.warmup_calls == native.warmup_calls and fused.warmup_calls in (30, 32)
     warm = 2 * fused.warmup_calls + 4  # blocks from the warm-up on: the collector off inside each
     assert gc_seen[:warm] and not any(gc_seen[:warm]) and gc.isenabled()  # and back on afterwards
-    data = result.to_json()
+    data: dict[str, Any] = result.to_json()
     assert data["host"] == host and data["fused"]["warmup_calls"] == fused.warmup_calls
     assert data["rounds"]["warmup_ms"] == 30.0
     _schema_validator("timing_row").validate(json.loads(json.dumps(data)))
 
 
 def test_host_block_is_the_timer_of_the_rounds(clock: SimulatedClock) -> None:
-    calls = []
-    per_call, issued = kernel_compare.host_block(
-        lambda: calls.append(clock.advance(0.002)), 5, torch.device("cpu")
-    )
+    calls: list[None] = []
+
+    def call() -> None:
+        clock.advance(0.002)
+        calls.append(None)
+
+    per_call, issued = kernel_compare.host_block(call, 5, torch.device("cpu"))
     assert len(calls) == 5 and per_call == pytest.approx(2.0) and issued == per_call
 
 
@@ -219,7 +224,9 @@ def test_norm_variants_build_the_same_module_weights_on_both_sides() -> None:
     weight, bias = torch.rand(32) + 0.5, torch.rand(32) - 0.5
     fused, native = kernel_variants.norm_variants("fused_layer_norm", x, dy, weight, bias, torch.nn.LayerNorm)
     assert (fused.name, native.name) == (kernel_variants.FUSED_LAYER_NORM, kernel_variants.LAYER_NORM)
+    assert fused.make and native.make
     a, b = fused.make()(), native.make()()
+    assert isinstance(a, tuple) and isinstance(b, tuple)
     for ga, gb in zip(a, b, strict=True):
         torch.testing.assert_close(ga, gb)  # same weights and inputs: the same gradients
     assert (
@@ -238,6 +245,7 @@ def test_adam_variants_step_real_optimizers() -> None:
         "torch AdamW(foreach=True)",
         "torch AdamW(fused=True)",
     )
+    assert foreach.make
     foreach.make()()
     assert all(not torch.equal(b, p) for b, p in zip(before, params, strict=True))
 

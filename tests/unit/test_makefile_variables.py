@@ -28,9 +28,9 @@ def test_the_check_sees_a_repeated_block() -> None:
 
 def test_every_user_variable_is_in_the_quoting_list() -> None:
     text = (REPO / "Makefile").read_text()
-    listed = set(
-        re.search(r"^VARIABLES := (.*?)\n(?!\s)", text, re.M | re.S).group(1).replace("\\", " ").split()
-    )
+    variables = re.search(r"^VARIABLES := (.*?)\n(?!\s)", text, re.M | re.S)
+    assert variables, "no VARIABLES := in the Makefile"
+    listed = set(variables.group(1).replace("\\", " ").split())
     user = {
         name
         for name in defined(text)

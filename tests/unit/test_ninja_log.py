@@ -52,6 +52,7 @@ def tiny_project(folder: Path, delays: dict[str, float]) -> Path:
 
 
 def run_ninja(folder: Path, jobs: int) -> tuple[float, float]:
+    assert NINJA
     before = time.time()
     subprocess.run([NINJA, "-j", str(jobs)], cwd=folder, check=True, capture_output=True)
     return before, time.time()
@@ -110,6 +111,7 @@ def test_a_rebuild_appends_and_the_last_line_of_an_output_wins(tmp_path: Path) -
 @needs_ninja
 def test_a_build_stopped_by_sigterm_keeps_its_finished_units_and_extrapolates(tmp_path: Path) -> None:
     folder = tiny_project(tmp_path / "p", {"a": 0.2, "b": 30, "c": 30})
+    assert NINJA
     started = time.time()
     proc = subprocess.Popen([NINJA, "-j", "1"], cwd=folder, stdout=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 20

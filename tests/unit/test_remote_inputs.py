@@ -125,7 +125,12 @@ def test_cmd_image_checks_the_network_before_the_local_base_or_any_build(
     from toolchain.runs import run_loop
 
     monkeypatch.setattr(base_route, "engine_availability", lambda: lambda ref: None)
-    monkeypatch.setattr(run_loop, "build_one", lambda *a: ran.append("build") or 0)
+
+    def build_one(*a: object) -> int:
+        ran.append("build")
+        return 0
+
+    monkeypatch.setattr(run_loop, "build_one", build_one)
     argv = ["image", "--matrix", str(MATRIX), "--cuda", "12.4", "--out", str(tmp_path / "out")]
     args = build_parser().parse_args(argv)
     with pytest.raises(EnvironmentUnavailable, match="APEX_SRC=DIR"):

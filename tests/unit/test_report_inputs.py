@@ -172,11 +172,12 @@ def test_a_run_keeps_going_over_a_corrupt_overview(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     a, b, *_ = _cells()
-    for wrong in (
+    wrongs: list[dict[str, object]] = [
         {"runs": [], "cells": []},
         {"runs": {}, "cells": "x"},
         {"cells": [{"id": 7}], "runs": {"r": 1}},
-    ):
+    ]
+    for wrong in wrongs:
         (out / "matrix-report.json").write_text(json.dumps({"report_version": "1", **wrong}))
         MatrixReport(out, None, "run1").start([a])  # a wrong shape, a bad entry: never a TypeError
         data = json.loads((out / "matrix-report.json").read_text())

@@ -27,6 +27,19 @@ def test_the_cost_table_is_apex_core_build() -> None:
     assert max(COSTS, key=lambda k: COSTS[k].cpu_s(5)) == TOP
 
 
+def _planned(
+    costs: dict[str, unit_schedule.UnitCost],
+    extensions: set[str],
+    n_archs: int,
+    cores: int,
+    raise_threads: bool = True,
+) -> unit_schedule.Schedule:
+    """A schedule the table knows the units of (never None)."""
+    plan = unit_schedule.schedule(costs, extensions, n_archs, cores, raise_threads=raise_threads)
+    assert plan is not None
+    return plan
+
+
 @pytest.mark.parametrize("n_archs", [1, 5])
 def test_each_thread_weight_follows_its_units_cost_per_thread_squared(n_archs: int) -> None:
     plan = unit_schedule.schedule(COSTS, EXTENSIONS, n_archs, cores=16)
@@ -44,7 +57,7 @@ def test_each_thread_weight_follows_its_units_cost_per_thread_squared(n_archs: i
 
 
 def test_five_archs_give_the_costliest_units_more_threads_and_one_arch_none() -> None:
-    five = unit_schedule.schedule(COSTS, EXTENSIONS, 5, cores=16)
+    five = _planned(COSTS, EXTENSIONS, 5, cores=16)
     assert five.units[TOP][0] >= 2 and five.units["amp_C/multi_tensor_adam.o"][0] == 1
     # a unit with t threads alone needs cost / t: none may need more than the work bound / the margin
     assert all(
@@ -52,12 +65,12 @@ def test_five_archs_give_the_costliest_units_more_threads_and_one_arch_none() ->
         for k, (t, _) in five.units.items()
     )
     assert five.extra_threads == sum(t - 1 for t, _ in five.units.values()) > 0
-    one = unit_schedule.schedule(COSTS, EXTENSIONS, 1, cores=16)
+    one = _planned(COSTS, EXTENSIONS, 1, cores=16)
     assert one.extra_threads == 0 and one.units[TOP] == (1, 0)
     # a 4-core runner's work bound is 4x longer: no unit needs a second thread there
-    assert unit_schedule.schedule(COSTS, EXTENSIONS, 5, cores=4).extra_threads == 0
+    assert _planned(COSTS, EXTENSIONS, 5, cores=4).extra_threads == 0
     # the slot rule (raise_threads=False) keeps the plan's threads and ranks by niceness only
-    assert unit_schedule.schedule(COSTS, EXTENSIONS, 5, 16, raise_threads=False).extra_threads == 0
+    assert _planned(COSTS, EXTENSIONS, 5, 16, raise_threads=False).extra_threads == 0
 
 
 def test_a_build_the_table_does_not_know_gets_no_schedule() -> None:
@@ -67,7 +80,7 @@ def test_a_build_the_table_does_not_know_gets_no_schedule() -> None:
 
 
 def test_the_h200_plan_counts_the_scheduled_threads_in_its_memory() -> None:
-    five = unit_schedule.schedule(COSTS, EXTENSIONS, 5, cores=16)
+    five = _planned(COSTS, EXTENSIONS, 5, cores=16)
     host = parallelism.HostResources(16, None, 125.0, "MemAvailable")
     plan = parallelism.plan(
         host, n_archs=5, n_extensions=12, env={}, scheduled_extra_threads=five.extra_threads
@@ -185,7 +198,7 @@ def test_a_ninja_build_through_the_runner_lines_up_both_clocks_and_bounds_by_cpu
         "softmax/big.o": unit_schedule.UnitCost(5.0, 1.0, True),
         "softmax/small.o": unit_schedule.UnitCost(1.0, 0.2, True),
     }
-    plan = unit_schedule.schedule(costs, {"softmax"}, n_archs=1, cores=2)
+    plan = _planned(costs, {"softmax"}, n_archs=1, cores=2)
     times = tmp_path / "out" / build_timing.TIMES_NAME
     times.parent.mkdir()
     nvcc = unit_schedule.route_nvcc(plan, {}, "cc", None, tmp_path, times, user_threads=False)

@@ -16,6 +16,7 @@ import pytest
 
 from tests.unit.test_verify_fatbin import elf_with_sections, fatbin_container
 from verify.checks import Status
+from verify.domain.report_json import EnvironmentJSON
 from verify.layers import expectations, extensions, identity
 from verify.layers.arch import arch_layer
 from verify.layers.extensions import ExtensionResult
@@ -293,10 +294,11 @@ def test_the_report_block_says_what_identity_found(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- environment, report
-def _h200_env(arch_list: list[str]) -> dict:
+def _h200_env(arch_list: list[str]) -> EnvironmentJSON:
     from tests.unit.test_verify_drivers import _env
 
     env = _env("580.95.05", "13.0", available=True)
+    assert env["torch"]
     env["torch"]["arch_list"] = arch_list
     return env
 

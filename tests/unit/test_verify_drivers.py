@@ -13,6 +13,7 @@ import pytest
 
 from tests.support import REPO
 from verify.checks import Status
+from verify.domain.report_json import EnvironmentJSON, TorchJSON
 from verify.layers import drivers, environment
 from verify.report import assemble as report_mod
 from verify.runtime import exit_codes
@@ -71,8 +72,8 @@ def test_driver_version_from_the_kernel_modules_file(tmp_path: Path, text: str, 
     assert environment.driver_version(proc) == (version, str(proc))
 
 
-def _env(driver: str | None, cuda: str | None, available: bool) -> dict:
-    torch_info = {
+def _env(driver: str | None, cuda: str | None, available: bool) -> EnvironmentJSON:
+    torch_info: TorchJSON = {
         "version": "2.11.0+cu130",
         "path": "/x",
         "cuda": cuda,

@@ -90,14 +90,17 @@ def test_reads_sass_and_ptx_from_two_containers(tmp_path: Path) -> None:
 def test_relocatable_fatbin_section_is_read(tmp_path: Path) -> None:
     obj = tmp_path / "k.o"
     obj.write_bytes(elf_with_sections({"__nv_relfatbin": fatbin_container([(2, 86, 0x11)])}))
-    assert fatbin.read_targets(obj).sass == ["sm_86"]
+    targets = fatbin.read_targets(obj)
+    assert targets and targets.sass == ["sm_86"]
 
 
 def test_elf_without_gpu_code_is_none(tmp_path: Path) -> None:
     plain = tmp_path / "cpu_only.so"
     plain.write_bytes(elf_with_sections({".text": b"\xc3"}))
     assert fatbin.read_targets(plain) is None
-    real = importlib.util.find_spec("_ctypes").origin  # a real CPU-only extension module of this Python
+    spec = importlib.util.find_spec("_ctypes")  # a real CPU-only extension module of this Python
+    assert spec and spec.origin
+    real = spec.origin
     assert fatbin.read_targets(real) is None
 
 
@@ -189,6 +192,7 @@ def test_real_nvcc_shared_library(tmp_path: Path) -> None:
         timeout=120,
     )
     targets = fatbin.read_targets(so)
+    assert targets is not None
     assert targets.to_json() == {"sass": ["sm_80", "sm_90a"], "ptx": ["compute_90"]}
     assert fatbin.compatibility(targets, (9, 0)).via == "sm_90a"
     assert fatbin.compatibility(targets, (10, 0)).via == "compute_90"
@@ -209,12 +213,15 @@ def test_arch_is_checked_on_every_gpu_of_the_node(tmp_path: Path) -> None:
     one = [_ext(tmp_path, "amp_C", [(2, 90, 0x11)])]
     single = arch_layer(one, (9, 0), [(9, 0)])
     assert single.checks[0].status.value == "PASS" and "GPUs" not in single.checks[0].summary
-    assert "devices" not in single.extensions[0].arch and one[0].arch is None  # a new result; the input stays
+    assert (
+        "devices" not in (single.extensions[0].arch or {}) and one[0].arch is None
+    )  # a new result; the input stays
     eight = arch_layer([_ext(tmp_path, "amp_C", [(2, 90, 0x11)])], (9, 0), [(9, 0)] * 8)
     assert eight.checks[0].status.value == "PASS" and eight.checks[0].summary.endswith(
         "; all 8 GPUs can run it"
     )
-    assert [d["compatible"] for d in eight.extensions[0].arch["devices"]] == [True] * 8
+    eight_arch = eight.extensions[0].arch
+    assert eight_arch and [d["compatible"] for d in eight_arch["devices"]] == [True] * 8
     # a mixed node: cuda:2 is an A100 and the build has sm_90 only
     mixed = [
         _ext(tmp_path, "amp_C", [(2, 90, 0x11)]),
@@ -227,7 +234,9 @@ def test_arch_is_checked_on_every_gpu_of_the_node(tmp_path: Path) -> None:
         and "cuda:2: arch mismatch: built for sm_90 only" in checks["amp_C"].summary
     )
     assert checks["fused_layer_norm_cuda"].status.value == "PASS"
-    assert layer.extensions[0].arch["compatible"] is True  # GPU 0, where parity and timing run, is fine
+    assert (layer.extensions[0].arch or {})[
+        "compatible"
+    ] is True  # GPU 0, where parity and timing run, is fine
     usable = usable_on_devices(layer.extensions, 3)
     assert usable[0] == usable[1] == {"amp_C", "fused_layer_norm_cuda"} and usable[2] == {
         "fused_layer_norm_cuda"

@@ -232,8 +232,9 @@ def test_wheel_tags_against_this_python_and_platform(wheel: str, fits: bool) -> 
 
 def test_nearest_prefers_the_same_torch_minor_then_the_nearest_newer_minor() -> None:
     stacks = [IndexStack(n, "", (), ()) for n in ("torch2.10-cu130", "torch2.12-cu130", "torch2.11-cu126")]
-    assert choice.nearest(_local(), stacks).name == "torch2.11-cu126"
-    assert choice.nearest(_local(), stacks[:2]).name == "torch2.12-cu130"  # a tie goes to the newer
+    first, second = choice.nearest(_local(), stacks), choice.nearest(_local(), stacks[:2])
+    assert first and first.name == "torch2.11-cu126"
+    assert second and second.name == "torch2.12-cu130"  # a tie goes to the newer
     assert "--archs 9.0" in choice.build_command(_local(gpu_arch="9.0"))
     assert "--archs" not in choice.build_command(_local(torch_cuda=None))
 

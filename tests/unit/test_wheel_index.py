@@ -10,6 +10,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -75,11 +76,13 @@ def test_the_installed_wheels_manifest_allows_another_patch_but_not_another_mino
 
     record = m.BuildManifest(versions=m.Versions(torch="2.11.0+cu130"))
     assert m.torch_mismatch(record, "2.11.1+cu130", m.INSTALLED_ORIGIN) is None
-    assert "built for torch 2.11.0+cu130" in m.torch_mismatch(record, "2.12.0+cu130", m.INSTALLED_ORIGIN)
-    assert "this torch's stack" in m.torch_mismatch(record, "2.11.0+cu128", m.INSTALLED_ORIGIN)
-    assert "another image" in m.torch_mismatch(
-        record, "2.11.1+cu130", "--manifest"
-    )  # a named manifest: exact
+    assert "built for torch 2.11.0+cu130" in (
+        m.torch_mismatch(record, "2.12.0+cu130", m.INSTALLED_ORIGIN) or ""
+    )
+    assert "this torch's stack" in (m.torch_mismatch(record, "2.11.0+cu128", m.INSTALLED_ORIGIN) or "")
+    assert "another image" in (
+        m.torch_mismatch(record, "2.11.1+cu130", "--manifest") or ""
+    )  # a named one: exact
 
 
 def test_the_build_venv_sees_the_suites_own_packages_not_the_base_interpreters(tmp_path: Path) -> None:
@@ -90,7 +93,7 @@ def test_the_build_venv_sees_the_suites_own_packages_not_the_base_interpreters(t
     done = subprocess.run([str(python), "-c", ask], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     setuptools_file, torch_file, version = json.loads(done.stdout)
-    import setuptools
+    import setuptools  # type: ignore[import-untyped]  # setuptools ships no py.typed; only __file__ is read
 
     assert (setuptools_file, torch_file) == (setuptools.__file__, torch.__file__)
     assert tuple(int(x) for x in version.split(".")[:2]) >= (70, 1), version  # bdist_wheel of its own
@@ -101,7 +104,7 @@ def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """out/ folders of the builder's runs: a good one, a newer build of it, a gate that fails, one linking zlib."""
     root = tmp_path_factory.mktemp("wheel-index-builds")
     python = wb.torch_venv(root / "venv")
-    runs = {
+    runs: dict[str, dict[str, Any]] = {
         "good": {},
         "newer": {"started": "2026-12-02T08:00:00+00:00"},
         "broken": {"module": wb.BROKEN_MODULE},
@@ -469,7 +472,7 @@ def test_a_plain_static_server_serves_the_same_index_as_html(served, tmp_path) -
         text=True,
     )
     try:
-        assert "Serving HTTP" in plain.stdout.readline()
+        assert plain.stdout and "Serving HTTP" in plain.stdout.readline()
         done = subprocess.run(
             [
                 sys.executable,

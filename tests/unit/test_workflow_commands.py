@@ -27,7 +27,9 @@ def runner_commands(output: str) -> list[str]:
                 stopped = None
             continue
         if text.startswith("::"):
-            name = re.match(r"::([^: ]*)", text).group(1)
+            command = re.match(r"::([^: ]*)", text)
+            assert command  # the pattern matches any text that starts with ::
+            name = command.group(1)
             if name == "stop-commands":
                 stopped = text.split("::")[2]
             else:
