@@ -64,7 +64,7 @@ def _text(version: Version) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class Policy:
+class ManylinuxPolicy:
     """One manylinux policy's limits for one architecture."""
 
     glibc: Version  # (2, 28)
@@ -75,12 +75,12 @@ class Policy:
         return version <= self.limits[family]
 
 
-def policies(arch: str, path: Path = POLICY) -> list[Policy]:
+def policies(arch: str, path: Path = POLICY) -> list[ManylinuxPolicy]:
     """The policies for `arch`, oldest glibc first; [] for an architecture the table does not know."""
     rows = tomllib.loads(path.read_text()).get(arch) or []
     return sorted(
         (
-            Policy(
+            ManylinuxPolicy(
                 glibc=_version(row["glibc"]),
                 limits={f: _version(row[f]) for f in CXX_FAMILIES},
                 named=frozenset(row["named"]),
@@ -206,7 +206,7 @@ def decide(
     arch: str | None,
     asked: dict[str, set[Version]],
     other: set[str],
-    table: list[Policy] | None = None,
+    table: list[ManylinuxPolicy] | None = None,
 ) -> tuple[Version | None, list[str]]:
     """(the glibc the tag names, problems) for the versions asked: family -> numeric versions, and the
     non-numeric names (GLIBC_PRIVATE, CXXABI_TM_1). Pure: the tests feed it directly."""
@@ -224,7 +224,7 @@ def decide(
     ]
     cxx_named = {name for name in other if not name.startswith("GLIBC")}
 
-    def governing(x: Version) -> Policy:
+    def governing(x: Version) -> ManylinuxPolicy:
         return [p for p in table if p.glibc <= x][-1]
 
     for x in [glibc, *(p.glibc for p in table if p.glibc > glibc)]:  # raised to a policy the C++ fits
