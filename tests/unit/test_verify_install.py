@@ -281,3 +281,37 @@ def test_full_runs_verifys_whole_run_and_require_passes_through(monkeypatch, tmp
     )
     assert command.run(["--index", "http://x/"], "apex-verify", verify_run) == exit_codes.FAILED
     assert calls == [["--require=FusedAdam"], ["--static"]]
+
+
+def test_the_pip_way_from_the_index_alone(parts, served, tmp_path) -> None:
+    """What the README gives a user with torch: apex-verify from the stack's page of the index, then the one
+    command; and the zipapp linked from the top page, the same bytes as `build.py zipapp` makes."""
+    python = wb.torch_venv(tmp_path / "venv")
+    got = subprocess.run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "apex-verify",
+            "--index-url",
+            served.url.rstrip("/") + f"/{STACK}/simple",
+        ],
+        env=wb.isolated_pip_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert got.returncode == 0, got.stdout + got.stderr
+    done = _apex_verify(python, "install", "--index", served.url, "--require=", cwd=tmp_path)
+    assert done.returncode == exit_codes.OK, done.stdout + done.stderr
+    assert any(line.startswith("apex-verify install: PASS") for line in done.stdout.splitlines())
+    stacks = json.loads((parts["root"] / "index" / "stacks.json").read_text())
+    zipapp = parts["root"] / "index" / stacks["tools"]["zipapp"]["file"]
+    assert (
+        zipapp.name == "verify.pyz"
+        and 'href="tools/verify.pyz"' in (parts["root"] / "index" / "index.html").read_text()
+    )
+    made = run_build("zipapp", "--out", str(tmp_path / "verify.pyz"))
+    assert made.returncode == 0 and (tmp_path / "verify.pyz").read_bytes() == zipapp.read_bytes()

@@ -59,6 +59,17 @@ def wheels_in(sources: list[Path]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
+def _tools(folder: Path) -> dict[str, Path]:
+    """verify as the apex-verify wheel and as a zipapp, from this checkout: published beside every stack's
+    wheels, so `pip install apex-verify --index-url INDEX/<stack>/simple` needs nothing else."""
+    from toolchain.image import verify_wheel, verify_zipapp
+
+    return {
+        "wheel": verify_wheel.build(folder).path,
+        "zipapp": verify_zipapp.build(folder / "verify.pyz").path,
+    }
+
+
 def cmd_index(args: argparse.Namespace, console: Console) -> int:
     with tempfile.TemporaryDirectory(prefix="apex-index-images-") as work:
         sources = list(args.wheels)
@@ -83,7 +94,7 @@ def cmd_index(args: argparse.Namespace, console: Console) -> int:
         results = [wheel_check.check(w, allowed, Path(work)) for w in wheels]
         passed = [r for r in results if isinstance(r, wheel_check.CheckedWheel)]
         refused = [r for r in results if isinstance(r, wheel_check.Refusal)]
-        outcomes = publish.add(args.index, passed) if passed else []
+        outcomes = publish.add(args.index, passed, _tools(Path(work) / "tools")) if passed else []
     for outcome in outcomes:
         detail = f" ({outcome.detail})" if outcome.detail else ""
         print(printable(f"{outcome.action:9} {outcome.stack}/{outcome.wheel}{detail}"))

@@ -11,8 +11,31 @@ import json
 import urllib.parse
 
 PROJECT = "apex"
+TOOL_PROJECT = "apex-verify"  # verify's own wheel, on every stack's page beside Apex's
+TOOLS_FOLDER = "tools"  # INDEX/tools/: the apex-verify wheel and the verify zipapp, shared by every stack
 API_VERSION = "1.1"
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolFile:
+    """A file under INDEX/tools/ (the apex-verify wheel, the zipapp), as the pages link it."""
+
+    name: str
+    sha256: str
+    size: int
+    version: str
+
+    def href_from_project(self) -> str:  # from <stack>/simple/<project>/
+        return f"../../../{TOOLS_FOLDER}/{urllib.parse.quote(self.name)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Tools:
+    """What `build.py index` publishes beside the wheels: verify as a wheel and as a zipapp."""
+
+    wheel: ToolFile
+    zipapp: ToolFile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,16 +65,53 @@ def _dumps(data: object) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-def root_html() -> str:
+def _projects(tools: Tools | None) -> list[str]:
+    return [PROJECT, TOOL_PROJECT] if tools else [PROJECT]
+
+
+def root_html(tools: Tools | None = None) -> str:
+    links = "\n".join(f'<a href="{p}/">{p}</a>' for p in _projects(tools))
     return (
         "<!DOCTYPE html>\n<html>\n<head>\n"
         f'<meta name="pypi:repository-version" content="{API_VERSION}">\n<title>Simple index</title>\n'
-        f'</head>\n<body>\n<a href="{PROJECT}/">{PROJECT}</a>\n</body>\n</html>\n'
+        f"</head>\n<body>\n{links}\n</body>\n</html>\n"
     )
 
 
-def root_json() -> str:
-    return _dumps({"meta": {"api-version": API_VERSION}, "projects": [{"name": PROJECT}]})
+def root_json(tools: Tools | None = None) -> str:
+    return _dumps({"meta": {"api-version": API_VERSION}, "projects": [{"name": p} for p in _projects(tools)]})
+
+
+def tool_html(tool: ToolFile) -> str:
+    """simple/apex-verify/: its one wheel (pure Python; pip reads its metadata from the wheel itself)."""
+    href = html.escape(tool.href_from_project())
+    return (
+        "<!DOCTYPE html>\n<html>\n<head>\n"
+        f'<meta name="pypi:repository-version" content="{API_VERSION}">\n<title>Links for {TOOL_PROJECT}</title>\n'
+        f"</head>\n<body>\n<h1>Links for {TOOL_PROJECT}</h1>\n"
+        f'<a href="{href}#sha256={tool.sha256}" data-requires-python="&gt;=3.10">{html.escape(tool.name)}</a><br>\n'
+        "</body>\n</html>\n"
+    )
+
+
+def tool_json(tool: ToolFile) -> str:
+    return _dumps(
+        {
+            "meta": {"api-version": API_VERSION},
+            "name": TOOL_PROJECT,
+            "versions": [tool.version],
+            "files": [
+                {
+                    "filename": tool.name,
+                    "url": tool.href_from_project(),
+                    "hashes": {"sha256": tool.sha256},
+                    "requires-python": ">=3.10",
+                    "size": tool.size,
+                    "yanked": False,
+                }
+            ],
+        }
+    )
 
 
 def project_html(entries: list[Entry]) -> str:
@@ -124,11 +184,35 @@ def _newest_glibc(entries: list[Entry]) -> str:
     return max(known, key=lambda v: tuple(int(x) for x in v.split(".")))
 
 
-def top_json(entries: list[Entry]) -> str:
-    return _dumps({"index_version": 1, "project": PROJECT, "stacks": stack_rows(entries)})
+def _tools_json(tools: Tools | None) -> dict[str, object]:
+    if tools is None:
+        return {}
+    return {
+        "tools": {
+            TOOL_PROJECT: {"file": f"{TOOLS_FOLDER}/{tools.wheel.name}", "sha256": tools.wheel.sha256},
+            "zipapp": {"file": f"{TOOLS_FOLDER}/{tools.zipapp.name}", "sha256": tools.zipapp.sha256},
+        }
+    }
 
 
-def top_html(entries: list[Entry]) -> str:
+def top_json(entries: list[Entry], tools: Tools | None = None) -> str:
+    return _dumps({"index_version": 1, "project": PROJECT, "stacks": stack_rows(entries), **_tools_json(tools)})
+
+
+def _tools_html(tools: Tools | None) -> str:
+    if tools is None:
+        return ""
+    wheel, app = (html.escape(urllib.parse.quote(t.name)) for t in (tools.wheel, tools.zipapp))
+    return (
+        "<h2>Check what you installed</h2>\n<p>In any environment with torch: "
+        "<code>pip install apex-verify --index-url &lt;INDEX&gt;/&lt;stack&gt;/simple</code>, then "
+        "<code>apex-verify install --index &lt;INDEX&gt;</code> installs this torch's Apex wheel and verifies it. "
+        f'Or without installing: <a href="{TOOLS_FOLDER}/{app}">{app}</a> (<code>python {app} --static</code>); '
+        f'the wheel: <a href="{TOOLS_FOLDER}/{wheel}">{wheel}</a>.</p>\n'
+    )
+
+
+def top_html(entries: list[Entry], tools: Tools | None = None) -> str:
     cells = []
     for row in stack_rows(entries):
         cells.append(
@@ -154,5 +238,6 @@ def top_html(entries: list[Entry]) -> str:
         "its build manifest and report in its .dist-info; pip refuses it on another torch minor. "
         "<em>glibc</em>: the oldest glibc the stack's wheels run on (their manylinux_2_X tag).</p>\n"
         "<table>\n<tr><th>stack</th><th>archs</th><th>Apex commit</th><th>verify</th><th>glibc</th><th>built</th>"
-        "<th>wheels</th><th>install</th></tr>\n" + "\n".join(cells) + "\n</table>\n</body>\n</html>\n"
+        "<th>wheels</th><th>install</th></tr>\n" + "\n".join(cells) + "\n</table>\n" + _tools_html(tools)
+        + "</body>\n</html>\n"
     )

@@ -141,18 +141,34 @@ def _write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
-def add(index: Path, wheels: list[CheckedWheel]) -> list[Outcome]:
+def add(
+    index: Path, wheels: list[CheckedWheel], tools: dict[str, Path] | None = None
+) -> list[Outcome]:
     """Publish the checked wheels into `index`; returns what happened to each. One writer at a time: a second
-    `build.py index` on the same folder waits for the first (INDEX/.lock)."""
+    `build.py index` on the same folder waits for the first (INDEX/.lock). `tools`: {"wheel": the apex-verify
+    wheel, "zipapp": verify.pyz}, copied to INDEX/tools/ and linked from every stack's page and the top page."""
     index.mkdir(parents=True, exist_ok=True)
     with open(
         index / ".lock", "a"
     ) as lock:  # "a": never truncated, so a run that changes nothing changes nothing
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return _add(index, wheels)
+        return _add(index, wheels, _publish_tools(index, tools) if tools else None)
 
 
-def _add(index: Path, wheels: list[CheckedWheel]) -> list[Outcome]:
+def _publish_tools(index: Path, tools: dict[str, Path]) -> pages.Tools:
+    """Copy the tool files into INDEX/tools/ (unchanged bytes are not rewritten: both are reproducible)."""
+    files = {}
+    for kind, path in tools.items():
+        data = path.read_bytes()
+        target = index / pages.TOOLS_FOLDER / path.name
+        if not (target.is_file() and target.read_bytes() == data):
+            atomic.write_bytes(target, data)
+        version = path.name.split("-")[1] if kind == "wheel" else "0"
+        files[kind] = pages.ToolFile(path.name, hashlib.sha256(data).hexdigest(), len(data), version)
+    return pages.Tools(wheel=files["wheel"], zipapp=files["zipapp"])
+
+
+def _add(index: Path, wheels: list[CheckedWheel], tools: pages.Tools | None = None) -> list[Outcome]:
     current = {(e.stack, e.name): e for e in published(index)}
     outcomes, stale = [], []
     for wheel in wheels:
@@ -184,20 +200,23 @@ def _add(index: Path, wheels: list[CheckedWheel]) -> list[Outcome]:
                 f"over the build of {old.built_at}" if old else "",
             )
         )
-    write_pages(index, list(current.values()))
+    write_pages(index, list(current.values()), tools)
     for stale_folder in stale:  # no page links it any more
         shutil.rmtree(stale_folder, ignore_errors=True)
     return outcomes
 
 
-def write_pages(index: Path, entries: list[pages.Entry]) -> None:
+def write_pages(index: Path, entries: list[pages.Entry], tools: pages.Tools | None = None) -> None:
     for stack in sorted({e.stack for e in entries}):
         mine = [e for e in entries if e.stack == stack]
         simple = index / stack / "simple"
         _write_if_changed(simple / pages.PROJECT / "index.html", pages.project_html(mine))
         _write_if_changed(simple / pages.PROJECT / "index.json", pages.project_json(mine))
-        _write_if_changed(simple / "index.html", pages.root_html())
-        _write_if_changed(simple / "index.json", pages.root_json())
+        if tools:
+            _write_if_changed(simple / pages.TOOL_PROJECT / "index.html", pages.tool_html(tools.wheel))
+            _write_if_changed(simple / pages.TOOL_PROJECT / "index.json", pages.tool_json(tools.wheel))
+        _write_if_changed(simple / "index.html", pages.root_html(tools))
+        _write_if_changed(simple / "index.json", pages.root_json(tools))
     if entries:
-        _write_if_changed(index / "stacks.json", pages.top_json(entries))
-        _write_if_changed(index / "index.html", pages.top_html(entries))
+        _write_if_changed(index / "stacks.json", pages.top_json(entries, tools))
+        _write_if_changed(index / "index.html", pages.top_html(entries, tools))
