@@ -196,7 +196,9 @@ def _tools_json(tools: Tools | None) -> dict[str, object]:
 
 
 def top_json(entries: list[Entry], tools: Tools | None = None) -> str:
-    return _dumps({"index_version": 1, "project": PROJECT, "stacks": stack_rows(entries), **_tools_json(tools)})
+    return _dumps(
+        {"index_version": 1, "project": PROJECT, "stacks": stack_rows(entries), **_tools_json(tools)}
+    )
 
 
 def _tools_html(tools: Tools | None) -> str:
@@ -238,6 +240,9 @@ def top_html(entries: list[Entry], tools: Tools | None = None) -> str:
         "its build manifest and report in its .dist-info; pip refuses it on another torch minor. "
         "<em>glibc</em>: the oldest glibc the stack's wheels run on (their manylinux_2_X tag).</p>\n"
         "<table>\n<tr><th>stack</th><th>archs</th><th>Apex commit</th><th>verify</th><th>glibc</th><th>built</th>"
-        "<th>wheels</th><th>install</th></tr>\n" + "\n".join(cells) + "\n</table>\n" + _tools_html(tools)
+        "<th>wheels</th><th>install</th></tr>\n"
+        + "\n".join(cells)
+        + "\n</table>\n"
+        + _tools_html(tools)
         + "</body>\n</html>\n"
     )

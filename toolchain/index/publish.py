@@ -141,9 +141,7 @@ def _write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
-def add(
-    index: Path, wheels: list[CheckedWheel], tools: dict[str, Path] | None = None
-) -> list[Outcome]:
+def add(index: Path, wheels: list[CheckedWheel], tools: dict[str, Path] | None = None) -> list[Outcome]:
     """Publish the checked wheels into `index`; returns what happened to each. One writer at a time: a second
     `build.py index` on the same folder waits for the first (INDEX/.lock). `tools`: {"wheel": the apex-verify
     wheel, "zipapp": verify.pyz}, copied to INDEX/tools/ and linked from every stack's page and the top page."""
