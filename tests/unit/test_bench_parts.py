@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from typing import Any
 
 import pytest
 import torch
@@ -13,13 +14,13 @@ from torch import nn
 from verify.bench import cli, micro, results, stages
 from verify.bench import model as gpt
 from verify.bench.apex_parts import ApexPart
-from verify.bench.config import PRESETS
+from verify.bench.config import PRESETS, BenchConfig
 from verify.timing import kernel_variants
 from verify.timing.cuda_timer import Timing
 from verify.timing.kernel_compare import Variant
 
 
-def _cfg(**over: object):
+def _cfg(**over: Any) -> BenchConfig:  # any of BenchConfig's fields, each its own type
     args = ["--device", "cpu", "--out", "/tmp/unused-bench-out"]
     return dataclasses.replace(cli.parse_config(args), **over)
 
@@ -162,7 +163,8 @@ def test_stage_comparisons_say_who_wins_with_an_interval() -> None:
     def run(key: str, median: float) -> stages.StageRun:
         return stages.StageRun(stages.stage_by_key(key), "OK", timing=_timing(key, median), losses=[1.0])
 
-    out = stages._comparisons(
+    # the comparisons are JSON rows (dict[str, object]): read here as the report's values
+    out: list[dict[str, Any]] = stages._comparisons(
         {"adam-fp32": run("adam-fp32", 100.0), "fusedadam-fp32": run("fusedadam-fp32", 80.0)}
     )
     assert len(out) == 1 and out[0]["status"] == "OK" and out[0]["figure"] == "host_inclusive"
@@ -170,7 +172,7 @@ def test_stage_comparisons_say_who_wins_with_an_interval() -> None:
     lo, hi = out[0]["interval"]
     assert lo < 1.25 < hi and lo > 1.1  # well outside the tie band of the host-inclusive figure
     assert out[0]["verdict"].startswith("per training step fusedadam-fp32 is 1.25x faster")
-    tie = stages._comparisons(
+    tie: list[dict[str, Any]] = stages._comparisons(
         {"adam-fp32": run("adam-fp32", 100.0), "fusedadam-fp32": run("fusedadam-fp32", 99.5)}
     )
     assert tie[0]["winner"] == "tie" and tie[0]["verdict"].startswith("per training step they tie (1.01x")
@@ -187,7 +189,7 @@ def _norm_variants(rows: int = 64, hidden: int = 128) -> list:
 def test_compare_times_real_kernels_and_reports_bandwidth_per_figure() -> None:
     cfg = _cfg(micro_rounds=3)
     n_bytes = micro.norm_fwd_bwd_bytes(64, 128, 4, has_bias=True, stats_per_row=2)
-    item = micro._compare(
+    item: dict[str, Any] = micro._compare(
         "FusedLayerNorm",
         "(64, 128) fp32",
         n_bytes,
@@ -214,7 +216,7 @@ def test_compare_records_a_failing_implementation() -> None:
         raise RuntimeError("CUDA error: no kernel image is available for execution on the device\nmore")
 
     variants = [Variant("apex K", "fused", broken), Variant("native K", "native", lambda: lambda: None)]
-    item = micro._compare("K", "case", 8, variants, cfg, torch.device("cpu"), copy_gbps=None)
+    item: dict[str, Any] = micro._compare("K", "case", 8, variants, cfg, torch.device("cpu"), copy_gbps=None)
     assert item["status"] == "FAIL"
     assert (
         item["fused"]["reason"]
@@ -229,7 +231,7 @@ def test_markdown_renders_both_figures_and_the_winners() -> None:
     import datetime
 
     cfg = _cfg(micro_rounds=2)
-    item = micro._compare(
+    item: dict[str, Any] = micro._compare(
         "FusedLayerNorm", "(64, 128) fp32", 1000, _norm_variants(), cfg, torch.device("cpu"), copy_gbps=200.0
     )
     doc = results.build(

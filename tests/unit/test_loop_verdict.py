@@ -86,7 +86,7 @@ def test_a_gap_made_by_the_host_flips_the_plain_verdict_but_not_the_rule() -> No
     ],
 )
 def test_a_winner_named_by_kernels_and_loop_holds_at_every_host_speed(
-    case: tuple[float, ...], expected: str
+    case: tuple[float, float, float, float], expected: str
 ) -> None:
     assert {_verdicts(*case, s, seed)[1] for seed, s in enumerate(SLOWDOWNS)} == {expected}
 
@@ -129,6 +129,7 @@ def test_the_comparison_checks_the_loops_own_pair_on_a_gpu_and_not_on_a_cpu_run(
         _result("torch nn.RMSNorm", "native", 0.312, 0.324),
     ]
     gpu = kernel_compare._decide("FusedRMSNorm", "fp32", "cuda:0", host_bound, plan)
+    assert gpu.host_verdict is not None
     assert gpu.winners() == {KERNEL: "tie", LOOP: "tie"} and gpu.host_verdict.this_run == "native"
     assert "only by host time" in gpu.sentence and gpu.sentence.endswith(
         "apex FusedRMSNorm is host-bound here (0.08 ms of host time per call beyond its 0.31 ms of kernels)"
@@ -140,6 +141,7 @@ def test_the_comparison_checks_the_loops_own_pair_on_a_gpu_and_not_on_a_cpu_run(
         _result("torch fast loop", "native", 0.20, 0.21),
     ]
     v = kernel_compare._decide("X", "c", "cuda:0", native_win, plan)
+    assert v.kernel_verdict is not None and v.host_verdict is not None
     assert v.kernel_verdict.native == "torch slow loop" and v.host_verdict.native == "torch fast loop"
     assert v.host_verdict.winner == "native" and v.host_verdict.kernel_winner == "native"
     # ...a fused one against the fastest native kernels, which a faster host would bring to the front
@@ -149,10 +151,12 @@ def test_the_comparison_checks_the_loops_own_pair_on_a_gpu_and_not_on_a_cpu_run(
         _result("torch fast kernels", "native", 0.10, 0.80),
     ]
     v = kernel_compare._decide("X", "c", "cuda:0", fused_win, plan)
+    assert v.host_verdict is not None
     assert v.host_verdict.native == "torch slow kernels" and v.host_verdict.this_run == "fused"
     assert v.host_verdict.winner == "tie" and v.host_verdict.kernel_winner == "native"
     cpu = [dataclasses.replace(r, on_gpu=False) for r in host_bound]
-    assert kernel_compare._decide("FusedRMSNorm", "fp32", "cpu", cpu, plan).host_verdict.winner == "native"
+    on_cpu = kernel_compare._decide("FusedRMSNorm", "fp32", "cpu", cpu, plan).host_verdict
+    assert on_cpu is not None and on_cpu.winner == "native"
 
 
 def test_a_native_loop_win_is_redecided_on_its_own_pairs_kernels_when_another_native_has_the_fastest_kernels() -> (
@@ -167,6 +171,7 @@ def test_a_native_loop_win_is_redecided_on_its_own_pairs_kernels_when_another_na
         _result("torch fast loop", "native", 0.30, 0.31),
     ]
     v = kernel_compare._decide("X", "c", "cuda:0", results, rules.ROUNDS)
+    assert v.kernel_verdict is not None and v.host_verdict is not None
     assert v.kernel_verdict.native == "torch slow loop" and v.kernel_verdict.winner == "native"
     assert v.host_verdict.native == "torch fast loop" and v.host_verdict.this_run == "native"
     assert v.host_verdict.kernel_winner == "tie" and v.host_verdict.winner == "tie", v.host_verdict.to_json()
@@ -247,6 +252,7 @@ def test_the_committed_eight_runs_keep_their_winners_and_redeciding_them_gives_t
                 [_variant_from_report(t["fused"]), *map(_variant_from_report, t["natives"])],
                 rules.ROUNDS,
             )
+            assert again.host_verdict is not None
             # (the stored rounds are rounded to 10 ns: an interval's end may move in the last digit, not a winner)
             assert (
                 again.winners() == t["winner"] and again.host_verdict.this_run == t[LOOP]["this_run_winner"]

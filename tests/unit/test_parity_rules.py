@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-from verify.checks import Status
+from verify.checks import Check, Status
 from verify.gpu import cases, device, parity_adam, parity_norm, tolerances
 
 
@@ -44,13 +44,13 @@ def _torch_adam(after_step=None):
                     after_step(optimizer.param_groups[0]["params"])
                 return result
 
-            optimizer.step = perturbed_step
+            optimizer.step = perturbed_step  # type: ignore[method-assign]  # the wrong result under test
         return optimizer
 
     return make
 
 
-def _adam(mode: str, fused_adam) -> object:
+def _adam(mode: str, fused_adam) -> Check:
     check, _timings = parity_adam.run_case(
         cases.case(f"fused_adam.{mode}.fp32"), seed=7, fused_adam=fused_adam
     )
@@ -187,7 +187,9 @@ def test_the_tolerance_values_are_pinned_and_each_says_where_it_comes_from() -> 
         ("norm", "fp16", "input_grad"): (1e-3, 1e-3),
         ("norm", "fp16", "param_grad"): (1e-3, 1e-3),
     }
-    table = {("adam", k): v for k, v in tolerances.ADAM_PARAMS.items()}
+    table: dict[tuple[str, ...], tolerances.Tolerance] = {
+        ("adam", k): v for k, v in tolerances.ADAM_PARAMS.items()
+    }
     table |= {("state", k): v for k, v in tolerances.ADAM_STATE.items()}
     table |= {("norm", d, q): v for d, quantities in tolerances.NORM.items() for q, v in quantities.items()}
     assert {k: (t.rtol, t.atol) for k, t in table.items()} == pinned

@@ -5,14 +5,17 @@ from __future__ import annotations
 import datetime
 import json
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from tests.support import REPO
 from verify.checks import Check, Status
+from verify.domain.report_json import EnvironmentJSON, GpuJSON, ReportJSON, TimingJSON, TorchJSON
 from verify.layers import expectations, module_map
 from verify.report import assemble as report
 from verify.report import reader, render
+from verify.runtime import field_types as ft
 from verify.runtime import input_files
 
 
@@ -32,7 +35,7 @@ def test_require_unknown_suggests_closest() -> None:
         expectations.parse_required(["FusedLayerNrom"])
 
 
-def _report(checks: list[Check], *, unavailable: bool = False) -> dict:
+def _report(checks: list[Check], *, unavailable: bool = False) -> ReportJSON:
     return report.build(
         mode="static",
         started_at=datetime.datetime.now(datetime.timezone.utc),
@@ -104,7 +107,7 @@ def test_timings_render_and_validate_against_schema() -> None:
     )
     result = kernel_compare.compare("FusedLayerNorm", "64x256 fp32", variants, "cpu")
     rep = _report([Check("timing", "fused_layer_norm.fp32", Status.INFO, result.sentence)])
-    rep["timings"] = [result.to_json()]
+    rep["timings"] = [cast(TimingJSON, result.to_json())]  # to_json's dict is a TimingJSON row
     assert rep["schema_version"] == "2"
     schema = json.loads(report.SCHEMA_PATH.read_text())
     jsonschema.Draft202012Validator(schema).validate(json.loads(json.dumps(rep)))
@@ -123,7 +126,7 @@ def test_a_v1_timing_row_does_not_validate_as_v2() -> None:
 
     rep = _report([])
     rep["timings"] = [
-        {
+        {  # type: ignore[typeddict-unknown-key]  # a v1 row: the wrong shape on purpose
             "kernel": "mul",
             "case": "c",
             "fused": None,
@@ -141,7 +144,7 @@ def test_a_v1_timing_row_does_not_validate_as_v2() -> None:
 def test_the_gpu_line_names_a_node_of_many_gpus_and_what_differs() -> None:
     from verify.layers import environment
 
-    def gpu(i: int, name: str = "NVIDIA H200", cap: str = "9.0") -> dict:
+    def gpu(i: int, name: str = "NVIDIA H200", cap: str = "9.0") -> GpuJSON:
         return {
             "index": i,
             "name": name,
@@ -153,9 +156,9 @@ def test_the_gpu_line_names_a_node_of_many_gpus_and_what_differs() -> None:
 
     assert environment._other_gpus({"gpus": [gpu(0)]}) == ""  # one GPU: the line is what it always was
     assert environment._other_gpus({"gpus": [gpu(i) for i in range(8)]}).startswith("all 8 alike")
-    mixed = {"gpus": [gpu(0), gpu(1), gpu(2, "NVIDIA A100-SXM4-80GB", "8.0")]}
+    mixed: TorchJSON = {"gpus": [gpu(0), gpu(1), gpu(2, "NVIDIA A100-SXM4-80GB", "8.0")]}
     assert environment._other_gpus(mixed) == "differs: cuda:2 NVIDIA A100-SXM4-80GB (sm_80)"
-    env = {"torch": {"gpus": mixed["gpus"]}}
+    env: EnvironmentJSON = {"torch": {"gpus": mixed["gpus"]}}
     assert environment.device_capabilities(env) == [(9, 0), (9, 0), (8, 0)]
     assert environment.device_capabilities({"torch": None}) == []
 
@@ -204,6 +207,7 @@ def test_reports_of_every_schema_version_in_the_evidence_are_read(path: Path) ->
 
 def test_the_accepted_shape_is_the_schemas(static_report: Path) -> None:
     shape = reader.read_shape()
+    assert isinstance(shape, ft.Record)
     schema = reader.schema()
     assert set(shape.fields) == set(
         schema["properties"]
