@@ -233,8 +233,8 @@ def build(
         "stages": stage_list,
         "stage_comparisons": cast("list[StageComparisonJSON]", stages["comparisons"]),
         "micro": {
-            "optimizer": cast("list[MicroItemJSON]", list(optimizer)),
-            "norm": cast("list[MicroItemJSON]", list(norms)),
+            "optimizer": cast("list[MicroItemJSON]", optimizer),
+            "norm": cast("list[MicroItemJSON]", norms),
         },
         "plots": [],
         "summary": summary,
