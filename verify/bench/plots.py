@@ -120,7 +120,9 @@ def _kernels_plot(doc: BenchJSON, plt: Any) -> Any:
             right.text(pct, yk, f" {impl['name']} {label}", va="center", fontsize=6)
     right.axvline(100.0, color="black", linewidth=0.8)
     copy = doc["copy_bandwidth"]
-    right.set_xlabel(f"% of copy bandwidth by kernel time ({(copy['GBps'] if copy else None) or 0:.0f} GB/s)")
+    right.set_xlabel(
+        f"% of copy bandwidth by kernel time ({(copy.get('GBps') if copy else None) or 0:.0f} GB/s)"
+    )
     pcts = [
         (i["pct_of_copy"] or {}).get("kernel_time") or 0.0 for item in items for i in implementations(item)
     ]
