@@ -96,7 +96,7 @@ class CellFields:
     os: str = ""
     archs: tuple[str, ...] = ()
     extras: tuple[str, ...] = ()
-    data: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    data: Mapping[str, object] = dataclasses.field(default_factory=dict, repr=False)
 
     _TYPED = ("cuda", "torch", "python", "os", "archs", "extras")
 
@@ -128,7 +128,7 @@ class BuildRecord:
     tag: str | None = None
     target: str | None = None
     log_path: str | None = None
-    ccache_carried: Mapping[str, Any] | None = None  # --ccache-dir: the directory before and after
+    ccache_carried: Mapping[str, object] | None = None  # --ccache-dir: the directory before and after
     stage_failed: str | None = None
     step_failed: str | None = None
     log_tail: tuple[str, ...] | None = None
@@ -143,7 +143,7 @@ class BuildRecord:
     digest: str | None = None
     pulled: bool | None = None
     image_id: str | None = None
-    signature: Mapping[str, Any] | None = None
+    signature: Mapping[str, object] | None = None
 
     def replace(self, **changes: Any) -> BuildRecord:
         return dataclasses.replace(self, **changes)
@@ -211,7 +211,7 @@ class CellResult:
         return dataclasses.replace(self, **changes)
 
     def to_json(self) -> dict[str, object]:
-        data: dict[str, Any] = {
+        data: dict[str, object] = {
             "result_version": RESULT_VERSION,
             "id": self.id,
             "name": self.name,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from toolchain.errors import CellProblem
@@ -26,7 +27,7 @@ class CellValues:
     """Resolve one cell's layers; collect problems instead of stopping at the first."""
 
     def __init__(
-        self, name: str, label: str, layers: list[tuple[str, dict[str, Any]]], facts: Compat
+        self, name: str, label: str, layers: Sequence[tuple[str, Mapping[str, object]]], facts: Compat
     ) -> None:
         self.name = name
         self.label = label

@@ -8,7 +8,7 @@ generator (exit 2) instead of a build.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TypedDict
 
 from toolchain.errors import UsageError
 from toolchain.spec import image_labels, targets
@@ -37,12 +37,79 @@ def check_repository(value: str | None, option: str) -> None:
         )
 
 
+class GhCellJSON(TypedDict):
+    """One `include` entry of gh-matrix: a cell as the build workflow's jobs use it."""
+
+    cell: str
+    target: str
+    id: str
+    image: str
+    cuda: str
+    torch: str
+    python: str
+    os: str
+    archs: str
+    platform: str
+    tag: str
+    stack_artifact: str
+    runner: str
+    gpu_runner: list[str]
+    cache_scope: str
+
+
+class GhMatrixJSON(TypedDict):
+    include: list[GhCellJSON]
+
+
+class GhStackJSON(TypedDict):
+    """One `include` entry of gh-matrix --stacks: a registry tag and the cells under it."""
+
+    tag: str
+    cells: str
+    platforms: str
+    artifact: str
+
+
+class GhStacksJSON(TypedDict):
+    include: list[GhStackJSON]
+
+
+class BakeGroupJSON(TypedDict):
+    targets: list[str]
+
+
+# one bake target (a cell); the cache keys are not identifiers, hence the functional form
+BakeTargetJSON = TypedDict(
+    "BakeTargetJSON",
+    {
+        "context": str,
+        "dockerfile": str,
+        "target": str,
+        "args": dict[str, str],
+        "labels": dict[str, str],
+        "tags": list[str],
+        "platforms": list[str],
+        "output": list[str],
+        "cache-from": list[str],
+        "cache-to": list[str],
+    },
+    total=False,
+)
+
+
+class BakeJSON(TypedDict):
+    """docker-bake.json: the `default` group and one target per cell."""
+
+    group: dict[str, BakeGroupJSON]
+    target: dict[str, BakeTargetJSON]
+
+
 def image_ref(cell: Cell, registry: str | None) -> str:
     """`ghcr.io/org/apex:<tag>` (Cell.tag: one for all the stack's platforms), or the bare cell id for a local image."""
     return f"{registry.rstrip('/')}:{cell.tag}" if registry else cell.id
 
 
-def gh_matrix(cells: list[Cell], registry: str | None = None) -> dict[str, Any]:
+def gh_matrix(cells: list[Cell], registry: str | None = None) -> GhMatrixJSON:
     """`strategy.matrix` for GitHub Actions: one `include` entry per cell (use with fromJson). `target` is
     the cell's bake target (bake_target_name): the workflow asks bake for it, never for `cell`."""
     names = bake_target_names(cells)
@@ -71,7 +138,7 @@ def gh_matrix(cells: list[Cell], registry: str | None = None) -> dict[str, Any]:
     }
 
 
-def gh_stacks(cells: list[Cell]) -> dict[str, Any]:
+def gh_stacks(cells: list[Cell]) -> GhStacksJSON:
     """`strategy.matrix` for the index job: one entry per registry tag, naming the cells (one per platform)
     whose digests `build.py publish-index` puts under it."""
     stacks: dict[str, list[Cell]] = {}
@@ -125,17 +192,17 @@ def bake(
     cache: str = "none",
     cache_ref: str | None = None,
     push_by_digest: bool = False,
-) -> dict[str, Any]:
+) -> BakeJSON:
     """A docker-bake.json: one target per cell with its build args, labels and tag(s), grouped as `default`.
 
     `docker buildx bake -f docker-bake.json [--push] [TARGET...]` then builds the matrix on whatever
     BuildKit builders are configured (local, remote, Kubernetes), with no scheduler of ours.
     """
-    entries: dict[str, Any] = {}
+    entries: dict[str, BakeTargetJSON] = {}
     names = bake_target_names(cells)
     for cell in cells:
         args = targets.build_args(cell.build_args(), target, cell.base_route)
-        entry: dict[str, Any] = {
+        entry: BakeTargetJSON = {
             "context": ".",
             "dockerfile": "docker/Dockerfile",
             "target": target,

@@ -134,7 +134,9 @@ def _ascii_form(text: str) -> str | None:
     return "".join(out)
 
 
-def check_keys(table: Mapping[str, Any], allowed: Iterable[str], where: str, what: str) -> list[CellProblem]:
+def check_keys(
+    table: Mapping[str, object], allowed: Iterable[str], where: str, what: str
+) -> list[CellProblem]:
     allowed = list(allowed)
     return [
         CellProblem(
@@ -147,7 +149,7 @@ def check_keys(table: Mapping[str, Any], allowed: Iterable[str], where: str, wha
     ]
 
 
-def check_layer(layer: Mapping[str, Any], where: str, origin: str = "cell") -> list[CellProblem]:
+def check_layer(layer: Mapping[str, object], where: str, origin: str = "cell") -> list[CellProblem]:
     problems = check_keys(layer, CELL_KEYS, where, "a cell key")
     for key, value in layer.items():
         if key in CELL_KEYS and value is not None and value != "":

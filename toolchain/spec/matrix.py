@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from toolchain.errors import CellProblem, MatrixError, UsageError
 from toolchain.spec import apex_fields as apex
@@ -43,7 +42,7 @@ _CELL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 @dataclasses.dataclass(frozen=True)
 class Matrix:
     path: Path
-    defaults: dict[str, Any]
+    defaults: dict[str, object]  # [defaults] as the file wrote it
     cells: tuple[Cell, ...]
 
     def select(
@@ -72,7 +71,7 @@ class Matrix:
 
 
 def load_matrix(
-    path: str | Path, *, facts: Compat | None = None, overrides: Mapping[str, Any] | None = None
+    path: str | Path, *, facts: Compat | None = None, overrides: Mapping[str, object] | None = None
 ) -> Matrix:
     """Load and validate every cell; raise MatrixError naming each bad cell and its fix."""
     path = Path(path)
@@ -136,7 +135,7 @@ def load_matrix(
 
 
 def cli_cell(
-    overrides: Mapping[str, Any],
+    overrides: Mapping[str, object],
     *,
     matrix_path: str | Path | None = None,
     base_cell: str | None = None,
@@ -144,8 +143,8 @@ def cli_cell(
 ) -> Cell:
     """One cell from the command line: [defaults] (+ the named cell) + overrides, validated."""
     facts = facts or compat_mod.load()
-    defaults: dict[str, Any] = {}
-    table: dict[str, Any] = {}
+    defaults: dict[str, object] = {}
+    table: dict[str, object] = {}
     if matrix_path is not None:
         matrix = load_matrix(matrix_path, facts=facts)  # the file must be valid on its own too
         defaults = matrix.defaults
@@ -165,7 +164,7 @@ def cli_cell(
 
 def resolve(
     name: str,
-    layers: list[tuple[str, dict[str, Any]]],
+    layers: Sequence[tuple[str, Mapping[str, object]]],
     facts: Compat,
     *,
     label: str | None = None,
@@ -222,7 +221,9 @@ class _Bases:
     os_cuda: compat_mod.OsCuda | None  # the OS's own CUDA packages (local route)
 
 
-def _check_layers(r: CellValues, layers: list[tuple[str, dict[str, Any]]], check_defaults: bool) -> None:
+def _check_layers(
+    r: CellValues, layers: Sequence[tuple[str, Mapping[str, object]]], check_defaults: bool
+) -> None:
     """The keys, types and characters of each layer, named where they were written."""
     for origin, layer in layers:
         if origin == "defaults" and not check_defaults:

@@ -16,14 +16,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 from verify.bench.apex_parts import ApexPart
 from verify.bench.config import BenchConfig
-from verify.bench.results import implementations
+from verify.bench.results import MicroItemJSON, implementations
 from verify.timing import kernel_compare, kernel_variants
 from verify.timing.cuda_timer import Timing, measure
 from verify.timing.kernel_compare import Variant, one_line_error
@@ -141,7 +141,7 @@ def _compare(
     finally:
         _release(device)
     item["bytes"] = n_bytes
-    impls = implementations(item)
+    impls = _implementations(item)
     for impl in impls:
         bandwidth = {figure: _bandwidth(n_bytes, impl[figure], copy_gbps) for figure in FIGURES}
         impl["GBps"] = {figure: bw[0] for figure, bw in bandwidth.items()}
@@ -149,6 +149,11 @@ def _compare(
     statuses = [i["status"] for i in impls]
     item["status"] = "FAIL" if "FAIL" in statuses else ("OK" if item[HOST_INCLUSIVE] is not None else "SKIP")
     return item
+
+
+def _implementations(item: dict[str, object]) -> list[dict[str, Any]]:
+    """results.implementations over an item as built here: plain dicts, annotated in place."""
+    return cast("list[Any]", implementations(cast(MicroItemJSON, item)))
 
 
 def rounds_plan(cfg: BenchConfig, device: torch.device) -> RoundPlan:
@@ -307,7 +312,7 @@ def norm_micro(
 
 def _progress_line(item: dict[str, object]) -> str:
     parts = []
-    for impl in implementations(item):
+    for impl in _implementations(item):
         if impl["status"] == "OK" and impl[HOST_INCLUSIVE]:
             kernel = f"kernel {impl[KERNEL]['median_ms']:.3f} ms, " if impl[KERNEL] else ""
             parts.append(f"{impl['name']} {kernel}loop {impl[HOST_INCLUSIVE]['median_ms']:.3f} ms")

@@ -11,7 +11,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from verify.bench.results import implementations
+from verify.bench.results import BenchJSON, Figure, StageJSON, implementations
 from verify.runtime import atomic
 
 APEX_COLOR = "#76b900"  # NVIDIA green
@@ -29,7 +29,7 @@ def matplotlib_missing() -> str | None:
     return None
 
 
-def _subtitle(doc: dict[str, Any]) -> str:
+def _subtitle(doc: BenchJSON) -> str:
     h = doc["environment"]["headline"]
     apex = (h["apex_commit"] or "unknown")[:10]
     return (
@@ -44,13 +44,13 @@ def _save(fig: Any, path: Path) -> None:
     atomic.write_bytes(path, buf.getvalue())
 
 
-def _stage_color(stage: dict[str, Any]) -> str:
+def _stage_color(stage: StageJSON) -> str:
     if stage["apex_features"]:
         return APEX_COLOR
     return BASE_COLOR if stage["number"] == 1 else NATIVE_COLOR
 
 
-def _stages_plot(doc: dict[str, Any], plt: Any) -> Any:
+def _stages_plot(doc: BenchJSON, plt: Any) -> Any:
     stages = doc["stages"]
     fig, ax = plt.subplots(figsize=(10, 4.8))
     labels = [f"{s['number']}. {s['title']}" for s in stages]
@@ -75,12 +75,13 @@ def _stages_plot(doc: dict[str, Any], plt: Any) -> Any:
     return fig
 
 
-def _kernels_plot(doc: dict[str, Any], plt: Any) -> Any:
+def _kernels_plot(doc: BenchJSON, plt: Any) -> Any:
     items = doc["micro"]["optimizer"] + doc["micro"]["norm"]
     labels = [f"{i['kernel']} {i['case']}" for i in items]
     fig, (left, right) = plt.subplots(1, 2, figsize=(14, 0.45 * len(items) + 2.2), sharey=True)
     ys = list(range(len(items)))
-    for offset, figure, hatch in ((-0.2, "kernel_time", ""), (0.2, "host_inclusive", "//")):
+    bars: tuple[tuple[float, Figure, str], ...] = ((-0.2, "kernel_time", ""), (0.2, "host_inclusive", "//"))
+    for offset, figure, hatch in bars:
         verdicts = [i.get(figure) for i in items]
         ratios = [v["speedup"] if v else 0.0 for v in verdicts]
         left.barh(
@@ -118,8 +119,10 @@ def _kernels_plot(doc: dict[str, Any], plt: Any) -> Any:
             label = f"{pct:.0f}%" if impl["status"] == "OK" else impl["status"]
             right.text(pct, yk, f" {impl['name']} {label}", va="center", fontsize=6)
     right.axvline(100.0, color="black", linewidth=0.8)
-    copy = doc["copy_bandwidth"] or {}
-    right.set_xlabel(f"% of copy bandwidth by kernel time ({copy.get('GBps') or 0:.0f} GB/s)")
+    copy = doc["copy_bandwidth"]
+    right.set_xlabel(
+        f"% of copy bandwidth by kernel time ({(copy.get('GBps') if copy else None) or 0:.0f} GB/s)"
+    )
     pcts = [
         (i["pct_of_copy"] or {}).get("kernel_time") or 0.0 for item in items for i in implementations(item)
     ]
@@ -128,7 +131,7 @@ def _kernels_plot(doc: dict[str, Any], plt: Any) -> Any:
     return fig
 
 
-def _losses_plot(doc: dict[str, Any], plt: Any) -> Any:
+def _losses_plot(doc: BenchJSON, plt: Any) -> Any:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for s in doc["stages"]:
         if s["status"] == "OK" and s["losses"]:
@@ -140,7 +143,7 @@ def _losses_plot(doc: dict[str, Any], plt: Any) -> Any:
     return fig
 
 
-def write_plots(doc: dict[str, Any], out: Path) -> list[str]:
+def write_plots(doc: BenchJSON, out: Path) -> list[str]:
     """Write the plots that have data; returns their file names (relative to out)."""
     import matplotlib
 

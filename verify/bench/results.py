@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Literal, TypedDict, cast
 
 from verify import __version__
 from verify.runtime import atomic
@@ -36,23 +37,184 @@ FIGURES = {
 }
 
 
+# ---- the parts of bench.json that the markdown and the plots read by key (the rest ride along untyped) ----
+
+Figure = Literal["kernel_time", "host_inclusive"]
+
+
+class FigureJSON(TypedDict):
+    """One timing figure (verify.timing): the statistics read here; its other keys ride along."""
+
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+
+
+class StageJSON(TypedDict):
+    """One training stage (verify.bench.stages)."""
+
+    number: int
+    title: str
+    optimizer: str
+    norm: str
+    precision: str
+    apex_features: list[str]
+    status: str
+    reason: str
+    timing: FigureJSON | None
+    peak_mem_gib: float | None
+    speedup_vs_baseline: float | None
+    loss_final: float | None
+    losses: list[float]
+    loss_consistent: bool | None
+
+
+class StageComparisonJSON(TypedDict):
+    what: str
+    status: str
+    reason: str
+    verdict: str | None
+    winner: str | None
+
+
+class BoundJSON(TypedDict, total=False):
+    kind: str
+    host_overhead_ms: float
+
+
+class ImplementationJSON(TypedDict, total=False):
+    """One implementation of a kernel comparison (verify.timing.kernel_compare) with its bandwidth."""
+
+    name: str
+    status: str
+    reason: str
+    kernel_time: FigureJSON | None
+    host_inclusive: FigureJSON | None
+    bound: BoundJSON | None
+    GBps: dict[str, float | None]
+    pct_of_copy: dict[str, float | None]
+
+
+class VerdictJSON(TypedDict):
+    speedup: float
+    winner: str
+
+
+class MicroItemJSON(TypedDict, total=False):
+    """One fused-vs-native comparison (verify.bench.micro)."""
+
+    kernel: str
+    case: str
+    status: str
+    verdict: str
+    fused: ImplementationJSON | None
+    natives: list[ImplementationJSON]
+    kernel_time: VerdictJSON | None
+    host_inclusive: VerdictJSON | None
+    winner: dict[str, str | None]
+
+
+class MicroJSON(TypedDict):
+    optimizer: list[MicroItemJSON]
+    norm: list[MicroItemJSON]
+
+
+class CopyJSON(TypedDict):
+    status: str
+    reason: str
+    bytes: int
+    GBps: float | None
+
+
+class HeadlineJSON(TypedDict):
+    """verify.bench.facts' headline."""
+
+    device: str
+    gpu: str | None
+    torch: str
+    cuda: str | None
+    apex_commit: str | None
+    python: str
+
+
+class BenchEnvironmentJSON(TypedDict):
+    headline: HeadlineJSON
+
+
+class ConfigJSON(TypedDict):
+    """verify.bench.config.BenchConfig.to_json: the sizes the markdown states; the rest ride along."""
+
+    layers: int
+    d_model: int
+    heads: int
+    vocab: int
+    batch: int
+    seq: int
+    warmup: int
+    steps: int
+    lr: float
+
+
+class SummaryJSON(TypedDict):
+    OK: int
+    SKIP: int
+    FAIL: int
+
+
+class _BenchJSON(TypedDict):
+    schema_version: str
+    kind: str
+    tool_version: str
+    created_at: str
+    duration_s: float
+    timer: str
+    figures: dict[str, str]
+    environment: BenchEnvironmentJSON
+    config: ConfigJSON
+    apex: dict[str, object]
+    byte_models: dict[str, str]
+    copy_bandwidth: CopyJSON | None
+    stage_baseline: str | None
+    loss_rel_tol: float
+    stages: list[StageJSON]
+    stage_comparisons: list[StageComparisonJSON]
+    micro: MicroJSON
+    plots: list[str]
+    summary: SummaryJSON
+    exit_code: int
+
+
+class BenchJSON(_BenchJSON, total=False):
+    """bench.json as build() makes it; the command adds plots_note where it could not plot."""
+
+    plots_note: str
+
+
 def build(
     *,
-    cfg_json: dict[str, Any],
-    environment: dict[str, Any],
-    apex: dict[str, Any],
+    cfg_json: Mapping[str, object],
+    environment: Mapping[str, object],
+    apex: dict[str, object],
     timer: str,
-    copy: dict[str, Any] | None,
-    stages: dict[str, Any],
-    optimizer: list[dict[str, Any]],
-    norms: list[dict[str, Any]],
+    copy: Mapping[str, object] | None,
+    stages: Mapping[str, object],
+    optimizer: Sequence[Mapping[str, object]],
+    norms: Sequence[Mapping[str, object]],
     started: datetime.datetime,
     duration_s: float,
-) -> dict[str, Any]:
-    statuses = [s["status"] for s in stages["stages"]] + [m["status"] for m in optimizer + norms]
+) -> BenchJSON:
+    """The document; its parts come from their producers as plain JSON objects (stages.run_stages,
+    micro, facts.collect, BenchConfig.to_json) and are typed here as the readers below index them."""
+    stage_list = cast("list[StageJSON]", stages["stages"])
+    items = cast("list[MicroItemJSON]", [*optimizer, *norms])
+    statuses = [s["status"] for s in stage_list] + [m["status"] for m in items]
     if copy is not None:
-        statuses.append(copy["status"])
-    summary = {k: statuses.count(k) for k in ("OK", "SKIP", "FAIL")}
+        statuses.append(cast("CopyJSON", copy)["status"])
+    summary: SummaryJSON = {
+        "OK": statuses.count("OK"),
+        "SKIP": statuses.count("SKIP"),
+        "FAIL": statuses.count("FAIL"),
+    }
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "apex-bench",
@@ -61,29 +223,32 @@ def build(
         "duration_s": round(duration_s, 2),
         "timer": timer,
         "figures": FIGURES,
-        "environment": environment,
-        "config": cfg_json,
+        "environment": cast("BenchEnvironmentJSON", environment),
+        "config": cast("ConfigJSON", cfg_json),
         "apex": apex,
         "byte_models": BYTE_MODELS,
-        "copy_bandwidth": copy,
-        "stage_baseline": stages["baseline"],
-        "loss_rel_tol": stages["loss_rel_tol"],
-        "stages": stages["stages"],
-        "stage_comparisons": stages["comparisons"],
-        "micro": {"optimizer": optimizer, "norm": norms},
+        "copy_bandwidth": cast("CopyJSON | None", copy),
+        "stage_baseline": cast("str | None", stages["baseline"]),
+        "loss_rel_tol": cast(float, stages["loss_rel_tol"]),
+        "stages": stage_list,
+        "stage_comparisons": cast("list[StageComparisonJSON]", stages["comparisons"]),
+        "micro": {
+            "optimizer": cast("list[MicroItemJSON]", optimizer),
+            "norm": cast("list[MicroItemJSON]", norms),
+        },
         "plots": [],
         "summary": summary,
         "exit_code": 1 if summary["FAIL"] else 0,
     }
 
 
-def implementations(item: dict[str, Any]) -> list[dict[str, Any]]:
+def implementations(item: MicroItemJSON) -> list[ImplementationJSON]:
     """Every implementation of a kernel comparison item, the fused one first."""
     fused = item.get("fused")
     return ([fused] if fused else []) + list(item.get("natives") or [])
 
 
-def _ms(t: dict[str, Any] | None) -> tuple[str, str]:
+def _ms(t: FigureJSON | None) -> tuple[str, str]:
     if not t:
         return "", ""
     return f"{t['median_ms']:.3f}", f"{t['p10_ms']:.3f}–{t['p90_ms']:.3f}"
@@ -93,11 +258,11 @@ def _size(n_bytes: int) -> str:
     return f"{n_bytes / 2**30:g} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:g} MiB"
 
 
-def _reason(item: dict[str, Any]) -> str:
+def _reason(item: StageJSON | StageComparisonJSON | ImplementationJSON | CopyJSON) -> str:
     return f"{item['status']}: {item['reason']}".replace("|", "/")
 
 
-def _stage_rows(doc: dict[str, Any]) -> list[str]:
+def _stage_rows(doc: BenchJSON) -> list[str]:
     cfg = doc["config"]
     steps = cfg["warmup"] + cfg["steps"]
     rows = [
@@ -118,21 +283,21 @@ def _stage_rows(doc: dict[str, Any]) -> list[str]:
     return rows
 
 
-def _fig(impl: dict[str, Any], figure: str) -> str:
+def _fig(impl: ImplementationJSON, figure: Figure) -> str:
     t = impl.get(figure)
     return f"{t['median_ms']:.3f} ({t['p10_ms']:.3f}–{t['p90_ms']:.3f})" if t else "n/a"
 
 
-def _opt(value: Any, spec: str) -> str:
+def _opt(value: object, spec: str) -> str:
     return f"{value:{spec}}" if isinstance(value, (int, float)) else ""
 
 
-def _winners(item: dict[str, Any]) -> str:
+def _winners(item: MicroItemJSON) -> str:
     w = item.get("winner") or {}
     return f"winner: kernel {w.get('kernel_time') or 'n/a'}, loop {w.get('host_inclusive') or 'n/a'}"
 
 
-def _micro_rows(items: list[dict[str, Any]]) -> list[str]:
+def _micro_rows(items: list[MicroItemJSON]) -> list[str]:
     rows = [
         "| kernel | case | implementation | kernel ms (p10–p90) | loop ms (p10–p90) | bound | kernel GB/s | "
         "% of copy (kernel) |",
@@ -164,7 +329,11 @@ def _micro_rows(items: list[dict[str, Any]]) -> list[str]:
     return rows + ([""] + verdicts if verdicts else [])
 
 
-def markdown(doc: dict[str, Any]) -> str:
+def _comparison_line(c: StageComparisonJSON) -> str:
+    return f"{c['verdict']} (winner: {c['winner']})" if c["status"] == "OK" else _reason(c)
+
+
+def markdown(doc: BenchJSON) -> str:
     env = doc["environment"]["headline"]
     cfg = doc["config"]
     gpu = env["gpu"] or f"no GPU ({env['device']})"
@@ -194,10 +363,7 @@ def markdown(doc: dict[str, Any]) -> str:
         *_stage_rows(doc),
         "",
     ]
-    lines += [
-        f"- {c['what']}: {c['verdict'] + ' (winner: ' + c['winner'] + ')' if c['status'] == 'OK' else _reason(c)}"
-        for c in doc["stage_comparisons"]
-    ]
+    lines += [f"- {c['what']}: {_comparison_line(c)}" for c in doc["stage_comparisons"]]
     copy = doc["copy_bandwidth"]
     if copy is not None:
         ceiling = (
@@ -225,5 +391,5 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write(doc: dict[str, Any], out: Path) -> tuple[Path, Path]:
+def write(doc: BenchJSON, out: Path) -> tuple[Path, Path]:
     return atomic.write_json(out / JSON_NAME, doc), atomic.write_text(out / MD_NAME, markdown(doc))

@@ -14,7 +14,6 @@ package imports torch only inside the rank processes.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from verify.checks import Check, Status
 from verify.distributed import launcher
@@ -28,7 +27,7 @@ __all__ = ["DistributedResults", "hook_problem", "run_distributed_layer"]
 @dataclasses.dataclass(frozen=True)
 class DistributedResults:
     checks: list[Check]
-    block: dict[str, Any] | None
+    block: dict[str, object] | None
 
 
 def hook_problem() -> str | None:
@@ -61,7 +60,7 @@ def run_distributed_layer(
         return DistributedResults([], None)
     plan = plan_mod.plan(device_count, frozenset(usable_modules), plan_mod.cpu_hook_ranks())
     topo = plan.topology
-    block: dict[str, Any] = {
+    block: dict[str, object] = {
         "requested": "on" if requested else "auto",
         "ran": False,
         "skip_reason": plan.skip_reason,

@@ -51,8 +51,8 @@ class LaunchPlan:
 @dataclasses.dataclass
 class LayerResult:
     checks: list[Check]
-    launches: list[dict[str, Any]]  # per group started: port, ranks (pid, device, exit), outcome
-    ready: dict[int, dict[str, Any]]  # each rank's ready event from the first group that got ready
+    launches: list[dict[str, object]]  # per group started: port, ranks (pid, device, exit), outcome
+    ready: dict[int, dict[str, object]]  # each rank's ready event from the first group that got ready
     wall_s: float = 0.0
 
 
@@ -120,8 +120,8 @@ class _Rank(JsonLinesChild):
 class _Outcome:
     checks: list[Check]
     finished: list[str]  # checks with a result (merged, or the FAIL that ended the launch)
-    ready: dict[int, dict[str, Any]]
-    info: dict[str, Any]
+    ready: dict[int, dict[str, object]]
+    info: dict[str, object]
     setup_failure: str = ""  # why the group never got ready
     port_in_use: bool = False
 
@@ -131,7 +131,7 @@ class _Launch:
         self.plan, self.names, self.deadline = plan, names, deadline
         self.world = plan.topology.world_size
         self.events: queue.Queue[tuple[int, dict[str, Any] | None]] = queue.Queue()
-        self.ready: dict[int, dict[str, Any]] = {}
+        self.ready: dict[int, dict[str, object]] = {}
         self.ended: dict[int, float] = {}  # rank -> when its stream ended
         self.views: dict[str, dict[int, Check]] = collections.defaultdict(dict)
         self.broken: dict[int, str] = {}

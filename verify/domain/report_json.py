@@ -115,7 +115,7 @@ class ReportJSON(TypedDict, total=False):
     tool_version: str
     created_at: str
     mode: str
-    options: dict[str, Any]
+    options: dict[str, object]
     host: HostJSON
     environment: EnvironmentJSON
     apex: dict[str, Any]

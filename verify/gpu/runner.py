@@ -66,7 +66,7 @@ class _Worker(JsonLinesChild):
         self.send_and_close(b"go\n")
 
 
-def _fail(case: case_table.Case, summary: str, details: dict[str, Any], duration_s: float = 0.0) -> Check:
+def _fail(case: case_table.Case, summary: str, details: dict[str, object], duration_s: float = 0.0) -> Check:
     return Check(case.layer, case.name, Status.FAIL, summary, details, duration_s)
 
 
@@ -133,7 +133,7 @@ def run_group(
 class _WorkerRun:
     """One worker process while its events are read: what it said, the case in flight, how it ended."""
 
-    info: dict[str, Any]
+    info: dict[str, object]
     current: str | None = None
     current_started: float = dataclasses.field(default_factory=time.monotonic)
     ready: bool = False
@@ -190,7 +190,7 @@ def _fail_in_flight(
     table: dict[str, case_table.Case],
     result: GroupResult,
     pending: list[str],
-    death: dict[str, Any],
+    death: dict[str, object],
     stderr_tail: str,
     check_timeout_s: float,
 ) -> str:
@@ -217,7 +217,7 @@ def _fail_setup(
     table: dict[str, case_table.Case],
     result: GroupResult,
     pending: list[str],
-    death: dict[str, Any],
+    death: dict[str, object],
     stderr_tail: str,
     check_timeout_s: float,
 ) -> None:

@@ -68,7 +68,7 @@ class _Part:
     (`data`, in its place), so to_json(from_json(x)) == x. `updated` gives the part with keys changed."""
 
     _TYPED: tuple[str, ...] = ()
-    data: Mapping[str, Any]
+    data: Mapping[str, object]
 
     def __post_init__(self) -> None:  # a part made from its fields holds them in `data` too: one equality
         object.__setattr__(self, "data", self.to_json())
@@ -101,7 +101,7 @@ class Versions(_Part):
     gcc: str | None = None
     python: str | None = None
     cxx11_abi: bool | None = None
-    data: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    data: Mapping[str, object] = dataclasses.field(default_factory=dict, repr=False)
 
     _TYPED = ("torch", "torch_cuda", "nvcc", "gcc", "python", "cxx11_abi")
 
@@ -114,7 +114,7 @@ class Parallelism(_Part):
     nvcc_threads: int | None = None
     apex_parallel_build: int | None = None
     reason: str | None = None
-    data: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    data: Mapping[str, object] = dataclasses.field(default_factory=dict, repr=False)
 
     _TYPED = ("max_jobs", "nvcc_threads", "apex_parallel_build", "reason")
 
@@ -132,8 +132,8 @@ class BuildStats(_Part):
     wheel: str | None = None
     wheel_sha256: str | None = None
     wheel_as_built: str | None = None
-    timing: Mapping[str, Any] | None = None
-    data: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    timing: Mapping[str, object] | None = None
+    data: Mapping[str, object] = dataclasses.field(default_factory=dict, repr=False)
 
     _TYPED = (
         "started_at",
@@ -162,14 +162,14 @@ class BuildManifest:
     expected_modules: tuple[str, ...] = ()
     built_modules: tuple[str, ...] = ()
     absent_at_ref: tuple[str, ...] = ()  # the flags' modules this ref's setup.py does not have
-    flag_style: Mapping[str, Any] | None = None
+    flag_style: Mapping[str, object] | None = None
     skipped_extensions: tuple[Mapping[str, str], ...] = ()  # {"module", "warning"} from the build log
     arch_list: str | None = None
     versions: Versions = Versions()
     parallelism: Parallelism | None = None
     build: BuildStats = BuildStats()
     cell: str | None = None
-    inputs: Mapping[str, Any] | None = None
+    inputs: Mapping[str, object] | None = None
     wheel_identity: Mapping[str, str] | None = (
         None  # version, local, torch_requirement, stack (the wheel's name)
     )
@@ -184,7 +184,7 @@ class BuildManifest:
 
     def to_json(self) -> dict[str, object]:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        data: dict[str, Any] = {"manifest_version": MANIFEST_VERSION}
+        data: dict[str, object] = {"manifest_version": MANIFEST_VERSION}
         for name, value in fields.items():
             data[name] = (
                 list(value)

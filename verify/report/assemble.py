@@ -53,7 +53,7 @@ def build(
     extensions: list[ExtensionJSON],
     checks: list[Check],
     timings: list[TimingJSON],
-    options: dict[str, Any],
+    options: dict[str, object],
     environment_unavailable: bool = False,
     distributed: dict[str, Any] | None = None,
 ) -> ReportJSON:

@@ -135,7 +135,7 @@ class VerifyReport:
     """A verify report as its readers use it: the parts they show, typed, and the document as read (`data`,
     what to_json gives back, so a reader that adds a block, the host's audit, writes it whole)."""
 
-    data: Mapping[str, Any]
+    data: Mapping[str, object]
     verdict: str | None = None
     mode: str | None = None
     exit_code: int | None = None
@@ -181,7 +181,7 @@ class VerifyReport:
             speedups=tuple(_speedups(data.get("timings") or [])),
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return dict(self.data)
 
     def with_block(self, key: str, block: Any) -> VerifyReport:
