@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -199,13 +199,15 @@ def test_compare_times_real_kernels_and_reports_bandwidth_per_figure() -> None:
         copy_gbps=10.0,
     )
     assert item["status"] == "OK" and item["bytes"] == n_bytes
-    assert [i["name"] for i in results.implementations(item)] == ["apex FusedLayerNorm", "torch nn.LayerNorm"]
+    named = [i["name"] for i in results.implementations(cast(results.MicroItemJSON, item))]
+    assert named == ["apex FusedLayerNorm", "torch nn.LayerNorm"]
     for figure in ("kernel_time", "host_inclusive"):
         assert item[figure]["speedup"] > 0 and item["winner"][figure] in ("fused", "native", "tie")
         assert len(item[figure]["ratios"]) == 3  # --micro rounds
-        for impl in results.implementations(item):
-            assert impl["GBps"][figure] > 0
-            assert impl["pct_of_copy"][figure] == pytest.approx(100 * impl["GBps"][figure] / 10.0, rel=2e-2)
+        for impl in results.implementations(cast(results.MicroItemJSON, item)):
+            gbps, pct = impl["GBps"][figure], impl["pct_of_copy"][figure]
+            assert gbps is not None and gbps > 0
+            assert pct == pytest.approx(100 * gbps / 10.0, rel=2e-2)
     assert item["verdict"]
 
 
