@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from tests.support import dockerfile, frozen_facts
+from tests.support import REPO, dockerfile, frozen_facts
 from toolchain.image import buildkit_build
 from toolchain.image.docker_host import DockerClient
 from toolchain.spec import ci_matrix, image_labels, targets
@@ -162,3 +162,28 @@ def test_build_py_and_the_bake_file_pass_the_os_each_target_stands_on(target: st
     (entry,) = bake.values()
     assert entry["args"]["RUNTIME_OS"] == runtime_os and entry["args"]["BASE_SLIM_IMAGE"] == "ubuntu:24.04"
     assert entry["labels"] == image_labels.for_image(target, {**entry["args"], "BASE_ROUTE": cell.base_route})
+
+
+def test_every_file_the_stages_copy_from_the_context_reaches_it() -> None:
+    """A COPY source must be in the private context (CONTEXT_PATHS) and let through by the Dockerfile's
+    .dockerignore; apex_verify_entry.py once was in the first and not the second: every engine test failed."""
+    import fnmatch
+    import shlex
+
+    from toolchain.image.buildkit_build import CONTEXT_PATHS
+
+    dockerfile = (REPO / "docker" / "Dockerfile").read_text()
+    allowed = [
+        line[1:].strip()
+        for line in (REPO / "docker" / "Dockerfile.dockerignore").read_text().splitlines()
+        if line.startswith("!")
+    ]
+    sources = []
+    for line in dockerfile.splitlines():
+        words = shlex.split(line) if line.startswith("COPY ") else []
+        if words and not any(w.startswith("--from") for w in words):
+            sources += [w for w in words[1:-1] if not w.startswith("--")]
+    assert "pyproject.toml" in sources and "verify" in sources
+    for source in sources:
+        assert source.split("/")[0] in CONTEXT_PATHS, source
+        assert any(fnmatch.fnmatch(source, p) or fnmatch.fnmatch(f"{source}/x", p) for p in allowed), source

@@ -132,10 +132,10 @@ def test_cmd_image_checks_the_network_before_the_local_base_or_any_build(
 
     monkeypatch.setattr(run_loop, "build_one", build_one)
     argv = ["image", "--matrix", str(MATRIX), "--cuda", "12.4", "--out", str(tmp_path / "out")]
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args([*argv, "--network-check"])
     with pytest.raises(EnvironmentUnavailable, match="APEX_SRC=DIR"):
         cells.cmd_image(args, console=None)  # type: ignore[arg-type]
     assert ran == []
-    args = build_parser().parse_args([*argv, "--no-network-check"])
+    args = build_parser().parse_args(argv)
     assert cells.cmd_image(args, console=None) == 0  # type: ignore[arg-type]
     assert ran == ["local base", "build"]

@@ -229,7 +229,7 @@ def cmd_image(args: argparse.Namespace, console: Console) -> int:
     cell = route([cell], request, args, console)[0]
     cell = for_target([cell], request)[0]
     preflight(run_loop.verify_mode_for(request))
-    if not args.no_network_check:
+    if args.network_check:  # opt-in: it does not yet know which inputs a --target needs
         check_remote_inputs(cell, request)
     make_local_bases([cell], console)
     return run_loop.build_one(cell, request, console)

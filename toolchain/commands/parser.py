@@ -187,9 +187,10 @@ def _image(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
         "static); none: only the build's own gate, whose result the report still shows",
     )
     p.add_argument(
-        "--no-network-check",
+        "--network-check",
         action="store_true",
-        help="skip probing the remote inputs (Apex git host, package indexes, base images) before the build",
+        help="first probe the remote inputs the build fetches (Apex git host, package indexes, base images) "
+        "and stop with exit 3 naming each one that does not answer",
     )
     p.set_defaults(func=cells.cmd_image)
 

@@ -25,7 +25,7 @@ from toolchain.spec import compat as compat_mod
 from toolchain.spec.cell import Cell
 
 TIMEOUT_S = 5.0  # per probe; the probes run at once, so the whole check takes about this long at most
-SKIP_HINT = "--no-network-check skips this check"
+SKIP_HINT = "without --network-check the build goes on to meet it"
 
 # url -> None when it answers, else why not (one line)
 Probe = Callable[[str], "str | None"]
