@@ -137,10 +137,14 @@ def _in_interpreter_start(row: dict, name: str) -> bool:
     if row["exit"] == -getattr(signal, name) and row["stderr"] == []:
         return True
     text = "\n".join(row["stderr"])
+    # every frame CPython's own (`<frozen importlib._bootstrap>`, `<frozen site>`): its site import, or a
+    # module lock's callback during it ("Exception ignored in: <function _get_module_lock...>", seen at 10 ms)
+    frames = [line for line in text.splitlines() if line.strip().startswith('File "')]
+    cpython_only = "KeyboardInterrupt" in text and bool(frames) and all('File "<frozen ' in f for f in frames)
     return (
         name == "SIGINT"
         and row["exit"] == 1
-        and text.startswith("Fatal Python error: init_import_site")
+        and (text.startswith("Fatal Python error: init_import_site") or cpython_only)
         and "/verify/" not in text
         and "/toolchain/" not in text
     )
