@@ -92,8 +92,10 @@ def _run(
         if written_s is None and _replaced(report, earlier_inode):
             written_s = time.monotonic() - started
         time.sleep(0.01)
+    masks = {}
     if signal_name and proc.poll() is None:
         seen |= _descendants(proc.pid)
+        masks = _signal_masks(proc.pid)  # the kernel's view as the signal left: a failure's evidence
         if signal_name == "SIGINT":
             os.killpg(proc.pid, signal.SIGINT)
         else:
@@ -120,7 +122,17 @@ def _run(
         "wall_s": round(time.monotonic() - started, 3),
         "written_s": written_s,
         "stdout_tail": stdout[-300:],
+        "masks_at_signal": masks,
     }
+
+
+def _signal_masks(pid: int) -> dict[str, str]:
+    """SigBlk/SigIgn/SigCgt of the process (hex masks; bit N-1 is signal N), read from /proc."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    return dict(line.split(":\t", 1) for line in lines if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
 
 
 def _replaced(report: Path, inode: int) -> bool:
@@ -180,15 +192,15 @@ def _check(row: dict, name: str, fraction: float, baseline: dict, verdict: str) 
     """The three ways a run may end, nothing else (the module's docstring)."""
     row = {**row, "stderr": _without_cpython_ignored(row["stderr"])}
     before_start = row["outcome"] == "before verify's first statement"
-    assert before_start or not any("Traceback" in line for line in row["stderr"]), row
-    assert row["left"] == [] and row["temp_files"] == [], row
+    assert before_start or not any("Traceback" in line for line in row["stderr"]), json.dumps(row)
+    assert row["left"] == [] and row["temp_files"] == [], json.dumps(row)
     if before_start:  # the interpreter's own start (~30 ms): the signal's own end, nothing printed or written
-        assert fraction < 0.05, row
+        assert fraction < 0.05, json.dumps(row)
     elif row["outcome"] == "stopped":
-        assert row["exit"] == exit_codes.FAILED, row  # never 130, 134, 143: one path, exit 1
-        assert row["stderr"] == [STOPPED.format(name)], row
+        assert row["exit"] == exit_codes.FAILED, json.dumps(row)  # never 130, 134, 143: one path, exit 1
+        assert row["stderr"] == [STOPPED.format(name)], json.dumps(row)
     else:  # the run was over before the signal: its true result, never a report of false FAILs
-        assert row["exit"] == baseline["exit"] and row["report"]["verdict"] == verdict, row
+        assert row["exit"] == baseline["exit"] and row["report"]["verdict"] == verdict, json.dumps(row)
 
 
 def test_cpythons_own_ignored_interrupt_is_set_aside_and_a_project_frame_is_not() -> None:
