@@ -32,7 +32,7 @@ from verify.gpu.compile_rules import (
     opcheck_verdict,
     verdict,
 )
-from verify.timing.compiled import inductor_problem
+from verify.timing import compiled as compiled_torch
 
 LEADING = (4, 64)  # 256 rows of a (batch, sequence, hidden) input
 HIDDEN = 4096
@@ -47,7 +47,7 @@ def setup() -> str:
     global _OPS_BEFORE, _INDUCTOR_PROBLEM
     described = device.require_cuda()
     _OPS_BEFORE = frozenset(torch._C._dispatch_get_all_op_names())
-    _INDUCTOR_PROBLEM = inductor_problem()
+    _INDUCTOR_PROBLEM = compiled_torch.inductor_problem()
     return described
 
 
@@ -122,11 +122,21 @@ def _mismatches(results: Sequence[Comparison]) -> tuple[tuple[str, ...], str]:
 # --- the cases -------------------------------------------------------------------------------------------
 
 
-def _norm(case: Case, seed: int) -> tuple[Check, list[dict]]:
+Compile = Callable[..., Callable[..., Any]]  # torch.compile's signature: (fn, fullgraph=...) -> compiled fn
+
+
+def norm_case(
+    case: Case,
+    seed: int,
+    make: Callable[..., torch.nn.Module] = parity_norm.make_fused,
+    compile_fn: Compile = compiled_torch.compiled,
+) -> tuple[Check, list[dict]]:
+    """make(kind, hidden, affine, dtype): the module compiled (default Apex's); compile_fn: how (default
+    torch.compile). The unit tier passes torch modules and a cheaper backend on the CPU."""
     kind, dtype_name = case.param("kind"), case.param("dtype")
     dtype = device.DTYPES[dtype_name]
     gen = device.generator(case_seed(seed, case.name))
-    module = parity_norm.make_fused(kind, HIDDEN, True, dtype)
+    module = make(kind, HIDDEN, True, dtype)
     with torch.no_grad():
         for name, p in module.named_parameters():
             low, high = (0.5, 1.5) if name == "weight" else (-0.01, 0.01)
@@ -141,11 +151,11 @@ def _norm(case: Case, seed: int) -> tuple[Check, list[dict]]:
         grads = torch.autograd.grad(y, [xi, *(p for _, p in params)], grad_out)
         return (y.detach(), *grads)
 
-    label = f"{parity_norm.NAMES[kind]}({dtype_name}) fwd+bwd"
+    label = f"{parity_norm.NAMES[kind]}({dtype_name}) fwd+bwd, compiled"
     eager = fwd_bwd(module)
     graphs = explain(module, x)
-    _, fullgraph_error = _attempt(lambda: fwd_bwd(torch.compile(module, fullgraph=True)))
-    compiled, run_error = _attempt(lambda: fwd_bwd(torch.compile(module)))
+    _, fullgraph_error = _attempt(lambda: fwd_bwd(compile_fn(module, fullgraph=True)))
+    compiled, run_error = _attempt(lambda: fwd_bwd(compile_fn(module)))
     tol = tolerances.NORM[dtype_name]
     results: list[Comparison] = []
     if compiled is not None:
@@ -195,9 +205,9 @@ def _adam(case: Case, seed: int) -> tuple[Check, list[dict]]:
     for p, g in zip(probe_params, grads[0], strict=True):
         p.grad = g.clone()
     graphs = explain(probe_opt.step)
-    _, fullgraph_error = _attempt(lambda: torch.compile(probe_opt.step, fullgraph=True)())
+    _, fullgraph_error = _attempt(lambda: compiled_torch.compiled(probe_opt.step, fullgraph=True)())
     compiled_params, compiled_opt = optimizer()
-    compiled, run_error = _attempt(lambda: steps(compiled_params, torch.compile(compiled_opt.step)))
+    compiled, run_error = _attempt(lambda: steps(compiled_params, compiled_torch.compiled(compiled_opt.step)))
     tol = tolerances.ADAM_PARAMS["fp32"]
     results = (
         [
@@ -262,14 +272,14 @@ def _amp(case: Case, seed: int) -> tuple[Check, list[dict]]:
         return losses, update
 
     def forward(inp: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(device_type="cuda", dtype=dtype):
+        with torch.autocast(device_type=torch.device(device.DEVICE).type, dtype=dtype):
             return probe(inp)
 
     probe = copy.deepcopy(eager_model)
     graphs = explain(forward, x)
-    _, fullgraph_error = _attempt(lambda: train(probe, torch.compile(probe, fullgraph=True)))
+    _, fullgraph_error = _attempt(lambda: train(probe, compiled_torch.compiled(probe, fullgraph=True)))
     eager_losses, eager_update = train(eager_model, eager_model)
-    compiled, run_error = _attempt(lambda: train(compiled_model, torch.compile(compiled_model)))
+    compiled, run_error = _attempt(lambda: train(compiled_model, compiled_torch.compiled(compiled_model)))
     failed: tuple[str, ...] = ()
     closest = ""
     details: dict[str, Any] = {
@@ -404,4 +414,4 @@ def run_case(case: Case, seed: int) -> tuple[Check, list[dict]]:
         return _adam(case, seed)
     if case.family == "amp_step":
         return _amp(case, seed)
-    return _norm(case, seed)
+    return norm_case(case, seed)
