@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from verify.checks import Status
-from verify.gpu import cases, compile_check, device
+from verify.gpu import amp_step, cases, compile_check, device, tolerances
 from verify.gpu.compile_rules import (
     CompileOutcome,
     GraphBreak,
@@ -205,3 +205,25 @@ def test_custom_ops_are_found_and_opchecked_by_name() -> None:
     assert odd.skipped == "no sample input for argument 'unheard_of' (Tensor)" and odd.tests == {}
     status, summary = opcheck_verdict([good, bad, odd], "test")
     assert status is Status.WARN and "verify_test_compile::bad_fake_fwd test_faketensor" in summary
+
+
+def _torch_adamw(params, adam_w_mode: bool, **hyper):
+    """FusedAdam(params, adam_w_mode=..., **hyper)'s place: torch's AdamW (single-tensor: traceable)."""
+    assert adam_w_mode
+    return torch.optim.AdamW(params, foreach=False, **hyper)
+
+
+@pytest.mark.slow
+def test_the_optimizer_and_training_step_cases_run_on_the_cpu(on_the_cpu) -> None:
+    adam = cases.case("fused_adam.fp32.compiled_step", "compile")
+    check, _ = compile_check.adam_case(adam, 5, fused_adam=_torch_adamw, compile_fn=_eager_backend)
+    assert check.status in (Status.PASS, Status.WARN), check.summary
+    assert not check.details["mismatches"] and check.details["update_agreement"] <= 1e-4
+
+    amp = cases.case("amp_step.bf16_autocast.compiled", "compile")
+    check, _ = compile_check.amp_case(
+        amp, 5, parts=(amp_step.torch_norms, _torch_adamw), compile_fn=_eager_backend
+    )
+    assert check.status in (Status.PASS, Status.WARN), check.summary
+    assert check.details["loss_rel_diff_max"] <= tolerances.AMP_LOSS_RTOL["bf16"]
+    assert len(check.details["compiled_losses"]) == amp_step.STEPS

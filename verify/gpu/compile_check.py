@@ -178,8 +178,17 @@ def norm_case(
     return _check(case, outcome, details)
 
 
-def _adam(case: Case, seed: int) -> tuple[Check, list[dict]]:
-    from apex.optimizers import FusedAdam
+def adam_case(
+    case: Case,
+    seed: int,
+    fused_adam: Callable[..., torch.optim.Optimizer] | None = None,
+    compile_fn: Compile = compiled_torch.compiled,
+) -> tuple[Check, list[dict]]:
+    """fused_adam(params, adam_w_mode=..., **hyper): the optimizer whose step is compiled (default Apex's)."""
+    if fused_adam is None:
+        from apex.optimizers import FusedAdam
+
+        fused_adam = FusedAdam
 
     gen = device.generator(case_seed(seed, case.name))
     initial = [device.randn(s, gen, scale=parity_adam.PARAM_SCALE) for s in parity_adam.SHAPES]
@@ -190,7 +199,7 @@ def _adam(case: Case, seed: int) -> tuple[Check, list[dict]]:
 
     def optimizer() -> tuple[list[torch.nn.Parameter], torch.optim.Optimizer]:
         params = [torch.nn.Parameter(t.clone()) for t in initial]
-        return params, FusedAdam(params, adam_w_mode=True, **parity_adam.HYPER)
+        return params, fused_adam(params, adam_w_mode=True, **parity_adam.HYPER)
 
     def steps(params: list[torch.nn.Parameter], step: Callable[[], Any]) -> list[torch.Tensor]:
         for step_grads in grads:
@@ -205,9 +214,9 @@ def _adam(case: Case, seed: int) -> tuple[Check, list[dict]]:
     for p, g in zip(probe_params, grads[0], strict=True):
         p.grad = g.clone()
     graphs = explain(probe_opt.step)
-    _, fullgraph_error = _attempt(lambda: compiled_torch.compiled(probe_opt.step, fullgraph=True)())
+    _, fullgraph_error = _attempt(lambda: compile_fn(probe_opt.step, fullgraph=True)())
     compiled_params, compiled_opt = optimizer()
-    compiled, run_error = _attempt(lambda: steps(compiled_params, compiled_torch.compiled(compiled_opt.step)))
+    compiled, run_error = _attempt(lambda: steps(compiled_params, compile_fn(compiled_opt.step)))
     tol = tolerances.ADAM_PARAMS["fp32"]
     results = (
         [
@@ -250,13 +259,25 @@ def _adam(case: Case, seed: int) -> tuple[Check, list[dict]]:
     return _check(case, outcome, details)
 
 
-def _amp(case: Case, seed: int) -> tuple[Check, list[dict]]:
-    from apex.optimizers import FusedAdam
+def amp_case(
+    case: Case,
+    seed: int,
+    parts: tuple[Callable[[], tuple[torch.nn.Module, torch.nn.Module]], Callable[..., torch.optim.Optimizer]]
+    | None = None,
+    compile_fn: Compile = compiled_torch.compiled,
+) -> tuple[Check, list[dict]]:
+    """parts: (make the two norms, the optimizer class); default Apex's FusedLayerNorm/FusedRMSNorm and
+    FusedAdam."""
+    if parts is None:
+        from apex.optimizers import FusedAdam
+
+        parts = (amp_step.apex_norms, FusedAdam)
+    make_norms, fused_adam = parts
 
     dtype_name = case.param("dtype")
     dtype = device.DTYPES[dtype_name]
     gen = device.generator(case_seed(seed, case.name))
-    eager_model, _torch_model = amp_step.make_models(gen, amp_step.apex_norms())
+    eager_model, _torch_model = amp_step.make_models(gen, make_norms())
     del _torch_model
     compiled_model = copy.deepcopy(eager_model)
     initial = [p.detach().clone() for p in eager_model.parameters()]
@@ -264,7 +285,7 @@ def _amp(case: Case, seed: int) -> tuple[Check, list[dict]]:
     target = torch.randint(0, amp_step.CLASSES, (amp_step.BATCH,), generator=gen, device=device.DEVICE)
 
     def train(model: torch.nn.Module, net: torch.nn.Module) -> tuple[list[float], torch.Tensor]:
-        opt = FusedAdam(model.parameters(), adam_w_mode=True, **amp_step.HYPER)
+        opt = fused_adam(model.parameters(), adam_w_mode=True, **amp_step.HYPER)
         losses, _ = amp_step.train(net, opt, x, target, dtype, None)
         update = torch.cat(
             [(p.detach() - p0).reshape(-1) for p, p0 in zip(model.parameters(), initial, strict=True)]
@@ -277,9 +298,9 @@ def _amp(case: Case, seed: int) -> tuple[Check, list[dict]]:
 
     probe = copy.deepcopy(eager_model)
     graphs = explain(forward, x)
-    _, fullgraph_error = _attempt(lambda: train(probe, compiled_torch.compiled(probe, fullgraph=True)))
+    _, fullgraph_error = _attempt(lambda: train(probe, compile_fn(probe, fullgraph=True)))
     eager_losses, eager_update = train(eager_model, eager_model)
-    compiled, run_error = _attempt(lambda: train(compiled_model, compiled_torch.compiled(compiled_model)))
+    compiled, run_error = _attempt(lambda: train(compiled_model, compile_fn(compiled_model)))
     failed: tuple[str, ...] = ()
     closest = ""
     details: dict[str, Any] = {
@@ -411,7 +432,7 @@ def run_case(case: Case, seed: int) -> tuple[Check, list[dict]]:
     if case.family == "opcheck":
         return _opcheck(case, seed)
     if case.family == "fused_adam":
-        return _adam(case, seed)
+        return adam_case(case, seed)
     if case.family == "amp_step":
-        return _amp(case, seed)
+        return amp_case(case, seed)
     return norm_case(case, seed)

@@ -10,6 +10,7 @@ grads (sums over every row) get a reference accumulated in fp32 chunk by chunk. 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -32,6 +33,16 @@ def setup() -> str:
     return device.require_cuda()
 
 
+def free_memory() -> tuple[int, int]:
+    """(free, total) bytes of the current device; a module attribute so the unit tier injects a figure."""
+    return torch.cuda.mem_get_info()
+
+
+def _sync() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def _fill(t: torch.Tensor, gen: torch.Generator, scale: float, shift: float = 0.0) -> torch.Tensor:
     """Fresh normal values, drawn in fp32 a chunk at a time (a full fp32 draw would double the memory)."""
     flat = t.view(-1)
@@ -43,7 +54,7 @@ def _fill(t: torch.Tensor, gen: torch.Generator, scale: float, shift: float = 0.
 
 
 def _free_refusal(size: LargeSize) -> str | None:
-    free, total = torch.cuda.mem_get_info()
+    free, total = free_memory()
     if free >= size.bytes_needed:
         return None
     return (
@@ -63,13 +74,19 @@ def _summary(size: LargeSize, results: list[Comparison], what: str) -> tuple[Sta
     return Status.PASS, f"{head}: this build handles it; {what} agree with torch ({worst.describe()})"
 
 
-def _layer_norm(case: Case, seed: int, size: LargeSize) -> tuple[Check, list[dict]]:
-    from apex.normalization import FusedLayerNorm
+def layer_norm_case(
+    case: Case, seed: int, size: LargeSize, fused_cls: type | None = None
+) -> tuple[Check, list[dict]]:
+    """fused_cls(hidden, eps=...): the norm run on the whole tensor (default Apex's FusedLayerNorm)."""
+    if fused_cls is None:
+        from apex.normalization import FusedLayerNorm
+
+        fused_cls = FusedLayerNorm
 
     gen = device.generator(case_seed(seed, case.name))
     rows, hidden = size.shape
     dtype = device.DTYPES[size.dtype]
-    module = FusedLayerNorm(hidden, eps=EPS).to(device=device.DEVICE, dtype=dtype)
+    module = fused_cls(hidden, eps=EPS).to(device=device.DEVICE, dtype=dtype)
     with torch.no_grad():
         module.weight.copy_(device.uniform((hidden,), gen, 0.5, 1.5, dtype=dtype))
         module.bias.copy_(device.uniform((hidden,), gen, -0.01, 0.01, dtype=dtype))
@@ -77,7 +94,7 @@ def _layer_norm(case: Case, seed: int, size: LargeSize) -> tuple[Check, list[dic
     grad_out = _fill(torch.empty(size.shape, dtype=dtype, device=device.DEVICE), gen, 1.0)
     y = module(x)
     y.backward(grad_out)
-    torch.cuda.synchronize()
+    _sync()
 
     first_past = LIMIT // hidden  # rows from here on hold elements past 2^31
     idx = torch.cat([torch.arange(0, first_past, STRIDE_ROWS), torch.arange(first_past, rows)]).to(
@@ -117,8 +134,15 @@ def _layer_norm(case: Case, seed: int, size: LargeSize) -> tuple[Check, list[dic
     return Check(case.layer, case.name, status, summary, details), []
 
 
-def _adam(case: Case, seed: int, size: LargeSize) -> tuple[Check, list[dict]]:
-    from apex.optimizers import FusedAdam
+def adam_case(
+    case: Case, seed: int, size: LargeSize, fused_adam: Callable[..., torch.optim.Optimizer] | None = None
+) -> tuple[Check, list[dict]]:
+    """fused_adam(params, adam_w_mode=..., **hyper): the optimizer stepped on the whole tensor (default
+    Apex's FusedAdam)."""
+    if fused_adam is None:
+        from apex.optimizers import FusedAdam
+
+        fused_adam = FusedAdam
 
     gen = device.generator(case_seed(seed, case.name))
     numel = size.numel
@@ -127,13 +151,13 @@ def _adam(case: Case, seed: int, size: LargeSize) -> tuple[Check, list[dict]]:
     idx = torch.cat([torch.arange(0, LIMIT, STRIDE_ELEMENTS), torch.arange(LIMIT, numel)]).to(device.DEVICE)
     ref = torch.nn.Parameter(param.detach()[idx].clone())
     ref_grad = param.grad[idx].clone()
-    fused = FusedAdam([param], adam_w_mode=True, **parity_adam.HYPER)
+    fused = fused_adam([param], adam_w_mode=True, **parity_adam.HYPER)
     reference = torch.optim.AdamW([ref], foreach=False, **parity_adam.HYPER)
     for _ in range(ADAM_STEPS):
         fused.step()
         ref.grad = ref_grad.clone()
         reference.step()
-    torch.cuda.synchronize()
+    _sync()
     what = f"{idx.numel():,} sampled elements after {ADAM_STEPS} steps"
     results: list[Comparison] = [
         compare(f"param, {what}", param.detach()[idx], ref.detach(), tolerances.ADAM_PARAMS["fp32"])
@@ -167,7 +191,7 @@ def run_case(case: Case, seed: int) -> tuple[Check, list[dict]]:
         return Check(case.layer, case.name, Status.SKIP, refused, {"size": size.to_json()}), []
     try:
         if case.family == "fused_adam":
-            return _adam(case, seed, size)
-        return _layer_norm(case, seed, size)
+            return adam_case(case, seed, size)
+        return layer_norm_case(case, seed, size)
     finally:
         device.release()
