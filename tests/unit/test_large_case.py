@@ -62,7 +62,7 @@ def _adamw(corrupt_past: int | None = None):
                 with torch.no_grad():
                     params[0].view(-1)[corrupt_past:] += 1e-3  # a step's size, only past the limit
 
-            optimizer.step = wrong_step  # type: ignore[method-assign]
+            optimizer.step = wrong_step  # type: ignore[method-assign,assignment]
         return optimizer
 
     return make

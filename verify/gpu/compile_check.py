@@ -284,7 +284,7 @@ def amp_case(
     x = device.randn((amp_step.BATCH, amp_step.IN_FEATURES), gen)
     target = torch.randint(0, amp_step.CLASSES, (amp_step.BATCH,), generator=gen, device=device.DEVICE)
 
-    def train(model: torch.nn.Module, net: torch.nn.Module) -> tuple[list[float], torch.Tensor]:
+    def train(model: torch.nn.Module, net: Any) -> tuple[list[float], torch.Tensor]:
         opt = fused_adam(model.parameters(), adam_w_mode=True, **amp_step.HYPER)
         losses, _ = amp_step.train(net, opt, x, target, dtype, None)
         update = torch.cat(
@@ -412,7 +412,7 @@ def opcheck_op(qualname: str, device_name: str, rows: int = 8, hidden: int = 64)
     if why:
         return OpcheckResult(qualname, {}, why)
     found = torch.library.opcheck(op, args, raise_exception=False)
-    return OpcheckResult(qualname, {t: r if r == "SUCCESS" else error_line(r) for t, r in found.items()})
+    return OpcheckResult(qualname, {t: r if isinstance(r, str) else error_line(r) for t, r in found.items()})
 
 
 def _opcheck(case: Case, seed: int) -> tuple[Check, list[dict]]:

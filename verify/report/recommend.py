@@ -79,8 +79,10 @@ def recommend(row: TimingJSON) -> RecommendationJSON:
             **base,
             "line": f"{head}: no comparison, apex {kernel} {fused.get('status')} ({fused.get('reason')})",
         }
-    figure = KERNEL if row.get(KERNEL) else LOOP
-    v = row.get(figure)
+    loop: dict[str, Any] | None = row.get("host_inclusive")
+    kernel_verdict: dict[str, Any] | None = row.get("kernel_time")
+    figure = KERNEL if kernel_verdict else LOOP
+    v: dict[str, Any] = kernel_verdict or loop or {}
     if not v:
         return {
             **base,
@@ -93,7 +95,7 @@ def recommend(row: TimingJSON) -> RecommendationJSON:
             f"{head}: tie, {v['fused']} and {plain_name(v['native'])} ({v['native']}) within the "
             f"{what} tie band ({v['speedup']:.2f}x, {_span(lo, hi)})"
         )
-        return {**base, "use": "tie", "figure": figure, "line": line + _loop_note(row.get(LOOP), "tie")}
+        return {**base, "use": "tie", "figure": figure, "line": line + _loop_note(loop, "tie")}
     if v["winner"] == "fused":
         use, other, ratio, span = v["fused"], v["native"], v["speedup"], _span(lo, hi)
         name = f"keep {use}"
@@ -102,7 +104,7 @@ def recommend(row: TimingJSON) -> RecommendationJSON:
         name = plain_name(use) + (f" ({use})" if plain_name(use) != use else "")
     line = f"{head}: {name}, {ratio:.2f}x faster {what} than {other} ({span})"
     if figure == KERNEL:
-        line += _loop_note(row.get(LOOP), use)
+        line += _loop_note(loop, use)
     return {**base, "use": use, "figure": figure, "speedup": round(ratio, 4), "line": line}
 
 
