@@ -18,6 +18,7 @@ from verify.gpu.compile_rules import (
     GraphReport,
     OpcheckResult,
     group_breaks,
+    kernel_note,
     opcheck_verdict,
     verdict,
 )
@@ -69,6 +70,21 @@ def test_an_error_fails_a_norm_but_only_warns_for_an_optimizer_step() -> None:
     step = CompileOutcome("step", ONE_GRAPH, run_error="RuntimeError: boom", run_error_fails=False)
     assert verdict(norm) == (Status.FAIL, "norm does not run under torch.compile: RuntimeError: boom")
     assert verdict(step)[0] is Status.WARN
+
+
+def test_the_summary_says_whether_apex_or_torch_runs_compiled() -> None:
+    apex = GraphReport(1, 0, ops=("apex.fused_layer_norm_affine_fwd.default", "torch.add"))
+    torch_only = GraphReport(1, 0, ops=("torch.nn.functional.layer_norm",))
+    assert kernel_note(apex, "FusedLayerNorm") == (
+        "Apex's kernel runs in the compiled graph (apex.fused_layer_norm_affine_fwd.default)"
+    )
+    note = kernel_note(torch_only, "FusedLayerNorm")
+    assert note.startswith(
+        "Apex's kernel is not in the compiled graph: it calls torch.nn.functional.layer_norm"
+    )
+    assert kernel_note(GraphReport(0, 0, error="explain failed"), "X") == ""
+    status, summary = verdict(CompileOutcome("FusedLayerNorm(bf16)", torch_only, note=note))
+    assert status is Status.PASS and summary.endswith(note)
 
 
 def test_break_reasons_are_grouped_by_first_line_and_place() -> None:
@@ -144,6 +160,10 @@ def test_norm_case_on_the_cpu_passes_warns_and_fails_as_it_should(on_the_cpu) ->
     check, _ = compile_check.norm_case(case, 3, make=_make(nn.LayerNorm), compile_fn=_eager_backend)
     assert check.status is Status.PASS, check.summary
     assert check.details["graphs"]["graph_breaks"] == 0
+    # what upstream's FusedLayerNorm does when compiling: torch's own op runs, and the summary says so
+    assert (
+        "Apex's kernel is not in the compiled graph: it calls torch.nn.functional.layer_norm" in check.summary
+    )
 
     check, _ = compile_check.norm_case(case, 3, make=_make(_BreakingLayerNorm), compile_fn=_eager_backend)
     assert check.status is Status.WARN, check.summary

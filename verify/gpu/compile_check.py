@@ -29,6 +29,7 @@ from verify.gpu.compile_rules import (
     OpcheckResult,
     first_line,
     group_breaks,
+    kernel_note,
     opcheck_verdict,
     verdict,
 )
@@ -62,13 +63,25 @@ def _frame(frames: Sequence[Any]) -> str:
     return f"{getattr(f, 'filename', '?')}:{getattr(f, 'lineno', '?')}" + (f" in {name}" if name else "")
 
 
+def op_name(target: Any) -> str:
+    """An FX call_function target as a name: `apex.fused_layer_norm_affine_fwd.default` for an op,
+    `torch.nn.functional.layer_norm` for a function."""
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return str(target)
+    module, name = getattr(target, "__module__", None), getattr(target, "__name__", None)
+    return f"{module}.{name}" if module and name else str(target)
+
+
 def graph_report(explained: Any) -> GraphReport:
     """torch._dynamo.explain's ExplainOutput -> GraphReport (reasons grouped; first lines only)."""
     raw = [
         (getattr(r, "reason", str(r)), _frame(getattr(r, "user_stack", ()) or ()))
         for r in explained.break_reasons
     ]
-    return GraphReport(int(explained.graph_count), int(explained.graph_break_count), group_breaks(raw))
+    ops = dict.fromkeys(op_name(t) for graph_ops in explained.ops_per_graph for t in graph_ops)
+    return GraphReport(
+        int(explained.graph_count), int(explained.graph_break_count), group_breaks(raw), ops=tuple(ops)
+    )
 
 
 def explain(fn: Callable[..., Any], *args: Any) -> GraphReport:
@@ -166,7 +179,8 @@ def norm_case(
             for what, c, e, k in zip(names, compiled, eager, kinds, strict=True)
         ]
     failed, closest = _mismatches(results)
-    outcome = CompileOutcome(label, graphs, fullgraph_error, run_error, failed, closest)
+    note = kernel_note(graphs, parity_norm.NAMES[kind])
+    outcome = CompileOutcome(label, graphs, fullgraph_error, run_error, failed, closest, note=note)
     details = {
         "seed": seed,
         "case_seed": case_seed(seed, case.name),
@@ -330,7 +344,9 @@ def amp_case(
             failed += (f"parameter update differs from eager's by {agreement:.3g} (limit {update_limit:g})",)
         closest = f"max loss diff {max(diffs):.2%}, update {agreement:.2g} off"
     label = f"{amp_step.STEPS} training steps, {dtype_name} autocast, compiled model with Fused{{LayerNorm,RMSNorm}}"
-    return _check(case, CompileOutcome(label, graphs, fullgraph_error, run_error, failed, closest), details)
+    note = kernel_note(graphs, "FusedLayerNorm/FusedRMSNorm")
+    outcome = CompileOutcome(label, graphs, fullgraph_error, run_error, failed, closest, note=note)
+    return _check(case, outcome, details)
 
 
 # --- opcheck --------------------------------------------------------------------------------------------

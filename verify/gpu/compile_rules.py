@@ -41,6 +41,11 @@ class GraphReport:
     break_count: int
     breaks: tuple[GraphBreak, ...] = ()
     error: str = ""  # explain itself failed (then graphs/breaks are unknown: 0)
+    ops: tuple[str, ...] = ()  # the functions and ops the captured graphs call, distinct, in order
+
+    @property
+    def apex_ops(self) -> tuple[str, ...]:
+        return tuple(op for op in self.ops if op.startswith("apex.") or ".apex." in op)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -48,7 +53,23 @@ class GraphReport:
             "graph_breaks": self.break_count,
             "breaks": [b.to_json() for b in self.breaks],
             "error": self.error or None,
+            "ops": list(self.ops),
         }
+
+
+def kernel_note(graphs: GraphReport, looked_for: str) -> str:
+    """Whether Apex's kernel is what runs compiled: the captured graph calls an apex op, or torch's own op
+    instead (upstream's norms call F.layer_norm / F.rms_norm when torch.compiler.is_compiling())."""
+    if graphs.error or not graphs.ops:
+        return ""
+    if graphs.apex_ops:
+        return f"Apex's kernel runs in the compiled graph ({', '.join(graphs.apex_ops[:3])})"
+    norms = [op for op in graphs.ops if "norm" in op.rsplit(".", 1)[-1]]
+    instead = f" it calls {', '.join(norms[:3])}" if norms else ""
+    return (
+        f"Apex's kernel is not in the compiled graph:{instead or ' no apex op in it'}; compiled, "
+        f"{looked_for} runs torch's own op, which Inductor fuses"
+    )
 
 
 def first_line(text: str) -> str:
@@ -76,6 +97,7 @@ class CompileOutcome:
     mismatches: tuple[str, ...] = ()  # compiled vs eager comparisons that failed, described
     closest: str = ""  # the worst comparison that passed, described (shown on PASS/WARN)
     run_error_fails: bool = True  # False where not compiling is a choice users have (an optimizer step)
+    note: str = ""  # a fact worth the summary whatever the verdict (kernel_note)
 
 
 def verdict(outcome: CompileOutcome) -> tuple[Status, str]:
@@ -89,6 +111,8 @@ def verdict(outcome: CompileOutcome) -> tuple[Status, str]:
         more = f" (+{len(o.mismatches) - 1} more)" if len(o.mismatches) > 1 else ""
         return Status.FAIL, f"{o.label} compiled gives other numbers than eager: {o.mismatches[0]}{more}"
     agree = f"compiled matches eager ({o.closest})" if o.closest else "compiled matches eager"
+    if o.note:
+        agree += f"; {o.note}"
     breaks = o.graphs.break_count
     if breaks or o.fullgraph_error:
         if o.graphs.breaks:
