@@ -34,7 +34,7 @@ def _parser(prog: str = "verify") -> argparse.ArgumentParser:
     parser = _Parser(
         prog=prog,
         description="Does this Apex install really work on this GPU, and if not, why not. Layers: environment,"
-        " identity, extensions, arch, expectations (--static stops here), then parity and timing on a GPU."
+        " identity, extensions, arch, expectations (--static stops here), then parity, compile and timing on a GPU."
         " `verify bench ...` runs the benchmarks; `verify install --index URL` installs this torch's Apex wheel"
         " and verifies it.",
         epilog=f"Features for --require: {features}; extension module names (amp_C, ...) work too. Exit codes: "
