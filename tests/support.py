@@ -20,6 +20,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FROZEN_FACTS = REPO / "tests" / "fixtures" / "facts-2026-12-01" / "compat.toml"
+# the matrix those frozen facts resolve (the live matrix may name rows only the live facts have)
+FROZEN_MATRIX = FROZEN_FACTS.with_name("matrix.toml")
 DOCKERFILE = REPO / "docker" / "Dockerfile"
 # Upstream Apex source archives (never copied into the repo): beside the checkout, or where this names
 # (CI makes them from GitHub: scripts/apex-fixtures.sh).

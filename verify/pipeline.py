@@ -162,6 +162,7 @@ def static_layers(request: VerifyRequest) -> StaticLayers:
         *env_checks,
         *who.checks,
         *extensions.extension_checks(list(arch.extensions), expected, who.apex.get("kind", "nvidia")),
+        extensions.gil_check(probed, module_names),
         *arch.checks,
         *expected_checks,
     )

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.support import REPO, frozen_facts, run_build
+from tests.support import FROZEN_MATRIX, frozen_facts, run_build
 from toolchain.errors import MatrixError
 from toolchain.image import buildkit_build, docker_host
 from toolchain.spec import ci_matrix
@@ -16,7 +16,7 @@ from toolchain.spec.matrix import cli_cell, load_matrix
 from verify.runtime import exit_codes
 
 FROZEN = frozen_facts()
-MATRIX = REPO / "matrix.toml"
+MATRIX = FROZEN_MATRIX
 
 
 def cell(**values: str):

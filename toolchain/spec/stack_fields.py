@@ -18,6 +18,7 @@ from verify.runtime.messages import did_you_mean, shown
 
 # ASCII digits only: Python's \d also matches '１' and '٣', which no tool downstream reads as digits
 _MAJOR_MINOR = re.compile(r"^[0-9]+\.[0-9]+$")
+_FREE_THREADED = re.compile(r"^[0-9]+\.[0-9]+t$")  # PEP 703's ABI tag letter: python3.14t, cp314t
 _TORCH_VERSION = re.compile(r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")
 _CUDA_WHEEL_TAG = re.compile(r"^cu([0-9]{1,2})([0-9])$")  # PyTorch's spelling: cu124 is CUDA 12.4
 
@@ -138,6 +139,14 @@ def resolve_python(r: CellValues, release: compat_mod.TorchRelease | None, os_na
     if text is None:
         if release is not None and r.missing("python"):
             r.problem("no Python version", f'set python = "{suggestion}" in [defaults] or the cell')
+        return None
+    if _FREE_THREADED.match(text):  # "3.14t": a value of the axis, refused up front while no base has one
+        gil_build = text[:-1]
+        refused = r.facts.free_threaded_refused or "the facts record no base with a free-threaded CPython"
+        r.problem(
+            f"Python {text} (free-threaded) cannot be built: {refused}",
+            f"use {r.how('python', gil_build)} (the same Python with the GIL)",
+        )
         return None
     if not _MAJOR_MINOR.match(text):
         r.problem(f"Python {shown(text)} is not a MAJOR.MINOR version", f"use {r.how('python', suggestion)}")

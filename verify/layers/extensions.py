@@ -38,6 +38,8 @@ _MISSING_LIB = re.compile(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object f
 _UNDEFINED = re.compile(r"undefined symbol: (\S+)")
 
 
+GIL_KEY = "gil:interpreter"  # probe()'s entry for the child's GIL readings before any Apex import
+
 # ----------------------------------------------------------------------------- child-process runner
 PROBE_STARTUP_S = (
     300.0  # the probe child's start and torch import; a cold torch import on a loaded node: ~30 s
@@ -118,8 +120,9 @@ def _probe_once(
             elif "id" in message:
                 results[message.pop("id")] = message
                 current = None
-            elif "torch_error" in message:
+            elif "torch_error" in message:  # with the interpreter's GIL before and after `import torch`
                 torch_error = message["torch_error"]
+                results.setdefault(GIL_KEY, message.get("gil") or {})
     finally:  # on a timeout, a cancel, or an exception in this thread: never leave the child behind
         child.kill()
         returncode, log = child.finish(0)
@@ -327,3 +330,73 @@ def extension_checks(
             )
         )
     return checks
+
+
+def gil_check(probed: dict[str, dict[str, Any]], module_names: list[str] | tuple[str, ...]) -> Check:
+    """Whether importing Apex re-enabled the GIL on a free-threaded Python, and which import did, from the
+    probe's readings of sys._is_gil_enabled() (the interpreter at start, after torch, around each module).
+    Once on, the GIL stays on: the first import that turned it on is the one named."""
+    start = probed.get(GIL_KEY) or {}
+    details: dict[str, Any] = {
+        "free_threaded": bool(start.get("free_threaded")),
+        "enabled_at_start": start.get("start"),
+        "enabled_by": None,
+    }
+    if not start:
+        return Check(
+            "extensions", "gil", Status.INFO, "GIL not read (the import probe did not start)", details=details
+        )
+    if not start.get("free_threaded"):
+        return Check(
+            "extensions",
+            "gil",
+            Status.INFO,
+            "not free-threaded: this Python is a GIL build, so no import can re-enable the GIL",
+            details=details,
+        )
+    if start.get("start"):
+        return Check(
+            "extensions",
+            "gil",
+            Status.INFO,
+            "free-threaded Python running with the GIL from the start (PYTHON_GIL=1 or -X gil=1): "
+            "which import would enable it is not visible",
+            details=details,
+        )
+    if start.get("after_torch"):
+        details["enabled_by"] = "torch"
+        return Check(
+            "extensions",
+            "gil",
+            Status.WARN,
+            "importing torch re-enabled the GIL on this free-threaded Python (before any Apex module): "
+            "threads run one at a time",
+            details=details,
+        )
+    imported = [n for n in module_names if probed.get(f"module:{n}", {}).get("gil_after") is not None]
+    turned_on = next(
+        (
+            n
+            for n in imported
+            if probed[f"module:{n}"].get("gil_before") is False and probed[f"module:{n}"].get("gil_after")
+        ),
+        None,
+    )
+    if turned_on is not None:
+        details["enabled_by"] = turned_on
+        return Check(
+            "extensions",
+            "gil",
+            Status.WARN,
+            f"importing {turned_on} re-enabled the GIL on this free-threaded Python (it does not declare "
+            "Py_MOD_GIL_NOT_USED): threads run one at a time; PYTHON_GIL=0 forces it off, at the risk of "
+            "races in code written for the GIL",
+            details=details,
+        )
+    return Check(
+        "extensions",
+        "gil",
+        Status.PASS,
+        f"free-threaded Python: the GIL stays disabled after importing torch and {len(imported)} Apex modules",
+        details=details,
+    )
