@@ -234,8 +234,8 @@ def static_verify_report(path: Path) -> Path:
 
 
 def matrix_cells(*cuda: str):
-    """Cells of the repository's matrix.toml ([defaults] + one CUDA each, archs 9.0), on the frozen facts."""
-    return [frozen_cell({"archs": "9.0", "cuda": c}, matrix_path=REPO / "matrix.toml") for c in cuda]
+    """Cells of the frozen matrix ([defaults] + one CUDA each, archs 9.0), on the frozen facts."""
+    return [frozen_cell({"archs": "9.0", "cuda": c}, matrix_path=FROZEN_MATRIX) for c in cuda]
 
 
 def cell_result(cell, status: str, build: dict | None, verify: dict | None = None, *, run_id: str = "run1"):

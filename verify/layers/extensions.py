@@ -269,6 +269,13 @@ def classify(name: str, result: dict[str, Any]) -> ExtensionResult:
     return ExtensionResult(status=status, error=message, **found)
 
 
+def _deprecated_at(name: str, apex_commit: str | None) -> str | None:
+    try:
+        return module_map.module(name).deprecated_at(apex_commit)
+    except KeyError:  # a module a manifest names that the map does not know
+        return None
+
+
 def _fix_for(ext: ExtensionResult, apex_kind: str = "nvidia") -> str:
     if ext.status == "missing" and apex_kind == "not_installed":
         return "not installed: NVIDIA Apex is not installed (see identity.apex)"
@@ -292,10 +299,14 @@ def _fix_for(ext: ExtensionResult, apex_kind: str = "nvidia") -> str:
 
 
 def extension_checks(
-    results: list[ExtensionResult], expected: set[str], apex_kind: str = "nvidia"
+    results: list[ExtensionResult],
+    expected: set[str],
+    apex_kind: str = "nvidia",
+    apex_commit: str | None = None,
 ) -> list[Check]:
     """One check per module: PASS when it imports; FAIL when broken, or expected and missing. `apex_kind`
-    (identity.locate): with no NVIDIA Apex at all a missing module is "not installed", not a fallback."""
+    (identity.locate): with no NVIDIA Apex at all a missing module is "not installed", not a fallback.
+    `apex_commit` (identity): a module upstream deprecated at that commit says so where it imports."""
     present_flags = {e.flag for e in results if e.status != "missing"}
     checks: list[Check] = []
     not_built: dict[str, list[str]] = {}  # optional modules nobody asked for: one line, not thirty
@@ -304,6 +315,9 @@ def extension_checks(
         needed_by = f" (needed by {', '.join(ext.features[:4])})" if ext.features else ""
         if ext.status == "ok":
             status, summary = Status.PASS, f"imports from {ext.path}"
+            deprecated = _deprecated_at(ext.module, apex_commit)
+            if deprecated:
+                summary, details["deprecated"] = f"{summary}; {deprecated}", deprecated
         elif ext.status == "missing" and ext.module in expected:
             status, summary = Status.FAIL, f"missing{needed_by}: {_fix_for(ext, apex_kind)}"
         elif ext.status == "missing" and ext.flag in present_flags and ext.kind == "core":
