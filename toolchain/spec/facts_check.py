@@ -83,11 +83,13 @@ class BadAnswer(IndexUnreachable):
 # --- the index: its URL and its answers, bounded ----------------------------------------------
 
 
-def index_base(text: str) -> str:
-    """--index checked before anything is fetched: https:// or http:// with a host, or file:// of an
-    existing folder; else UsageError (exit 2) naming the value and the fix."""
-    fix = "pass https://pypi.org, a mirror of PyPI's JSON API (https://HOST/PATH) or file:///FOLDER (a stored copy)"
-    label = f"--index {shown(text)}" if text else "--index ''"
+def index_base(text: str, option: str = "--index", fix: str | None = None) -> str:
+    """--index (or another source's option) checked before anything is fetched: https:// or http:// with a
+    host, or file:// of an existing folder; else UsageError (exit 2) naming the value and the fix."""
+    fix = fix or (
+        "pass https://pypi.org, a mirror of PyPI's JSON API (https://HOST/PATH) or file:///FOLDER (a stored copy)"
+    )
+    label = f"{option} {shown(text)}" if text else f"{option} ''"
     if not text.strip():
         raise UsageError(f"{label}: empty; {fix}")
     if not text.isascii() or any(ord(c) <= 0x20 or ord(c) == 0x7F for c in text):
