@@ -188,3 +188,32 @@ def test_a_bad_source_url_is_a_usage_error_naming_the_option() -> None:
     assert proc.returncode == exit_codes.USAGE
     assert proc.stderr.strip().startswith("error: --registry 'ftp://example.org': has the scheme ftp:")
     assert "Docker Hub's API" in proc.stderr
+
+
+# --- the CUDA wheels' cuda-toolkit pins, against PyPI's cuda-toolkit releases ---------------------
+
+
+def test_every_cuda_toolkit_minor_on_pypi_has_its_newest_release_recorded() -> None:
+    pypi = (REPO / "tests" / "fixtures" / "pypi-2026-12-01").as_uri()
+    assert facts_check._compare_toolkit_pins(FETCH, pypi) == []
+
+
+def test_a_newer_cuda_toolkit_release_names_the_pins_to_record(tmp_path: Path) -> None:
+    import shutil
+
+    mirror = tmp_path / "pypi-mirror"
+    shutil.copytree(REPO / "tests" / "fixtures" / "pypi-2026-12-01" / "pypi", mirror / "pypi")
+    answer = mirror / "pypi" / "cuda-toolkit" / "json"
+    data = json.loads(answer.read_text())
+    for version in ("13.5.1", "13.6.0"):
+        data["releases"][version] = [
+            {"filename": f"cuda_toolkit-{version}-py2.py3-none-any.whl", "yanked": False}
+        ]
+    answer.write_text(json.dumps(data))
+    found = {f.subject: f for f in facts_check._compare_toolkit_pins(FETCH, mirror.as_uri())}
+    assert set(found) == {"cuda-toolkit 13.5", "cuda-toolkit 13.6"}
+    assert (
+        found["cuda-toolkit 13.5"].kind == "wrong" and "records 13.5.0" in found["cuda-toolkit 13.5"].problem
+    )
+    assert found["cuda-toolkit 13.6"].kind == "missing" and "has no row" in found["cuda-toolkit 13.6"].problem
+    assert "toolchain/data/cuda_wheels.json" in found["cuda-toolkit 13.6"].fix
