@@ -9,7 +9,7 @@ from verify.checks import Status
 from verify.layers import extensions, module_map
 
 PIN = "6424da3b4faa6c8f062da4a48c424fff3f02d42d"  # upstream HEAD 2026-07-08, before #2019
-DEPRECATING = "152d2745e241afa7071bbfb53f9a6b7688f9ff2e"  # "Deprecate nccl_allocator" (#2019)
+DEPRECATING = "152d2745e241afa7071bbfb53f9a6b7688f9ff2e"  # "Deprecate nccl_allocator", NVIDIA/apex#2019
 
 
 @pytest.mark.parametrize(

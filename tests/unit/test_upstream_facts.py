@@ -135,7 +135,7 @@ def test_a_new_tag_and_a_rewritten_setup_py_are_named(sources: str, tmp_path: Pa
     tags = tmp_path / "tags.json"
     tags.write_text(json.dumps([{"name": "26.01"}, *json.loads(_Sources.tags_file.read_text())]))
     _Sources.tags_file = tags
-    # the open upstream rewrite (#1996) drops ENV_TO_FLAG for op_builder/ and APEX_BUILD_*_OPS
+    # the open upstream rewrite (NVIDIA/apex#1996) drops ENV_TO_FLAG for op_builder/ and APEX_BUILD_*_OPS
     _Sources.setup_py = _pinned_setup_py().replace("ENV_TO_FLAG", "OPS_TO_BUILD") + "\n# op_builder\n"
     try:
         found, _ = upstream_facts.apex_head(_facts(), FETCH, sources)
