@@ -43,7 +43,7 @@ class _Sources(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (the http.server name)
         parts = urllib.parse.urlsplit(self.path)
         query = dict(urllib.parse.parse_qsl(parts.query))
-        base = f"http://127.0.0.1:{self.server.server_address[1]}"
+        base = f"http://127.0.0.1:{self.server.server_address[1]!s}"  # type: ignore[index]
         body: bytes | None = None
         if parts.path == "/v2/repositories/nvidia/cuda/tags":
             page = ANSWERS / "registry" / f"{query['name'].rstrip('.')}.page{query.get('page', '1')}.json"
