@@ -92,3 +92,12 @@ def test_a_free_threaded_python_started_with_the_gil_names_no_module() -> None:
         and check.details["enabled_by"] is None
         and "PYTHON_GIL=1" in check.summary
     )
+
+
+def test_python_3_14_on_ubuntu_names_only_an_os_this_cuda_can_stand_on() -> None:
+    """Ubuntu 26.04 packages 3.14 but NVIDIA has no CUDA 13.2 image of it: the advice names the local base."""
+    proc = run_build("plan", "--cuda", "13.2", "--python", "3.14")
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.strip().endswith("or an os that has it (debian14)") and "ubuntu26.04" not in proc.stderr
+    )

@@ -197,7 +197,7 @@ def _checked_python(
         )
         return None
     if os_facts is not None and text not in os_facts.python:
-        other_os = [o.name for o in r.facts.os.values() if text in o.python]
+        other_os = [o.name for o in r.facts.os.values() if text in o.python and _has_base(r, o.name)]
         alternative = f", or an os that has it ({', '.join(other_os)})" if other_os else ""
         best = max(fitting, key=version_key) if fitting else None
         r.problem(
@@ -206,6 +206,14 @@ def _checked_python(
         )
         return None
     return text
+
+
+def _has_base(r: CellValues, os_name: str) -> bool:
+    """Whether this cell's CUDA can stand on the OS: NVIDIA publishes its images there, or a local base
+    is made of it (advice naming an OS with neither leads nowhere)."""
+    cuda = r.text("cuda")
+    published = r.facts.cuda[cuda].os if cuda in r.facts.cuda else ()
+    return cuda not in r.facts.cuda or os_name in published or os_name in r.facts.local_bases
 
 
 def resolve_os(r: CellValues, cuda: str | None) -> str | None:
