@@ -20,6 +20,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FROZEN_FACTS = REPO / "tests" / "fixtures" / "facts-2026-12-01" / "compat.toml"
+# the matrix those frozen facts resolve (the live matrix may name rows only the live facts have)
+FROZEN_MATRIX = FROZEN_FACTS.with_name("matrix.toml")
 DOCKERFILE = REPO / "docker" / "Dockerfile"
 # Upstream Apex source archives (never copied into the repo): beside the checkout, or where this names
 # (CI makes them from GitHub: scripts/apex-fixtures.sh).
@@ -232,8 +234,8 @@ def static_verify_report(path: Path) -> Path:
 
 
 def matrix_cells(*cuda: str):
-    """Cells of the repository's matrix.toml ([defaults] + one CUDA each, archs 9.0), on the frozen facts."""
-    return [frozen_cell({"archs": "9.0", "cuda": c}, matrix_path=REPO / "matrix.toml") for c in cuda]
+    """Cells of the frozen matrix ([defaults] + one CUDA each, archs 9.0), on the frozen facts."""
+    return [frozen_cell({"archs": "9.0", "cuda": c}, matrix_path=FROZEN_MATRIX) for c in cuda]
 
 
 def cell_result(cell, status: str, build: dict | None, verify: dict | None = None, *, run_id: str = "run1"):

@@ -164,7 +164,10 @@ def static_layers(request: VerifyRequest) -> StaticLayers:
     checks = (
         *env_checks,
         *who.checks,
-        *extensions.extension_checks(list(arch.extensions), expected, who.apex.get("kind", "nvidia")),
+        *extensions.extension_checks(
+            list(arch.extensions), expected, who.apex.get("kind", "nvidia"), who.apex.get("commit")
+        ),
+        extensions.gil_check(probed, module_names),
         *arch.checks,
         *expected_checks,
     )

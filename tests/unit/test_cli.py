@@ -60,7 +60,7 @@ def test_plan_without_options_lists_every_cell() -> None:
 
 
 def test_plan_from_a_named_cell_with_an_override() -> None:
-    proc = run_build("plan", "--cell", "cu130", "--archs", "9.0", "--json")
+    proc = run_build("plan", "--cell", "h200", "--archs", "9.0", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["tag"] == "apex-6424da3-torch2.11.0-cu13.0-py3.12-ubuntu24.04-sm90"
 

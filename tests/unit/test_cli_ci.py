@@ -62,7 +62,8 @@ def test_gh_matrix_has_one_entry_per_cell(cells) -> None:
 def test_gh_matrix_filters(cells) -> None:
     proc = run_build("gh-matrix", "--cuda", "12.8", "--cuda", "13.0")
     assert proc.returncode == 0, proc.stderr
-    assert [e["cuda"] for e in json.loads(proc.stdout)["include"]] == ["12.8", "13.0"]
+    entries = [(e["cell"], e["cuda"]) for e in json.loads(proc.stdout)["include"]]
+    assert entries == [("cu128", "12.8"), ("cu130", "13.0"), ("h200", "13.0")]  # every cell of each CUDA
     proc = run_build("gh-matrix", "--cuda", "9.9")
     assert proc.returncode == exit_codes.USAGE and "no cell of" in proc.stderr
 

@@ -65,21 +65,57 @@ def _torch_site(tmp_path: Path, *, toolkit: bool = True, runtime: bool = True, l
 
 def test_compiler_wheels_follow_torch_and_its_toolkit_pins(tmp_path):
     rows = {name: (what, origin) for name, what, origin in cuda_from_pypi.plan("13.0", _torch_site(tmp_path))}
-    # installed next to torch: that exact version; pinned by torch's cuda-toolkit: its pin; else MAJOR.MINOR.*
+    # installed next to torch: that exact version; pinned by torch's cuda-toolkit: its pin; else the pin the
+    # newest cuda-toolkit 13.0.x declares (recorded from PyPI's metadata in toolkit_pins)
     assert rows["nvidia-cuda-runtime"] == ("nvidia-cuda-runtime==13.0.96", "prefix")
     assert rows["nvidia-cuda-nvcc"] == ("nvidia-cuda-nvcc==13.0.88.*", "prefix")
     assert rows["nvidia-cuda-crt"] == ("nvidia-cuda-crt==13.0.88.*", "prefix")
-    assert rows["nvidia-nvvm"] == ("nvidia-nvvm==13.0.*", "prefix")
-    assert rows["nvidia-cuda-cccl"] == ("nvidia-cuda-cccl==13.0.*", "prefix")
+    assert rows["nvidia-nvvm"] == ("nvidia-nvvm==13.0.88.*", "prefix")
+    assert rows["nvidia-cuda-cccl"] == ("nvidia-cuda-cccl==13.0.85.*", "prefix")
     # cuda_profiler_api.h (Apex's megatron softmax includes it) is in no wheel torch brings
-    assert rows["nvidia-cuda-profiler-api"] == ("nvidia-cuda-profiler-api==13.0.*", "prefix")
+    assert rows["nvidia-cuda-profiler-api"] == ("nvidia-cuda-profiler-api==13.0.85.*", "prefix")
     # libraries: used where torch has them, never a second copy
     assert {n: rows[n] for n in LIBS} == {n: (v, "torch") for n, v in LIBS.items()}
 
 
-def test_without_torchs_toolkit_the_rule_is_major_minor(tmp_path):
+def test_without_torchs_toolkit_the_compiler_wheels_take_the_recorded_toolkit_pins(tmp_path):
     rows = dict((n, w) for n, w, _ in cuda_from_pypi.plan("13.0.2", _torch_site(tmp_path, toolkit=False)))
-    assert rows["nvidia-cuda-nvcc"] == "nvidia-cuda-nvcc==13.0.*"
+    assert rows["nvidia-cuda-nvcc"] == "nvidia-cuda-nvcc==13.0.88.*"
+    assert rows["nvidia-cuda-cccl"] == "nvidia-cuda-cccl==13.0.85.*"
+
+
+def test_from_cuda_13_3_cccl_follows_the_toolkits_pin_not_its_number(tmp_path):
+    """CCCL is versioned 13.3.x from CUDA 13.3 on (cuda-toolkit 13.5.0 pins nvidia-cuda-cccl 13.3.5.0.6):
+    a version made from the toolkit's number (==13.5.*) names no release."""
+    site = _torch_site(tmp_path, toolkit=False)
+    for cuda in ("13.3", "13.4", "13.5"):
+        rows = dict((n, w) for n, w, _ in cuda_from_pypi.plan(cuda, site))
+        cccl = rows["nvidia-cuda-cccl"].removeprefix("nvidia-cuda-cccl==").removesuffix(".*")
+        assert cccl.startswith("13.3."), (cuda, cccl)
+        nvcc = rows["nvidia-cuda-nvcc"].removeprefix("nvidia-cuda-nvcc==").removesuffix(".*")
+        assert nvcc.startswith(cuda + "."), (cuda, nvcc)
+        assert all(not what.endswith(f"=={cuda}.*") for name, what in rows.items() if name != "nvidia-cublas")
+
+
+def test_every_cuda_with_an_nvcc_wheel_has_recorded_toolkit_pins():
+    """Each [[toolkit]] nvcc whose compiler is a wheel (13.x) and each 12.x a torch row builds: a recorded
+    cuda-toolkit row with a pin for every compiler wheel of its series."""
+    from toolchain.spec import compat
+
+    facts = cuda_from_pypi.facts()
+    table = compat.load()
+    wanted = {v for row in table.toolkits for v in row.nvcc if row.nvcc_wheel}
+    wanted |= {c for row in table.torch.values() for c in row.cuda if c.startswith("12.")}
+    for cuda in sorted(wanted):
+        series = facts["series"][cuda.split(".")[0]]
+        pins = facts["toolkit_pins"][cuda]["compiler"]
+        assert set(pins) == {w + series["suffix"] for w in series["compiler"]}, cuda
+        assert facts["toolkit_pins"][cuda]["toolkit"].startswith(cuda + "."), cuda
+
+
+def test_a_cuda_without_recorded_pins_is_a_usage_error_naming_the_fix(tmp_path):
+    with pytest.raises(UsageError, match="records no cuda-toolkit pin of nvidia-cuda-nvcc for CUDA 13.9"):
+        cuda_from_pypi.plan("13.9", _torch_site(tmp_path, toolkit=False))
 
 
 def test_cuda12_names_carry_the_cu12_suffix(tmp_path):

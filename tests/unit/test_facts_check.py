@@ -23,6 +23,10 @@ from toolchain.spec import compat, facts_check
 from toolchain.spec.facts_check import BadAnswer, IndexUnreachable
 from verify.runtime import exit_codes
 
+# the sources beyond PyPI at a closed port: refused at once, so these runs stay on this machine
+NO_OTHER_SOURCES = tuple(
+    a for o in ("--registry", "--torch-index", "--apex-upstream") for a in (o, "http://127.0.0.1:9")
+)
 INDEX = REPO / "tests" / "fixtures" / "pypi-2026-12-01"
 PACKAGES = INDEX / "packages"
 FETCH = facts_check.urllib_fetcher()
@@ -345,16 +349,20 @@ def test_a_bad_index_value_is_a_usage_error(index: str, says: str) -> None:
 
 def test_command_exit_1_on_the_days_drift_and_0_once_fixed(tmp_path: Path) -> None:
     index = INDEX.as_uri()
-    proc = run_build("facts", "check", "--index", index, "--facts", str(FROZEN))
+    proc = run_build("facts", "check", *NO_OTHER_SOURCES, "--index", index, "--facts", str(FROZEN))
     assert proc.returncode == exit_codes.FAILED, proc.stdout + proc.stderr
     drift = [line for line in proc.stdout.splitlines() if line.startswith("[DRIFT ]")]
     assert len(drift) == 1 and "torch 2.14" in drift[0] and '"2.14.0"' in drift[0]
     assert "[ LEAD ] torch 2.15" in proc.stdout
     fixed = tmp_path / "compat.toml"
     fixed.write_text(edited(('patches = ["2.14.1"]', 'patches = ["2.14.0", "2.14.1"]')))
-    proc = run_build("facts", "check", "--index", index, "--facts", str(fixed))
+    proc = run_build("facts", "check", *NO_OTHER_SOURCES, "--index", index, "--facts", str(fixed))
     assert proc.returncode == exit_codes.OK, proc.stdout + proc.stderr
-    assert "facts check: current" in proc.stdout
+    # PyPI answered with no drift; the other sources (a closed port here) are said to be unreachable
+    assert (
+        "facts check: no drift in what answered" in proc.stdout and "facts check: current" not in proc.stdout
+    )
+    assert "unreachable, not compared: NVIDIA image registry, PyTorch index, Apex upstream" in proc.stdout
 
 
 def _mirror(tmp_path: Path, torch_json: bytes | None = None) -> Path:
@@ -396,7 +404,9 @@ def test_a_hostile_answer_is_exit_3_at_once_with_one_line(tmp_path: Path, answer
         (mirror / "packages/torch-2.11.0-cp312-cp312-manylinux_2_28_x86_64.whl.metadata").write_text(
             "Metadata-Version: 2.4\nName: torch\nRequires-Dist: nvidia-cuda-runtime-cu12 ((==13\n"
         )
-    proc = run_build("facts", "check", "--index", mirror.as_uri(), "--facts", str(FROZEN), timeout=60)
+    proc = run_build(
+        "facts", "check", *NO_OTHER_SOURCES, "--index", mirror.as_uri(), "--facts", str(FROZEN), timeout=60
+    )
     assert proc.returncode == exit_codes.ENVIRONMENT, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stderr.startswith("error: the package index cannot be read") and "[DRIFT ]" not in proc.stdout
@@ -428,23 +438,25 @@ def http_index(tmp_path: Path) -> Iterator[str]:
 
 
 def test_command_over_http_and_a_server_that_ignores_ranges(http_index: str) -> None:
-    proc = run_build("facts", "check", "--index", http_index, "--facts", str(FROZEN))
+    proc = run_build("facts", "check", *NO_OTHER_SOURCES, "--index", http_index, "--facts", str(FROZEN))
     assert proc.returncode == exit_codes.FAILED, proc.stdout + proc.stderr
     assert "[DRIFT ]" in proc.stdout and "torch 2.14" in proc.stdout
     assert "2.15.0 x86_64, 2.15.0 aarch64: their CUDA not compared" in proc.stdout
 
 
 def test_command_without_network_is_exit_3_and_bad_input_exit_2(tmp_path: Path) -> None:
-    proc = run_build("facts", "check", "--index", "http://127.0.0.1:9", "--facts", str(FROZEN))
+    proc = run_build(
+        "facts", "check", *NO_OTHER_SOURCES, "--index", "http://127.0.0.1:9", "--facts", str(FROZEN)
+    )
     assert proc.returncode == exit_codes.ENVIRONMENT, proc.stdout + proc.stderr
     assert (
         proc.stderr.startswith("error: the package index cannot be read") and "Traceback" not in proc.stderr
     )
     assert len(proc.stderr.strip().splitlines()) == 1
-    proc = run_build("facts", "check", "--facts", str(tmp_path / "nope.toml"))
+    proc = run_build("facts", "check", *NO_OTHER_SOURCES, "--facts", str(tmp_path / "nope.toml"))
     assert proc.returncode == exit_codes.USAGE and "--facts" in proc.stderr and "no such file" in proc.stderr
     for index in ("", "pypi.org", "javascript:alert(1)", "http://[::1", str(tmp_path / "nope")):
-        proc = run_build("facts", "check", "--index", index, "--facts", str(FROZEN))
+        proc = run_build("facts", "check", *NO_OTHER_SOURCES, "--index", index, "--facts", str(FROZEN))
         assert proc.returncode == exit_codes.USAGE, (index, proc.stderr)
         assert proc.stderr.startswith("error: --index") and len(proc.stderr.strip().splitlines()) == 1
     proc = run_build("facts")
@@ -496,7 +508,7 @@ def test_malformed_facts_are_refused_naming_the_field(tmp_path: Path, edits, say
     with pytest.raises(UsageError, match=r"not a valid compatibility facts file") as caught:
         compat.load(bad)
     assert says in str(caught.value), caught.value
-    proc = run_build("facts", "check", "--index", INDEX.as_uri(), "--facts", str(bad))
+    proc = run_build("facts", "check", *NO_OTHER_SOURCES, "--index", INDEX.as_uri(), "--facts", str(bad))
     assert proc.returncode == exit_codes.USAGE and says in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -506,6 +518,8 @@ def test_facts_that_are_a_fifo_or_another_toml_are_exit_2(tmp_path: Path) -> Non
     not_facts = tmp_path / "other.toml"
     not_facts.write_text("[cells.a]\ncuda = '12.4'\n")
     for path, says in ((fifo, "FIFO"), (not_facts, "compat.apex: missing (required)")):
-        proc = run_build("facts", "check", "--facts", str(path), "--index", INDEX.as_uri(), timeout=60)
+        proc = run_build(
+            "facts", "check", *NO_OTHER_SOURCES, "--facts", str(path), "--index", INDEX.as_uri(), timeout=60
+        )
         assert proc.returncode == exit_codes.USAGE and says in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr

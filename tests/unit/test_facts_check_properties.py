@@ -31,6 +31,11 @@ from tests.unit.test_cli_properties import (
 )
 from toolchain import cli as toolchain_cli
 
+# facts check's sources beyond PyPI at a closed port: refused at once, never the network
+_CLOSED_SOURCES = [
+    a for o in ("--registry", "--torch-index", "--apex-upstream") for a in (o, "http://127.0.0.1:9")
+]
+
 pytestmark = pytest.mark.property
 
 INDEX = REPO / "tests" / "fixtures" / "pypi-2026-12-01"
@@ -93,7 +98,15 @@ def _index_examples(index: str) -> None:
     with _sandbox() as tmp:
         code, stderr = _call(
             toolchain_cli.main,
-            ["facts", "check", "--index", index.replace("\x00", ""), "--facts", str(FROZEN_FACTS)],
+            [
+                "facts",
+                "check",
+                *_CLOSED_SOURCES,
+                "--index",
+                index.replace("\x00", ""),
+                "--facts",
+                str(FROZEN_FACTS),
+            ],
         )
         _assert_contract(code, stderr, usage_prefix="error: ")
         assert code in (2, 3), (index, code, stderr)  # nothing here is a PyPI
@@ -117,7 +130,8 @@ def _facts_examples(changes: list[tuple[int, Any]]) -> None:
         path = tmp / "compat.toml"
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         code, stderr = _call(
-            toolchain_cli.main, ["facts", "check", "--index", INDEX.as_uri(), "--facts", str(path)]
+            toolchain_cli.main,
+            ["facts", "check", *_CLOSED_SOURCES, "--index", INDEX.as_uri(), "--facts", str(path)],
         )
         _assert_contract(code, stderr, usage_prefix="error: ")
         assert code in (0, 1, 2), (code, stderr)  # a stored index is always readable: never exit 3
@@ -195,7 +209,8 @@ def _answer_examples(case: tuple) -> None:
             )
         before = _files_under(tmp)
         code, stderr = _call(
-            toolchain_cli.main, ["facts", "check", "--index", mirror.as_uri(), "--facts", str(FROZEN_FACTS)]
+            toolchain_cli.main,
+            ["facts", "check", *_CLOSED_SOURCES, "--index", mirror.as_uri(), "--facts", str(FROZEN_FACTS)],
         )
         _assert_contract(code, stderr, usage_prefix="error: ")
         assert code in (0, 1, 3), (case, code, stderr)  # the facts are fine: a broken answer is never exit 2

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, frozen_facts
+from tests.support import FROZEN_MATRIX, frozen_facts
 from toolchain.errors import EnvironmentUnavailable, MatrixError, UsageError
 from toolchain.image import base_route
 from toolchain.spec import compat
 from toolchain.spec.matrix import cli_cell
 from verify.runtime import exit_codes
 
-MATRIX = REPO / "matrix.toml"
+MATRIX = FROZEN_MATRIX
 _FROZEN = frozen_facts()
 FACTS = dataclasses.replace(
     _FROZEN,
@@ -199,14 +199,15 @@ def test_given_bases_are_never_moved() -> None:
 
 def test_the_live_facts_carry_the_local_routes_rows() -> None:
     live = compat.load()
-    assert set(live.local_bases) == {"debian12", "debian13"} and live.os["debian13"].python == ("3.13",)
+    assert set(live.local_bases) == {"debian12", "debian13", "debian14"}
+    assert live.os["debian13"].python == ("3.13",) and "3.14" in live.os["debian14"].python
     assert live.host_clash("debian13", "12.8") is not None and live.host_clash("debian13", "13.2") is None
     assert live.host_clash("debian13", "12.4") is None  # its own nvidia-cuda-toolkit, patched for its glibc
     assert live.host_clash("debian12", "12.4") is None
     assert "2.14.0" in live.torch["2.14"].patches
     assert {"12.6", "12.8", "13.0"} <= set(live.torch["2.11"].aarch64_cuda) <= set(live.torch["2.11"].cuda)
     assert {"12.6", "12.8", "13.0"} <= set(live.torch["2.9"].aarch64_cuda)
-    assert (live.cuda["13.0"].full, live.cuda["13.2"].full) == ("13.0.2", "13.2.2")
+    assert (live.cuda["13.0"].full, live.cuda["13.2"].full) == ("13.0.3", "13.2.2")
     with pytest.raises(MatrixError, match=r"torch>=2\.6\.0"):
         cli_cell({"cuda": "12.4", "torch": "2.5"}, matrix_path=MATRIX)
 

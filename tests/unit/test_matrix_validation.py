@@ -47,7 +47,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
             "cell jammy",
             "ubuntu22.04 has no python3.12 package (it has 3.10, 3.11)",
             'python = "3.11"',
-            "an os that has it (ubuntu24.04)",
+            # no "an os that has it": ubuntu24.04 has 3.12 but no CUDA 12.4 image, and no local base has 3.12
+            "in [cells.jammy]",
         ),
     ),
     "gcc_newer_than_nvcc_allows": (

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.support import REPO, frozen_cell, frozen_facts
+from tests.support import FROZEN_MATRIX, REPO, frozen_cell, frozen_facts
 from toolchain.builder import build_inputs
 from toolchain.errors import UsageError
 from toolchain.spec import targets
@@ -148,7 +148,7 @@ def test_spec_and_builder_take_the_same_archs() -> None:
 
 
 def _cell(values_: dict):
-    return frozen_cell(values_, matrix_path=REPO / "matrix.toml")
+    return frozen_cell(values_, matrix_path=FROZEN_MATRIX)
 
 
 def _cell_problems(values_: dict) -> list[str]:

@@ -140,7 +140,12 @@ def _hardcoded(lines: list[str], start: int, end: int) -> tuple[tuple[str, int],
 def read(src: Path) -> SetupPy:
     """Parse SRC/setup.py (the caller has checked that it exists)."""
     path = src / "setup.py"
-    text = path.read_text(errors="replace")
+    return parse(path.read_text(errors="replace"), path)
+
+
+def parse(text: str, path: Path) -> SetupPy:
+    """A setup.py's text (from a tree, or fetched from upstream by `build.py facts check`); `path` names it
+    in the evidence."""
     lines = text.splitlines()
     env_match = _ENV_TO_FLAG.search(text)
     env_vars: tuple[str, ...] = ()

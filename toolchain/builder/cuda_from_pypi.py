@@ -105,6 +105,20 @@ def toolkit_pins(dists: dict[str, importlib.metadata.Distribution]) -> dict[str,
     return pins
 
 
+def recorded_pin(major_minor: str, name: str) -> str:
+    """The version the newest cuda-toolkit release of MAJOR.MINOR pins for this wheel (toolkit_pins, read
+    from PyPI's metadata), never one made from the toolkit's number: from CUDA 13.3 on, nvidia-cuda-cccl
+    is versioned 13.3.x whatever the toolkit (cuda-toolkit 13.5.0 pins nvidia-cuda-cccl 13.3.5.0.6)."""
+    row = facts().get("toolkit_pins", {}).get(major_minor)
+    if row is None or name not in row["compiler"]:
+        raise UsageError(
+            f"--cuda-from-pypi: toolchain/data/cuda_wheels.json records no cuda-toolkit pin of {name} for "
+            f"CUDA {major_minor}; add the Requires-Dist pins of cuda-toolkit {major_minor}.x to its "
+            "toolkit_pins (`build.py facts check` names the release), or install the CUDA toolkit and set CUDA_HOME"
+        )
+    return str(row["compiler"][name])
+
+
 def plan(cuda: str, site: Path) -> list[tuple[str, str, str]]:
     """[(wheel, pip requirement or installed version, origin)]: compiler wheels go into the prefix;
     library wheels are used where torch has them (their headers match what torch loads)."""
@@ -123,7 +137,7 @@ def plan(cuda: str, site: Path) -> list[tuple[str, str, str]]:
         elif name in pins:
             rows.append((name, f"{name}=={pins[name]}.*", "prefix"))
         elif compiler:
-            rows.append((name, f"{name}=={major_minor}.*", "prefix"))
+            rows.append((name, f"{name}=={recorded_pin(major_minor, name)}.*", "prefix"))
         else:
             raise EnvironmentUnavailable(
                 f"--cuda-from-pypi: torch's environment ({site}) has no {name} wheel, so its headers cannot match "

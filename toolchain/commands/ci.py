@@ -46,21 +46,17 @@ def cmd_bake(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_facts_check(args: argparse.Namespace, console: Console) -> int:
-    from toolchain.spec import compat, facts_check
+    from toolchain.spec import facts_check, upstream_facts
 
-    path = args.facts or compat.DATA
-    if not path.exists() and not path.is_symlink():
-        raise UsageError(
-            f"--facts {path}: no such file; pass a compat.toml (default toolchain/data/compat.toml)"
-        )
-    index = facts_check.index_base(args.index)  # exit 2 before anything is read
-    try:
-        facts = compat.load(path)  # the bounded reader, then compat_shape: every bad field at once, exit 2
-    except UsageError as err:
-        raise UsageError(f"--facts {err}") from None
+    path, facts, index, others = _facts_inputs(args)  # exit 2 before anything is read
     console.line(f"facts check: {path} against {index}")
-    result = facts_check.run(facts, facts_check.urllib_fetcher(), index)
-    for finding in result.findings:
+    fetcher = facts_check.urllib_fetcher()
+    result = facts_check.run(facts, fetcher, index)
+    sources = upstream_facts.check_all(
+        facts, fetcher, others["--registry"], others["--torch-index"], others["--apex-upstream"]
+    )
+    findings = [*result.findings, *(f for source in sources for f in source.findings)]
+    for finding in findings:
         console.status(
             "DRIFT", "fail", f"{finding.kind}: {finding.subject}: {finding.problem}; {finding.fix}"
         )
@@ -73,14 +69,62 @@ def cmd_facts_check(args: argparse.Namespace, console: Console) -> int:
             f"the index serves no METADATA (neither PEP 658 .metadata nor range reads) "
             f"for torch {', '.join(result.not_visible)}: their CUDA not compared",
         )
+    for source in sources:
+        if source.unreachable:
+            text = f"{source.name} ({source.url}): unreachable, not compared: {source.unreachable}"
+            console.status("UNREACH", "warn", text)
+        else:
+            console.status("SEEN", "info", f"{source.name} ({source.url}): compared {source.compared}")
     for lead in facts.leads:
         console.status("LEAD", "warn", f"{lead.where}: {lead.text} (unconfirmed: not used as a fact)")
-    if result.findings:
-        kinds = {k: sum(f.kind == k for f in result.findings) for k in ("missing", "wrong")}
+    compared = [*result.checked, *(s.compared for s in sources if not s.unreachable)]
+    return _facts_verdict(console, findings, compared, [s.name for s in sources if s.unreachable], path)
+
+
+def _facts_inputs(args: argparse.Namespace):  # noqa: ANN202 (path, Compat, index, {option: base})
+    from toolchain.spec import compat, facts_check, upstream_facts
+
+    path = args.facts or compat.DATA
+    if not path.exists() and not path.is_symlink():
+        raise UsageError(
+            f"--facts {path}: no such file; pass a compat.toml (default toolchain/data/compat.toml)"
+        )
+    index = facts_check.index_base(args.index)
+    others = {
+        option: facts_check.index_base(value, option, f"pass the https:// URL of {what} (default {default})")
+        for option, value, what, default in (
+            ("--registry", args.registry, "Docker Hub's API or a mirror", upstream_facts.DEFAULT_REGISTRY),
+            ("--torch-index", args.torch_index, "PyTorch's index", upstream_facts.DEFAULT_TORCH_INDEX),
+            ("--apex-upstream", args.apex_upstream, "GitHub's API", upstream_facts.DEFAULT_APEX_UPSTREAM),
+        )
+    }
+    try:
+        facts = compat.load(path)  # the bounded reader, then compat_shape: every bad field at once, exit 2
+    except UsageError as err:
+        raise UsageError(f"--facts {err}") from None
+    return path, facts, index, others
+
+
+def _facts_verdict(
+    console: Console, findings: list, compared: list[str], unreachable: list[str], path
+) -> int:  # noqa: ANN001
+    """The closing line: drift (exit 1), or no drift in what answered; "current" only when every source
+    answered."""
+    not_read = f"unreachable, not compared: {', '.join(unreachable)}" if unreachable else ""
+    if findings:
+        counts = ", ".join(
+            f"{sum(f.kind == k for f in findings)} {k}"
+            for k in ("missing", "wrong", "behind")
+            if any(f.kind == k for f in findings)
+        )
         console.line(
-            f"facts check: {len(result.findings)} problems ({kinds['missing']} missing, {kinds['wrong']} wrong) "
-            f"- update {path} - exit 1"
+            f"facts check: {len(findings)} problems ({counts}) - update {path} and the rows named"
+            + (f"; {not_read}" if not_read else "")
+            + " - exit 1"
         )
         return exit_codes.FAILED
-    console.line(f"facts check: current ({'; '.join(result.checked)}) - exit 0")
+    if not_read:
+        console.line(f"facts check: no drift in what answered ({'; '.join(compared)}); {not_read} - exit 0")
+        return exit_codes.OK
+    console.line(f"facts check: current ({'; '.join(compared)}) - exit 0")
     return exit_codes.OK

@@ -441,8 +441,8 @@ def _facts(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     facts_sub = p.add_subparsers(dest="facts_command", metavar="ACTION")
     check = facts_sub.add_parser(
         "check",
-        help="exit 1 when PyPI publishes torch releases or CUDA toolkits the "
-        "facts lack or contradict; 3 when the index cannot be read",
+        help="exit 1 when PyPI (and the image registry, PyTorch's index, Apex upstream, where they "
+        "answer) publish what the facts lack or contradict; 3 when PyPI cannot be read",
     )
     check.add_argument(
         "--index",
@@ -452,6 +452,23 @@ def _facts(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     )
     check.add_argument(
         "--facts", type=path_value, default=None, help="facts file (default: toolchain/data/compat.toml)"
+    )
+    # the sources beyond PyPI: each compared when it answers, else reported unreachable (not drift)
+    check.add_argument(
+        "--registry",
+        default="https://hub.docker.com",
+        help="NVIDIA's image tags: Docker Hub's API or a mirror of it (default https://hub.docker.com)",
+    )
+    check.add_argument(
+        "--torch-index",
+        default="https://download.pytorch.org",
+        help="PyTorch's index, whose whl/cuXYZ/torch/ pages list each CUDA's builds "
+        "(default https://download.pytorch.org)",
+    )
+    check.add_argument(
+        "--apex-upstream",
+        default="https://api.github.com",
+        help="GitHub's API for Apex's HEAD, tags and setup.py (default https://api.github.com)",
     )
     check.set_defaults(func=ci.cmd_facts_check)
     p.set_defaults(func=_facts_without_action)

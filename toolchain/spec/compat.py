@@ -142,6 +142,7 @@ class Compat:
     host_clashes: tuple[HostClash, ...] = ()
     os_cuda: dict[str, OsCuda] = dataclasses.field(default_factory=dict)
     pypi_index_url: str = "https://pypi.org/simple"
+    free_threaded_refused: str | None = None  # why a free-threaded Python ("3.14t") cannot be a cell here
     source: Path = DATA  # the file these facts were read from (its [[apex.builds]]: toolchain.spec.apex_refs)
 
     # --- lookups -----------------------------------------------------------------------------
@@ -291,5 +292,6 @@ def load(path: Path = DATA) -> Compat:
             for name, row in raw.get("platform", {}).items()
         },
         leads=_leads(raw),
+        free_threaded_refused=raw.get("free_threaded", {}).get("refused"),
         source=Path(path),
     )

@@ -38,6 +38,7 @@ import zlib
 from collections.abc import Iterable
 from typing import Protocol
 
+from toolchain.builder import cuda_from_pypi
 from toolchain.errors import EnvironmentUnavailable, UsageError
 from toolchain.spec import compat
 from toolchain.spec.compat import Compat, minor_of, version_key
@@ -61,6 +62,7 @@ METADATA_MAX = 1 << 20  # torch's METADATA is ~40 KB
 RANGE_CHUNK = 256 << 10  # one range request; a torch wheel's zip directory is ~1.5 MB
 RANGE_BUDGET = 32 << 20  # bytes one wheel's range reads may cost in all
 _FINAL = re.compile(r"^\d+\.\d+\.\d+$")  # no rc/dev/post, no +local
+_FINAL_TOOLKIT = re.compile(r"^\d+\.\d+\.\d+(?:\.\d+)?$")  # cuda-toolkit 13.0.3 was uploaded as 13.0.3.0
 _WHEEL = re.compile(
     r"^torch-(?P<version>[^-]+)(?:-(?P<build>\d+)[^-]*)?-(?P<py>cp\d+)-(?P<abi>cp\d+t?)-"
     r"(?P<platform>[^-]+)\.whl$"
@@ -83,11 +85,13 @@ class BadAnswer(IndexUnreachable):
 # --- the index: its URL and its answers, bounded ----------------------------------------------
 
 
-def index_base(text: str) -> str:
-    """--index checked before anything is fetched: https:// or http:// with a host, or file:// of an
-    existing folder; else UsageError (exit 2) naming the value and the fix."""
-    fix = "pass https://pypi.org, a mirror of PyPI's JSON API (https://HOST/PATH) or file:///FOLDER (a stored copy)"
-    label = f"--index {shown(text)}" if text else "--index ''"
+def index_base(text: str, option: str = "--index", fix: str | None = None) -> str:
+    """--index (or another source's option) checked before anything is fetched: https:// or http:// with a
+    host, or file:// of an existing folder; else UsageError (exit 2) naming the value and the fix."""
+    fix = fix or (
+        "pass https://pypi.org, a mirror of PyPI's JSON API (https://HOST/PATH) or file:///FOLDER (a stored copy)"
+    )
+    label = f"{option} {shown(text)}" if text else f"{option} ''"
     if not text.strip():
         raise UsageError(f"{label}: empty; {fix}")
     if not text.isascii() or any(ord(c) <= 0x20 or ord(c) == 0x7F for c in text):
@@ -491,10 +495,12 @@ def check(facts: Compat, fetch: Fetcher, index: str = DEFAULT_INDEX) -> Report:
             )
 
     findings += _compare_toolkits(facts, fetch, base)
+    findings += _compare_toolkit_pins(fetch, base)
     checked = (
         f"torch {oldest}-{max(by_minor, key=version_key) if by_minor else oldest} ({len(releases)} releases, "
         "the newest patch's x86_64 and aarch64 METADATA)",
         f"nvcc wheels {', '.join(NVCC_PACKAGES)}",
+        "cuda-toolkit pins of the CUDA wheels' builder",
     )
     return Report(tuple(findings), checked, tuple(not_visible))
 
@@ -672,6 +678,42 @@ def _compare_toolkits(facts: Compat, fetch: Fetcher, base: str) -> list[Finding]
                     "the facts have no [[toolkit]] row for it (its newest host GCC and GPU archs)",
                     f'add nvcc "{minor}" to a [[toolkit]] row of toolchain/data/compat.toml '
                     "(nvcc --list-gpu-arch; the __GNUC__ guard in crt/host_config.h)",
+                )
+            )
+    return found
+
+
+def _compare_toolkit_pins(fetch: Fetcher, base: str) -> list[Finding]:
+    """The builder's recorded cuda-toolkit pins (toolchain/data/cuda_wheels.json toolkit_pins): one row per
+    MAJOR.MINOR of a wheel series, at the newest release PyPI has of it."""
+    pins = cuda_from_pypi.facts()
+    recorded = pins.get("toolkit_pins", {})
+    package = pins["toolkit_meta_package"]
+    try:
+        data = _json(fetch.get(f"{base}/pypi/{package}/json"), package, _TOOLKIT_PROJECT)
+    except NotPublished:
+        raise IndexUnreachable(f"{base} has no {package} project: is it a PyPI mirror?") from None
+    newest: dict[str, str] = {}
+    for version, files in data["releases"].items():
+        if not _FINAL_TOOLKIT.match(version) or not files or all(f.get("yanked") for f in files):
+            continue
+        minor = minor_of(version)
+        if minor.split(".")[0] in pins["series"] and version_key(version) > version_key(
+            newest.get(minor, "0")
+        ):
+            newest[minor] = version
+    found = []
+    where = f"toolkit_pins in {cuda_from_pypi.FACTS_PATH.relative_to(cuda_from_pypi.FACTS_PATH.parents[2])}"
+    for minor, version in sorted(newest.items(), key=lambda kv: version_key(kv[0])):
+        row = recorded.get(minor)
+        if row is None or version_key(row["toolkit"]) < version_key(version):
+            had = f"records {row['toolkit']}" if row else "has no row for it"
+            found.append(
+                Finding(
+                    "missing" if row is None else "wrong",
+                    f"cuda-toolkit {minor}",
+                    f"PyPI's newest {package} {minor} is {version}; {where} {had}",
+                    f'set "{minor}" in {where} to {version}\'s Requires-Dist pins of the compiler wheels',
                 )
             )
     return found

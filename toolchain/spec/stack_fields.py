@@ -18,6 +18,7 @@ from verify.runtime.messages import did_you_mean, shown
 
 # ASCII digits only: Python's \d also matches '１' and '٣', which no tool downstream reads as digits
 _MAJOR_MINOR = re.compile(r"^[0-9]+\.[0-9]+$")
+_FREE_THREADED = re.compile(r"^[0-9]+\.[0-9]+t$")  # PEP 703's ABI tag letter: python3.14t, cp314t
 _TORCH_VERSION = re.compile(r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")
 _CUDA_WHEEL_TAG = re.compile(r"^cu([0-9]{1,2})([0-9])$")  # PyTorch's spelling: cu124 is CUDA 12.4
 
@@ -139,6 +140,14 @@ def resolve_python(r: CellValues, release: compat_mod.TorchRelease | None, os_na
         if release is not None and r.missing("python"):
             r.problem("no Python version", f'set python = "{suggestion}" in [defaults] or the cell')
         return None
+    if _FREE_THREADED.match(text):  # "3.14t": a value of the axis, refused up front while no base has one
+        gil_build = text[:-1]
+        refused = r.facts.free_threaded_refused or "the facts record no base with a free-threaded CPython"
+        r.problem(
+            f"Python {text} (free-threaded) cannot be built: {refused}",
+            f"use {r.how('python', gil_build)} (the same Python with the GIL)",
+        )
+        return None
     if not _MAJOR_MINOR.match(text):
         r.problem(f"Python {shown(text)} is not a MAJOR.MINOR version", f"use {r.how('python', suggestion)}")
         return None
@@ -188,7 +197,7 @@ def _checked_python(
         )
         return None
     if os_facts is not None and text not in os_facts.python:
-        other_os = [o.name for o in r.facts.os.values() if text in o.python]
+        other_os = [o.name for o in r.facts.os.values() if text in o.python and _has_base(r, o.name)]
         alternative = f", or an os that has it ({', '.join(other_os)})" if other_os else ""
         best = max(fitting, key=version_key) if fitting else None
         r.problem(
@@ -197,6 +206,14 @@ def _checked_python(
         )
         return None
     return text
+
+
+def _has_base(r: CellValues, os_name: str) -> bool:
+    """Whether this cell's CUDA can stand on the OS: NVIDIA publishes its images there, or a local base
+    is made of it (advice naming an OS with neither leads nowhere)."""
+    cuda = r.text("cuda")
+    published = r.facts.cuda[cuda].os if cuda in r.facts.cuda else ()
+    return cuda not in r.facts.cuda or os_name in published or os_name in r.facts.local_bases
 
 
 def resolve_os(r: CellValues, cuda: str | None) -> str | None:

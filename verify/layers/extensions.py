@@ -38,6 +38,8 @@ _MISSING_LIB = re.compile(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object f
 _UNDEFINED = re.compile(r"undefined symbol: (\S+)")
 
 
+GIL_KEY = "gil:interpreter"  # probe()'s entry for the child's GIL readings before any Apex import
+
 # ----------------------------------------------------------------------------- child-process runner
 PROBE_STARTUP_S = (
     300.0  # the probe child's start and torch import; a cold torch import on a loaded node: ~30 s
@@ -118,8 +120,9 @@ def _probe_once(
             elif "id" in message:
                 results[message.pop("id")] = message
                 current = None
-            elif "torch_error" in message:
+            elif "torch_error" in message:  # with the interpreter's GIL before and after `import torch`
                 torch_error = message["torch_error"]
+                results.setdefault(GIL_KEY, message.get("gil") or {})
     finally:  # on a timeout, a cancel, or an exception in this thread: never leave the child behind
         child.kill()
         returncode, log = child.finish(0)
@@ -266,6 +269,13 @@ def classify(name: str, result: dict[str, Any]) -> ExtensionResult:
     return ExtensionResult(status=status, error=message, **found)
 
 
+def _deprecated_at(name: str, apex_commit: str | None) -> str | None:
+    try:
+        return module_map.module(name).deprecated_at(apex_commit)
+    except KeyError:  # a module a manifest names that the map does not know
+        return None
+
+
 def _fix_for(ext: ExtensionResult, apex_kind: str = "nvidia") -> str:
     if ext.status == "missing" and apex_kind == "not_installed":
         return "not installed: NVIDIA Apex is not installed (see identity.apex)"
@@ -289,10 +299,14 @@ def _fix_for(ext: ExtensionResult, apex_kind: str = "nvidia") -> str:
 
 
 def extension_checks(
-    results: list[ExtensionResult], expected: set[str], apex_kind: str = "nvidia"
+    results: list[ExtensionResult],
+    expected: set[str],
+    apex_kind: str = "nvidia",
+    apex_commit: str | None = None,
 ) -> list[Check]:
     """One check per module: PASS when it imports; FAIL when broken, or expected and missing. `apex_kind`
-    (identity.locate): with no NVIDIA Apex at all a missing module is "not installed", not a fallback."""
+    (identity.locate): with no NVIDIA Apex at all a missing module is "not installed", not a fallback.
+    `apex_commit` (identity): a module upstream deprecated at that commit says so where it imports."""
     present_flags = {e.flag for e in results if e.status != "missing"}
     checks: list[Check] = []
     not_built: dict[str, list[str]] = {}  # optional modules nobody asked for: one line, not thirty
@@ -301,6 +315,9 @@ def extension_checks(
         needed_by = f" (needed by {', '.join(ext.features[:4])})" if ext.features else ""
         if ext.status == "ok":
             status, summary = Status.PASS, f"imports from {ext.path}"
+            deprecated = _deprecated_at(ext.module, apex_commit)
+            if deprecated:
+                summary, details["deprecated"] = f"{summary}; {deprecated}", deprecated
         elif ext.status == "missing" and ext.module in expected:
             status, summary = Status.FAIL, f"missing{needed_by}: {_fix_for(ext, apex_kind)}"
         elif ext.status == "missing" and ext.flag in present_flags and ext.kind == "core":
@@ -327,3 +344,73 @@ def extension_checks(
             )
         )
     return checks
+
+
+def gil_check(probed: dict[str, dict[str, Any]], module_names: list[str] | tuple[str, ...]) -> Check:
+    """Whether importing Apex re-enabled the GIL on a free-threaded Python, and which import did, from the
+    probe's readings of sys._is_gil_enabled() (the interpreter at start, after torch, around each module).
+    Once on, the GIL stays on: the first import that turned it on is the one named."""
+    start = probed.get(GIL_KEY) or {}
+    details: dict[str, Any] = {
+        "free_threaded": bool(start.get("free_threaded")),
+        "enabled_at_start": start.get("start"),
+        "enabled_by": None,
+    }
+    if not start:
+        return Check(
+            "extensions", "gil", Status.INFO, "GIL not read (the import probe did not start)", details=details
+        )
+    if not start.get("free_threaded"):
+        return Check(
+            "extensions",
+            "gil",
+            Status.INFO,
+            "not free-threaded: this Python is a GIL build, so no import can re-enable the GIL",
+            details=details,
+        )
+    if start.get("start"):
+        return Check(
+            "extensions",
+            "gil",
+            Status.INFO,
+            "free-threaded Python running with the GIL from the start (PYTHON_GIL=1 or -X gil=1): "
+            "which import would enable it is not visible",
+            details=details,
+        )
+    if start.get("after_torch"):
+        details["enabled_by"] = "torch"
+        return Check(
+            "extensions",
+            "gil",
+            Status.WARN,
+            "importing torch re-enabled the GIL on this free-threaded Python (before any Apex module): "
+            "threads run one at a time",
+            details=details,
+        )
+    imported = [n for n in module_names if probed.get(f"module:{n}", {}).get("gil_after") is not None]
+    turned_on = next(
+        (
+            n
+            for n in imported
+            if probed[f"module:{n}"].get("gil_before") is False and probed[f"module:{n}"].get("gil_after")
+        ),
+        None,
+    )
+    if turned_on is not None:
+        details["enabled_by"] = turned_on
+        return Check(
+            "extensions",
+            "gil",
+            Status.WARN,
+            f"importing {turned_on} re-enabled the GIL on this free-threaded Python (it does not declare "
+            "Py_MOD_GIL_NOT_USED): threads run one at a time; PYTHON_GIL=0 forces it off, at the risk of "
+            "races in code written for the GIL",
+            details=details,
+        )
+    return Check(
+        "extensions",
+        "gil",
+        Status.PASS,
+        f"free-threaded Python: the GIL stays disabled after importing torch and {len(imported)} Apex modules",
+        details=details,
+    )

@@ -12,10 +12,17 @@ import importlib.util
 import json
 import os
 import sys
+import sysconfig
 
 
 def _error(exc: BaseException) -> dict:
     return {"status": "error", "exc_type": type(exc).__name__, "message": str(exc)}
+
+
+def _gil():
+    """sys._is_gil_enabled() (Python >= 3.13); None where the function is absent (an older Python)."""
+    reading = getattr(sys, "_is_gil_enabled", None)
+    return None if reading is None else bool(reading())
 
 
 def _import_module(name: str) -> dict:
@@ -25,12 +32,15 @@ def _import_module(name: str) -> dict:
         return _error(exc)
     if spec is None:
         return {"status": "missing"}
-    result = {"origin": spec.origin}
+    # on a free-threaded Python, importing an extension that does not declare Py_MOD_GIL_NOT_USED turns the
+    # GIL back on for the whole process: the reading around each import says which module did
+    result = {"origin": spec.origin, "gil_before": _gil()}
     try:
         module = importlib.import_module(name)
     except BaseException as exc:  # SystemExit from a module body is a finding too
-        result.update(_error(exc))
+        result.update(_error(exc), gil_after=_gil())
         return result
+    result["gil_after"] = _gil()
     result.update(
         status="ok", file=getattr(module, "__file__", None), version=getattr(module, "__version__", None)
     )
@@ -57,10 +67,14 @@ def main() -> None:
         out.flush()
 
     # Extensions link against libtorch/libc10, which resolve only once torch is loaded (as in real use).
+    # one message: torch's import error (None when it imports) and the GIL before and after that import
+    gil = {"free_threaded": bool(sysconfig.get_config_var("Py_GIL_DISABLED")), "start": _gil()}
+    torch_error = None
     try:
         import torch  # noqa: F401
     except BaseException as exc:
-        emit({"torch_error": f"{type(exc).__name__}: {exc}"})
+        torch_error = f"{type(exc).__name__}: {exc}"
+    emit({"torch_error": torch_error, "gil": {**gil, "after_torch": _gil()}})
     for task in request["tasks"]:
         emit({"start": task["id"]})
         if task["op"] == "import":

@@ -22,10 +22,40 @@ class ExtensionModule:
     since: str | None = None  # first tag whose setup.py builds it (None: 22.03 or earlier)
     until: str | None = None  # last tag that has it (None: still at upstream HEAD)
     removed: str | None = None  # the upstream commit that dropped it
+    deprecated: Deprecation | None = None  # where upstream deprecated it (it still builds)
 
     @property
     def switch(self) -> str:
         return switch_for(self.flag)
+
+    def deprecated_at(self, ref: str | None) -> str | None:
+        """The deprecation wording when Apex at `ref` (a commit or an NGC tag) has it deprecated; None when
+        it predates the deprecation. A commit not known either way gets the wording with that said."""
+        found = self.deprecated
+        if found is None:
+            return None
+        said = f"deprecated upstream {found.upstream}; use {found.use}"
+        if not found.commits and not found.after_tag:  # deprecated at every ref (kind "deprecated")
+            return said
+        ref = (ref or "").lower()
+        key = tag_key(ref)
+        if key is not None:
+            return said if found.after_tag and key > (tag_key(found.after_tag) or ()) else None
+        if len(ref) >= 7 and any(c.startswith(ref) or ref.startswith(c) for c in found.before):
+            return None
+        if len(ref) >= 7 and any(c.startswith(ref) or ref.startswith(c) for c in found.commits):
+            return said
+        what = f"commit {ref[:12]}" if ref else "this Apex (commit unknown)"
+        return f"{said} (whether {what} includes that is not known here)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Deprecation:
+    upstream: str  # "in COMMIT (#PR, date): what it does", or "at every ref: ..."
+    use: str  # what to move to
+    commits: tuple[str, ...] = ()  # refs known to include it (full or short shas)
+    before: tuple[str, ...] = ()  # refs known to predate it
+    after_tag: str | None = None  # the newest NGC-style tag that predates it (later tags include it)
 
 
 @functools.lru_cache(maxsize=1)
@@ -45,8 +75,21 @@ def modules() -> tuple[ExtensionModule, ...]:
             since=m.get("since"),
             until=m.get("until"),
             removed=m.get("removed"),
+            deprecated=_deprecation(m.get("deprecated")),
         )
         for m in _raw()["modules"]
+    )
+
+
+def _deprecation(raw: dict | None) -> Deprecation | None:
+    if raw is None:
+        return None
+    return Deprecation(
+        upstream=raw["upstream"],
+        use=raw["use"],
+        commits=tuple(c.lower() for c in raw.get("commits", ())),
+        before=tuple(c.lower() for c in raw.get("before", ())),
+        after_tag=raw.get("after_tag"),
     )
 
 
