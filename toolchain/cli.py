@@ -31,7 +31,7 @@ from pathlib import Path
 from toolchain.commands.parser import Parser, build_parser
 from toolchain.console import Console
 from toolchain.errors import EnvironmentUnavailable, ToolchainError, UsageError, report
-from verify.runtime import atomic, entry_point, exit_codes
+from verify.runtime import atomic, entry_point, exit_codes, input_files
 from verify.runtime.messages import did_you_mean, shown
 from verify.runtime.out_dirs import OutputDirs
 
@@ -130,6 +130,10 @@ def _main(argv: list[str]) -> int:
         return report(err)
     except OSError as err:
         return report(_os_error(err))
+    except (
+        input_files.InputFileError
+    ) as err:  # a file the bounded reader refused: the input, its problem, the fix
+        return report(UsageError(str(err)))
     except ModuleNotFoundError as err:
         if err.name != "docker":  # only the optional SDK is an environment problem; anything else is a bug
             raise

@@ -62,7 +62,7 @@ from toolchain.errors import ToolchainError, UsageError
 from verify.domain.arch import arch_list_text
 from verify.layers import module_map
 from verify.layers.manifest import BuildManifest, BuildStats, Parallelism, Versions
-from verify.runtime import entry_point, exit_codes
+from verify.runtime import entry_point, exit_codes, input_files
 from verify.runtime.atomic import write_json
 from verify.runtime.messages import bounded
 from verify.runtime.out_dirs import OutputDirs
@@ -191,7 +191,7 @@ def build_and_gate(
     log_path.write_text("")
     compiled = _compile(request, inputs, tools, BuildEnv.of(env).plus(_flag_env(inputs)), log_path, clock)
     env = compiled.env
-    log_lines = log_path.read_text(errors="replace").splitlines()
+    log_lines = input_files.read_text_lenient(log_path, input_files.LOG).splitlines()
     built = build_outputs.extension_modules(compiled.wheel)
     manifest = _manifest(request, inputs, tools, compiled, built, log_lines, started, clock)
     wheel, manifest = _with_identity(compiled.wheel, manifest)
@@ -282,7 +282,9 @@ def _carry_gate_report(wheel: Path, manifest: BuildManifest, out: Path, env: Map
     reads it and refuses a failed one), the manifest beside it gets the new sha256, and the venv gets the
     wheel as published."""
     reports = {
-        name: (out / name).read_bytes() for name in wheel_identity.VERIFY_FILES if (out / name).is_file()
+        name: input_files.read_bytes(out / name, input_files.VERIFY_REPORT)
+        for name in wheel_identity.VERIFY_FILES
+        if (out / name).is_file()
     }
     if not reports:
         return

@@ -19,6 +19,7 @@ from pathlib import Path
 from toolchain.errors import UsageError
 from verify.domain.arch import Arch
 from verify.layers import module_map
+from verify.runtime import input_files
 
 ENV, ARGV, UNKNOWN = "env", "argv", "unknown"
 
@@ -140,7 +141,7 @@ def _hardcoded(lines: list[str], start: int, end: int) -> tuple[tuple[str, int],
 def read(src: Path) -> SetupPy:
     """Parse SRC/setup.py (the caller has checked that it exists)."""
     path = src / "setup.py"
-    text = path.read_text(errors="replace")
+    text = input_files.read_text_lenient(path, input_files.SOURCE_FILE)
     lines = text.splitlines()
     env_match = _ENV_TO_FLAG.search(text)
     env_vars: tuple[str, ...] = ()

@@ -15,6 +15,8 @@ import os
 import time
 from collections.abc import Callable
 
+from verify.runtime import input_files
+
 PROC_STAT = "/proc/self/stat"
 
 
@@ -63,5 +65,4 @@ def of_this_process(
 
 
 def _read(path: str) -> str:
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        return handle.read()
+    return input_files.read_system_text(path)

@@ -18,16 +18,18 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import http.client
+import io
 import json
 import os
 import stat
 import sys
+import tarfile
 import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any, BinaryIO
 
@@ -157,6 +159,12 @@ EXTENSION_MODULE = InputKind(
     "Apex's largest module built for every arch is about 150 MB; torch's libtorch_cuda.so about 1.5 GB",
     "reinstall the package the module belongs to",
 )
+CHILD_MESSAGE = InputKind(
+    "message from a child process",
+    64 * MiB,
+    "the import probe's request and a GPU worker's result line are under 100 KB",
+    "rerun; if it repeats, the child process is not the project's own",
+)
 LOG = InputKind(
     "log",
     256 * MiB,
@@ -183,6 +191,7 @@ KINDS = (
     SYSTEM,
     SOURCE_FILE,
     EXTENSION_MODULE,
+    CHILD_MESSAGE,
     LOG,
 )
 # A wheel with more members than this is not a build's (Apex's holds about 300)
@@ -432,18 +441,22 @@ class ZipInput:
             data = archive.read("apex-0.1.dist-info/METADATA", input_files.WHEEL_METADATA)
     """
 
-    def __init__(self, path: str | os.PathLike, kind: InputKind) -> None:
+    def __init__(self, path: str | os.PathLike, kind: InputKind, handle: BinaryIO | None = None) -> None:
+        """`handle`: an already open seekable file whose bytes are the archive (a wheel read by HTTP range
+        requests), named `path` in messages; else `path` is opened as a regular file of at most kind.max_bytes."""
         self.path, self.kind = os.fspath(path), kind
-        fd = _open_regular(path, kind)
-        handle = os.fdopen(fd, "rb")
+        if handle is None:
+            fd = _open_regular(path, kind)
+            handle = os.fdopen(fd, "rb")
+            try:
+                info = os.fstat(fd)
+                _require_regular(path, info.st_mode, kind)
+                _require_size(path, info.st_size, kind)
+            except BaseException:
+                handle.close()
+                raise
         try:
-            info = os.fstat(fd)
-            _require_regular(path, info.st_mode, kind)
-            _require_size(path, info.st_size, kind)
             self._zip = zipfile.ZipFile(handle)
-        except InputFileError:
-            handle.close()
-            raise
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as exc:
             handle.close()
             raise self._bad(f"is not a readable zip archive ({exc})") from None
@@ -511,6 +524,16 @@ def open_zip(path: str | os.PathLike, kind: InputKind = WHEEL) -> ZipInput:
     return ZipInput(path, kind)
 
 
+def open_url(request: urllib.request.Request, *, timeout_s: float, context: Any = None) -> Any:
+    """urlopen with a deadline for each network step: the one place the project opens a URL. The caller
+    reads the answer with read_stream (bounded) or closes it unread (a reachability check); urllib's own
+    errors pass through for the caller to word."""
+    scheme = urllib.parse.urlsplit(request.full_url).scheme
+    if scheme not in URL_SCHEMES:
+        raise InputFileError(request.full_url, "bad_url", f"is not an {'/'.join(URL_SCHEMES)} URL", "")
+    return urllib.request.urlopen(request, timeout=timeout_s, context=context)  # noqa: S310 (scheme checked)
+
+
 def read_chunks(chunks: Iterable[bytes], name: str, kind: InputKind) -> bytes:
     """An iterable of byte pieces (a Docker archive stream), joined while at most kind.max_bytes."""
     pieces: list[bytes] = []
@@ -540,6 +563,49 @@ def read_shipped_text(path: str | os.PathLike) -> str:
     """One of the project's own data files (toolchain/data/*, docker/Dockerfile, verify's package files on
     disk): the named route for the files the project ships, bounded like any other."""
     return read_text(path, SHIPPED)
+
+
+def read_shipped_json(path: str | os.PathLike) -> Any:
+    """read_shipped_text, parsed as JSON."""
+    return read_json(path, SHIPPED)
+
+
+def parse_json(text: str, name: str | os.PathLike, kind: InputKind) -> Any:
+    """Text already in hand (a tool's stdout, a protocol line) parsed as read_json parses a file: at most
+    kind.max_bytes, every fault an InputFileError naming `name`."""
+    if len(text) > kind.max_bytes:
+        _require_size(name, len(text), kind)
+    return _parse_json(text, name, kind)
+
+
+def tar_files(data: bytes, name: str, member_kind: InputKind) -> Iterator[tuple[tarfile.TarInfo, bytes]]:
+    """(member, bytes) of each regular file in a tar archive already in hand (what Docker's get_archive
+    sends, read with read_chunks), each member's size checked from its header before it is read; a damaged
+    archive is InputFileError('bad_archive')."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+            for member in archive.getmembers():
+                if not member.isfile():
+                    continue
+                _require_size(f"{name}!{member.name}", member.size, member_kind)
+                handle = archive.extractfile(member)
+                yield member, (handle.read(member_kind.max_bytes + 1) if handle else b"")
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        raise InputFileError(
+            name, "bad_archive", f"is not a readable tar archive ({exc})", member_kind.fix
+        ) from None
+
+
+def read_installed_metadata(dist: Any, name: str) -> str | None:
+    """A file of an installed distribution's metadata folder (importlib.metadata's Distribution), through the
+    bounded reader; None when it has none or it cannot be used (metadata elsewhere must not stop verify)."""
+    folder = getattr(dist, "_path", None)  # PathDistribution: its .dist-info / .egg-info folder
+    if folder is None:
+        return None
+    try:
+        return read_text(os.path.join(os.fspath(folder), name), WHEEL_METADATA)
+    except InputFileError:
+        return None
 
 
 def read_text_lenient(path: str | os.PathLike, kind: InputKind) -> str:
