@@ -17,7 +17,7 @@ from verify.install import command as install_command
 from verify.layers import expectations, manifest, module_map
 from verify.report import render
 from verify.runtime import atomic, entry_point, exit_codes, interrupts, workflow_commands
-from verify.runtime.messages import bounded, did_you_mean, shown
+from verify.runtime.messages import bounded, did_you_mean, printable, shown
 from verify.runtime.out_dirs import OutputDirs
 
 DEFAULT_CHECK_TIMEOUT_S = 120.0
@@ -136,13 +136,9 @@ def _main(argv: list[str], prog: str = "verify") -> int:
             " `verify install --index URL` installs Apex and verifies it)"
         )
     args = parser.parse_args(argv)
-    if not (math.isfinite(args.check_timeout) and args.check_timeout > 0):  # nan/inf would reach the report
-        return _usage_error(f"--check-timeout {args.check_timeout:g}: must be a positive number of seconds")
-    if args.distributed and args.static:
-        return _usage_error(
-            "--distributed with --static: the cross-GPU checks run processes on the GPUs, --static"
-            " stops after layer 5; drop one of the two"
-        )
+    problem = _option_problem(args)
+    if problem:
+        return _usage_error(problem)
     hook_problem = distributed.hook_problem()
     if hook_problem:
         return _usage_error(hook_problem)
@@ -172,6 +168,28 @@ def _main(argv: list[str], prog: str = "verify") -> int:
             distributed=args.distributed,
         ),
     )
+
+
+def _option_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options alone, before anything runs."""
+    if not (math.isfinite(args.check_timeout) and args.check_timeout > 0):  # nan/inf would reach the report
+        return f"--check-timeout {args.check_timeout:g}: must be a positive number of seconds"
+    if args.distributed and args.static:
+        return (
+            "--distributed with --static: the cross-GPU checks run processes on the GPUs, --static"
+            " stops after layer 5; drop one of the two"
+        )
+    return _report_path_problem(args)
+
+
+def _report_path_problem(args: argparse.Namespace) -> str | None:
+    """Why a report path cannot be written, checked before the run, not after it (minutes of checks are not
+    thrown away for a path that is a folder); the write itself still handles what only it can know."""
+    for option, path in (("--json", args.json), ("--markdown", args.markdown)):
+        problem = atomic.writable_problem(path) if path else None
+        if problem:
+            return f"{option} {printable(path)}: cannot write the report there: {problem}"
+    return None
 
 
 def _run(args: argparse.Namespace, request: pipeline.VerifyRequest) -> int:

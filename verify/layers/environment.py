@@ -74,7 +74,7 @@ def driver_version(proc_file: Path = _DRIVER_PROC) -> tuple[str | None, str | No
         match = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", text)
         if match:
             return match.group(1), str(proc_file)
-    except OSError:
+    except input_files.InputFileError:
         pass
     if shutil.which("nvidia-smi"):
         out = _run_tool(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])

@@ -238,6 +238,40 @@ def write_bytes(path: str | os.PathLike, data: bytes, *, mode: int = 0o644) -> P
     raise UnwritableTarget(target, _refusal(kind), errno.EISDIR if stat.S_ISDIR(kind) else errno.EINVAL)
 
 
+def writable_problem(path: str | os.PathLike) -> str | None:
+    """Why write_bytes(path) would be refused, checked before a long run instead of after it (nothing is
+    made): a directory, a block device or socket, a folder on the way that is a file, a folder this user
+    cannot write into; None when the write can be tried (a FIFO's reader, a full disk, are known only then)."""
+    target = Path(path)
+    if _own_descriptor(target) is not None:
+        return None
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        return f"{exc.strerror or exc}; choose a writable path"
+    if mode is not None:
+        if stat.S_ISDIR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+            return _refusal(mode)
+        if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+            return None
+        folder = Path(os.path.realpath(target)).parent  # the temp file is made beside the real file
+    else:
+        folder = _existing_ancestor(Path(os.path.realpath(target)).parent)
+        if not folder.is_dir():
+            return f"{folder} is not a folder; choose a path under a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"this user cannot write into {folder}; choose a writable path"
+    return None
+
+
+def _existing_ancestor(folder: Path) -> Path:
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
 def write_text(path: str | os.PathLike, text: str) -> Path:
     # a path or message read from a non-UTF-8 file name carries lone surrogates: shown as \udcff, never a crash
     return write_bytes(path, text.encode("utf-8", "backslashreplace"))

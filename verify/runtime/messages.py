@@ -54,6 +54,20 @@ def printable(text: object) -> str:
     return f"{text[:start]}\\x3a{text[start + 1 :]}" if text.startswith("::", start) else text
 
 
+def markdown_cell(text: object) -> str:
+    """Outside text (a cell id, an error message, a path) inside a Markdown table cell or line: `&`, `<` and
+    `>` as HTML entities, so that no raw HTML (a `<details>`, an `<img>`) reaches the rendered report; `|`
+    escaped, so it stays in its cell; line breaks as spaces, so the row stays one row."""
+    text = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+
+def markdown_code(text: object) -> str:
+    """Outside text as a Markdown code span: inside one, HTML is shown as text; a backtick in the text
+    (which would end the span) is written as an apostrophe, a line break as a space."""
+    return "`" + printable(str(text).replace("`", "'")) + "`"
+
+
 def bounded(message: str) -> str:
     """Every line of `message` cut to LINE_MAX characters, saying how much was left out."""
     lines = []
