@@ -188,7 +188,7 @@ def _report_path_problem(args: argparse.Namespace) -> str | None:
     for option, path in (("--json", args.json), ("--markdown", args.markdown)):
         problem = atomic.writable_problem(path) if path else None
         if problem:
-            return f"{option} {printable(path)}: cannot write the report there: {problem}"
+            return f"{option}: cannot write report to {printable(path)}: {problem} (checked before the run)"
     return None
 
 

@@ -71,7 +71,7 @@ def main(argv: list[str]) -> int:
     key = unit_key(output)
     try:
         nice, threads = choice(schedule_path, key)
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (input_files.InputFileError, OSError, ValueError, KeyError, TypeError) as error:
         sys.stderr.write(
             f"unit_runner: schedule {schedule_path} unusable ({error}); {key} runs unscheduled\n"
         )

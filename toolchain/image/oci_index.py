@@ -120,11 +120,11 @@ def _config(registry: registry_api.Registry, manifest: registry_api.Manifest) ->
     config_ref = manifest.json().get("config")
     digest = config_ref.get("digest") if isinstance(config_ref, dict) else None
     if not isinstance(digest, str):
-        raise registry_api.BadAnswer(f"the manifest {manifest.digest} names no config digest")
+        raise registry_api.BadRegistryAnswer(f"the manifest {manifest.digest} names no config digest")
     try:
         config = input_files.decode_json(registry.get_blob(digest), digest, input_files.REGISTRY_ANSWER)
     except input_files.InputFileError as error:
-        raise registry_api.BadAnswer(f"the registry's config {error}") from None
+        raise registry_api.BadRegistryAnswer(f"the registry's config {error}") from None
     if not isinstance(config, dict):
-        raise registry_api.BadAnswer(f"the config {digest} is not an object")
+        raise registry_api.BadRegistryAnswer(f"the config {digest} is not an object")
     return config

@@ -32,19 +32,21 @@ class Manifest:
     raw: bytes
 
     def json(self) -> dict[str, Any]:
-        """The manifest as an object; BadAnswer (exit 3, one line) when it is not JSON or not an object."""
+        """The manifest as an object; BadRegistryAnswer (exit 3, one line) when it is not JSON or not an object."""
         try:
             data = input_files.decode_json(
                 self.raw, f"the manifest {self.digest}", input_files.REGISTRY_ANSWER
             )
         except input_files.InputFileError as error:
-            raise BadAnswer(f"the registry's answer {error}") from None
+            raise BadRegistryAnswer(f"the registry's answer {error}") from None
         if not isinstance(data, dict):
-            raise BadAnswer(f"the registry's manifest {self.digest} is {type(data).__name__}, not an object")
+            raise BadRegistryAnswer(
+                f"the registry's manifest {self.digest} is {type(data).__name__}, not an object"
+            )
         return data
 
 
-class BadAnswer(EnvironmentUnavailable):
+class BadRegistryAnswer(EnvironmentUnavailable):
     """A registry answer that is not what the API promises (not JSON, the wrong shape, too large)."""
 
 
@@ -167,7 +169,7 @@ def _bound(answer: Any, name: str) -> None:
         )
     except input_files.InputFileError as error:
         answer.close()
-        raise BadAnswer(f"registry answer {error}") from None
+        raise BadRegistryAnswer(f"registry answer {error}") from None
 
 
 def _credentials(host: str) -> tuple[str, str] | None:

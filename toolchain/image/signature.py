@@ -210,7 +210,7 @@ def _with_key(repository: str, digest: str, key_path: Path) -> dict:
             f"refusing {repository}@{digest}: it is not signed (no {repository}:{tag}); sign it "
             f"(cosign sign --key cosign.key {repository}@{digest}), or {HOW}"
         ) from None
-    except registry_api.BadAnswer as err:
+    except registry_api.BadRegistryAnswer as err:
         raise SignatureRefused(
             f"refusing {repository}@{digest}: not signed ({repository}:{tag}: {err})"
         ) from None

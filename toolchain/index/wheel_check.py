@@ -26,7 +26,6 @@ else:  # Python 3.10: the build extra's backport (toolchain/index/ may not impor
 from toolchain.builder import build_outputs, wheel_identity
 from toolchain.builder.provenance import sha256_of
 from toolchain.index import pages, pip_rules, portability
-from verify.domain import stack_name
 from verify.layers import fatbin
 from verify.layers import manifest as manifest_mod
 from verify.runtime import field_types as ft
@@ -136,7 +135,7 @@ def _check(wheel: Path, allowed: tuple[str, ...], work: Path | None) -> CheckedW
         raise _Refused(
             [f"its manifest has no wheel_identity (built before wheels named their stack); {REBUILD}"]
         )
-    if not isinstance(ident.get("stack"), str) or stack_name.parse(ident["stack"]) is None:
+    if not isinstance(ident.get("stack"), str) or wheel_identity.parse_stack(ident["stack"]) is None:
         raise _Refused(
             [
                 f"its manifest's stack {ident.get('stack')!r} is not a stack name (torch2.11-cu130, ASCII); {REBUILD}"

@@ -218,6 +218,9 @@ class _RemoteZip:
         self.pos = max(0, (0, self.pos, self.size)[whence] + offset)
         return self.pos
 
+    def close(self) -> None:  # nothing held open: each range is its own request
+        return None
+
     def read(self, n: int = -1) -> bytes:
         n = self.size - self.pos if n is None or n < 0 else min(n, self.size - self.pos)
         end = self.pos + n
