@@ -77,6 +77,12 @@ def identity(
     )
 
 
+def is_stack_name(name: object) -> bool:
+    """Whether `name` is a stack's folder name (`torch2.11-cu130`, `torch2.13-cpu`), ASCII digits only: the
+    one rule verify.domain.stack_name holds, for toolchain/index/, which may not import verify/domain/."""
+    return isinstance(name, str) and stack_name.parse(name) is not None
+
+
 def parse_name(wheel_name: str) -> tuple[str, str, str]:
     """(distribution, version, tags) of a wheel file name."""
     found = _WHEEL_NAME.fullmatch(wheel_name)

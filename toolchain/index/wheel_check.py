@@ -135,7 +135,7 @@ def _check(wheel: Path, allowed: tuple[str, ...], work: Path | None) -> CheckedW
         raise _Refused(
             [f"its manifest has no wheel_identity (built before wheels named their stack); {REBUILD}"]
         )
-    if not isinstance(ident.get("stack"), str) or wheel_identity.parse_stack(ident["stack"]) is None:
+    if not wheel_identity.is_stack_name(ident.get("stack")):
         raise _Refused(
             [
                 f"its manifest's stack {ident.get('stack')!r} is not a stack name (torch2.11-cu130, ASCII); {REBUILD}"
