@@ -90,3 +90,41 @@ def test_index_escapes_a_wheel_path_and_a_cell_folder_name(tmp_path: Path) -> No
     done = _build("index", str(tmp_path / "missing\n::error::y"), "--index", str(tmp_path / "index"))
     assert done.returncode == exit_codes.USAGE, done.stderr
     assert "missing\\n::error::y does not exist" in _no_command_lines(done)
+
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("::warning::x", "\\x3a:warning::x"),  # a whole line of outside text is never a workflow command
+        ("  ::error::y", "  \\x3a:error::y"),  # the runner reads a command after leading blanks too
+        ("a ::warning:: inside", "a ::warning:: inside"),  # not at a line's start: left as it is
+    ],
+)
+def test_printable_never_starts_a_workflow_command(text: str, want: str) -> None:
+    assert printable(text) == want
+
+
+def test_markdown_cells_carry_no_raw_html_and_stay_one_row() -> None:
+    from toolchain.runs.report_tables import _md_escape
+    from verify.report.render import _md
+    from verify.runtime.messages import markdown_cell, markdown_code
+
+    hostile = 'cell<img src=x onerror=alert(1)>|<details open>\nnext & "more"'
+    for rendered in (markdown_cell(hostile), _md(hostile), _md_escape(hostile)):
+        assert "<" not in rendered and ">" not in rendered and "\n" not in rendered
+        assert "&lt;img" in rendered and "\\|" in rendered and "&amp;" in rendered
+    assert markdown_code("a`b\nc") == "`a'b\\nc`"
+
+
+def test_verify_bench_without_torch_is_one_line_even_for_a_bad_flag() -> None:
+    # -S: no site-packages, so no torch; verify itself comes from the checkout (the working directory)
+    for args, code in ((["--bogus"], exit_codes.USAGE), (["--steps", "x"], exit_codes.USAGE), ([], 3)):
+        done = subprocess.run(
+            [sys.executable, "-S", "-m", "verify", "bench", *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == code and "Traceback" not in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
