@@ -153,3 +153,19 @@ def test_a_damaged_published_folder_is_left_out_of_every_page_alike(
     stacks = json.loads((index / "stacks.json").read_text())["stacks"][0]["wheels"]
     assert listed_json == stacks == ["apex-0.2+cpu.torch2.13-cp312-cp312-manylinux_2_28_x86_64.whl"]
     assert "0.1+cpu" not in html and "0.2+cpu" in html
+
+
+def test_build_py_wheel_refuses_a_link_where_it_writes_in_out_before_building(tmp_path: Path) -> None:
+    from tests import wheel_builds as wb
+    from tests.support import run_build
+
+    src = wb.apex_shaped_tree(tmp_path / "src")
+    out = tmp_path / "out"
+    out.mkdir()
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text("keep")
+    (out / "build-manifest.json").symlink_to(elsewhere)
+    done = run_build("wheel", "--apex-src", str(src), "--out", str(out), "--flags", "APEX_CPP_EXT")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "build-manifest.json: is a symbolic link" in done.stderr.strip().splitlines()[-1]
+    assert elsewhere.read_text() == "keep" and not (out / "build.log").exists()

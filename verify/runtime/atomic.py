@@ -118,25 +118,39 @@ def open_tree_dir(root: str | os.PathLike, relpath: str, *, create: bool = False
     return fd
 
 
-def refuse_links_in_tree(root: str | os.PathLike, *, skip: tuple[str, ...] = (".git",)) -> None:
+def refuse_links_in_tree(
+    root: str | os.PathLike, *, skip: tuple[str, ...] = (".git",), only: tuple[str, ...] | None = None
+) -> None:
     """LinkInOwnedTree for the first symbolic link or special file (FIFO, device, socket) anywhere under
     ROOT (folders named in `skip` not entered): the check a command makes before it writes anything into a
-    tree it owns, so that a refusal leaves every file of the tree as it was."""
+    tree it owns, so that a refusal leaves every file of the tree as it was. `only`: check just these names
+    directly in ROOT (a user's --out folder, where the tool owns only the files it writes)."""
+    if only is not None:
+        for name in only:
+            _refuse_link_or_special(Path(root), name)
+        return
     for folder, dirs, names in os.walk(root, followlinks=False):
         dirs[:] = sorted(d for d in dirs if d not in skip)
         for name in sorted([*dirs, *names]):
-            where = Path(folder, name)
-            info = os.lstat(where)
-            if stat.S_ISLNK(info.st_mode):
-                fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-                try:
-                    raise _not_followed(fd, name, where)
-                finally:
-                    os.close(fd)
-            if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
-                raise LinkInOwnedTree(
-                    where, f"{_refusal(info.st_mode).split(';')[0]} inside a folder the tool owns; remove it"
-                )
+            _refuse_link_or_special(Path(folder), name)
+
+
+def _refuse_link_or_special(folder: Path, name: str) -> None:
+    where = folder / name
+    try:
+        info = os.lstat(where)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            raise _not_followed(fd, name, where)
+        finally:
+            os.close(fd)
+    if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
+        raise LinkInOwnedTree(
+            where, f"{_refusal(info.st_mode).split(';')[0]} inside a folder the tool owns; remove it"
+        )
 
 
 def open_lock_in_tree(root: str | os.PathLike, name: str) -> int:
