@@ -129,7 +129,7 @@ def refuse_links_in_tree(
         for name in only:
             _refuse_link_or_special(Path(root), name)
         return
-    for folder, dirs, names in os.walk(root, followlinks=False):
+    for folder, dirs, names in os.walk(os.fspath(root), followlinks=False):
         dirs[:] = sorted(d for d in dirs if d not in skip)
         for name in sorted([*dirs, *names]):
             _refuse_link_or_special(Path(folder), name)
