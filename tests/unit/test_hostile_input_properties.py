@@ -2,7 +2,8 @@
 real parts: registry answers for the signature check served by a real HTTP server on 127.0.0.1 and signed
 with a real ECDSA key (so a validly signed payload of the wrong shape reaches the payload check), wheel
 files for the index's checks, and published index folders with their JSON damaged. Each property: no
-exception but the documented ones (exit 1 or 3), and for the index, the pages always agree."""
+exception but the documented ones (exit 1 or 3), and for the index, the pages always agree; raw requests to the
+index server: answered or closed, nothing from outside its folder, still serving after each."""
 
 from __future__ import annotations
 
@@ -199,3 +200,54 @@ def test_every_damaged_published_folder_leaves_the_pages_in_agreement(
     stacks = json.loads((index / "stacks.json").read_text())["stacks"][0]["wheels"]
     assert sorted(listed) == sorted(stacks)
     assert all(name in html for name in listed) and html.count("<a ") == len(listed)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path]]:
+    from tests.unit.test_index_serve import Server
+
+    root = tmp_path_factory.mktemp("served")
+    index = root / "index"
+    (index / "stack" / "simple").mkdir(parents=True)
+    (index / "stacks.json").write_text("{}")
+    (index / "stack" / "simple" / "index.html").write_text("<html>inside</html>")
+    (index / "stack" / "simple" / "index.json").write_text('{"inside": true}')
+    (root / "secret.txt").write_text("OUTSIDE-SECRET")
+    (index / "leak").symlink_to(root / "secret.txt")
+    server = Server(index, "--timeout", "2")
+    yield server, index
+    code, err = server.stop()
+    assert code == exit_codes.FAILED and "Traceback" not in err, err
+
+
+REQUEST_PATHS = st.sampled_from(
+    ["/", "/stack/simple/", "/../secret.txt", "/leak", "/%2e%2e/secret.txt", "/stack/simple/index.json"]
+) | st.text(alphabet=st.characters(codec="latin-1"), max_size=40).map(lambda t: "/" + t)
+
+
+@settings(PROPERTY, max_examples=60)
+@given(
+    method=st.sampled_from(["GET", "HEAD", "POST", "BREW", "", "GET GET"]),
+    path=REQUEST_PATHS,
+    accept=st.sampled_from(["", "application/vnd.pypi.simple.v1+json", "*/*", "x" * 5000]),
+    tail=st.sampled_from(["\r\n\r\n", "\r\n", "", "\n\n", "\r\nHost: x\r\n\r\n"]),
+)
+def test_every_request_is_answered_or_closed_and_nothing_outside_is_served(
+    served: tuple[Any, Path], method: str, path: str, accept: str, tail: str
+) -> None:
+    import socket
+
+    server, _ = served
+    raw = f"{method} {path} HTTP/1.1\r\nAccept: {accept}{tail}".encode("latin-1")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(raw)
+        sock.shutdown(
+            socket.SHUT_WR
+        )  # a half-sent request ends here: the server must not wait past its timeout
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    # a request line http.server cannot parse is answered HTTP/0.9-style: the error page, no status line
+    assert answer == b"" or answer.startswith(b"HTTP/1.") or b"Error code: 400" in answer, answer[:200]
+    assert b"OUTSIDE-SECRET" not in answer
+    assert server.proc.poll() is None and server.get("/stack/simple/") == 200  # still serving
