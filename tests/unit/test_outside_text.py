@@ -5,6 +5,7 @@ cannot start a second line, and so no line that GitHub Actions reads as a workfl
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -128,3 +129,50 @@ def test_verify_bench_without_torch_is_one_line_even_for_a_bad_flag() -> None:
         )
         assert done.returncode == code and "Traceback" not in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+# what may stand in a printed f-string of the index's and the new commands' print paths without printable():
+# the escaping functions themselves and numbers
+_ESCAPED_BY = {"printable", "shown", "bounded", "len", "int", "float", "round"}
+
+
+def _unescaped_values(source: str) -> list[tuple[int, str]]:
+    """(line, expression) of each value an f-string in a print(...) call interpolates outside printable()."""
+    found = []
+
+    def visit(node: ast.AST, line: int) -> None:
+        if (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", getattr(node.func, "attr", "")) in _ESCAPED_BY
+        ):
+            return
+        if isinstance(node, ast.FormattedValue):
+            value = node.value
+            called = (
+                getattr(value.func, "id", getattr(value.func, "attr", ""))
+                if isinstance(value, ast.Call)
+                else ""
+            )
+            if called not in _ESCAPED_BY:
+                found.append((line, ast.unparse(value)))
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, line)
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "print":
+            for arg in node.args:
+                visit(arg, node.lineno)
+    return found
+
+
+def test_the_index_and_wheel_commands_print_outside_text_only_through_printable() -> None:
+    files = sorted((REPO / "toolchain" / "index").glob("*.py")) + [REPO / "toolchain/commands/wheel_index.py"]
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {expr}"
+        for path in files
+        for line, expr in _unescaped_values(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, "wrap outside text in verify.runtime.messages.printable:\n" + "\n".join(found)
+    assert _unescaped_values('print(f"x {name}")\n') == [(1, "name")]  # the rule can fail
+    assert _unescaped_values('print(f"x {printable(name)} {len(a)}")\n') == []

@@ -124,6 +124,6 @@ def cmd_index(args: argparse.Namespace, console: Console) -> int:
     if passed:
         print(
             f"index {printable(args.index)}: pip install apex --index-url <where it is served>/<stack>/simple "
-            f"(stacks: {', '.join(sorted({w.stack for w in passed}))}; see {printable(args.index / 'index.html')})"
+            f"(stacks: {printable(', '.join(sorted({w.stack for w in passed})))}; see {printable(args.index / 'index.html')})"
         )
     return exit_codes.FAILED if refused else exit_codes.OK

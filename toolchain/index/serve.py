@@ -264,7 +264,7 @@ def _serve(argv: list[str] | None) -> int:
     with _listen(args.index, args.bind, port, timeout=timeout, max_connections=max_connections) as server:
         host, port = server.socket.getsockname()[:2]  # as bound (server_address's host may be bytes)
         host = f"[{host}]" if ":" in host else host
-        print(f"serving {printable(args.index)} at http://{host}:{port}/", flush=True)
+        print(f"serving {printable(args.index)} at http://{printable(host)}:{int(port)}/", flush=True)
         server.serve_forever()  # until a signal: entry_point prints its line, exit 1
     return exit_codes.OK
 
