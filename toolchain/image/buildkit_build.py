@@ -361,7 +361,7 @@ def build_image(
             code = _run_build(command, env, log_path, show)
             if code == 0:
                 break
-            lines = input_files.read_text_lenient(log_path, input_files.LOG).splitlines()
+            lines = input_files.read_log_tail(log_path)  # the classifier reads the tail only
             fault = environment_fault("\n".join(lines[-200:]))
             if fault is None:
                 _daemon_still_there(cell, log_path)
