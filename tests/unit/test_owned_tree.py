@@ -169,3 +169,33 @@ def test_build_py_wheel_refuses_a_link_where_it_writes_in_out_before_building(tm
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "build-manifest.json: is a symbolic link" in done.stderr.strip().splitlines()[-1]
     assert elsewhere.read_text() == "keep" and not (out / "build.log").exists()
+
+
+def test_a_failure_while_the_pages_are_written_leaves_every_page_as_it_was(tmp_path: Path) -> None:
+    index = tmp_path / "index"
+    publish.add(index, [_checked_wheel(tmp_path)])
+    before = _pages(index)
+    (index / "index.html").unlink()
+    (index / "index.html").mkdir()  # the last page written: the failure comes after the others are staged
+    before.pop("index.html")
+    with pytest.raises(atomic.LinkInOwnedTree, match="directory"):
+        publish.add(index, [_checked_wheel(tmp_path, "0.2+cpu.torch2.13")])
+    after = {k: v for k, v in _pages(index).items() if "/files/" not in k}
+    assert after == {k: v for k, v in before.items() if "/files/" not in k}  # no page changed
+    assert not [p for p in index.rglob("*.tmp")]  # nothing staged is left
+
+
+def test_a_batch_lands_together_or_not_at_all(tmp_path: Path) -> None:
+    (tmp_path / "a.html").write_bytes(b"old a")
+    with pytest.raises(RuntimeError), atomic.TreeBatch(tmp_path) as batch:
+        assert batch.add("a.html", b"new a") is True
+        assert batch.add("sub/b.html", b"new b") is True
+        raise RuntimeError("a failure after staging")
+    assert (tmp_path / "a.html").read_bytes() == b"old a" and not (tmp_path / "sub" / "b.html").exists()
+    with atomic.TreeBatch(tmp_path) as batch:
+        batch.add("a.html", b"new a")
+        batch.add("sub/b.html", b"new b")
+    assert (tmp_path / "a.html").read_bytes() == b"new a" and (
+        tmp_path / "sub" / "b.html"
+    ).read_bytes() == b"new b"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a.html", "b.html", "sub"]

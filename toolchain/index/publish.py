@@ -167,9 +167,11 @@ def _write_folder(index: Path, wheel: CheckedWheel) -> str:
     return name
 
 
-def _write_if_changed(index: Path, path: Path, text: str) -> bool:
-    """A page inside the index, through the owned-tree writer: unchanged bytes are not rewritten."""
-    return atomic.write_in_tree(index, path.relative_to(index).as_posix(), text.encode("utf-8"))
+def _write_if_changed(pages_batch: atomic.TreeBatch, path: Path, text: str) -> bool:
+    """A page inside the index, staged in the batch of every page (atomic.TreeBatch: all land together, or
+    none does); unchanged bytes are not rewritten."""
+    index = Path(pages_batch.root)
+    return pages_batch.add(path.relative_to(index).as_posix(), text.encode("utf-8"))
 
 
 def add(index: Path, wheels: list[CheckedWheel], tools: dict[str, Path] | None = None) -> list[Outcome]:
@@ -240,16 +242,25 @@ def _add(index: Path, wheels: list[CheckedWheel], tools: pages.Tools | None = No
 
 
 def write_pages(index: Path, entries: list[pages.Entry], tools: pages.Tools | None = None) -> None:
+    """Every page of the index, staged and then renamed into place together (atomic.TreeBatch): a failure
+    while they are written (a full disk) leaves every page as it was."""
+    with atomic.TreeBatch(index) as batch:
+        _stage_pages(batch, index, entries, tools)
+
+
+def _stage_pages(
+    batch: atomic.TreeBatch, index: Path, entries: list[pages.Entry], tools: pages.Tools | None
+) -> None:
     for stack in sorted({e.stack for e in entries}):
         mine = [e for e in entries if e.stack == stack]
         simple = index / stack / "simple"
-        _write_if_changed(index, simple / pages.PROJECT / "index.html", pages.project_html(mine))
-        _write_if_changed(index, simple / pages.PROJECT / "index.json", pages.project_json(mine))
+        _write_if_changed(batch, simple / pages.PROJECT / "index.html", pages.project_html(mine))
+        _write_if_changed(batch, simple / pages.PROJECT / "index.json", pages.project_json(mine))
         if tools:
-            _write_if_changed(index, simple / pages.TOOL_PROJECT / "index.html", pages.tool_html(tools.wheel))
-            _write_if_changed(index, simple / pages.TOOL_PROJECT / "index.json", pages.tool_json(tools.wheel))
-        _write_if_changed(index, simple / "index.html", pages.root_html(tools))
-        _write_if_changed(index, simple / "index.json", pages.root_json(tools))
+            _write_if_changed(batch, simple / pages.TOOL_PROJECT / "index.html", pages.tool_html(tools.wheel))
+            _write_if_changed(batch, simple / pages.TOOL_PROJECT / "index.json", pages.tool_json(tools.wheel))
+        _write_if_changed(batch, simple / "index.html", pages.root_html(tools))
+        _write_if_changed(batch, simple / "index.json", pages.root_json(tools))
     if entries:
-        _write_if_changed(index, index / "stacks.json", pages.top_json(entries, tools))
-        _write_if_changed(index, index / "index.html", pages.top_html(entries, tools))
+        _write_if_changed(batch, index / "stacks.json", pages.top_json(entries, tools))
+        _write_if_changed(batch, index / "index.html", pages.top_html(entries, tools))

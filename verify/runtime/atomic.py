@@ -66,29 +66,59 @@ def write_in_tree(root: str | os.PathLike, relpath: str, data: bytes, *, mode: i
     """Write `data` to ROOT/relpath inside a tree the tool owns, without following any link below ROOT (ROOT
     itself is the user's to name and may be one); missing folders are made. Skips the write, and returns
     False, when the file already holds exactly `data` (a page that did not change keeps its time)."""
-    folder_parts, name = _tree_parts(relpath)
-    fd = open_tree_dir(root, "/".join(folder_parts), create=True)
-    try:
-        if _same_bytes(fd, name, data, Path(root, relpath)):
-            return False
-        tmp = f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
-        out = os.open(
-            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd
-        )
+    with TreeBatch(root) as batch:
+        return batch.add(relpath, data, mode=mode)
+
+
+class TreeBatch:
+    """Files written into a tree the tool owns that land together (the pages of an index): `add` stages each
+    one as a fsynced temp file beside its name, by write_in_tree's rules; leaving the `with` block renames
+    them all into place, or, on an exception, removes what was staged, so every file stays as it was (a
+    full disk while staging changes no page). Renames need no space, so the swap itself does not fail on it."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = root
+        self._staged: list[tuple[int, str, str]] = []  # (folder descriptor, temp name, name)
+
+    def add(self, relpath: str, data: bytes, *, mode: int = 0o644) -> bool:
+        folder_parts, name = _tree_parts(relpath)
+        fd = open_tree_dir(self.root, "/".join(folder_parts), create=True)
         try:
-            with os.fdopen(out, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fchmod(handle.fileno(), mode)
-                os.fsync(handle.fileno())
-            os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)  # replaces a link itself, never its target
+            if _same_bytes(fd, name, data, Path(self.root, relpath)):
+                os.close(fd)
+                return False
+            tmp = f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+            out = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd
+            )
         except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=fd)
+            os.close(fd)
             raise
+        self._staged.append((fd, tmp, name))
+        with os.fdopen(out, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
         return True
-    finally:
-        os.close(fd)
+
+    def __enter__(self) -> TreeBatch:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        try:
+            for fd, tmp, name in self._staged:
+                if kind is None:
+                    os.replace(
+                        tmp, name, src_dir_fd=fd, dst_dir_fd=fd
+                    )  # replaces a link itself, never its target
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp, dir_fd=fd)
+        finally:
+            for fd, _, _ in self._staged:
+                os.close(fd)
+            self._staged = []
 
 
 def open_tree_dir(root: str | os.PathLike, relpath: str, *, create: bool = False) -> int:
