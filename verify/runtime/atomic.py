@@ -109,15 +109,14 @@ class TreeBatch:
         try:
             for fd, tmp, name in self._staged:
                 if kind is None:
-                    os.replace(
-                        tmp, name, src_dir_fd=fd, dst_dir_fd=fd
-                    )  # replaces a link itself, never its target
+                    # replaces a link itself, never its target
+                    os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
                 else:
                     with contextlib.suppress(OSError):
                         os.unlink(tmp, dir_fd=fd)
         finally:
-            for fd, _, _ in self._staged:
-                os.close(fd)
+            for staged in self._staged:
+                os.close(staged[0])
             self._staged = []
 
 
