@@ -136,9 +136,13 @@ def _main(argv: list[str], prog: str = "verify") -> int:
             " `verify install --index URL` installs Apex and verifies it)"
         )
     args = parser.parse_args(argv)
-    problem = _option_problem(args)
-    if problem:
-        return _usage_error(problem)
+    if not (math.isfinite(args.check_timeout) and args.check_timeout > 0):  # nan/inf would reach the report
+        return _usage_error(f"--check-timeout {args.check_timeout:g}: must be a positive number of seconds")
+    if args.distributed and args.static:
+        return _usage_error(
+            "--distributed with --static: the cross-GPU checks run processes on the GPUs, --static"
+            " stops after layer 5; drop one of the two"
+        )
     hook_problem = distributed.hook_problem()
     if hook_problem:
         return _usage_error(hook_problem)
@@ -170,22 +174,11 @@ def _main(argv: list[str], prog: str = "verify") -> int:
     )
 
 
-def _option_problem(args: argparse.Namespace) -> str | None:
-    """What is wrong with the options alone, before anything runs."""
-    if not (math.isfinite(args.check_timeout) and args.check_timeout > 0):  # nan/inf would reach the report
-        return f"--check-timeout {args.check_timeout:g}: must be a positive number of seconds"
-    if args.distributed and args.static:
-        return (
-            "--distributed with --static: the cross-GPU checks run processes on the GPUs, --static"
-            " stops after layer 5; drop one of the two"
-        )
-    return _report_path_problem(args)
-
-
 def _report_path_problem(args: argparse.Namespace) -> str | None:
     """Why a report path cannot be written, checked before the run, not after it (minutes of checks are not
     thrown away for a path that is a folder); the write itself still handles what only it can know."""
-    for option, path in (("--json", args.json), ("--markdown", args.markdown)):
+    paths = (("--json", args.json), ("--markdown", args.markdown), ("--junit", getattr(args, "junit", None)))
+    for option, path in paths:
         problem = atomic.writable_problem(path) if path else None
         if problem:
             return f"{option}: cannot write report to {printable(path)}: {problem} (checked before the run)"
@@ -193,6 +186,9 @@ def _report_path_problem(args: argparse.Namespace) -> str | None:
 
 
 def _run(args: argparse.Namespace, request: pipeline.VerifyRequest) -> int:
+    unwritable = _report_path_problem(args)
+    if unwritable:
+        return _usage_error(unwritable)
     try:
         report = pipeline.run(request)
         interrupts.raise_if_received()  # the last checkpoint before any report is written
