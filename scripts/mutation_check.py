@@ -35,7 +35,7 @@ else:  # Python 3.10: the tomli backport (the dev extra's)
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from verify.runtime import atomic  # noqa: E402  (the project's one write path, from this checkout)
+from verify.runtime import atomic, input_files  # noqa: E402  (the one write and read paths, from this checkout)
 
 MUTATIONS = REPO / "tests" / "mutation" / "mutations.toml"
 TEST_TIMEOUT_S = 900
@@ -70,8 +70,8 @@ class BadMutations(ValueError):
 
 def load(path: Path, root: Path) -> list[Mutation]:
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        data = tomllib.loads(input_files.read_shipped_text(path))
+    except (input_files.InputFileError, tomllib.TOMLDecodeError) as exc:
         raise BadMutations(f"{path}: {exc}") from exc
     fields = {f.name for f in dataclasses.fields(Mutation)}
     mutations = []
@@ -86,7 +86,7 @@ def load(path: Path, root: Path) -> list[Mutation]:
         except TypeError as exc:
             raise BadMutations(f"{path}: mutation {i + 1}: {exc}") from exc
         target = root / m.file
-        count = target.read_text().count(m.find) if target.is_file() else -1
+        count = input_files.read_shipped_text(target).count(m.find) if target.is_file() else -1
         if count != 1:
             where = "the file does not exist" if count < 0 else f"`find` occurs {count} times"
             raise BadMutations(f"{path}: {m.id}: {where} in {m.file}; make `find` match exactly one place")
@@ -147,7 +147,7 @@ def run_tests(tree: Path, tests: tuple[str, ...]) -> tuple[bool, tuple[str, ...]
 
 def mutate(tree: Path, m: Mutation) -> MutationOutcome:
     target = tree / m.file
-    original = target.read_text()
+    original = input_files.read_shipped_text(target)
     target.write_text(original.replace(m.find, m.replace, 1))
     started = time.monotonic()
     try:

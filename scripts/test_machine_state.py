@@ -23,7 +23,6 @@ Exit: 0 done (or nothing to do); 2 bad arguments or an unreadable STATE; 3 no Do
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -35,7 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from verify.runtime import atomic  # noqa: E402  (the project's one write path)
+from verify.runtime import atomic, input_files  # noqa: E402  (the project's one write and read paths)
 
 SUITE_TAG_PREFIX = (
     "apex-"  # the last path part of every tag the suite builds (apex-ci-..., apex-<ref>-torch...)
@@ -89,8 +88,8 @@ def snapshot(state: Path, dockerd_pid: int | None, base_created: str | None) -> 
 
 def _stop_dockerd(pid: int, dry_run: bool) -> None:
     try:
-        comm = Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
+        comm = input_files.read_system_text(f"/proc/{pid}/comm").strip()
+    except input_files.InputFileError:
         print(f"  dockerd {pid}: already gone")
         return
     if comm != "dockerd":
@@ -112,10 +111,10 @@ def _stop_dockerd(pid: int, dry_run: bool) -> None:
 
 def _read_state(state: Path) -> dict[str, Any] | None:
     try:
-        before = json.loads(state.read_text())
+        before = input_files.read_json(state, input_files.MANIFEST)
         before["known_images"], before["known_cache"] = set(before["images"]), set(before["build_cache"])
         return before
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (input_files.InputFileError, KeyError, TypeError) as exc:
         print(
             f"test_machine_state: {state}: no usable snapshot ({exc}); run `snapshot` before the suite",
             file=sys.stderr,

@@ -31,7 +31,7 @@ from pathlib import Path
 from toolchain.commands.parser import Parser, build_parser
 from toolchain.console import Console
 from toolchain.errors import EnvironmentUnavailable, ToolchainError, UsageError, report
-from verify.runtime import atomic, entry_point, exit_codes
+from verify.runtime import atomic, entry_point, exit_codes, input_files
 from verify.runtime.messages import did_you_mean, shown
 from verify.runtime.out_dirs import OutputDirs
 
@@ -39,7 +39,20 @@ from verify.runtime.out_dirs import OutputDirs
 _ATOMIC_TEMP = re.compile(r"^\.(?P<name>.+)\.[^.]+\.tmp$")
 
 
-def _os_error(err: OSError) -> ToolchainError:
+def _option_of(path: Path | None, args: argparse.Namespace | None) -> str | None:
+    """The command-line option (and its value) whose path the failing path is, or lies under: `--out OUT`
+    for OUT/x.md."""
+    if path is None or args is None:
+        return None
+    for name, value in vars(args).items():
+        if isinstance(value, (str, Path)) and str(value) and name not in ("command", "func"):
+            given = Path(value)
+            if path == given or given in path.parents:
+                return f"--{name.replace('_', '-')} {value}"
+    return None
+
+
+def _os_error(err: OSError, args: argparse.Namespace | None = None) -> ToolchainError:
     """An OSError that reached the top, as one line: a full disk is the environment (exit 3); a path
     the user gave (--matrix, --out, --logs, --output) that cannot be read or written is usage (exit 2)."""
     path = err.filename
@@ -60,6 +73,10 @@ def _os_error(err: OSError) -> ToolchainError:
         return EnvironmentUnavailable(
             f"{err.strerror or err}; check the Docker daemon and the network, then retry"
         )
+    option = _option_of(path, args)
+    if option:  # name the option the path came from, not every option that takes one
+        where = "" if str(path) == option.split(" ", 1)[1] else f" ({path})"
+        return UsageError(f"{option}{where}: {err.strerror or err}; pass a path this user can read and write")
     return UsageError(
         f"{path}: {err.strerror or err}; pass a path that exists and this user can read and write "
         "(check --matrix, --out, --logs and --output)"
@@ -111,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     console = Console()
+    args = None
     try:
         if argv[:1] == ["wheel"]:  # the builder parses its own options (it also runs inside images)
             from toolchain.builder import apex_builder
@@ -129,7 +147,11 @@ def _main(argv: list[str]) -> int:
             console.error(str(err).splitlines()[0])
         return report(err)
     except OSError as err:
-        return report(_os_error(err))
+        return report(_os_error(err, args))
+    except (
+        input_files.InputFileError
+    ) as err:  # a file the bounded reader refused: the input, its problem, the fix
+        return report(UsageError(str(err)))
     except ModuleNotFoundError as err:
         if err.name != "docker":  # only the optional SDK is an environment problem; anything else is a bug
             raise

@@ -17,7 +17,7 @@ from verify.install import command as install_command
 from verify.layers import expectations, manifest, module_map
 from verify.report import junit, render
 from verify.runtime import atomic, entry_point, exit_codes, interrupts, workflow_commands
-from verify.runtime.messages import bounded, did_you_mean, shown
+from verify.runtime.messages import bounded, did_you_mean, printable, shown
 from verify.runtime.out_dirs import OutputDirs
 
 DEFAULT_CHECK_TIMEOUT_S = 120.0
@@ -203,7 +203,21 @@ def _main(argv: list[str], prog: str = "verify") -> int:
     )
 
 
+def _report_path_problem(args: argparse.Namespace) -> str | None:
+    """Why a report path cannot be written, checked before the run, not after it (minutes of checks are not
+    thrown away for a path that is a folder); the write itself still handles what only it can know."""
+    paths = (("--json", args.json), ("--markdown", args.markdown), ("--junit", getattr(args, "junit", None)))
+    for option, path in paths:
+        problem = atomic.writable_problem(path) if path else None
+        if problem:
+            return f"{option}: cannot write report to {printable(path)}: {problem} (checked before the run)"
+    return None
+
+
 def _run(args: argparse.Namespace, request: pipeline.VerifyRequest) -> int:
+    unwritable = _report_path_problem(args)
+    if unwritable:
+        return _usage_error(unwritable)
     try:
         report = pipeline.run(request)
         interrupts.raise_if_received()  # the last checkpoint before any report is written

@@ -201,3 +201,31 @@ def test_read_url_is_bounded_and_names_each_refusal(tmp_path: Path) -> None:
         with pytest.raises(input_files.InputFileError) as caught:
             input_files.read_url(url, tiny, timeout_s=1)
         assert caught.value.reason == "bad_url"
+
+
+def test_a_logs_tail_is_read_without_the_rest_and_its_cut_first_line_dropped(tmp_path: Path) -> None:
+    log = tmp_path / "build.log"
+    log.write_text("".join(f"line {n}\n" for n in range(200_000)))  # ~2.2 MB
+    lines = input_files.read_log_tail(log, max_bytes=1000)
+    assert lines[-1] == "line 199999" and len(lines) < 110 and all(line.startswith("line ") for line in lines)
+    assert input_files.read_log_tail(tmp_path / "none.log") == []
+
+
+def test_a_wheel_is_hashed_in_pieces_and_a_fifo_or_device_refused(tmp_path: Path) -> None:
+    import hashlib
+
+    wheel = tmp_path / "w.whl"
+    wheel.write_bytes(b"x" * (3 << 20))
+    assert input_files.sha256_file(wheel, input_files.WHEEL) == (
+        hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        3 << 20,
+    )
+    os.mkfifo(tmp_path / "fifo.whl")
+    (tmp_path / "zero.whl").symlink_to("/dev/zero")
+    for path in (tmp_path / "fifo.whl", tmp_path / "zero.whl"):
+        with pytest.raises(input_files.InputFileError) as caught:
+            input_files.sha256_file(path, input_files.WHEEL)
+        assert caught.value.reason == "not_regular"
+    small = dataclasses.replace(input_files.WHEEL, max_bytes=1 << 20)
+    with pytest.raises(input_files.InputFileError, match="larger than 1 MiB"):
+        input_files.sha256_file(wheel, small)

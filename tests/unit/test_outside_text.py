@@ -5,6 +5,7 @@ cannot start a second line, and so no line that GitHub Actions reads as a workfl
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -90,3 +91,88 @@ def test_index_escapes_a_wheel_path_and_a_cell_folder_name(tmp_path: Path) -> No
     done = _build("index", str(tmp_path / "missing\n::error::y"), "--index", str(tmp_path / "index"))
     assert done.returncode == exit_codes.USAGE, done.stderr
     assert "missing\\n::error::y does not exist" in _no_command_lines(done)
+
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("::warning::x", "\\x3a:warning::x"),  # a whole line of outside text is never a workflow command
+        ("  ::error::y", "  \\x3a:error::y"),  # the runner reads a command after leading blanks too
+        ("a ::warning:: inside", "a ::warning:: inside"),  # not at a line's start: left as it is
+    ],
+)
+def test_printable_never_starts_a_workflow_command(text: str, want: str) -> None:
+    assert printable(text) == want
+
+
+def test_markdown_cells_carry_no_raw_html_and_stay_one_row() -> None:
+    from toolchain.runs.report_tables import _md_escape
+    from verify.report.render import _md
+    from verify.runtime.messages import markdown_cell, markdown_code
+
+    hostile = 'cell<img src=x onerror=alert(1)>|<details open>\nnext & "more"'
+    for rendered in (markdown_cell(hostile), _md(hostile), _md_escape(hostile)):
+        assert "<" not in rendered and ">" not in rendered and "\n" not in rendered
+        assert "&lt;img" in rendered and "\\|" in rendered and "&amp;" in rendered
+    assert markdown_code("a`b\nc") == "`a'b\\nc`"
+
+
+def test_verify_bench_without_torch_is_one_line_even_for_a_bad_flag() -> None:
+    # -S: no site-packages, so no torch; verify itself comes from the checkout (the working directory)
+    for args, code in ((["--bogus"], exit_codes.USAGE), (["--steps", "x"], exit_codes.USAGE), ([], 3)):
+        done = subprocess.run(
+            [sys.executable, "-S", "-m", "verify", "bench", *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == code and "Traceback" not in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+# what may stand in a printed f-string of the index's and the new commands' print paths without printable():
+# the escaping functions themselves and numbers
+_ESCAPED_BY = {"printable", "shown", "bounded", "len", "int", "float", "round"}
+
+
+def _unescaped_values(source: str) -> list[tuple[int, str]]:
+    """(line, expression) of each value an f-string in a print(...) call interpolates outside printable()."""
+    found = []
+
+    def visit(node: ast.AST, line: int) -> None:
+        if (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", getattr(node.func, "attr", "")) in _ESCAPED_BY
+        ):
+            return
+        if isinstance(node, ast.FormattedValue):
+            value = node.value
+            called = (
+                getattr(value.func, "id", getattr(value.func, "attr", ""))
+                if isinstance(value, ast.Call)
+                else ""
+            )
+            if called not in _ESCAPED_BY:
+                found.append((line, ast.unparse(value)))
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, line)
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "print":
+            for arg in node.args:
+                visit(arg, node.lineno)
+    return found
+
+
+def test_the_index_and_wheel_commands_print_outside_text_only_through_printable() -> None:
+    files = sorted((REPO / "toolchain" / "index").glob("*.py")) + [REPO / "toolchain/commands/wheel_index.py"]
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {expr}"
+        for path in files
+        for line, expr in _unescaped_values(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, "wrap outside text in verify.runtime.messages.printable:\n" + "\n".join(found)
+    assert _unescaped_values('print(f"x {name}")\n') == [(1, "name")]  # the rule can fail
+    assert _unescaped_values('print(f"x {printable(name)} {len(a)}")\n') == []

@@ -81,6 +81,14 @@ def test_bake_metadata_becomes_the_publish_record(matrix: Path, tmp_path: Path) 
             "no pushed digest for bake target 'cu12_4' (targets: other)",
         ),
         ({"cu12_4": {"containerimage.digest": "sha256:1234"}}, "not a sha256 image digest"),
+        (
+            {"cu12_4": {"containerimage.digest": [DIGEST]}},
+            'cu12_4["containerimage.digest"]: expected a string, got a list',
+        ),
+        (
+            {"cu12_4": {"containerimage.digest": DIGEST, "containerimage.config.digest": {}}},
+            "expected a string",
+        ),
         ("not json", "unreadable"),
     ],
 )

@@ -366,3 +366,11 @@ def test_bench_results_onto_a_device_link_and_a_directory(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr
     assert stat.S_ISCHR(null.lstat().st_mode) and (linked / "bench.json").is_symlink()
     assert (linked / "bench.md").is_file()
+
+
+def test_verify_checks_its_report_paths_before_the_run(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    for option, path in (("--json", tmp_path), ("--markdown", tmp_path / "file" / "r.md")):
+        proc = _run_verify(option, str(path))
+        assert proc.returncode == 2 and "(checked before the run)" in proc.stderr, proc.stderr
+        assert proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1  # no check ran

@@ -497,3 +497,57 @@ def test_a_plain_static_server_serves_the_same_index_as_html(served, tmp_path) -
     finally:
         plain.terminate()
         plain.wait(timeout=10)
+
+
+def _variant(
+    good: Path, folder: Path, name: str | None = None, extra: dict[str, bytes] | None = None
+) -> Path:
+    """The good wheel copied into `folder` (renamed, or with members added that its RECORD does not list)."""
+    folder.mkdir()
+    source = _wheel(good)
+    target = folder / (name or source.name)
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as new:
+        for info in old.infolist():
+            new.writestr(info, old.read(info))
+        for member, data in (extra or {}).items():
+            new.writestr(member, data)
+    return target
+
+
+def test_index_refuses_what_pip_would_not_install_or_find_and_leaves_the_pages_as_they_were(
+    builds, tmp_path
+) -> None:
+    index = tmp_path / "index"
+    assert run_build("index", str(builds["good"]), "--index", str(index)).returncode == 0
+    pages = {p: p.read_bytes() for p in index.rglob("index.*")} | {index / "stacks.json": b""}
+    pages[index / "stacks.json"] = (index / "stacks.json").read_bytes()
+    name = _wheel(builds["good"]).name
+    variants = {
+        "outside": _variant(builds["good"], tmp_path / "a", extra={"../evil.py": b"x"}),
+        "unlisted": _variant(builds["good"], tmp_path / "b", extra={"apex/hidden.py": b"x"}),
+        "other": _variant(builds["good"], tmp_path / "c", name=name.replace("apex-", "apex_toolkit-", 1)),
+    }
+    done = run_build("index", *map(str, variants.values()), "--index", str(index))
+    assert done.returncode == exit_codes.FAILED and "Traceback" not in done.stderr, done.stderr
+    refused = [line for line in done.stderr.splitlines() if line.startswith("build.py index: refused")]
+    assert len(refused) == 3, done.stderr
+    said = {key: next(line for line in refused if str(path) in line) for key, path in variants.items()}
+    assert "outside the wheel's root" in said["outside"]
+    assert "not listed in its RECORD" in said["unlisted"]
+    assert "apex_toolkit" in said["other"] and "pip would not take it" in said["other"]
+    assert {p: p.read_bytes() for p in pages} == pages  # no page changed
+
+
+def test_a_link_in_the_index_is_refused_before_anything_is_written(builds, tmp_path) -> None:
+    index = tmp_path / "site" / "index"
+    assert run_build("index", str(builds["good"]), "--index", str(index)).returncode == 0
+    outside = tmp_path / "somefile"
+    outside.write_text("keep")
+    (index / "stacks.json").unlink()
+    (index / "stacks.json").symlink_to("../../somefile")
+    done = run_build("index", str(builds["newer"]), "--index", str(index))
+    assert done.returncode == exit_codes.USAGE and "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "stacks.json: is a symbolic link (to ../../somefile)" in line
+    assert outside.read_text() == "keep"
+    assert len(list((index / STACK / "files").iterdir())) == 1  # the newer build's folder was not added

@@ -62,8 +62,7 @@ from toolchain.errors import ToolchainError, UsageError
 from verify.domain.arch import arch_list_text
 from verify.layers import module_map
 from verify.layers.manifest import BuildManifest, BuildStats, Parallelism, Versions
-from verify.runtime import entry_point, exit_codes
-from verify.runtime.atomic import write_json
+from verify.runtime import atomic, entry_point, exit_codes, input_files
 from verify.runtime.messages import bounded
 from verify.runtime.out_dirs import OutputDirs
 
@@ -132,6 +131,7 @@ def build(request: BuildRequest, clock: CommandClock | None = None) -> int:
     request.out_dir.mkdir(parents=True, exist_ok=True)  # an unwritable --out fails now, not after the checks
     lock = _lock_out(request.out_dir)  # one builder per --out, until this build ends
     try:
+        _refuse_links_in_out(request.out_dir)
         # the venv's bin (ninja from pip) must be on PATH even when the venv is not activated
         env = BuildEnv.of(os.environ)
         env = env.plus(EnvStep.of("venv", {"PATH": path_first(env.vars(), str(Path(sys.executable).parent))}))
@@ -139,6 +139,16 @@ def build(request: BuildRequest, clock: CommandClock | None = None) -> int:
         return build_and_gate(request, inputs, tools, env.plus(tools.env).vars(), started, clock)
     finally:
         os.close(lock)
+
+
+def _refuse_links_in_out(out: Path) -> None:
+    """The files a build writes into --out (its log, manifest and gate reports) are never written through a
+    link planted there (atomic's owned-tree rule): refused before anything runs, exit 2, naming the link."""
+    names = (LOG_NAME, MANIFEST_NAME, *wheel_identity.VERIFY_FILES)
+    try:
+        atomic.refuse_links_in_tree(out, only=names)
+    except atomic.LinkInOwnedTree as error:
+        raise UsageError(f"--out {out}: {error.filename}: {error.strerror}") from None
 
 
 def _lock_out(out: Path) -> int:
@@ -158,6 +168,11 @@ def _lock_out(out: Path) -> int:
 
 
 # ---------------------------------------------------------------- after the checks
+
+
+def _write_manifest(out: Path, data: Mapping[str, object]) -> Path:
+    atomic.write_in_tree(out, MANIFEST_NAME, (atomic.json_dumps(data) + "\n").encode("utf-8"))
+    return out / MANIFEST_NAME
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,16 +203,16 @@ def build_and_gate(
     out = request.out_dir
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / LOG_NAME
-    log_path.write_text("")
+    atomic.write_in_tree(out, LOG_NAME, b"")  # a fresh log; never through a link (checked, and not followed)
     compiled = _compile(request, inputs, tools, BuildEnv.of(env).plus(_flag_env(inputs)), log_path, clock)
     env = compiled.env
-    log_lines = log_path.read_text(errors="replace").splitlines()
+    log_lines = input_files.read_text_lenient(log_path, input_files.LOG).splitlines()
     built = build_outputs.extension_modules(compiled.wheel)
     manifest = _manifest(request, inputs, tools, compiled, built, log_lines, started, clock)
     wheel, manifest = _with_identity(compiled.wheel, manifest)
     # the manifest beside the wheel keeps the build record of the copy inside it (`build.py index` compares
     # the two); what is printed is the whole command's wall up to now: renaming the wheel took seconds too
-    manifest_path = write_json(out / MANIFEST_NAME, manifest.to_json())
+    manifest_path = _write_manifest(out, manifest.to_json())
     stats = _with_wall(manifest, clock).build.to_json()
     _say(
         f"wheel {wheel} (wall {stats['wall_s']} s, of which pip wheel {stats['pip_wall_s']} s; peak "
@@ -282,7 +297,9 @@ def _carry_gate_report(wheel: Path, manifest: BuildManifest, out: Path, env: Map
     reads it and refuses a failed one), the manifest beside it gets the new sha256, and the venv gets the
     wheel as published."""
     reports = {
-        name: (out / name).read_bytes() for name in wheel_identity.VERIFY_FILES if (out / name).is_file()
+        name: input_files.read_bytes(out / name, input_files.VERIFY_REPORT)
+        for name in wheel_identity.VERIFY_FILES
+        if (out / name).is_file()
     }
     if not reports:
         return
@@ -295,8 +312,8 @@ def _carry_gate_report(wheel: Path, manifest: BuildManifest, out: Path, env: Map
         str(manifest.wheel_identity["torch_requirement"]),
         {**inside, **reports},
     )
-    write_json(
-        out / MANIFEST_NAME,
+    _write_manifest(
+        out,
         dataclasses.replace(manifest, build=manifest.build.updated(wheel_sha256=sha256_of(wheel))).to_json(),
     )
     install_wheel(wheel, env, out / LOG_NAME)

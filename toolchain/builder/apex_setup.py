@@ -19,6 +19,7 @@ from pathlib import Path
 from toolchain.errors import UsageError
 from verify.domain.arch import Arch
 from verify.layers import module_map
+from verify.runtime import input_files
 
 ENV, ARGV, UNKNOWN = "env", "argv", "unknown"
 
@@ -140,7 +141,7 @@ def _hardcoded(lines: list[str], start: int, end: int) -> tuple[tuple[str, int],
 def read(src: Path) -> SetupPy:
     """Parse SRC/setup.py (the caller has checked that it exists)."""
     path = src / "setup.py"
-    return parse(path.read_text(errors="replace"), path)
+    return parse(input_files.read_text_lenient(path, input_files.SOURCE_FILE), path)
 
 
 def parse(text: str, path: Path) -> SetupPy:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import zipfile
 from pathlib import Path
 
 from verify.domain import layout
 from verify.layers import module_map
+from verify.runtime import input_files
 
 MANIFEST_NAME = layout.MANIFEST_NAME
 LOG_NAME = layout.LOG_NAME
@@ -22,8 +22,8 @@ def extension_modules(wheel: str | Path) -> list[str]:
     """Importable names of the compiled extensions in a wheel: `amp_C.cpython-312-x86_64-linux-gnu.so`
     -> `amp_C`; a package member `pkg/_ext.abi3.so` -> `pkg._ext`."""
     names = []
-    with zipfile.ZipFile(wheel) as archive:
-        for entry in archive.namelist():
+    with input_files.open_zip(wheel) as archive:
+        for entry in archive.names():
             path = Path(entry)
             if (
                 ".dist-info" in entry

@@ -15,6 +15,8 @@ import os
 import time
 from collections.abc import Callable
 
+from verify.runtime import input_files
+
 PROC_STAT = "/proc/self/stat"
 
 
@@ -55,7 +57,7 @@ def of_this_process(
         text = read_stat() if read_stat else _read(PROC_STAT)
         now_boot = boottime() if boottime else time.clock_gettime(time.CLOCK_BOOTTIME)
         age = _age_from_stat(text, now_boot, float(os.sysconf("SC_CLK_TCK")))
-    except (OSError, ValueError, IndexError, AttributeError):
+    except (input_files.InputFileError, OSError, ValueError, IndexError, AttributeError):
         age = None
     if age is None or not 0 <= age < 7 * 86400:  # unreadable, or a clock that makes no sense
         return CommandClock(now_epoch, now_mono, "the builder's entry (/proc/self/stat unreadable)")
@@ -63,5 +65,4 @@ def of_this_process(
 
 
 def _read(path: str) -> str:
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        return handle.read()
+    return input_files.read_system_text(path)

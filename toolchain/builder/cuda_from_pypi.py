@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 from toolchain.errors import BuildFailed, EnvironmentUnavailable, UsageError
+from verify.runtime import input_files
 
 # toolchain/data/, also from a stage folder below toolchain/ (the module may move there)
 FACTS_PATH = next(
@@ -64,7 +65,7 @@ class PypiCuda:
 
 
 def facts() -> dict:
-    return json.loads(FACTS_PATH.read_text(encoding="utf-8"))
+    return input_files.read_shipped_json(FACTS_PATH)
 
 
 def _normal(name: str) -> str:
@@ -205,8 +206,8 @@ def prefix_root(prefix: Path, major_minor: str, site: Path) -> Path:
 def installed_requirements(root: Path) -> list[str] | None:
     """The requirements the prefix at ROOT was installed from (its record), None when there is none."""
     try:
-        return json.loads((root / RECORD_NAME).read_text(encoding="utf-8"))["requirements"]
-    except (OSError, ValueError, KeyError, TypeError):
+        return input_files.read_json(root / RECORD_NAME, input_files.MANIFEST)["requirements"]
+    except (input_files.InputFileError, KeyError, TypeError):
         return None
 
 

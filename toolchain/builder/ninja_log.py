@@ -25,6 +25,8 @@ import dataclasses
 import re
 from pathlib import Path
 
+from verify.runtime import input_files
+
 LOG_NAME = ".ninja_log"
 _HEADER = re.compile(r"^# ninja log v(\d+)\s*$")
 KNOWN_VERSIONS = (5, 6, 7)
@@ -243,7 +245,7 @@ def read_build_dir(build_dir: Path) -> dict[str, list[Unit]]:
     found: dict[str, list[Unit]] = {}
     for log in sorted(build_dir.glob(f"temp.*/**/{LOG_NAME}")):
         extension = log.parent.name
-        entries = latest(last_run(parse_lines(log.read_text(errors="replace"), str(log))))
+        entries = latest(last_run(parse_lines(input_files.read_text_lenient(log, input_files.LOG), str(log))))
         found.setdefault(extension, []).extend(
             units(extension, entries, log_origin(entries, log.stat().st_mtime))
         )

@@ -14,7 +14,8 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
+
+from verify.runtime import input_files
 
 # Facts behind the sizing rule, in one place.
 # One compile stream (one nvcc process, one thread) peaks at ~2.3 GiB: PR #1882 went from 24 to
@@ -101,8 +102,8 @@ class Plan:
 
 def _read(path: str) -> str | None:
     try:
-        return Path(path).read_text().strip()
-    except OSError:
+        return input_files.read_system_text(path).strip()
+    except input_files.InputFileError:
         return None
 
 
@@ -128,7 +129,7 @@ def cgroup_cpu_quota() -> float | None:
 
 
 def mem_available_bytes() -> int:
-    for line in Path("/proc/meminfo").read_text().splitlines():
+    for line in input_files.read_system_text("/proc/meminfo").splitlines():
         if line.startswith("MemAvailable:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError("/proc/meminfo has no MemAvailable line")

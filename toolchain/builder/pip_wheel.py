@@ -21,7 +21,7 @@ from toolchain.builder import apex_setup
 from toolchain.builder.process_tree import PeakSampler
 from toolchain.errors import BuildFailed, EnvironmentUnavailable
 from verify.domain.arch import Arch
-from verify.runtime import workflow_commands
+from verify.runtime import input_files, workflow_commands
 
 
 def run_logged(
@@ -132,7 +132,7 @@ def _children_cpu_s() -> float:
 def _failure_summary(log_path: Path, code: int, setup: apex_setup.SetupPy | None = None) -> str:
     """One paragraph: what failed and where the log says why. The log's lines were already streamed to
     stdout, so they are not repeated here."""
-    lines = log_path.read_text(errors="replace").splitlines()
+    lines = input_files.read_text_lenient(log_path, input_files.LOG).splitlines()
     text = "\n".join(lines)
     if "No space left on device" in text:
         raise EnvironmentUnavailable(

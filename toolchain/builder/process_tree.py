@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import threading
-from pathlib import Path
+
+from verify.runtime import input_files
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -17,8 +18,8 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 def _stat(pid: str) -> tuple[int, int] | None:
     """(ppid, rss bytes) of a process, None if it vanished."""
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        text = input_files.read_system_text(f"/proc/{pid}/stat")
+    except input_files.InputFileError:
         return None
     fields = text[text.rindex(")") + 2 :].split()  # the command name may hold spaces and parens
     return int(fields[1]), int(fields[21]) * _PAGE

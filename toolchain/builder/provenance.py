@@ -4,7 +4,6 @@ sha256, and the torch stage's `sha256sum` lines. Standard library only (runs ins
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 import subprocess
@@ -15,11 +14,8 @@ from verify.runtime import input_files
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """A wheel's (or zipapp's) sha256, read in pieces through the bounded reader."""
+    return input_files.sha256_file(path, input_files.WHEEL)[0]
 
 
 def apex_identity(src: Path, ref: str | None, source: str | None, commit: str | None) -> dict:
@@ -30,13 +26,20 @@ def apex_identity(src: Path, ref: str | None, source: str | None, commit: str | 
             ).stdout.strip()
         except subprocess.CalledProcessError:
             commit = None
-    version = re.search(r"""version\s*=\s*["']([^"']+)""", (src / "setup.py").read_text(errors="replace"))
+    version = re.search(r"""version\s*=\s*["']([^"']+)""", _setup_text(src))
     return {
         "commit": commit,
         "ref": ref,
         "source": source or f"dir:{src.resolve()}",
         "version": version.group(1) if version else None,
     }
+
+
+def _setup_text(src: Path) -> str:
+    try:
+        return input_files.read_text_lenient(src / "setup.py", input_files.SOURCE_FILE)
+    except input_files.InputFileError as error:
+        raise UsageError(f"--apex-src {error}") from None
 
 
 def wheel_hashes(paths: list[str]) -> dict[str, str]:

@@ -24,6 +24,8 @@ import re
 import sys
 import time
 
+from verify.runtime import input_files
+
 _THREADS = re.compile(r"(?:--threads|-t)[ =]\d+")
 
 
@@ -46,8 +48,7 @@ def with_threads(flags: str, threads: int) -> str:
 
 
 def choice(schedule_path: str, key: str) -> tuple[int, int | None]:
-    with open(schedule_path, encoding="utf-8") as handle:
-        schedule = json.load(handle)
+    schedule = input_files.read_json(schedule_path, input_files.MANIFEST)
     entry = schedule["units"].get(key, schedule["default"])
     return int(entry["nice"]), entry.get("threads")
 
@@ -70,7 +71,7 @@ def main(argv: list[str]) -> int:
     key = unit_key(output)
     try:
         nice, threads = choice(schedule_path, key)
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (input_files.InputFileError, OSError, ValueError, KeyError, TypeError) as error:
         sys.stderr.write(
             f"unit_runner: schedule {schedule_path} unusable ({error}); {key} runs unscheduled\n"
         )

@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 
 from toolchain.builder.parallelism import MAX_NVCC_THREADS
+from verify.runtime import input_files
 
 COSTS_PATH = next(
     (
@@ -91,7 +92,7 @@ class Schedule:
 
 def load_costs(path: Path = COSTS_PATH) -> dict[str, UnitCost]:
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))["units"]
+        raw = input_files.read_shipped_json(path)["units"]
         return {
             k: UnitCost(float(v["host_s"]), float(v["device_s_per_arch"]), bool(v["nvcc"]))
             for k, v in raw.items()
@@ -178,14 +179,14 @@ def read_times(path: Path) -> dict[str, dict]:
     """{unit key: the runner's record} from TIMES_JSONL (the last record of a key wins); {} when absent."""
     found: dict[str, dict] = {}
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
+        lines = input_files.read_text_lenient(path, input_files.LOG).splitlines()
+    except input_files.InputFileError:
         return found
     for line in lines:
         try:
-            record = json.loads(line)
+            record = input_files.parse_json(line, path, input_files.LOG)
             found[str(record["key"])] = record
-        except (ValueError, KeyError, TypeError):
+        except (input_files.InputFileError, KeyError, TypeError):
             continue
     return found
 

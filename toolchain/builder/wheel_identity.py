@@ -24,11 +24,12 @@ from verify.domain import layout, stack_name
 from verify.domain.commit import is_commit_sha, short_ref
 from verify.domain.stack_name import cuda_tag, torch_minor  # one rule, shared with apex-verify install
 from verify.layers import manifest
+from verify.runtime import input_files
 
 # what the dist-info carries besides pip's own files (verify/layers/manifest.py reads the first there)
 MANIFEST_FILE = manifest.DIST_INFO_NAME
 VERIFY_FILES = (layout.STATIC_REPORT_NAME, layout.STATIC_MARKDOWN_NAME)
-_WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)-(?P<tags>.+)\.whl$")
+_WHEEL_NAME = re.compile(r"(?P<name>[^-]+)-(?P<version>[^-]+)-(?P<tags>[^/\\]+)\.whl", re.ASCII)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,9 +77,15 @@ def identity(
     )
 
 
+def is_stack_name(name: object) -> bool:
+    """Whether `name` is a stack's folder name (`torch2.11-cu130`, `torch2.13-cpu`), ASCII digits only: the
+    one rule verify.domain.stack_name holds, for toolchain/index/, which may not import verify/domain/."""
+    return isinstance(name, str) and stack_name.parse(name) is not None
+
+
 def parse_name(wheel_name: str) -> tuple[str, str, str]:
     """(distribution, version, tags) of a wheel file name."""
-    found = _WHEEL_NAME.match(wheel_name)
+    found = _WHEEL_NAME.fullmatch(wheel_name)
     if not found:
         raise ValueError(f"{wheel_name!r} is not a wheel file name (NAME-VERSION-PY-ABI-PLATFORM.whl)")
     return found.group("name"), found.group("version"), found.group("tags")
@@ -89,11 +96,10 @@ def final_name(raw_wheel_name: str, ident: WheelIdentity) -> str:
     return f"{name}-{ident.version}-{tags}.whl"
 
 
-def dist_info_dir(archive: zipfile.ZipFile) -> str:
+def dist_info_dir(archive: zipfile.ZipFile | input_files.ZipInput) -> str:
     """The one top-level `*.dist-info/` folder of a wheel."""
-    found = sorted(
-        {n.split("/", 1)[0] for n in archive.namelist() if n.split("/", 1)[0].endswith(".dist-info")}
-    )
+    names = archive.names() if isinstance(archive, input_files.ZipInput) else archive.namelist()
+    found = sorted({n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".dist-info")})
     if len(found) != 1:
         raise ValueError(f"a wheel holds one .dist-info folder; this one holds {len(found)}: {found}")
     return found[0]
@@ -128,16 +134,16 @@ def stamp(
     """Write `target`: `wheel` with its dist-info renamed for `version`, METADATA's Version and torch pin set,
     `extra` files (name -> bytes) added to the dist-info (replacing same-named ones) and a fresh RECORD.
     Written beside the target and renamed over it: a reader never sees half a wheel. `wheel` may be `target`."""
-    with zipfile.ZipFile(wheel) as source:
+    with input_files.open_zip(wheel) as source:
         old_info = dist_info_dir(source)
         name = old_info[: -len(".dist-info")].split("-", 1)[0]
         new_info = f"{name}-{version}.dist-info"
         entries: list[tuple[zipfile.ZipInfo, bytes]] = []
-        for info in source.infolist():
+        for info in source.infos():
             top, _, rest = info.filename.partition("/")
             if top == old_info and rest in ("RECORD", *extra):
                 continue
-            data = source.read(info)
+            data = source.read(info, input_files.WHEEL_MEMBER)
             if top == old_info:
                 if rest == "METADATA":
                     data = metadata_with(data.decode("utf-8"), version, torch_requirement).encode("utf-8")
@@ -191,8 +197,14 @@ def _csv(path: str) -> str:
 def read_dist_info(
     wheel: Path, names: tuple[str, ...] = (MANIFEST_FILE, *VERIFY_FILES, "METADATA")
 ) -> dict[str, bytes]:
-    """The named files of a wheel's dist-info that it has (name -> bytes)."""
-    with zipfile.ZipFile(wheel) as archive:
+    """The named files of a wheel's dist-info that it has (name -> bytes), through the bounded reader: a
+    file that is not a wheel, or a member that would inflate past input_files.WHEEL_METADATA, is
+    input_files.InputFileError before anything large is read."""
+    with input_files.open_zip(wheel) as archive:
         info = dist_info_dir(archive)
-        present = set(archive.namelist())
-        return {n: archive.read(f"{info}/{n}") for n in names if f"{info}/{n}" in present}
+        present = set(archive.names())
+        return {
+            n: archive.read(f"{info}/{n}", input_files.WHEEL_METADATA)
+            for n in names
+            if f"{info}/{n}" in present
+        }

@@ -5,7 +5,6 @@ the ones that pass are published even when others are refused (exit 1, each refu
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -15,8 +14,18 @@ from toolchain.console import Console
 from toolchain.errors import UsageError
 from toolchain.index import publish, wheel_check
 from toolchain.runs.cell_result import CellStatus
-from verify.runtime import exit_codes
+from verify.runtime import exit_codes, input_files
+from verify.runtime import field_types as ft
 from verify.runtime.messages import printable
+
+# what `build.py index` takes from a cell's result.json (toolchain/runs/cell_result.py writes more)
+_RESULT = ft.Record(
+    {
+        "status": ft.Str(max_len=64),
+        "build": ft.Nullable(ft.Record({"tag": ft.Nullable(ft.Str(max_len=512))})),
+    },
+    required=("status",),
+)
 
 
 def cell_images(sources: list[Path]) -> tuple[list[str], list[str]]:
@@ -27,12 +36,16 @@ def cell_images(sources: list[Path]) -> tuple[list[str], list[str]]:
     tags, notes = [], []
     for source in sources:
         for result in sorted(source.glob("cells/*/result.json")) if source.is_dir() else ():
-            try:
-                data = json.loads(result.read_text())
-                status, tag = str(data["status"]), (data.get("build") or {}).get("tag")
-            except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-                notes.append(f"{result}: not a cell result ({error}); skipped")
+            try:  # the bounded reader: a FIFO or /dev/zero as result.json is named, never waited on
+                data = input_files.read_json(result, input_files.CELL_RESULT)
+            except input_files.InputFileError as error:
+                notes.append(f"{result}: not a cell result ({error.problem}); skipped")
                 continue
+            problems = ft.check(data, _RESULT, "result.json")
+            if problems:
+                notes.append(f"{result}: not a cell result ({ft.summary(problems)}); skipped")
+                continue
+            status, tag = str(data["status"]), (data.get("build") or {}).get("tag")
             if status in (CellStatus.BUILT.value, CellStatus.VERIFIED.value) and tag:
                 tags.append(tag)
             else:
@@ -111,6 +124,6 @@ def cmd_index(args: argparse.Namespace, console: Console) -> int:
     if passed:
         print(
             f"index {printable(args.index)}: pip install apex --index-url <where it is served>/<stack>/simple "
-            f"(stacks: {', '.join(sorted({w.stack for w in passed}))}; see {printable(args.index / 'index.html')})"
+            f"(stacks: {printable(', '.join(sorted({w.stack for w in passed})))}; see {printable(args.index / 'index.html')})"
         )
     return exit_codes.FAILED if refused else exit_codes.OK

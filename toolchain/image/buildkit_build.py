@@ -27,7 +27,7 @@ from toolchain.image.docker_host import DockerClient, client_or_default, docker_
 from toolchain.spec import image_labels, targets
 from toolchain.spec.compat import DEFAULT_PLATFORM
 from toolchain.timestamps import now
-from verify.runtime import workflow_commands
+from verify.runtime import input_files, workflow_commands
 
 if TYPE_CHECKING:
     from toolchain.spec.cell import Cell
@@ -361,7 +361,7 @@ def build_image(
             code = _run_build(command, env, log_path, show)
             if code == 0:
                 break
-            lines = log_path.read_text(errors="replace").splitlines()
+            lines = input_files.read_log_tail(log_path)  # the classifier reads the tail only
             fault = environment_fault("\n".join(lines[-200:]))
             if fault is None:
                 _daemon_still_there(cell, log_path)
@@ -387,7 +387,7 @@ def build_image(
             carried["after"] = ccache_carry.count(ccache_dir).to_json()
             if exported != 0:
                 carried["export_failed"] = f"the ccache export build exited {exported}; see {log_path}"
-    lines = log_path.read_text(errors="replace").splitlines()
+    lines = input_files.read_text_lenient(log_path, input_files.LOG).splitlines()
     stage, step = (None, None) if code == 0 else failed_step(lines)
     return BuildResult(
         ok=code == 0,
@@ -476,7 +476,7 @@ def carry_ccache(
             show,
             extra_ca,
         )
-    lines = log_path.read_text(errors="replace").splitlines()
+    lines = input_files.read_text_lenient(log_path, input_files.LOG).splitlines()
     carried = {"before": before, "mount": mount, "after": ccache_carry.count(ccache_dir).to_json()}
     return BuildResult(
         ok=code == 0,

@@ -23,6 +23,7 @@ from pathlib import Path
 from toolchain.errors import EnvironmentUnavailable, UsageError
 from toolchain.image import docker_host
 from toolchain.image.registry_pull import PULL_ATTEMPTS, split_ref, with_retries
+from verify.runtime import input_files
 
 ENGINES = ("docker", "podman")
 ENGINE_ENV = "APEX_CONTAINER_ENGINE"
@@ -77,13 +78,13 @@ def _tar_of(files: dict[str, bytes]) -> bytes:
 
 
 def _files_of(tar_bytes: bytes) -> dict[str, bytes]:
-    files = {}
-    with tarfile.open(fileobj=io.BytesIO(tar_bytes)) as archive:
-        for member in archive.getmembers():
-            file = archive.extractfile(member) if member.isfile() else None
-            if file is not None:
-                files[Path(member.name).name] = file.read()
-    return files
+    # each member's size checked from its header before it is read
+    return {
+        Path(member.name).name: data
+        for member, data in input_files.tar_files(
+            tar_bytes, "the archive copied out", input_files.ARCHIVE_STREAM
+        )
+    }
 
 
 # ---------------------------------------------------------------- Docker (SDK)
@@ -219,10 +220,13 @@ class PodmanEngine:
         return done
 
     def image(self, ref: str) -> ImageInfo:
-        import json
 
         try:
-            data = json.loads(self._podman("image", "inspect", ref, timeout=60).stdout)[0]
+            data = input_files.parse_json(
+                self._podman("image", "inspect", ref, timeout=60).stdout,
+                "podman image inspect",
+                input_files.REGISTRY_ANSWER,
+            )[0]
         except _PodmanError as error:
             raise UsageError(
                 f"image {ref!r} is not in podman's local store ({error.first_line}); pull it "
@@ -300,7 +304,7 @@ class PodmanEngine:
             if copied.returncode == 0:
                 for path in Path(where).rglob("*"):
                     if path.is_file():
-                        collected[path.name] = path.read_bytes()
+                        collected[path.name] = input_files.read_bytes(path, input_files.ARCHIVE_STREAM)
         return collected
 
 

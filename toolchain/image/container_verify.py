@@ -167,7 +167,7 @@ def _zipapp_files(source: str) -> tuple[dict[str, bytes], verify_zipapp.Zipapp |
         return {}, None
     with tempfile.TemporaryDirectory(prefix="apex-verify-zipapp.") as where:
         app = verify_zipapp.build(Path(where) / verify_zipapp.NAME)
-        return {ZIPAPP_PATH: app.path.read_bytes()}, app
+        return {ZIPAPP_PATH: input_files.read_bytes(app.path, input_files.WHEEL)}, app
 
 
 def _run_with_gpu_or_static(

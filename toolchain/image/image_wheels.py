@@ -3,13 +3,12 @@ container, for `build.py index --image TAG`."""
 
 from __future__ import annotations
 
-import io
-import tarfile
 from pathlib import Path
 
 from toolchain.errors import UsageError
 from toolchain.image import docker_host
 from verify.domain.layout import IMAGE, MANIFEST_NAME
+from verify.runtime import atomic, input_files
 
 APEX_DIR = str(IMAGE.root)
 
@@ -28,20 +27,13 @@ def copy_out(tag: str, dest: Path) -> Path:
             stream, _ = container.get_archive(APEX_DIR)
         except NotFound:
             raise UsageError(f"image {tag!r} has no {APEX_DIR}: not an image this toolchain built") from None
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
-            wanted = [
-                m
-                for m in archive.getmembers()
-                if m.isfile()
-                and "/" in m.name
-                and m.name.count("/") == 1
-                and (m.name.endswith(".whl") or m.name.endswith("/" + MANIFEST_NAME))
-            ]
-            dest.mkdir(parents=True, exist_ok=True)
-            for member in wanted:
-                file = archive.extractfile(member)
-                assert file is not None  # a regular file's member always has one
-                (dest / Path(member.name).name).write_bytes(file.read())
+        data = input_files.read_chunks(stream, f"{tag}:{APEX_DIR}", input_files.ARCHIVE_STREAM)
+        dest.mkdir(parents=True, exist_ok=True)
+        for member, content in input_files.tar_files(data, f"{tag}:{APEX_DIR}", input_files.ARCHIVE_STREAM):
+            if member.name.count("/") == 1 and (
+                member.name.endswith(".whl") or member.name.endswith("/" + MANIFEST_NAME)
+            ):
+                atomic.write_bytes(dest / Path(member.name).name, content)
     finally:
         container.remove(force=True)
     if not any(dest.glob("*.whl")):

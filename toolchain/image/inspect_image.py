@@ -3,13 +3,10 @@ manifest and static report read from a created (never started) container with `g
 
 from __future__ import annotations
 
-import io
-import json
-import tarfile
-
 from toolchain.image import docker_host
 from toolchain.spec.image_labels import CELL, NAMESPACE, OCI
 from verify.domain.layout import IMAGE
+from verify.runtime import input_files
 
 EMBEDDED = {
     "manifest": str(IMAGE.manifest),
@@ -25,10 +22,10 @@ def _read_file(container, path: str) -> str | None:
         stream, _ = container.get_archive(path)
     except NotFound:
         return None
-    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
-        member = next((m for m in archive.getmembers() if m.isfile()), None)
-        file = archive.extractfile(member) if member else None
-        return file.read().decode("utf-8", errors="replace") if file else None
+    data = input_files.read_chunks(stream, path, input_files.MANIFEST)
+    for _, content in input_files.tar_files(data, path, input_files.MANIFEST):
+        return content.decode("utf-8", errors="replace")
+    return None
 
 
 def _consistency(labels: dict[str, str], manifest: dict | None) -> list[str]:
@@ -79,8 +76,8 @@ def inspect(tag: str) -> dict:
             text = _read_file(container, path)
             if text is not None and path.endswith(".json"):
                 try:
-                    result[key] = json.loads(text)
-                except ValueError:
+                    result[key] = input_files.parse_json(text, path, input_files.MANIFEST)
+                except input_files.InputFileError:
                     result[key] = {"error": f"{path} is not valid JSON"}
             else:
                 result[key] = text

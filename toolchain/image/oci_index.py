@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from toolchain.errors import ToolchainError
 from toolchain.image import registry_api
-from verify.runtime import exit_codes
+from verify.runtime import exit_codes, input_files
 
 ATTESTATION = "vnd.docker.reference.type"  # buildx's annotation on an attestation manifest
 
@@ -70,7 +70,7 @@ def _entries(registry: registry_api.Registry, image: PlatformImage) -> list[dict
             if ATTESTATION not in (e.get("annotations") or {})
         ]
     else:
-        config = json.loads(registry.get_blob(manifest.json()["config"]["digest"]))
+        config = _config(registry, manifest)
         found = [platform_of(config)]
         entry = {
             "mediaType": manifest.media_type,
@@ -113,3 +113,18 @@ def make_index(repository: str, tag: str, images: list[PlatformImage]) -> ImageI
             f"{registry_api.digest_of(raw)} (what was sent); check the registry"
         )
     return ImageIndex(repository, tag, stored, named)
+
+
+def _config(registry: registry_api.Registry, manifest: registry_api.Manifest) -> dict:
+    """The image config a single-platform manifest names, through the bounded reader and checked as an object."""
+    config_ref = manifest.json().get("config")
+    digest = config_ref.get("digest") if isinstance(config_ref, dict) else None
+    if not isinstance(digest, str):
+        raise registry_api.BadRegistryAnswer(f"the manifest {manifest.digest} names no config digest")
+    try:
+        config = input_files.decode_json(registry.get_blob(digest), digest, input_files.REGISTRY_ANSWER)
+    except input_files.InputFileError as error:
+        raise registry_api.BadRegistryAnswer(f"the registry's config {error}") from None
+    if not isinstance(config, dict):
+        raise registry_api.BadRegistryAnswer(f"the config {digest} is not an object")
+    return config

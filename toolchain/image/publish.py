@@ -27,6 +27,8 @@ from typing import Any
 from toolchain.errors import EnvironmentUnavailable, ToolchainError, UsageError
 from toolchain.timestamps import now
 from verify.runtime import atomic, exit_codes, input_files
+from verify.runtime import field_types as ft
+from verify.runtime.messages import printable
 
 RECORD_NAME = "published.json"
 RECORD_VERSION = "1"
@@ -178,6 +180,14 @@ def push(
     return _record(out, cell_id, repository, digest, image.id, "build.py publish", platform)
 
 
+_DIGEST = ft.Str(max_len=256)  # its form is checked where the record is made (`not a sha256 image digest`)
+# what the record takes from bake's metadata for one target (bake writes more keys)
+_BAKE_ENTRY = ft.Record(
+    {"containerimage.digest": _DIGEST, "containerimage.config.digest": ft.Nullable(_DIGEST)},
+    required=("containerimage.digest",),
+)
+
+
 def from_bake_metadata(
     cell_id: str, target: str, repository: str, metadata: Path, *, out: Path, platform: str | None = None
 ) -> dict[str, object]:
@@ -197,7 +207,13 @@ def from_bake_metadata(
     if not isinstance(entry, dict) or "containerimage.digest" not in entry:
         raise UsageError(
             f"--bake-metadata {metadata}: no pushed digest for bake target {target!r} (targets: "
-            f"{', '.join(sorted(data)) or 'none'}); bake this cell with --push"
+            f"{', '.join(printable(k) for k in sorted(data)) or 'none'}); bake this cell with --push"
+        )
+    problems = ft.check(entry, _BAKE_ENTRY, target)
+    if problems:  # a list or a number where a digest belongs: named, never used
+        raise UsageError(
+            f"--bake-metadata {metadata}: not bake metadata ({ft.summary(problems)}); pass the file bake's "
+            "--metadata-file wrote"
         )
     return _record(
         out,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolchain.errors import EnvironmentUnavailable
+from verify.runtime import input_files
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -31,9 +32,22 @@ class Manifest:
     raw: bytes
 
     def json(self) -> dict[str, Any]:
-        import json
+        """The manifest as an object; BadRegistryAnswer (exit 3, one line) when it is not JSON or not an object."""
+        try:
+            data = input_files.decode_json(
+                self.raw, f"the manifest {self.digest}", input_files.REGISTRY_ANSWER
+            )
+        except input_files.InputFileError as error:
+            raise BadRegistryAnswer(f"the registry's answer {error}") from None
+        if not isinstance(data, dict):
+            raise BadRegistryAnswer(
+                f"the registry's manifest {self.digest} is {type(data).__name__}, not an object"
+            )
+        return data
 
-        return json.loads(self.raw)
+
+class BadRegistryAnswer(EnvironmentUnavailable):
+    """A registry answer that is not what the API promises (not JSON, the wrong shape, too large)."""
 
 
 class NotFound(Exception):
@@ -67,12 +81,12 @@ class Registry:
 
     def get_manifest(self, reference: str) -> Manifest:
         answer = self._call("GET", f"/manifests/{reference}", headers={"Accept": ACCEPT})
-        raw = answer.content
+        raw = answer.content  # bounded by _call (input_files.REGISTRY_ANSWER)
         media = (answer.headers.get("Content-Type") or "").split(";")[0] or _media_of(raw)
         return Manifest(media, digest_of(raw), raw)
 
     def get_blob(self, digest: str) -> bytes:
-        raw = self._call("GET", f"/blobs/{digest}").content
+        raw = self._call("GET", f"/blobs/{digest}").content  # bounded by _call
         if digest_of(raw) != digest:
             raise EnvironmentUnavailable(
                 f"{self.host}/{self.name}: blob {digest} came back with other content"
@@ -95,8 +109,9 @@ class Registry:
                 headers["Authorization"] = f"Bearer {self._token}"
             try:
                 answer = self.session.request(
-                    method, self.base + path, headers=headers, timeout=TIMEOUT_S, **kwargs
+                    method, self.base + path, headers=headers, timeout=TIMEOUT_S, stream=True, **kwargs
                 )
+                _bound(answer, f"{self.host}/{self.name}{path}")
             except requests.RequestException as err:
                 raise EnvironmentUnavailable(
                     f"registry {self.host} unreachable ({type(err).__name__}: "
@@ -128,12 +143,33 @@ class Registry:
         params = {k: v for k, v in fields.items() if k in ("service", "scope")}
         params.setdefault("scope", f"repository:{self.name}:pull,push")
         auth = _credentials(self.host)
-        got = self.session.get(fields.get("realm", ""), params=params, auth=auth, timeout=TIMEOUT_S)
+        got = self.session.get(
+            fields.get("realm", ""), params=params, auth=auth, timeout=TIMEOUT_S, stream=True
+        )
+        _bound(got, "the registry's token answer")
         if got.status_code != 200:
             return False
-        body = got.json()
-        self._token = body.get("token") or body.get("access_token")
+        try:
+            body = input_files.decode_json(
+                got.content, "the registry's token answer", input_files.REGISTRY_ANSWER
+            )
+        except input_files.InputFileError:
+            return False
+        token = body.get("token") or body.get("access_token") if isinstance(body, dict) else None
+        self._token = token if isinstance(token, str) else None
         return bool(self._token)
+
+
+def _bound(answer: Any, name: str) -> None:
+    """Read a streamed answer's body through the bounded reader (at most input_files.REGISTRY_ANSWER), so
+    that .content and .text are what was read: an endless or huge answer costs the limit, not its size."""
+    try:
+        answer._content = input_files.read_chunks(
+            answer.iter_content(1 << 20), name, input_files.REGISTRY_ANSWER
+        )
+    except input_files.InputFileError as error:
+        answer.close()
+        raise BadRegistryAnswer(f"registry answer {error}") from None
 
 
 def _credentials(host: str) -> tuple[str, str] | None:
@@ -148,10 +184,10 @@ def _credentials(host: str) -> tuple[str, str] | None:
 
 
 def _media_of(raw: bytes) -> str:
-    import json
-
     try:
-        data = json.loads(raw)
-    except ValueError:
+        data = input_files.decode_json(raw, "a manifest", input_files.REGISTRY_ANSWER)
+    except input_files.InputFileError:
+        return ""
+    if not isinstance(data, dict):
         return ""
     return data.get("mediaType") or (OCI_INDEX if "manifests" in data else OCI_MANIFEST)

@@ -23,6 +23,7 @@ from pathlib import Path
 from toolchain.errors import EnvironmentUnavailable
 from toolchain.spec import compat as compat_mod
 from toolchain.spec.cell import Cell
+from verify.runtime import input_files
 
 TIMEOUT_S = 5.0  # per probe; the probes run at once, so the whole check takes about this long at most
 SKIP_HINT = "without --network-check the build goes on to meet it"
@@ -111,7 +112,7 @@ def probe_url(url: str, *, timeout: float = TIMEOUT_S, extra_ca: Path | None = N
         context.load_verify_locations(cafile=str(extra_ca))
     request = urllib.request.Request(url, method="HEAD", headers={"User-Agent": "apex-toolchain-preflight"})
     try:
-        urllib.request.urlopen(request, timeout=timeout, context=context).close()
+        input_files.open_url(request, timeout_s=timeout, context=context).close()  # nothing read: it answered
     except urllib.error.HTTPError:
         return None  # the host answered
     except urllib.error.URLError as err:

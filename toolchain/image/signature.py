@@ -19,24 +19,60 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
-import json
 import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from toolchain.errors import EnvironmentUnavailable, ToolchainError, UsageError
 from toolchain.image import registry_api
-from verify.runtime import exit_codes
+from verify.runtime import exit_codes, input_files
+from verify.runtime import field_types as ft
 
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
 PAYLOAD_TYPE = "cosign container image signature"
 COSIGN_TIMEOUT_S = 120
+_KEY = input_files.InputKind(
+    "signature public key",
+    64 << 10,
+    "cosign.pub is under 200 bytes",
+    "pass cosign.pub (cosign generate-key-pair)",
+)
 HOW = (
     "pass --signature-identity REGEX (images signed keyless by a CI workflow, e.g. "
     "'^https://github.com/OWNER/REPO/.github/workflows/images.yml@'), --signature-key cosign.pub (signed with a "
     "key pair), or --no-signature-check (a private registry whose images are not signed)"
+)
+
+
+# cosign's signature artifact and simple-signing payload, as far as the check reads them: a registry answer
+# of another shape is "not signed" (exit 1), never a traceback
+_DIGEST = ft.Str(pattern="sha256:[0-9a-f]{64}", means="a sha256 digest")
+_ARTIFACT = ft.Record(
+    {
+        "layers": ft.ListOf(
+            ft.Record(
+                {"digest": _DIGEST, "annotations": ft.MapOf(ft.Str(max_len=1 << 16))}, required=("digest",)
+            ),
+            max_items=1000,
+        )
+    },
+    required=("layers",),
+)
+_PAYLOAD = ft.Record(
+    {
+        "critical": ft.Record(
+            {
+                "type": ft.STR,
+                "image": ft.Record({"docker-manifest-digest": ft.STR}, required=("docker-manifest-digest",)),
+                "identity": ft.Nullable(ft.Record({"docker-reference": ft.Nullable(ft.STR)})),
+            },
+            required=("type", "image"),
+        )
+    },
+    required=("critical",),
 )
 
 
@@ -138,14 +174,17 @@ def _keyless(repository: str, digest: str, policy: Policy) -> dict:
     }
 
 
-def _with_key(repository: str, digest: str, key_path: Path) -> dict:
-    from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives import hashes, serialization
+def _public_key(key_path: Path) -> tuple[Any, bytes]:
+    """The ECDSA public key --signature-key names (read through the bounded reader), and its bytes."""
+    from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
     try:
-        key = serialization.load_pem_public_key(key_path.read_bytes())
-    except (OSError, ValueError) as err:
+        key_bytes = input_files.read_bytes(key_path, _KEY)
+        key = serialization.load_pem_public_key(key_bytes)
+    except input_files.InputFileError as err:
+        raise UsageError(f"--signature-key {err}") from None
+    except ValueError as err:
         raise UsageError(
             f"--signature-key {key_path}: not a PEM public key ({err}); pass cosign.pub"
         ) from None
@@ -153,6 +192,15 @@ def _with_key(repository: str, digest: str, key_path: Path) -> dict:
         raise UsageError(
             f"--signature-key {key_path}: a {type(key).__name__}, not the ECDSA key cosign makes"
         )
+    return key, key_bytes
+
+
+def _with_key(repository: str, digest: str, key_path: Path) -> dict:
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key, key_bytes = _public_key(key_path)
     registry = registry_api.Registry(repository)
     tag = digest.replace(":", "-") + ".sig"
     try:
@@ -162,8 +210,18 @@ def _with_key(repository: str, digest: str, key_path: Path) -> dict:
             f"refusing {repository}@{digest}: it is not signed (no {repository}:{tag}); sign it "
             f"(cosign sign --key cosign.key {repository}@{digest}), or {HOW}"
         ) from None
+    except registry_api.BadRegistryAnswer as err:
+        raise SignatureRefused(
+            f"refusing {repository}@{digest}: not signed ({repository}:{tag}: {err})"
+        ) from None
+    problems = ft.check(artifact, _ARTIFACT, tag)
+    if problems:
+        raise SignatureRefused(
+            f"refusing {repository}@{digest}: not signed ({repository}:{tag} is not a cosign signature "
+            f"artifact: {ft.summary(problems)}); re-sign it with cosign sign --key"
+        )
     reasons = []
-    for layer in artifact.get("layers") or []:
+    for layer in artifact["layers"]:
         signature = (layer.get("annotations") or {}).get(SIGNATURE_ANNOTATION)
         if not signature:
             continue
@@ -183,7 +241,7 @@ def _with_key(repository: str, digest: str, key_path: Path) -> dict:
             "checked": True,
             "policy": "key",
             "key": str(key_path),
-            "key_sha256": hashlib.sha256(key_path.read_bytes()).hexdigest(),
+            "key_sha256": hashlib.sha256(key_bytes).hexdigest(),
             "signed_digest": digest,
             "docker_reference": claims.get("reference"),
             "by": "build.py (cosign's key signature format)",
@@ -196,10 +254,14 @@ def _with_key(repository: str, digest: str, key_path: Path) -> dict:
 
 
 def _claims(payload: bytes) -> dict:
+    """What a signed payload claims; {} for a payload of another shape (then it names no digest: refused)."""
     try:
-        critical = json.loads(payload).get("critical") or {}
-    except (ValueError, AttributeError):
+        data = input_files.decode_json(payload, "the signed payload", input_files.REGISTRY_ANSWER)
+    except input_files.InputFileError:
         return {}
+    if ft.check(data, _PAYLOAD, "payload"):
+        return {}
+    critical = data["critical"]
     return {
         "type": critical.get("type"),
         "digest": (critical.get("image") or {}).get("docker-manifest-digest"),

@@ -23,7 +23,7 @@ import zipfile
 from pathlib import Path
 
 from toolchain.image.verify_zipapp import FIXED_DATE, PACKAGE, REPO_ROOT, SUFFIXES
-from verify.runtime import atomic
+from verify.runtime import atomic, input_files
 
 DISTRIBUTION = "apex-verify"
 ENTRY_MODULE = "apex_verify_entry"  # apex_verify_entry.py at the checkout's root
@@ -46,7 +46,7 @@ class VerifyWheel:
 def version(source_root: Path = REPO_ROOT) -> str:
     """verify/__init__.py's __version__, read as text: the wheel is built from source_root, not from the
     verify this process imported."""
-    found = _VERSION.search((source_root / PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+    found = _VERSION.search(input_files.read_shipped_text(source_root / PACKAGE / "__init__.py"))
     if not found:
         raise ValueError(f'{source_root / PACKAGE / "__init__.py"} has no __version__ = "..." line')
     return found["version"]
@@ -74,8 +74,12 @@ def _members(source_root: Path) -> dict[str, bytes]:
     files = sorted(
         p for p in package.rglob("*") if p.is_file() and p.suffix in SUFFIXES and "__pycache__" not in p.parts
     )
-    members = {p.relative_to(source_root).as_posix(): p.read_bytes() for p in files}
-    members[f"{ENTRY_MODULE}.py"] = (source_root / f"{ENTRY_MODULE}.py").read_bytes()
+    members = {
+        p.relative_to(source_root).as_posix(): input_files.read_bytes(p, input_files.SHIPPED) for p in files
+    }
+    members[f"{ENTRY_MODULE}.py"] = input_files.read_bytes(
+        source_root / f"{ENTRY_MODULE}.py", input_files.SHIPPED
+    )
     return members
 
 

@@ -20,7 +20,7 @@ import zipfile
 from pathlib import Path
 
 from toolchain.builder.provenance import sha256_of
-from verify.runtime import atomic
+from verify.runtime import atomic, input_files
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "verify"
@@ -88,9 +88,12 @@ def build(out: Path | str, *, source_root: Path = REPO_ROOT) -> Zipapp:
         with zipfile.ZipFile(plain, "w", compression=zipfile.ZIP_DEFLATED) as archive:
             archive.writestr(_member("__main__.py"), MAIN_SOURCE)
             for src in files:
-                archive.writestr(_member(src.relative_to(source_root).as_posix()), src.read_bytes())
+                archive.writestr(
+                    _member(src.relative_to(source_root).as_posix()),
+                    input_files.read_bytes(src, input_files.SHIPPED),
+                )
         zipapp.create_archive(plain, final, interpreter=INTERPRETER)
-        data = final.read_bytes()
+        data = input_files.read_bytes(final, input_files.WHEEL)
     atomic.write_bytes(out, data, mode=0o755)
     names = tuple(src.relative_to(source_root).as_posix() for src in files)
     return Zipapp(

@@ -17,6 +17,7 @@ from toolchain.image.buildkit_build import DOCKERFILE, REPO_ROOT
 from toolchain.spec import compat as compat_mod
 from toolchain.spec.matrix import Cell
 from toolchain.spec.targets import CPU
+from verify.runtime import input_files
 
 _REQUIREMENTS = re.compile(r'^ARG BUILD_REQUIREMENTS="([^"]+)"', re.M)
 PYPI = "https://pypi.org/simple"
@@ -24,7 +25,7 @@ PYPI = "https://pypi.org/simple"
 
 def build_requirements() -> list[str]:
     """The Dockerfile's BUILD_REQUIREMENTS default (one place: the torch stage's ARG)."""
-    found = _REQUIREMENTS.search((REPO_ROOT / DOCKERFILE).read_text())
+    found = _REQUIREMENTS.search(input_files.read_shipped_text(REPO_ROOT / DOCKERFILE))
     return found.group(1).split() if found else []
 
 

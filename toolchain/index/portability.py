@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import json
+import io
 import re
 import struct
 import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -33,7 +31,7 @@ else:  # Python 3.10: the build extra's backport
 
 from toolchain.builder import wheel_identity
 from verify.layers import fatbin
-from verify.runtime import atomic
+from verify.runtime import atomic, input_files
 
 POLICY = Path(__file__).resolve().parents[1] / "data" / "manylinux_policy.toml"
 MACHINES = {62: "x86_64", 183: "aarch64"}  # ELF e_machine: EM_X86_64, EM_AARCH64
@@ -50,7 +48,7 @@ _SHT_DYNSYM, _SHT_VERNEED, _SHT_VERSYM = 11, 0x6FFFFFFE, 0x6FFFFFFF
 _VERNEED = struct.Struct("<HHIII")  # vn_version, vn_cnt, vn_file, vn_aux, vn_next
 _VERNAUX = struct.Struct("<IHHII")  # vna_hash, vna_flags, vna_other, vna_name, vna_next
 _SYM = struct.Struct("<IBBHQQ")  # st_name, st_info, st_other, st_shndx, st_value, st_size
-_NUMERIC = re.compile(r"^(?P<family>[A-Z]+)_(?P<version>\d+(?:\.\d+)*)$")
+_NUMERIC = re.compile(r"(?P<family>[A-Z]+)_(?P<version>\d+(?:\.\d+)*)", re.ASCII)
 
 Version = tuple[int, ...]
 
@@ -77,7 +75,7 @@ class ManylinuxPolicy:
 
 def policies(arch: str, path: Path = POLICY) -> list[ManylinuxPolicy]:
     """The policies for `arch`, oldest glibc first; [] for an architecture the table does not know."""
-    rows = tomllib.loads(path.read_text()).get(arch) or []
+    rows = tomllib.loads(input_files.read_shipped_text(path)).get(arch) or []
     return sorted(
         (
             ManylinuxPolicy(
@@ -102,9 +100,16 @@ class ModuleVersions:
 def read_versions(path: str | Path) -> ModuleVersions:
     """The versions (and the symbols behind each) an ELF64 little-endian file asks of its libraries, from
     .gnu.version_r, .dynsym and .gnu.version. fatbin.FatbinError if it is not one."""
-    path = Path(path)
-    data = path.read_bytes()
-    with open(path, "rb") as handle:
+    try:
+        data = input_files.read_bytes(path, input_files.EXTENSION_MODULE)
+    except input_files.InputFileError as error:
+        raise fatbin.FatbinError(str(error)) from None
+    return versions_of(data, Path(path))
+
+
+def versions_of(data: bytes, path: Path) -> ModuleVersions:
+    """read_versions of an ELF file's bytes already in hand (a wheel's member); `path` names them."""
+    with io.BytesIO(data) as handle:
         sections = fatbin._elf_sections(handle, path)  # raises for a non-ELF or an ELF32 / big-endian file
     machine = struct.unpack_from("<H", data, 0x12)[0]
     strings = sections.get(".dynstr")
@@ -252,14 +257,12 @@ def wheel_portability(wheel: Path, excluded: tuple[str, ...]) -> Portability:
     other: set[str] = set()
     arches: set[str | None] = set()
     problems: list[str] = []
-    with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory(prefix="apex-index-elf-") as work:
-        shared = [n for n in archive.namelist() if n.endswith(".so") or ".so." in Path(n).name]
+    with input_files.open_zip(wheel) as archive:
+        shared = [n for n in archive.names() if n.endswith(".so") or ".so." in Path(n).name]
         own = {Path(n).name for n in shared}
         for member in shared:
-            target = Path(work) / "lib.so"
-            target.write_bytes(archive.read(member))
-            try:
-                found = read_versions(target)
+            try:  # the member's inflated size is checked before it is inflated (input_files.WHEEL_MEMBER)
+                found = versions_of(archive.read(member, input_files.WHEEL_MEMBER), Path(member))
             except (
                 fatbin.FatbinError,
                 struct.error,
@@ -276,7 +279,7 @@ def wheel_portability(wheel: Path, excluded: tuple[str, ...]) -> Portability:
                     modules[member].append(f"{library}: {version}" + (" (excluded)" if skip else ""))
                     if skip:
                         continue
-                    numeric = _NUMERIC.match(version)
+                    numeric = _NUMERIC.fullmatch(version)
                     if numeric and numeric["family"] in ("GLIBC", *CXX_FAMILIES):
                         asked.setdefault(numeric["family"], set()).add(_version(numeric["version"]))
                         symbols.setdefault(version, set()).update(names)
@@ -302,8 +305,8 @@ def claimed(platform_tag: str) -> list[tuple[Version, str] | None]:
     None for a part that claims none (linux_x86_64)."""
     found: list[tuple[Version, str] | None] = []
     for part in platform_tag.split("."):
-        modern = re.match(r"^manylinux_(\d+)_(\d+)_(.+)$", part)
-        legacy = re.match(r"^(manylinux1|manylinux2010|manylinux2014)_(.+)$", part)
+        modern = re.fullmatch(r"manylinux_(\d+)_(\d+)_(.+)", part, re.ASCII)
+        legacy = re.fullmatch(r"(manylinux1|manylinux2010|manylinux2014)_(.+)", part, re.ASCII)
         if modern:
             found.append(((int(modern[1]), int(modern[2])), modern[3]))
         elif legacy:
@@ -329,7 +332,7 @@ def retag(wheel: Path, folder: Path, platform: str, version: str, torch_requirem
     for line in files["WHEEL"].decode("utf-8").split("\n"):
         key, _, value = line.partition(":")
         lines.append(f"{key}: {with_platform(value.strip(), platform)}" if key.strip() == "Tag" else line)
-    manifest = json.loads(files[wheel_identity.MANIFEST_FILE])
+    manifest = input_files.decode_json(files[wheel_identity.MANIFEST_FILE], target.name, input_files.MANIFEST)
     manifest["build"] = {**manifest["build"], "wheel": target.name}
     extra = {
         "WHEEL": "\n".join(lines).encode("utf-8"),

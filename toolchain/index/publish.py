@@ -11,6 +11,13 @@ The index folder is its own state: each run reads what is published, adds what p
 rewrites a page only when its bytes change (the same wheels twice change nothing). Each wheel's folder is
 written under a temporary name and renamed into place, pages go through verify.runtime.atomic after it, and a
 replaced folder is removed only after no page links it: a reader never sees a link to a missing file.
+
+The folder is a tree the tool owns: before anything is written, a symbolic link or a special file anywhere
+in it (`stacks.json -> ../../x`, a `files/` link that a gh-pages checkout carries) is refused with one line
+naming it (`atomic.LinkInOwnedTree`, exit 2), and every write goes through `atomic.write_in_tree`, which never
+follows a link. What a published folder holds is read through the bounded reader and shape-checked; a
+damaged folder is left out of the pages (said once), never half-read, so the HTML and JSON pages and
+stacks.json always list the same wheels.
 A wheel with the same name (stack, commit, Python, platform) replaces the published one only when its
 build is newer (the manifest's build.started_at); it has passed its own gate, or it would not get here.
 """
@@ -20,16 +27,16 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import hashlib
-import json
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from toolchain.index import pages
 from toolchain.index.wheel_check import CheckedWheel
-from verify.runtime import atomic
+from verify.runtime import atomic, input_files
+from verify.runtime import field_types as ft
+from verify.runtime.messages import printable
 
 CHECK_FILE = "wheel-check.json"
 
@@ -42,22 +49,53 @@ class Outcome:
     detail: str = ""
 
 
+_TEXT = ft.Nullable(ft.Str(max_len=4096))
+# What the pages take from a published folder's JSON, field by field (other keys are left alone)
+_MANIFEST = ft.Record(
+    {
+        "apex": ft.Nullable(ft.Record({"commit": _TEXT, "ref": _TEXT})),
+        "build": ft.Nullable(ft.Record({"started_at": _TEXT})),
+        "arch_list": _TEXT,
+    }
+)
+_REPORT = ft.Record({"verdict": _TEXT})
+_CHECK = ft.Record(
+    {
+        "sha256": ft.Str(pattern="[0-9a-f]{64}", means="a sha256 in hex"),
+        "version": ft.Str(max_len=256),
+        "requires_python": _TEXT,
+        "glibc": ft.Nullable(ft.Str(pattern="[0-9]+[.][0-9]+", means="a glibc version like 2.28")),
+    },
+    required=("sha256", "version"),
+)
+
+
+def _read_json(path: Path, shape: ft.Shape) -> dict:
+    data = input_files.read_json(path, input_files.PUBLISHED)
+    if not isinstance(data, dict):
+        raise input_files.InputFileError(path, "bad_shape", f"is {ft.type_word(data)}, not an object", "")
+    problems = ft.check(data, shape, path.name)
+    if problems:
+        raise input_files.InputFileError(path, "bad_shape", ft.summary(problems), "")
+    return data
+
+
 def _entry(stack: str, folder: Path) -> pages.Entry | None:
     """A published wheel read back from its folder (None for a folder that is not one: left alone)."""
-    wheels = sorted(folder.glob("*.whl"))
+    wheels = sorted(p for p in folder.glob("*.whl") if not p.is_symlink())
     manifest_path = folder / "build-manifest.json"
-    if len(wheels) != 1 or not manifest_path.is_file():
+    if len(wheels) != 1 or not (manifest_path.is_file() or manifest_path.is_symlink()):
         return None
     wheel = wheels[0]
-    try:
-        manifest = json.loads(manifest_path.read_text())
-        report = json.loads((folder / "verify-static.json").read_text())
-        check = json.loads((folder / CHECK_FILE).read_text())
-        metadata = (folder / f"{wheel.name}.metadata").read_bytes()
-        check["sha256"], check["version"]  # noqa: B018 (both must be there)
-    except (OSError, ValueError, KeyError, TypeError) as error:  # damaged by hand: not linked, said once
+    try:  # the bounded reader: a FIFO, a device, a huge or damaged file is named, never waited on
+        manifest = _read_json(manifest_path, _MANIFEST)
+        report = _read_json(folder / "verify-static.json", _REPORT)
+        check = _read_json(folder / CHECK_FILE, _CHECK)
+        metadata = input_files.read_bytes(folder / f"{wheel.name}.metadata", input_files.WHEEL_METADATA)
+    except input_files.InputFileError as error:  # damaged by hand: not linked, said once
         print(
-            f"build.py index: {folder} is not a whole published wheel ({error}); it is left out of the pages",
+            f"build.py index: {printable(folder)} is not a whole published wheel ({printable(error.path)}: "
+            f"{printable(error.problem)}); it is left out of the pages",
             file=sys.stderr,
         )
         return None
@@ -71,7 +109,7 @@ def _entry(stack: str, folder: Path) -> pages.Entry | None:
         version=check["version"],
         metadata_sha256=hashlib.sha256(metadata).hexdigest(),
         requires_python=check.get("requires_python"),
-        built_at=str((manifest.get("build") or {}).get("started_at") or ""),
+        built_at=str((manifest.get("build") or {}).get("started_at") or ""),  # shape-checked above
         commit=apex.get("commit") or apex.get("ref"),
         archs=manifest.get("arch_list"),
         verdict=str(report.get("verdict")),
@@ -90,55 +128,50 @@ def published(index: Path) -> list[pages.Entry]:
 
 
 def _write_folder(index: Path, wheel: CheckedWheel) -> str:
-    """The wheel's folder under files/, made whole under a temporary name, then renamed into place."""
-    files = index / wheel.stack / "files"
+    """The wheel's folder under files/, made whole under a temporary name, then renamed into place; every
+    write inside the index through atomic.write_in_tree (no link followed)."""
+    files_rel = f"{wheel.stack}/files"
+    files = index / files_rel
     name = wheel.sha256[:16]
     if (files / name).is_dir():
         if _entry(wheel.stack, files / name) is not None:
             return name
         shutil.rmtree(files / name)  # a damaged copy of this very wheel: made whole again below
-    files.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".adding-", dir=files))
+    work = f".adding-{os.getpid()}-{name}"
+    record = {**wheel.check_record(), "requires_python": wheel.requires_python}
+    contents = {
+        wheel.name: input_files.read_bytes(wheel.path, input_files.WHEEL),
+        f"{wheel.name}.metadata": wheel.metadata,
+        "build-manifest.json": (atomic.json_dumps(wheel.manifest) + "\n").encode("utf-8"),
+        "verify-static.json": wheel.verify_json,
+        **({"verify-static.md": wheel.verify_md} if wheel.verify_md is not None else {}),
+        CHECK_FILE: (atomic.json_dumps(record) + "\n").encode("utf-8"),
+    }
+    files_fd = atomic.open_tree_dir(index, files_rel, create=True)
     try:
-        shutil.copyfile(wheel.path, work / wheel.name)
-        (work / f"{wheel.name}.metadata").write_bytes(wheel.metadata)
-        (work / "build-manifest.json").write_text(atomic.json_dumps(wheel.manifest) + "\n")
-        (work / "verify-static.json").write_bytes(wheel.verify_json)
-        if wheel.verify_md is not None:
-            (work / "verify-static.md").write_bytes(wheel.verify_md)
-        record = {**wheel.check_record(), "requires_python": wheel.requires_python}
-        (work / CHECK_FILE).write_text(atomic.json_dumps(record) + "\n")
-        for path in (*work.iterdir(), work):
-            with open(path, "rb") if path.is_file() else _dir_fd(path) as handle:
-                os.fsync(handle.fileno())
-            path.chmod(0o644 if path.is_file() else 0o755)
-        os.rename(work, files / name)
+        shutil.rmtree(files / work, ignore_errors=True)  # a killed run's leftover of this very wheel
+        for member, data in contents.items():
+            atomic.write_in_tree(index, f"{files_rel}/{work}/{member}", data)
+        folder_fd = atomic.open_tree_dir(index, f"{files_rel}/{work}")
+        try:
+            os.fchmod(folder_fd, 0o755)
+            os.fsync(folder_fd)
+        finally:
+            os.close(folder_fd)
+        os.rename(work, name, src_dir_fd=files_fd, dst_dir_fd=files_fd)
     except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(files / work, ignore_errors=True)
         raise
+    finally:
+        os.close(files_fd)
     return name
 
 
-class _dir_fd:
-    def __init__(self, path: Path) -> None:
-        self.fd = os.open(path, os.O_RDONLY)
-
-    def fileno(self) -> int:
-        return self.fd
-
-    def __enter__(self) -> _dir_fd:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        os.close(self.fd)
-
-
-def _write_if_changed(path: Path, text: str) -> bool:
-    data = text.encode("utf-8")
-    if path.is_file() and path.read_bytes() == data:
-        return False
-    atomic.write_bytes(path, data)
-    return True
+def _write_if_changed(pages_batch: atomic.TreeBatch, path: Path, text: str) -> bool:
+    """A page inside the index, staged in the batch of every page (atomic.TreeBatch: all land together, or
+    none does); unchanged bytes are not rewritten."""
+    index = Path(pages_batch.root)
+    return pages_batch.add(path.relative_to(index).as_posix(), text.encode("utf-8"))
 
 
 def add(index: Path, wheels: list[CheckedWheel], tools: dict[str, Path] | None = None) -> list[Outcome]:
@@ -146,21 +179,25 @@ def add(index: Path, wheels: list[CheckedWheel], tools: dict[str, Path] | None =
     `build.py index` on the same folder waits for the first (INDEX/.lock). `tools`: {"wheel": the apex-verify
     wheel, "zipapp": verify.pyz}, copied to INDEX/tools/ and linked from every stack's page and the top page."""
     index.mkdir(parents=True, exist_ok=True)
-    with open(
-        index / ".lock", "a"
-    ) as lock:  # "a": never truncated, so a run that changes nothing changes nothing
+    lock = atomic.open_lock_in_tree(
+        index, ".lock"
+    )  # never truncated: a run that changes nothing changes nothing
+    try:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        atomic.refuse_links_in_tree(
+            index
+        )  # before anything is written: a refusal leaves every page as it was
         return _add(index, wheels, _publish_tools(index, tools) if tools else None)
+    finally:
+        os.close(lock)
 
 
 def _publish_tools(index: Path, tools: dict[str, Path]) -> pages.Tools:
     """Copy the tool files into INDEX/tools/ (unchanged bytes are not rewritten: both are reproducible)."""
     files = {}
     for kind, path in tools.items():
-        data = path.read_bytes()
-        target = index / pages.TOOLS_FOLDER / path.name
-        if not (target.is_file() and target.read_bytes() == data):
-            atomic.write_bytes(target, data)
+        data = input_files.read_bytes(path, input_files.WHEEL)
+        atomic.write_in_tree(index, f"{pages.TOOLS_FOLDER}/{path.name}", data)
         version = path.name.split("-")[1] if kind == "wheel" else "0"
         files[kind] = pages.ToolFile(path.name, hashlib.sha256(data).hexdigest(), len(data), version)
     return pages.Tools(wheel=files["wheel"], zipapp=files["zipapp"])
@@ -205,16 +242,25 @@ def _add(index: Path, wheels: list[CheckedWheel], tools: pages.Tools | None = No
 
 
 def write_pages(index: Path, entries: list[pages.Entry], tools: pages.Tools | None = None) -> None:
+    """Every page of the index, staged and then renamed into place together (atomic.TreeBatch): a failure
+    while they are written (a full disk) leaves every page as it was."""
+    with atomic.TreeBatch(index) as batch:
+        _stage_pages(batch, index, entries, tools)
+
+
+def _stage_pages(
+    batch: atomic.TreeBatch, index: Path, entries: list[pages.Entry], tools: pages.Tools | None
+) -> None:
     for stack in sorted({e.stack for e in entries}):
         mine = [e for e in entries if e.stack == stack]
         simple = index / stack / "simple"
-        _write_if_changed(simple / pages.PROJECT / "index.html", pages.project_html(mine))
-        _write_if_changed(simple / pages.PROJECT / "index.json", pages.project_json(mine))
+        _write_if_changed(batch, simple / pages.PROJECT / "index.html", pages.project_html(mine))
+        _write_if_changed(batch, simple / pages.PROJECT / "index.json", pages.project_json(mine))
         if tools:
-            _write_if_changed(simple / pages.TOOL_PROJECT / "index.html", pages.tool_html(tools.wheel))
-            _write_if_changed(simple / pages.TOOL_PROJECT / "index.json", pages.tool_json(tools.wheel))
-        _write_if_changed(simple / "index.html", pages.root_html(tools))
-        _write_if_changed(simple / "index.json", pages.root_json(tools))
+            _write_if_changed(batch, simple / pages.TOOL_PROJECT / "index.html", pages.tool_html(tools.wheel))
+            _write_if_changed(batch, simple / pages.TOOL_PROJECT / "index.json", pages.tool_json(tools.wheel))
+        _write_if_changed(batch, simple / "index.html", pages.root_html(tools))
+        _write_if_changed(batch, simple / "index.json", pages.root_json(tools))
     if entries:
-        _write_if_changed(index / "stacks.json", pages.top_json(entries, tools))
-        _write_if_changed(index / "index.html", pages.top_html(entries, tools))
+        _write_if_changed(batch, index / "stacks.json", pages.top_json(entries, tools))
+        _write_if_changed(batch, index / "index.html", pages.top_html(entries, tools))

@@ -38,7 +38,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from toolchain.index.pages import JSON_TYPE  # noqa: E402
-from verify.runtime import entry_point, exit_codes  # noqa: E402
+from verify.runtime import entry_point, exit_codes, input_files  # noqa: E402
 from verify.runtime.messages import printable, shown  # noqa: E402
 
 PROG = "python -m toolchain.index.serve"
@@ -87,7 +87,11 @@ class Handler(http.server.SimpleHTTPRequestHandler):
             and wants_json
             and (path / "index.json").is_file()
         ):
-            body = (path / "index.json").read_bytes()
+            try:  # the bounded reader: a FIFO swapped in for the page is refused, never waited on
+                body = input_files.read_bytes(path / "index.json", input_files.PUBLISHED)
+            except input_files.InputFileError:
+                self.send_error(404, "File not found")
+                return None
             self.send_response(200)
             self.send_header("Content-Type", JSON_TYPE)
             self.send_header("Content-Length", str(len(body)))
@@ -260,7 +264,7 @@ def _serve(argv: list[str] | None) -> int:
     with _listen(args.index, args.bind, port, timeout=timeout, max_connections=max_connections) as server:
         host, port = server.socket.getsockname()[:2]  # as bound (server_address's host may be bytes)
         host = f"[{host}]" if ":" in host else host
-        print(f"serving {printable(args.index)} at http://{host}:{port}/", flush=True)
+        print(f"serving {printable(args.index)} at http://{printable(host)}:{int(port)}/", flush=True)
         server.serve_forever()  # until a signal: entry_point prints its line, exit 1
     return exit_codes.OK
 

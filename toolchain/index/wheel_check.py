@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import json
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +25,7 @@ else:  # Python 3.10: the build extra's backport (toolchain/index/ may not impor
 
 from toolchain.builder import build_outputs, wheel_identity
 from toolchain.builder.provenance import sha256_of
-from toolchain.index import portability
+from toolchain.index import pages, pip_rules, portability
 from verify.layers import fatbin
 from verify.layers import manifest as manifest_mod
 from verify.runtime import field_types as ft
@@ -67,7 +65,9 @@ class CheckedWheel:
             "stack": self.stack,
             "needed_libraries": self.libraries,
             "allowed_from": str(LIBRARIES.name),
-            "gate": json.loads(self.verify_json).get("verdict"),
+            "gate": input_files.decode_json(self.verify_json, self.name, input_files.VERIFY_REPORT).get(
+                "verdict"
+            ),
             **(self.portability.to_json() if self.portability else {}),
             "retagged_from": self.retagged_from,
         }
@@ -85,7 +85,7 @@ class Refusal:
 def allowed_libraries(
     path: Path = LIBRARIES, parts: tuple[str, ...] = ("system", "driver", "torch")
 ) -> tuple[str, ...]:
-    data = tomllib.loads(path.read_text())
+    data = tomllib.loads(input_files.read_shipped_text(path))
     return tuple(name for part in parts for name in data[part]["names"])
 
 
@@ -105,6 +105,8 @@ def check(
         return _check(wheel, allowed, work)
     except _Refused as refused:
         return Refusal(wheel, tuple(refused.reasons))
+    except input_files.InputFileError as error:  # the wheel, or a member of it, the bounded reader refused
+        return Refusal(wheel, (f"not a usable wheel ({error.problem})",))
 
 
 class _Refused(Exception):
@@ -114,10 +116,11 @@ class _Refused(Exception):
 
 def _check(wheel: Path, allowed: tuple[str, ...], work: Path | None) -> CheckedWheel:
     try:
-        _, file_version, tags = wheel_identity.parse_name(wheel.name)
+        dist, file_version, tags = wheel_identity.parse_name(wheel.name)
         files = wheel_identity.read_dist_info(wheel)
-    except (ValueError, zipfile.BadZipFile, OSError) as error:
+    except (ValueError, OSError) as error:
         raise _Refused([f"not a readable wheel ({error})"]) from None
+    _pip_would_take(wheel, dist, file_version, files.get("METADATA", b""))
     if wheel_identity.MANIFEST_FILE not in files:
         raise _Refused(
             [
@@ -131,6 +134,12 @@ def _check(wheel: Path, allowed: tuple[str, ...], work: Path | None) -> CheckedW
     if not ident:
         raise _Refused(
             [f"its manifest has no wheel_identity (built before wheels named their stack); {REBUILD}"]
+        )
+    if not wheel_identity.is_stack_name(ident.get("stack")):
+        raise _Refused(
+            [
+                f"its manifest's stack {ident.get('stack')!r} is not a stack name (torch2.11-cu130, ASCII); {REBUILD}"
+            ]
         )
     reasons += _identity_problems(wheel.name, file_version, ident, manifest, files.get("METADATA", b""))
     reasons += _module_problems(wheel, manifest)
@@ -177,6 +186,20 @@ def _check(wheel: Path, allowed: tuple[str, ...], work: Path | None) -> CheckedW
     )
 
 
+def _pip_would_take(wheel: Path, dist: str, file_version: str, metadata: bytes) -> None:
+    """The rules pip applies before it lists or installs a file (toolchain/index/pip_rules.py): refused with
+    every problem at once, before any other check reads the wheel's members as a build's."""
+    problems = pip_rules.name_problems(pages.PROJECT, dist, _header(metadata, "Name"))
+    problems += pip_rules.version_problems(file_version)
+    meta_version = _header(metadata, "Version")
+    if meta_version is not None and meta_version != file_version:
+        problems += pip_rules.version_problems(meta_version)
+    with input_files.open_zip(wheel) as archive:
+        problems += pip_rules.member_problems(archive, wheel_identity.dist_info_dir(archive))
+    if problems:
+        raise _Refused(problems)
+
+
 def _platform_problem(
     name: str, platform: str, found: portability.Portability
 ) -> tuple[str | None, str | None]:
@@ -209,9 +232,9 @@ def _platform_problem(
 
 def _manifest(raw: bytes) -> dict[str, Any]:
     try:
-        data = json.loads(raw)
-    except ValueError as error:
-        raise _Refused([f"its {wheel_identity.MANIFEST_FILE} is not JSON ({error}); {REBUILD}"]) from None
+        data = input_files.decode_json(raw, wheel_identity.MANIFEST_FILE, input_files.MANIFEST)
+    except input_files.InputFileError as error:
+        raise _Refused([f"its {error.path} {error.problem}; {REBUILD}"]) from None
     if not isinstance(data, dict) or data.get("manifest_version") != manifest_mod.MANIFEST_VERSION:
         raise _Refused(
             [
@@ -335,9 +358,9 @@ def _gate_problems(raw: bytes | None, version: str) -> list[str]:
             f"with --no-gate; {REBUILD}"
         ]
     try:
-        report = json.loads(raw)
-    except ValueError:
-        return ["its verify-static.json is not JSON; " + REBUILD]
+        report = input_files.decode_json(raw, "verify-static.json", input_files.VERIFY_REPORT)
+    except input_files.InputFileError as error:
+        return [f"its verify-static.json {error.problem}; {REBUILD}"]
     if not isinstance(report, dict):
         return ["its verify-static.json is not a verify report; " + REBUILD]
     problems = []
@@ -360,14 +383,13 @@ def _gate_problems(raw: bytes | None, version: str) -> list[str]:
 def _libraries(wheel: Path, allowed: tuple[str, ...]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """(module file -> DT_NEEDED, module file -> the entries not allowed); a library the wheel itself holds is allowed."""
     found: dict[str, list[str]] = {}
-    with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory(prefix="apex-index-elf-") as work:
-        shared = [n for n in archive.namelist() if n.endswith(".so") or ".so." in Path(n).name]
+    with input_files.open_zip(wheel) as archive:
+        shared = [n for n in archive.names() if n.endswith(".so") or ".so." in Path(n).name]
         own = {Path(n).name for n in shared}
         for member in shared:
-            target = Path(work) / "lib.so"
-            target.write_bytes(archive.read(member))
+            data = archive.read(member, input_files.WHEEL_MEMBER)  # its size checked before inflating
             try:
-                found[member] = fatbin.needed_libraries(target)
+                found[member] = fatbin.needed_libraries(data, member)
             except fatbin.FatbinError as error:
                 found[member] = [f"unreadable ELF: {error}"]
     foreign = {

@@ -13,6 +13,7 @@ from toolchain.runs.cell_result import CellStatus
 from toolchain.runs.matrix_report import Row, collect
 from verify.checks import Status
 from verify.runtime import atomic
+from verify.runtime.messages import markdown_cell
 
 MD_NAME = "matrix-report.md"
 HTML_NAME = "matrix-report.html"
@@ -169,7 +170,7 @@ def details_text(row: Row) -> str:
 
 
 def _md_escape(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    return markdown_cell(" ".join(str(text).split()))  # no raw HTML from a cell id or an error, one row
 
 
 def render_markdown(rows: list[Row], created_at: str) -> str:

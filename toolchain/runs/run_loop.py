@@ -387,8 +387,8 @@ def _interrupted(cell: Cell, request: RunRequest, run_id: str) -> CellResult:
     """The cell in progress at Ctrl-C, with what its log had so far (the build was stopped)."""
     log_path = request.logs / cell.id / "build.log"
     try:
-        lines = log_path.read_text(errors="replace").splitlines()
-    except OSError:
+        lines = input_files.read_log_tail(log_path)  # what the log had so far: its tail
+    except input_files.InputFileError:
         lines = []
     build = BuildRecord(ok=False, interrupted=True, log_path=str(log_path), log_tail=tuple(_tail(lines)))
     return CellResult(

@@ -27,16 +27,13 @@ from __future__ import annotations
 import dataclasses
 import email.parser
 import http.client
-import json
 import os
 import re
 import urllib.error
 import urllib.parse
 import urllib.request
-import zipfile
-import zlib
 from collections.abc import Iterable
-from typing import Protocol
+from typing import BinaryIO, Protocol, cast
 
 from toolchain.builder import cuda_from_pypi
 from toolchain.errors import EnvironmentUnavailable, UsageError
@@ -60,6 +57,9 @@ NVCC_PACKAGES = ("nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvcc")
 MACHINES = ("x86_64", "aarch64")  # the linux wheels whose METADATA is read
 METADATA_MAX = 1 << 20  # torch's METADATA is ~40 KB
 RANGE_CHUNK = 256 << 10  # one range request; a torch wheel's zip directory is ~1.5 MB
+_METADATA_MEMBER = input_files.InputKind(
+    "torch wheel's METADATA", METADATA_MAX, "torch's METADATA is ~40 KB", "check the index's wheel"
+)
 RANGE_BUDGET = 32 << 20  # bytes one wheel's range reads may cost in all
 _FINAL = re.compile(r"^\d+\.\d+\.\d+$")  # no rc/dev/post, no +local
 _FINAL_TOOLKIT = re.compile(r"^\d+\.\d+\.\d+(?:\.\d+)?$")  # cuda-toolkit 13.0.3 was uploaded as 13.0.3.0
@@ -169,7 +169,7 @@ class UrllibFetcher:
             url, headers={"User-Agent": "apex-toolchain facts check", "Accept": "application/json", **headers}
         )
         try:
-            return urllib.request.urlopen(request, timeout=self.timeout_s)  # noqa: S310 (checked schemes)
+            return input_files.open_url(request, timeout_s=self.timeout_s)
         except urllib.error.HTTPError as err:
             if err.code == 404:
                 raise NotPublished(url) from None
@@ -222,6 +222,9 @@ class _RemoteZip:
         self.pos = max(0, (0, self.pos, self.size)[whence] + offset)
         return self.pos
 
+    def close(self) -> None:  # nothing held open: each range is its own request
+        return None
+
     def read(self, n: int = -1) -> bytes:
         n = self.size - self.pos if n is None or n < 0 else min(n, self.size - self.pos)
         end = self.pos + n
@@ -243,16 +246,18 @@ class _RemoteZip:
 def _zip_metadata(fetcher: Fetcher, url: str, filename: str) -> bytes:
     """A wheel's METADATA by HTTP range reads of its zip directory and that one member (never the wheel)."""
     try:
-        with zipfile.ZipFile(_RemoteZip(fetcher, url)) as wheel:
-            names = [n for n in wheel.namelist() if re.fullmatch(r"torch-[^/]+\.dist-info/METADATA", n)]
+        remote = cast(BinaryIO, _RemoteZip(fetcher, url))
+        with input_files.ZipInput(filename, input_files.WHEEL, remote) as wheel:
+            names = [n for n in wheel.names() if re.fullmatch(r"torch-[^/]+\.dist-info/METADATA", n)]
             if len(names) != 1:
                 raise BadAnswer(f"{filename}: {len(names)} torch-*.dist-info/METADATA members, not one")
-            with wheel.open(names[0]) as member:
-                return member.read(METADATA_MAX + 1)
-    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError, KeyError) as err:
-        raise BadAnswer(
-            f"{filename}: not a readable wheel (zip) by range reads ({type(err).__name__}: {err})"
-        ) from None
+            return wheel.read(names[0], _METADATA_MEMBER)
+    except input_files.InputFileError as err:
+        if err.reason == "too_large":  # checked from the zip directory, before inflating
+            raise BadAnswer(
+                f"{filename}: its METADATA inflates past {METADATA_MAX} bytes, not a METADATA file"
+            ) from None
+        raise BadAnswer(f"{filename}: not a readable wheel (zip) by range reads ({err.problem})") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -424,8 +429,8 @@ def toolkit_minors(project_json: bytes, package: str) -> set[str]:
 
 def _json(body: bytes, what: str, shape: ft.Shape = _PROJECT) -> dict:
     try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        data = input_files.decode_json(body, what, input_files.INDEX_ANSWER)
+    except input_files.InputFileError:
         raise BadAnswer(f"the index's answer for {what} is not JSON (a proxy or login page?)") from None
     if not isinstance(data, dict):
         raise BadAnswer(f"the index's answer for {what} is not a PyPI JSON document")

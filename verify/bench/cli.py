@@ -155,9 +155,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def parse_config(argv: list[str]) -> bench_config.BenchConfig:
     """Flags -> BenchConfig (preset values, then explicit flags). Raises BenchFlagError."""
+    args = _parser().parse_args(argv)  # before torch is imported: a mistyped flag needs no torch
     from verify.bench.stages import STAGES
 
-    args = _parser().parse_args(argv)
     preset = "cpu-smoke" if args.device == "cpu" else ("quick" if args.quick else "default")
     values = dict(bench_config.PRESETS[preset])
     for key in ("steps", "warmup", "batch", "seq", "d_model", "layers", "vocab", "big_params"):
@@ -290,6 +290,15 @@ def main(argv: list[str] | None = None) -> int:
         return exit_codes.USAGE
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
+    except ModuleNotFoundError as exc:
+        if exc.name != "torch":
+            raise
+        print(
+            f"{PROG}: torch is not installed in this Python ({sys.executable}); the benchmarks run torch: "
+            "install it, or run verify bench in the environment that has it",
+            file=sys.stderr,
+        )
+        return exit_codes.ENVIRONMENT
     if cfg.device != "cpu":
         reason = _cuda_unavailable(cfg.device)
         if reason:

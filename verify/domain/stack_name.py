@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import re
 
-_MINOR = re.compile(r"^(\d+)\.(\d+)")
-_NAME = re.compile(r"^torch(?P<major>\d+)\.(?P<minor>\d+)-(?P<cuda>cpu|cu\d+)$")
+# re.ASCII: `\d` alone also matches other scripts' digits (`٢.١١`), which would name a stack folder that
+# `apex-verify install` (and a reader of the index) never computes
+_MINOR = re.compile(r"^(\d+)\.(\d+)", re.ASCII)
+_NAME = re.compile(r"torch(?P<major>\d+)\.(?P<minor>\d+)-(?P<cuda>cpu|cu\d+)", re.ASCII)
 
 
 def torch_minor(torch_version: str) -> str:
@@ -35,7 +37,7 @@ def stack_name(torch_version: str, torch_cuda: str | None) -> str:
 
 def parse(name: str) -> tuple[tuple[int, int], str] | None:
     """'torch2.11-cu130' -> ((2, 11), 'cu130'); None for a name of another shape."""
-    found = _NAME.match(name)
+    found = _NAME.fullmatch(name)
     if not found:
         return None
     return (int(found["major"]), int(found["minor"])), found["cuda"]

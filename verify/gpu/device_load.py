@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from verify.domain.report_json import TimingJSON
+from verify.runtime import input_files
 
 BUSY_UTILIZATION_PCT = (
     10  # the share of the sample period with a kernel running: 0 when idle, near 100 under a loop
@@ -309,10 +310,9 @@ def own_pids(root: int | None = None) -> tuple[int, ...]:
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
+            fields = input_files.read_system_text(f"/proc/{name}/stat").rsplit(")", 1)[1].split()
             parents[int(name)] = int(fields[1])
-        except (OSError, IndexError, ValueError):
+        except (input_files.InputFileError, IndexError, ValueError):
             continue
     mine, grew = {root}, True
     while grew:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import re
 
 from verify.runtime import resources
@@ -65,7 +64,7 @@ class DriverVerdict:
 
 @functools.lru_cache(maxsize=1)
 def _raw() -> dict:
-    return json.loads(resources.read_text(_DATA))
+    return resources.read_json(_DATA)
 
 
 def source() -> str:

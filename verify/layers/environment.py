@@ -20,7 +20,7 @@ from verify.checks import Check, Status
 from verify.domain.arch import Arch
 from verify.domain.report_json import DriverJSON, EnvironmentJSON, GpuJSON, ToolJSON, TorchJSON
 from verify.layers import drivers
-from verify.runtime import interrupts
+from verify.runtime import input_files, interrupts
 
 TOOL_TIMEOUT_S = 5.0
 _DRIVER_PROC = Path("/proc/driver/nvidia/version")
@@ -70,11 +70,11 @@ def gcc_info() -> ToolJSON | None:
 def driver_version(proc_file: Path = _DRIVER_PROC) -> tuple[str | None, str | None]:
     """(version, source): the kernel module's version file first (no process), else nvidia-smi."""
     try:
-        text = proc_file.read_text()
+        text = input_files.read_system_text(proc_file)
         match = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", text)
         if match:
             return match.group(1), str(proc_file)
-    except OSError:
+    except input_files.InputFileError:
         pass
     if shutil.which("nvidia-smi"):
         out = _run_tool(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])

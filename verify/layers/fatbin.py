@@ -22,11 +22,14 @@ Only headers are read: the payloads (often compressed) are never decompressed.
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import struct
 from pathlib import Path
+from typing import BinaryIO
 
 from verify.domain.arch import Arch
+from verify.runtime import input_files
 
 FATBIN_MAGIC = 0xBA55ED50
 FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
@@ -147,11 +150,24 @@ def _elf_sections(handle, path: Path) -> dict[str, tuple[int, int, int]]:
 _SHT_DYNAMIC, _DT_NEEDED = 6, 1
 
 
-def needed_libraries(path: str | os.PathLike) -> list[str]:
+def open_elf(source: str | os.PathLike | bytes) -> BinaryIO:
+    """A handle on an ELF file's bytes: a path through the bounded reader (a regular file, at most
+    input_files.EXTENSION_MODULE), or bytes already in hand (a wheel's member). FatbinError when the path
+    cannot be used."""
+    if isinstance(source, bytes):
+        return io.BytesIO(source)
+    try:
+        return input_files.open_binary(source, input_files.EXTENSION_MODULE)
+    except input_files.InputFileError as error:
+        raise FatbinError(str(error)) from None
+
+
+def needed_libraries(source: str | os.PathLike | bytes, name: str | None = None) -> list[str]:
     """The shared libraries an ELF64 file asks the loader for (its DT_NEEDED entries, as `readelf -d`
-    lists them), read from .dynamic and .dynstr; [] for a file without them. FatbinError if not ELF."""
-    path = Path(path)
-    with open(path, "rb") as handle:
+    lists them), read from .dynamic and .dynstr; [] for a file without them. FatbinError if not ELF.
+    `source`: a path, or the file's bytes (then `name` names them in messages)."""
+    path = Path(name or (os.fspath(source) if not isinstance(source, bytes) else "<bytes>"))
+    with open_elf(source) as handle:
         sections = _elf_sections(handle, path)
         dynamic = next((v for v in sections.values() if v[2] == _SHT_DYNAMIC), None)
         strings = sections.get(".dynstr")
@@ -210,7 +226,7 @@ def read_targets(path: str | os.PathLike) -> FatbinTargets | None:
     """The SASS/PTX targets compiled into `path`; None when it carries no GPU code at all (CPU-only)."""
     path = Path(path)
     try:
-        with path.open("rb") as handle:
+        with open_elf(path) as handle:
             sections = _elf_sections(handle, path)
             found = False
             targets: list[CodeTarget] = []

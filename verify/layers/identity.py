@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import importlib.util
-import json
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ from verify.domain.commit import is_commit_sha
 from verify.layers import module_map
 from verify.layers.extensions import ExtensionResult
 from verify.layers.manifest import BuildManifest
+from verify.runtime import input_files
 
 # Files/directories that only NVIDIA Apex has, and ones that only the 2013 Pyramid toolkit on PyPI has.
 _NVIDIA_MARKERS = ("optimizers", "normalization", "multi_tensor_apply", "amp", "parallel")
@@ -37,7 +37,7 @@ def _distribution(package_dir: Path) -> importlib.metadata.Distribution | None:
     except Exception:  # corrupt metadata elsewhere must not stop verify
         return None
     for dist in dists:
-        top = (dist.read_text("top_level.txt") or "").split()
+        top = (input_files.read_installed_metadata(dist, "top_level.txt") or "").split()
         base = Path(str(dist.locate_file("")))
         if (base / "apex").resolve() == package_dir.resolve() or (
             "apex" in top and base == package_dir.parent
@@ -52,11 +52,12 @@ def _distribution(package_dir: Path) -> importlib.metadata.Distribution | None:
 
 
 def _direct_url(dist: importlib.metadata.Distribution) -> dict[str, Any] | None:
+    text = input_files.read_installed_metadata(dist, "direct_url.json")
     try:
-        data = json.loads(dist.read_text("direct_url.json") or "null")
-        return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
+        data = input_files.parse_json(text or "null", "direct_url.json", input_files.WHEEL_METADATA)
+    except input_files.InputFileError:
         return None
+    return data if isinstance(data, dict) else None
 
 
 def _git_head(directory: Path) -> str | None:

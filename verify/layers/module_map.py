@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 
 from verify.runtime import resources
 
@@ -60,7 +59,7 @@ class Deprecation:
 
 @functools.lru_cache(maxsize=1)
 def _raw() -> dict:
-    return json.loads(resources.read_text(_DATA))
+    return resources.read_json(_DATA)
 
 
 def modules() -> tuple[ExtensionModule, ...]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 import os
 import re
@@ -35,7 +34,7 @@ SCHEMA_FILE = (
 @functools.cache
 def schema() -> dict[str, Any]:
     """The published JSON Schema of the report (verify/schema/report.schema.json)."""
-    return json.loads(resources.read_text(SCHEMA_FILE))
+    return resources.read_json(SCHEMA_FILE)
 
 
 # a number may be NaN/Infinity: Python's own writer emitted them bare before verify's atomic writer made them null

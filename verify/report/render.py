@@ -16,7 +16,7 @@ from typing import Any, Literal, TextIO
 from verify.checks import LAYERS
 from verify.domain.report_json import CheckJSON, ReportJSON, TimingJSON
 from verify.report import module_table
-from verify.runtime import exit_codes, workflow_commands
+from verify.runtime import exit_codes, messages, workflow_commands
 
 _COLORS = {"PASS": "32", "FAIL": "31;1", "WARN": "33", "SKIP": "2", "INFO": "36"}
 _NEEDS_A_LOOK = ("FAIL", "WARN", "SKIP")  # the default output's check lines; PASS and INFO with --verbose
@@ -195,7 +195,7 @@ def terminal(report: ReportJSON, *, color: bool = False, quiet: bool = False, ve
 
 
 def _md(text: Any) -> str:
-    return str(text if text is not None else "").replace("|", "\\|").replace("\n", " ")
+    return messages.markdown_cell(text if text is not None else "")  # no raw HTML, one row
 
 
 def markdown(report: ReportJSON) -> str:
@@ -212,7 +212,7 @@ def markdown(report: ReportJSON) -> str:
         "",
         *_recommendations_md(report),
         *_modules_md(report),
-        f"Created {report['created_at']} on `{report['host']['hostname']}` by verify {report['tool_version']}"
+        f"Created {report['created_at']} on {messages.markdown_code(report['host']['hostname'])} by verify {report['tool_version']}"
         f" (schema {report['schema_version']}), mode `{report['mode']}`.",
         "",
         "## Environment",
@@ -231,15 +231,16 @@ def markdown(report: ReportJSON) -> str:
         "",
         "## Apex",
         "",
-        f"- identity: **{apex.get('kind')}**" + (f" at `{apex['path']}`" if apex.get("path") else ""),
-        f"- commit: {apex.get('commit') or 'unknown'}"
+        f"- identity: **{apex.get('kind')}**"
+        + (f" at {messages.markdown_code(apex['path'])}" if apex.get("path") else ""),
+        f"- commit: {_md(apex.get('commit') or 'unknown')}"
         + (f" (from {apex['commit_source']})" if apex.get("commit_source") else ""),
-        f"- build manifest: {('`' + manifest['path'] + '`') if manifest else 'none'}",
+        f"- build manifest: {messages.markdown_code(manifest['path']) if manifest else 'none'}",
         "",
     ]
     out += ["## Checks", "", "| status | check | summary |", "|---|---|---|"]
     for c in _ordered(report["checks"]):
-        out.append(f"| {c['status']} | `{c['id']}` | {_md(c['summary'])} |")
+        out.append(f"| {c['status']} | {messages.markdown_code(c['id'])} | {_md(c['summary'])} |")
     out.append("")
     if report.get("timings"):
         out += [

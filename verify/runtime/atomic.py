@@ -12,6 +12,12 @@ What happens depends on what the path is now, never destroying what it points to
 | a FIFO                                       | in place, once a reader has it open; no reader within FIFO_READER_WAIT_S: an error, never a hang |
 | a directory, block device, socket            | nothing: `UnwritableTarget` (an OSError), which the CLIs turn into one line and exit 2 |
 
+That table is for a path the user names. Inside a tree the tool owns (the index folder, an --out folder),
+`write_in_tree(root, relpath, data)` never follows a link: every folder on the way and the file itself are
+opened relative to the one before with O_NOFOLLOW, so a link planted there (`stacks.json -> ../../x`, a
+`files/` link that a gh-pages checkout carries) is refused with one line naming it (`LinkInOwnedTree`, exit 2),
+and the write is a temp file renamed over the name in that same folder.
+
 Every JSON the project writes (files and stdout) goes through `json_dumps`: a non-finite float (inf,
 -inf, nan) becomes null, since JSON has no such numbers (Python's json would write bare `Infinity`/`NaN`,
 which strict parsers reject) and null is what the report schema already uses for "no figure".
@@ -19,6 +25,7 @@ which strict parsers reject) and null is what the report schema already uses for
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -49,6 +56,192 @@ class UnwritableTarget(OSError):
 
     def __init__(self, path: str | os.PathLike, problem: str, code: int = errno.EINVAL) -> None:
         super().__init__(code, problem, os.fspath(path))
+
+
+class LinkInOwnedTree(UnwritableTarget):
+    """A symbolic link, or something other than a folder or file, inside a tree the tool owns."""
+
+
+def write_in_tree(root: str | os.PathLike, relpath: str, data: bytes, *, mode: int = 0o644) -> bool:
+    """Write `data` to ROOT/relpath inside a tree the tool owns, without following any link below ROOT (ROOT
+    itself is the user's to name and may be one); missing folders are made. Skips the write, and returns
+    False, when the file already holds exactly `data` (a page that did not change keeps its time)."""
+    with TreeBatch(root) as batch:
+        return batch.add(relpath, data, mode=mode)
+
+
+class TreeBatch:
+    """Files written into a tree the tool owns that land together (the pages of an index): `add` stages each
+    one as a fsynced temp file beside its name, by write_in_tree's rules; leaving the `with` block renames
+    them all into place, or, on an exception, removes what was staged, so every file stays as it was (a
+    full disk while staging changes no page). Renames need no space, so the swap itself does not fail on it."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = root
+        self._staged: list[tuple[int, str, str]] = []  # (folder descriptor, temp name, name)
+
+    def add(self, relpath: str, data: bytes, *, mode: int = 0o644) -> bool:
+        folder_parts, name = _tree_parts(relpath)
+        fd = open_tree_dir(self.root, "/".join(folder_parts), create=True)
+        try:
+            if _same_bytes(fd, name, data, Path(self.root, relpath)):
+                os.close(fd)
+                return False
+            tmp = f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+            out = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd
+            )
+        except BaseException:
+            os.close(fd)
+            raise
+        self._staged.append((fd, tmp, name))
+        with os.fdopen(out, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+        return True
+
+    def __enter__(self) -> TreeBatch:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        try:
+            for fd, tmp, name in self._staged:
+                if kind is None:
+                    # replaces a link itself, never its target
+                    os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp, dir_fd=fd)
+        finally:
+            for staged in self._staged:
+                os.close(staged[0])
+            self._staged = []
+
+
+def open_tree_dir(root: str | os.PathLike, relpath: str, *, create: bool = False) -> int:
+    """A descriptor of the folder ROOT/relpath, every part below ROOT opened with O_NOFOLLOW (made when
+    `create`); LinkInOwnedTree naming the first part that is a link or not a folder. The caller closes it."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    where = Path(root)
+    try:
+        for part in [p for p in relpath.split("/") if p not in ("", ".")]:
+            if part == "..":
+                raise LinkInOwnedTree(where / part, "leaves the tree; name a path inside it")
+            where = where / part
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+            try:
+                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise _not_followed(fd, part, where) from None
+                raise
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def refuse_links_in_tree(
+    root: str | os.PathLike, *, skip: tuple[str, ...] = (".git",), only: tuple[str, ...] | None = None
+) -> None:
+    """LinkInOwnedTree for the first symbolic link or special file (FIFO, device, socket) anywhere under
+    ROOT (folders named in `skip` not entered): the check a command makes before it writes anything into a
+    tree it owns, so that a refusal leaves every file of the tree as it was. `only`: check just these names
+    directly in ROOT (a user's --out folder, where the tool owns only the files it writes)."""
+    if only is not None:
+        for name in only:
+            _refuse_link_or_special(Path(root), name)
+        return
+    for folder, dirs, names in os.walk(os.fspath(root), followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d not in skip)
+        for name in sorted([*dirs, *names]):
+            _refuse_link_or_special(Path(folder), name)
+
+
+def _refuse_link_or_special(folder: Path, name: str) -> None:
+    where = folder / name
+    try:
+        info = os.lstat(where)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            raise _not_followed(fd, name, where)
+        finally:
+            os.close(fd)
+    if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
+        raise LinkInOwnedTree(
+            where, f"{_refusal(info.st_mode).split(';')[0]} inside a folder the tool owns; remove it"
+        )
+
+
+def open_lock_in_tree(root: str | os.PathLike, name: str) -> int:
+    """A descriptor of ROOT/name for flock, made if missing, never truncated, never a link followed (a FIFO
+    or device there is refused, not waited on). The caller closes it."""
+    where = Path(root, name)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(where, flags, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LinkInOwnedTree(
+                where,
+                f"is a symbolic link (to {os.readlink(where)}); remove it, the tool makes its own lock file",
+            ) from None
+        if exc.errno == errno.ENXIO:  # a FIFO without a reader
+            raise LinkInOwnedTree(where, "is a FIFO, not a lock file; remove it") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise LinkInOwnedTree(where, f"{_refusal(mode).split(';')[0]}, not a lock file; remove it")
+    return fd
+
+
+def _tree_parts(relpath: str) -> tuple[list[str], str]:
+    parts = [p for p in relpath.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        raise LinkInOwnedTree(relpath, "is not a path inside the tree; name one below it")
+    return parts[:-1], parts[-1]
+
+
+def _not_followed(dir_fd: int, name: str, where: Path) -> LinkInOwnedTree:
+    try:
+        target = os.readlink(name, dir_fd=dir_fd)
+    except OSError:
+        return LinkInOwnedTree(where, "is not a folder; remove it, so the tool can make its own")
+    return LinkInOwnedTree(
+        where,
+        f"is a symbolic link (to {target}); the tool never writes through a link inside a folder it owns: "
+        "remove the link, or pass another folder",
+    )
+
+
+def _same_bytes(dir_fd: int, name: str, data: bytes, where: Path) -> bool:
+    """Whether `name` in the folder is a regular file holding exactly `data`; a link or a special file there
+    is LinkInOwnedTree (never opened: a FIFO would block, a link would lead out)."""
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISLNK(info.st_mode):
+        raise _not_followed(dir_fd, name, where)
+    if not stat.S_ISREG(info.st_mode):
+        raise LinkInOwnedTree(
+            where, f"{_refusal(info.st_mode).split(';')[0]}; remove it, so the tool can write its file"
+        )
+    if info.st_size != len(data):
+        return False
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(len(data) + 1) == data
 
 
 def json_dumps(data: Any, *, indent: int | None = 2, default: Callable[[Any], Any] | None = None) -> str:
@@ -86,6 +279,40 @@ def write_bytes(path: str | os.PathLike, data: bytes, *, mode: int = 0o644) -> P
         _write_in_place(target, data, fifo=stat.S_ISFIFO(kind))
         return target
     raise UnwritableTarget(target, _refusal(kind), errno.EISDIR if stat.S_ISDIR(kind) else errno.EINVAL)
+
+
+def writable_problem(path: str | os.PathLike) -> str | None:
+    """Why write_bytes(path) would be refused, checked before a long run instead of after it (nothing is
+    made): a directory, a block device or socket, a folder on the way that is a file, a folder this user
+    cannot write into; None when the write can be tried (a FIFO's reader, a full disk, are known only then)."""
+    target = Path(path)
+    if _own_descriptor(target) is not None:
+        return None
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        return f"{exc.strerror or exc}; choose a writable path"
+    if mode is not None:
+        if stat.S_ISDIR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+            return _refusal(mode)
+        if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+            return None
+        folder = Path(os.path.realpath(target)).parent  # the temp file is made beside the real file
+    else:
+        folder = _existing_ancestor(Path(os.path.realpath(target)).parent)
+        if not folder.is_dir():
+            return f"{folder} is not a folder; choose a path under a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"this user cannot write into {folder}; choose a writable path"
+    return None
+
+
+def _existing_ancestor(folder: Path) -> Path:
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:

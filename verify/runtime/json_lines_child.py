@@ -11,7 +11,6 @@ Standard library only.
 from __future__ import annotations
 
 import enum
-import json
 import os
 import queue
 import signal
@@ -23,7 +22,7 @@ from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from verify.runtime import child_processes
+from verify.runtime import child_processes, input_files
 
 STDERR_TAIL_CHARS = 2000
 
@@ -124,10 +123,13 @@ class JsonLinesChild:
 
     def _pump(self, stream: Any) -> None:
         with stream:
-            for raw in stream:
+            # one event a line, each at most CHILD_MESSAGE long (a longer one arrives in pieces, each not JSON)
+            for raw in iter(lambda: stream.readline(input_files.CHILD_MESSAGE.max_bytes + 1), b""):
                 try:
-                    event = json.loads(raw.decode("utf-8", errors="replace"))
-                except json.JSONDecodeError:
+                    event = input_files.parse_json(
+                        raw.decode("utf-8", errors="replace"), "a child's event", input_files.CHILD_MESSAGE
+                    )
+                except input_files.InputFileError:
                     continue  # not ours: children point stray output at stderr, but be lenient
                 if isinstance(event, dict) and self._is_event(event):
                     self.events.put((self.tag, event))
@@ -173,9 +175,9 @@ class JsonLinesChild:
             child_processes.reap(self.proc)
             self.returncode = self.proc.returncode
             self.log.close()
-            try:
-                data = self.log_path.read_bytes()
-            except OSError:
+            try:  # the child's stderr, which this process made: its tail, bounded
+                data, _ = input_files.read_part(self.log_path, input_files.LOG, None, 4 << 20)
+            except input_files.InputFileError:
                 data = b""
             self.stderr_tail = (data if self.tail_chars is None else data[-self.tail_chars :]).decode(
                 "utf-8", errors="replace"

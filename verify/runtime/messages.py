@@ -45,11 +45,27 @@ def printable(text: object) -> str:
     CR, TAB, ESC and the other C0/C1 controls, U+2028, a lone surrogate of a non-UTF-8 name) is written as
     `repr` writes it (`\\n`, `\\x1b`, `\\udcff`), the rest as it is. So no such text ends a line, starts a
     second one that a CI runner reads as a workflow command (`::warning::`), or recolours the terminal;
-    `shown` quotes values by the same rule."""
+    `shown` quotes values by the same rule. A text that itself starts with `::` (a whole printed line of
+    outside text) has its first colon written `\\x3a`, so it cannot be read as a workflow command either."""
     text = str(text)
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    start = len(text) - len(text.lstrip())  # the runner reads a command after leading blanks too
+    return f"{text[:start]}\\x3a{text[start + 1 :]}" if text.startswith("::", start) else text
+
+
+def markdown_cell(text: object) -> str:
+    """Outside text (a cell id, an error message, a path) inside a Markdown table cell or line: `&`, `<` and
+    `>` as HTML entities, so that no raw HTML (a `<details>`, an `<img>`) reaches the rendered report; `|`
+    escaped, so it stays in its cell; line breaks as spaces, so the row stays one row."""
+    text = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+
+def markdown_code(text: object) -> str:
+    """Outside text as a Markdown code span: inside one, HTML is shown as text; a backtick in the text
+    (which would end the span) is written as an apostrophe, a line break as a space."""
+    return "`" + printable(str(text).replace("`", "'")) + "`"
 
 
 def bounded(message: str) -> str:

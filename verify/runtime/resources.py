@@ -4,7 +4,9 @@ importlib.resources, never through `__file__` paths, which do not exist inside a
 
 from __future__ import annotations
 
+import json
 from importlib import resources
+from typing import Any
 
 
 def read_text(relative: str) -> str:
@@ -13,3 +15,8 @@ def read_text(relative: str) -> str:
     for part in relative.split("/"):  # one joinpath per part: Python 3.10's zip paths take one at a time
         node = node.joinpath(part)
     return node.read_text(encoding="utf-8")
+
+
+def read_json(relative: str) -> Any:
+    """read_text, parsed as JSON: the package's own data files (the named route for shipped data)."""
+    return json.loads(read_text(relative))

@@ -29,6 +29,8 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 
+from verify.runtime import input_files
+
 IDLE_SAMPLE_S = 0.1  # long enough for /proc/stat's 10 ms ticks to tell a busy core from an idle one
 PROC_STAT = "/proc/stat"
 CPUINFO = "/proc/cpuinfo"
@@ -129,22 +131,20 @@ def parse_cpuinfo_mhz(text: str, cpu: int) -> float | None:
 def cpu_mhz(cpu: int) -> float | None:
     """The core's current clock: cpufreq where the kernel has it, else /proc/cpuinfo (often fixed in a VM)."""
     try:
-        with open(f"/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_cur_freq") as fh:
-            return round(int(fh.read().strip()) / 1000, 1)
-    except (OSError, ValueError):
+        freq = input_files.read_system_text(f"/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_cur_freq")
+        return round(int(freq.strip()) / 1000, 1)
+    except (input_files.InputFileError, ValueError):
         pass
     try:
-        with open(CPUINFO) as fh:
-            return parse_cpuinfo_mhz(fh.read(), cpu)
-    except OSError:
+        return parse_cpuinfo_mhz(input_files.read_system_text(CPUINFO), cpu)
+    except input_files.InputFileError:
         return None
 
 
 def _read_stat() -> dict[int, tuple[int, int]]:
     try:
-        with open(PROC_STAT) as fh:
-            return parse_proc_stat(fh.read())
-    except OSError:
+        return parse_proc_stat(input_files.read_system_text(PROC_STAT))
+    except input_files.InputFileError:
         return {}
 
 

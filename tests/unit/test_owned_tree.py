@@ -1,0 +1,201 @@
+"""The one output rule for a tree the tool owns (verify.runtime.atomic.write_in_tree and the index's publish step
+on it): a link inside the tree is never followed out of it, on real symlinks, FIFOs and folders; a refusal
+leaves every page of the index as it was; a damaged published folder is left out of every page alike."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from toolchain.index import publish
+from toolchain.index.wheel_check import CheckedWheel
+from verify.runtime import atomic
+
+STACK = "torch2.13-cpu"
+
+
+def test_write_in_tree_makes_folders_writes_atomically_and_skips_unchanged_bytes(tmp_path: Path) -> None:
+    assert atomic.write_in_tree(tmp_path, "a/b/page.html", b"one") is True
+    assert (tmp_path / "a" / "b" / "page.html").read_bytes() == b"one"
+    before = (tmp_path / "a" / "b" / "page.html").stat().st_mtime_ns
+    assert atomic.write_in_tree(tmp_path, "a/b/page.html", b"one") is False
+    assert (tmp_path / "a" / "b" / "page.html").stat().st_mtime_ns == before
+    assert atomic.write_in_tree(tmp_path, "a/b/page.html", b"two") is True
+    assert (tmp_path / "a" / "b" / "page.html").read_bytes() == b"two"
+    assert oct((tmp_path / "a" / "b" / "page.html").stat().st_mode & 0o777) == "0o644"
+    assert sorted(p.name for p in (tmp_path / "a" / "b").iterdir()) == ["page.html"]  # no temp file left
+
+
+def test_a_link_file_inside_the_tree_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
+    outside = tmp_path / "somefile"
+    outside.write_text("keep")
+    tree = tmp_path / "site" / "index"
+    tree.mkdir(parents=True)
+    (tree / "stacks.json").symlink_to("../../somefile")
+    with pytest.raises(atomic.LinkInOwnedTree) as caught:
+        atomic.write_in_tree(tree, "stacks.json", b"{}")
+    assert outside.read_text() == "keep"
+    message = f"{caught.value.filename}: {caught.value.strerror}"
+    assert "stacks.json: is a symbolic link (to ../../somefile)" in message and "\n" not in message
+
+
+def test_a_link_folder_inside_the_tree_is_refused_and_nothing_lands_outside(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    tree = tmp_path / "index"
+    (tree / STACK).mkdir(parents=True)
+    (tree / STACK / "files").symlink_to(elsewhere)
+    with pytest.raises(atomic.LinkInOwnedTree, match="is a symbolic link"):
+        atomic.write_in_tree(tree, f"{STACK}/files/abc/x.whl", b"wheel")
+    assert list(elsewhere.iterdir()) == []
+    with pytest.raises(atomic.LinkInOwnedTree, match="not a path inside the tree"):
+        atomic.write_in_tree(tree, "../x", b"")
+
+
+def test_a_fifo_or_folder_where_a_file_belongs_is_refused_without_waiting(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "index.html")
+    with pytest.raises(atomic.LinkInOwnedTree, match="FIFO|neither"):
+        atomic.write_in_tree(tmp_path, "index.html", b"x")
+    (tmp_path / "stacks.json").mkdir()
+    with pytest.raises(atomic.LinkInOwnedTree, match="directory"):
+        atomic.write_in_tree(tmp_path, "stacks.json", b"x")
+    os.mkfifo(tmp_path / ".lock")
+    with pytest.raises(atomic.LinkInOwnedTree, match="FIFO"):
+        atomic.open_lock_in_tree(tmp_path, ".lock")
+
+
+def _checked_wheel(root: Path, version: str = "0.1+cpu.torch2.13") -> CheckedWheel:
+    """A CheckedWheel as wheel_check returns one (publish does not check again): a real small zip."""
+    path = root / f"apex-{version}-cp312-cp312-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("apex/__init__.py", "")
+    data = path.read_bytes()
+    return CheckedWheel(
+        path=path,
+        name=path.name,
+        sha256=hashlib.sha256(data).hexdigest(),
+        version=version,
+        stack=STACK,
+        metadata=b"Metadata-Version: 2.1\nName: apex\nVersion: " + version.encode() + b"\n",
+        manifest={
+            "apex": {"commit": None, "ref": None},
+            "build": {"started_at": "2026-12-03T10:00:00+00:00"},
+        },
+        verify_json=b'{"verdict": "PASS"}',
+        verify_md=None,
+        libraries={},
+        requires_python=">=3.10",
+    )
+
+
+def _pages(index: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(index)): p.read_bytes()
+        for p in sorted(index.rglob("*"))
+        if p.is_file() and not p.is_symlink() and p.name != ".lock"
+    }
+
+
+def test_publish_refuses_a_link_anywhere_in_the_index_before_writing_anything(tmp_path: Path) -> None:
+    index = tmp_path / "index"
+    publish.add(index, [_checked_wheel(tmp_path)])
+    before = _pages(index)
+    outside = tmp_path / "x"
+    outside.write_text("keep")
+    (index / "stacks.json").unlink()
+    (index / "stacks.json").symlink_to(outside)
+    before.pop("stacks.json")
+    with pytest.raises(atomic.LinkInOwnedTree, match="stacks.json: is a symbolic link|symbolic link"):
+        publish.add(index, [_checked_wheel(tmp_path, "0.2+cpu.torch2.13")])
+    assert outside.read_text() == "keep"
+    assert _pages(index) == before  # no page, no wheel folder written
+
+
+def test_publish_never_lands_a_wheel_folder_outside_through_a_files_link(tmp_path: Path) -> None:
+    index = tmp_path / "index"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (index / STACK).mkdir(parents=True)
+    (index / STACK / "files").symlink_to(elsewhere)
+    with pytest.raises(atomic.LinkInOwnedTree, match="files"):
+        publish.add(index, [_checked_wheel(tmp_path)])
+    assert list(elsewhere.iterdir()) == [] and not (index / "stacks.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("wheel-check.json", '["a list"]'),
+        ("wheel-check.json", '{"sha256": ["x"], "version": "0.1"}'),
+        ("build-manifest.json", '{"build": "now"}'),
+        ("verify-static.json", "{not json"),
+    ],
+)
+def test_a_damaged_published_folder_is_left_out_of_every_page_alike(
+    tmp_path: Path, name: str, text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    index = tmp_path / "index"
+    publish.add(index, [_checked_wheel(tmp_path)])
+    (damaged,) = (index / STACK / "files").iterdir()
+    (damaged / name).write_text(text)
+    publish.add(index, [_checked_wheel(tmp_path, "0.2+cpu.torch2.13")])
+    err = capsys.readouterr().err
+    assert "is not a whole published wheel" in err and "Traceback" not in err
+    listed_json = [
+        f["filename"] for f in json.loads((index / STACK / "simple/apex/index.json").read_text())["files"]
+    ]
+    html = (index / STACK / "simple/apex/index.html").read_text()
+    stacks = json.loads((index / "stacks.json").read_text())["stacks"][0]["wheels"]
+    assert listed_json == stacks == ["apex-0.2+cpu.torch2.13-cp312-cp312-manylinux_2_28_x86_64.whl"]
+    assert "0.1+cpu" not in html and "0.2+cpu" in html
+
+
+def test_build_py_wheel_refuses_a_link_where_it_writes_in_out_before_building(tmp_path: Path) -> None:
+    from tests import wheel_builds as wb
+    from tests.support import run_build
+
+    src = wb.apex_shaped_tree(tmp_path / "src")
+    out = tmp_path / "out"
+    out.mkdir()
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text("keep")
+    (out / "build-manifest.json").symlink_to(elsewhere)
+    done = run_build("wheel", "--apex-src", str(src), "--out", str(out), "--flags", "APEX_CPP_EXT")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "build-manifest.json: is a symbolic link" in done.stderr.strip().splitlines()[-1]
+    assert elsewhere.read_text() == "keep" and not (out / "build.log").exists()
+
+
+def test_a_failure_while_the_pages_are_written_leaves_every_page_as_it_was(tmp_path: Path) -> None:
+    index = tmp_path / "index"
+    publish.add(index, [_checked_wheel(tmp_path)])
+    before = _pages(index)
+    (index / "index.html").unlink()
+    (index / "index.html").mkdir()  # the last page written: the failure comes after the others are staged
+    before.pop("index.html")
+    with pytest.raises(atomic.LinkInOwnedTree, match="directory"):
+        publish.add(index, [_checked_wheel(tmp_path, "0.2+cpu.torch2.13")])
+    after = {k: v for k, v in _pages(index).items() if "/files/" not in k}
+    assert after == {k: v for k, v in before.items() if "/files/" not in k}  # no page changed
+    assert not [p for p in index.rglob("*.tmp")]  # nothing staged is left
+
+
+def test_a_batch_lands_together_or_not_at_all(tmp_path: Path) -> None:
+    (tmp_path / "a.html").write_bytes(b"old a")
+    with pytest.raises(RuntimeError), atomic.TreeBatch(tmp_path) as batch:
+        assert batch.add("a.html", b"new a") is True
+        assert batch.add("sub/b.html", b"new b") is True
+        raise RuntimeError("a failure after staging")
+    assert (tmp_path / "a.html").read_bytes() == b"old a" and not (tmp_path / "sub" / "b.html").exists()
+    with atomic.TreeBatch(tmp_path) as batch:
+        batch.add("a.html", b"new a")
+        batch.add("sub/b.html", b"new b")
+    assert (tmp_path / "a.html").read_bytes() == b"new a" and (
+        tmp_path / "sub" / "b.html"
+    ).read_bytes() == b"new b"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a.html", "b.html", "sub"]
