@@ -31,6 +31,7 @@ from toolchain.spec.compat import Compat, minor_of, version_key
 from toolchain.spec.facts_check import BadAnswer, Fetcher, Finding, IndexUnreachable, NotPublished
 from verify.layers import module_map
 from verify.runtime import field_types as ft
+from verify.runtime import input_files
 
 DEFAULT_REGISTRY = "https://hub.docker.com"
 DEFAULT_TORCH_INDEX = "https://download.pytorch.org"
@@ -342,8 +343,8 @@ def _compare_setup(setup: apex_setup.SetupPy, text: str, sha: str) -> list[Findi
 
 def _json(body: bytes, what: str, shape: ft.Shape):  # noqa: ANN202 (a dict or a list, per shape)
     try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):
+        data = input_files.decode_json(body, what, input_files.INDEX_ANSWER)
+    except (input_files.InputFileError, RecursionError):
         raise BadAnswer(f"{what}: the answer is not JSON (a proxy or login page?)") from None
     problems = ft.check(data, shape, what)
     if problems:
