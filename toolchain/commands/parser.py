@@ -188,9 +188,11 @@ def _image(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     )
     p.add_argument(
         "--network-check",
-        action="store_true",
-        help="first probe the remote inputs the build fetches (Apex git host, package indexes, base images) "
-        "and stop with exit 3 naming each one that does not answer",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="first probe the remote inputs the --target's stages fetch on the cell's route (Apex git host, "
+        "package indexes, base images) and stop with exit 3 naming each one that does not answer (default); "
+        "--no-network-check goes straight to the build",
     )
     p.set_defaults(func=cells.cmd_image)
 
