@@ -24,6 +24,7 @@ import struct
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -243,6 +244,25 @@ def decide(
     return None, [*problems, f"it asks for {', '.join(beyond)}, beyond every policy in {POLICY.name}"]
 
 
+def _is_shared_object(member: str) -> bool:
+    return member.endswith(".so") or ".so." in Path(member).name
+
+
+def own_libraries(wheel: Path) -> frozenset[str]:
+    """The file names of the shared objects the wheel holds (a module may link another one it ships)."""
+    with zipfile.ZipFile(wheel) as archive:
+        return frozenset(Path(n).name for n in archive.namelist() if _is_shared_object(n))
+
+
+def shared_objects(wheel: Path) -> Iterator[tuple[str, Path]]:
+    """Each shared object of the wheel: its member name and a temporary copy to read, valid until the next."""
+    with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory(prefix="apex-index-elf-") as work:
+        for member in (n for n in archive.namelist() if _is_shared_object(n)):
+            target = Path(work) / "lib.so"
+            target.write_bytes(archive.read(member))
+            yield member, target
+
+
 def wheel_portability(wheel: Path, excluded: tuple[str, ...]) -> Portability:
     """Read every shared object in the wheel; `excluded` are fnmatch patterns of the libraries whose versions
     do not count (torch's, CUDA's, the driver's), besides the ones the wheel holds itself."""
@@ -252,36 +272,32 @@ def wheel_portability(wheel: Path, excluded: tuple[str, ...]) -> Portability:
     other: set[str] = set()
     arches: set[str | None] = set()
     problems: list[str] = []
-    with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory(prefix="apex-index-elf-") as work:
-        shared = [n for n in archive.namelist() if n.endswith(".so") or ".so." in Path(n).name]
-        own = {Path(n).name for n in shared}
-        for member in shared:
-            target = Path(work) / "lib.so"
-            target.write_bytes(archive.read(member))
-            try:
-                found = read_versions(target)
-            except (
-                fatbin.FatbinError,
-                struct.error,
-                ValueError,
-                IndexError,
-            ) as error:  # a damaged ELF: named
-                problems.append(f"{member} is not an ELF64 file this check reads ({error})")
-                continue
-            arches.add(found.arch)
-            modules[member] = []
-            for library, versions in sorted(found.needs.items()):
-                skip = library in own or any(fnmatch.fnmatchcase(library, p) for p in (*excluded, *_LOADERS))
-                for version, names in sorted(versions.items()):
-                    modules[member].append(f"{library}: {version}" + (" (excluded)" if skip else ""))
-                    if skip:
-                        continue
-                    numeric = _NUMERIC.match(version)
-                    if numeric and numeric["family"] in ("GLIBC", *CXX_FAMILIES):
-                        asked.setdefault(numeric["family"], set()).add(_version(numeric["version"]))
-                        symbols.setdefault(version, set()).update(names)
-                    elif version.startswith(("GLIBC", "CXXABI", "GCC")):
-                        other.add(version)
+    own = own_libraries(wheel)
+    for member, target in shared_objects(wheel):
+        try:
+            found = read_versions(target)
+        except (
+            fatbin.FatbinError,
+            struct.error,
+            ValueError,
+            IndexError,
+        ) as error:  # a damaged ELF: named
+            problems.append(f"{member} is not an ELF64 file this check reads ({error})")
+            continue
+        arches.add(found.arch)
+        modules[member] = []
+        for library, versions in sorted(found.needs.items()):
+            skip = library in own or any(fnmatch.fnmatchcase(library, p) for p in (*excluded, *_LOADERS))
+            for version, names in sorted(versions.items()):
+                modules[member].append(f"{library}: {version}" + (" (excluded)" if skip else ""))
+                if skip:
+                    continue
+                numeric = _NUMERIC.match(version)
+                if numeric and numeric["family"] in ("GLIBC", *CXX_FAMILIES):
+                    asked.setdefault(numeric["family"], set()).add(_version(numeric["version"]))
+                    symbols.setdefault(version, set()).update(names)
+                elif version.startswith(("GLIBC", "CXXABI", "GCC")):
+                    other.add(version)
     if len(arches) > 1:
         problems.append(f"its modules are for more than one machine: {sorted(map(str, arches))}")
     arch = next(iter(arches)) if len(arches) == 1 else None

@@ -360,16 +360,12 @@ def _gate_problems(raw: bytes | None, version: str) -> list[str]:
 def _libraries(wheel: Path, allowed: tuple[str, ...]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """(module file -> DT_NEEDED, module file -> the entries not allowed); a library the wheel itself holds is allowed."""
     found: dict[str, list[str]] = {}
-    with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory(prefix="apex-index-elf-") as work:
-        shared = [n for n in archive.namelist() if n.endswith(".so") or ".so." in Path(n).name]
-        own = {Path(n).name for n in shared}
-        for member in shared:
-            target = Path(work) / "lib.so"
-            target.write_bytes(archive.read(member))
-            try:
-                found[member] = fatbin.needed_libraries(target)
-            except fatbin.FatbinError as error:
-                found[member] = [f"unreadable ELF: {error}"]
+    own = portability.own_libraries(wheel)
+    for member, target in portability.shared_objects(wheel):
+        try:
+            found[member] = fatbin.needed_libraries(target)
+        except fatbin.FatbinError as error:
+            found[member] = [f"unreadable ELF: {error}"]
     foreign = {
         m: [lib for lib in libs if lib not in own and not any(fnmatch.fnmatchcase(lib, p) for p in allowed)]
         for m, libs in found.items()
