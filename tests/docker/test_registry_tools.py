@@ -133,8 +133,9 @@ def test_an_unreachable_registry_a_bad_name_and_no_skopeo_each_say_what_to_do(
     assert down.value.exit_code == exit_codes.ENVIRONMENT and "check the address and network" in str(
         down.value
     )
-    with pytest.raises(UsageError, match="not an image repository"):
-        registry_api.Registry("Bad Repo").get_manifest("latest")
+    for name in ("Bad Repo", "127.0.0.1:9/a\x00b", "UPPER/case"):
+        with pytest.raises(UsageError, match="not an image repository"):
+            registry_api.Registry(name).get_manifest("latest")
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(EnvironmentUnavailable, match="no skopeo on PATH; install skopeo"):
         registry_api.Registry("127.0.0.1:9/apex").get_manifest("latest")

@@ -67,6 +67,11 @@ class Registry:
 
     def __init__(self, repository: str) -> None:
         self.repository = repository.rstrip("/")
+        if not self.repository or any(c.isspace() or not c.isprintable() for c in self.repository):
+            raise UsageError(
+                f"{printable(repository)!r}: not an image repository (empty, or a space or control character "
+                "in it); pass e.g. ghcr.io/OWNER/apex"
+            )
         self.host, self.name = split_repository(self.repository)
         self._insecure = bool(_LOOPBACK.match(self.host))
 
