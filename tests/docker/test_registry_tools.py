@@ -139,3 +139,10 @@ def test_an_unreachable_registry_a_bad_name_and_no_skopeo_each_say_what_to_do(
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(EnvironmentUnavailable, match="no skopeo on PATH; install skopeo"):
         registry_api.Registry("127.0.0.1:9/apex").get_manifest("latest")
+
+
+def test_an_answer_that_is_not_a_json_object_is_one_line_exit_3() -> None:
+    for raw in (b"<html>a proxy's page</html>", b"[1, 2]", b"\xff\xfe"):
+        with pytest.raises(registry_api.BadRegistryAnswer) as bad:
+            registry_api.Manifest("", registry_api.digest_of(raw), raw).json()
+        assert bad.value.exit_code == exit_codes.ENVIRONMENT and "\n" not in str(bad.value)

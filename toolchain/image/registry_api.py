@@ -43,7 +43,12 @@ class Manifest:
     raw: bytes
 
     def json(self) -> dict[str, Any]:
-        return json.loads(self.raw)
+        """The manifest as an object; BadRegistryAnswer (exit 3, one line) when it is not a JSON object."""
+        return _object(self.raw, f"the manifest {self.digest}")
+
+
+class BadRegistryAnswer(EnvironmentUnavailable):
+    """A registry answer that is not what the API promises (not JSON, the wrong shape)."""
 
 
 class NotFound(Exception):
@@ -83,12 +88,7 @@ class Registry:
     def get_config(self, reference: str) -> dict[str, Any]:
         """The config blob of the image manifest under `reference` (its os, architecture, variant)."""
         raw = self._skopeo("inspect", "--config", "--raw", *self._tls("--tls-verify"), self._ref(reference))
-        found = json.loads(raw)
-        if not isinstance(found, dict):
-            raise EnvironmentUnavailable(
-                f"{self.host}/{self.name}: {reference}'s config is not a JSON object"
-            )
-        return found
+        return _object(raw, f"the config of {printable(reference)}")
 
     def get_artifact(self, reference: str) -> tuple[Manifest, dict[str, bytes]]:
         """A small artifact (a signature) whole: its manifest and each blob by digest, each checked against it."""
@@ -176,6 +176,18 @@ def _why(stderr: str) -> str:
     last = lines[-1] if lines else "no message"
     found = _FATAL.search(last)
     return bounded(printable((found.group(1) if found else last).replace('\\"', '"')))
+
+
+def _object(raw: bytes, what: str) -> dict[str, Any]:
+    try:
+        found = json.loads(raw)
+    except ValueError as error:  # also a UnicodeDecodeError
+        raise BadRegistryAnswer(
+            f"the registry's answer for {what} is not JSON ({bounded(str(error))})"
+        ) from None
+    if not isinstance(found, dict):
+        raise BadRegistryAnswer(f"the registry's answer for {what} is {type(found).__name__}, not an object")
+    return found
 
 
 def _media_of(raw: bytes) -> str:
