@@ -18,7 +18,18 @@ class Status(str, enum.Enum):
     INFO = "INFO"
 
 
-LAYERS = ("environment", "identity", "extensions", "arch", "expectations", "parity", "timing", "distributed")
+LAYERS = (
+    "environment",
+    "identity",
+    "extensions",
+    "arch",
+    "expectations",
+    "parity",
+    "compile",
+    "timing",
+    "large",
+    "distributed",
+)
 
 
 @dataclasses.dataclass

@@ -15,7 +15,7 @@ from typing import NoReturn
 from verify import distributed, pipeline
 from verify.install import command as install_command
 from verify.layers import expectations, manifest, module_map
-from verify.report import render
+from verify.report import junit, render
 from verify.runtime import atomic, entry_point, exit_codes, interrupts, workflow_commands
 from verify.runtime.messages import bounded, did_you_mean, shown
 from verify.runtime.out_dirs import OutputDirs
@@ -34,7 +34,7 @@ def _parser(prog: str = "verify") -> argparse.ArgumentParser:
     parser = _Parser(
         prog=prog,
         description="Does this Apex install really work on this GPU, and if not, why not. Layers: environment,"
-        " identity, extensions, arch, expectations (--static stops here), then parity and timing on a GPU."
+        " identity, extensions, arch, expectations (--static stops here), then parity, compile and timing on a GPU."
         " `verify bench ...` runs the benchmarks; `verify install --index URL` installs this torch's Apex wheel"
         " and verifies it.",
         epilog=f"Features for --require: {features}; extension module names (amp_C, ...) work too. Exit codes: "
@@ -79,6 +79,24 @@ def _parser(prog: str = "verify") -> argparse.ArgumentParser:
         help="print every check, layer by layer (default: the module table, then what is not PASS)",
     )
     parser.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Apex under torch.compile, and compiled torch among the timings' alternatives (default: on;"
+        " SKIP where torch has no Inductor, Triton or C compiler)",
+    )
+    parser.add_argument(
+        "--large",
+        action="store_true",
+        help="also run FusedLayerNorm and FusedAdam on tensors past 2^31 elements (about 20 and 36 GiB of"
+        " GPU memory; SKIP where the GPU has less)",
+    )
+    parser.add_argument(
+        "--junit",
+        metavar="PATH",
+        help="write every check as a JUnit XML test case (FAIL: failure, SKIP: skipped) for CI test reporters",
+    )
+    parser.add_argument(
         "--distributed",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -120,6 +138,17 @@ def main(argv: list[str] | None = None, *, prog: str = "verify") -> int:
 ON_INTERRUPT = "child processes stopped; no report written or left half-written"
 
 
+def _conflict(args: argparse.Namespace) -> str | None:
+    """Options that cannot go together: the message naming both, or None."""
+    for flag, asked, what in (
+        ("--large", args.large, "the large-tensor checks run on the GPU"),
+        ("--distributed", args.distributed, "the cross-GPU checks run processes on the GPUs"),
+    ):
+        if asked and args.static:
+            return f"{flag} with --static: {what}, --static stops after layer 5; drop one of the two"
+    return None
+
+
 def _main(argv: list[str], prog: str = "verify") -> int:
     if argv and argv[0] == "bench":
         return _bench(argv[1:])
@@ -138,11 +167,9 @@ def _main(argv: list[str], prog: str = "verify") -> int:
     args = parser.parse_args(argv)
     if not (math.isfinite(args.check_timeout) and args.check_timeout > 0):  # nan/inf would reach the report
         return _usage_error(f"--check-timeout {args.check_timeout:g}: must be a positive number of seconds")
-    if args.distributed and args.static:
-        return _usage_error(
-            "--distributed with --static: the cross-GPU checks run processes on the GPUs, --static"
-            " stops after layer 5; drop one of the two"
-        )
+    conflict = _conflict(args)
+    if conflict:
+        return _usage_error(conflict)
     hook_problem = distributed.hook_problem()
     if hook_problem:
         return _usage_error(hook_problem)
@@ -170,6 +197,8 @@ def _main(argv: list[str], prog: str = "verify") -> int:
             check_timeout_s=args.check_timeout,
             require_gpu=args.require_gpu,
             distributed=args.distributed,
+            compile=args.compile,
+            large=args.large,
         ),
     )
 
@@ -180,10 +209,11 @@ def _run(args: argparse.Namespace, request: pipeline.VerifyRequest) -> int:
         interrupts.raise_if_received()  # the last checkpoint before any report is written
     except pipeline.ManifestMismatch as exc:
         return _usage_error(str(exc))
-    made = OutputDirs([Path(p).parent for p in (args.json, args.markdown) if p])
+    made = OutputDirs([Path(p).parent for p in (args.json, args.markdown, args.junit) if p])
     for path, writer in (
         (args.json, lambda p: atomic.write_json(p, report)),
         (args.markdown, lambda p: atomic.write_text(p, render.markdown(report))),
+        (args.junit, lambda p: junit.write(p, report, report_path=args.json or args.markdown)),
     ):
         if path:
             try:

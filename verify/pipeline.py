@@ -1,7 +1,8 @@
 """The verify run as a pipeline: each layer a function of what the layers before it returned.
 
     request (VerifyRequest, from the CLI) -> probe + environment -> extensions -> arch -> identity
-    -> expectations  (--static stops here)  -> parity + timing (verify.gpu) -> distributed -> report
+    -> expectations  (--static stops here)  -> parity, compile, timing, large (verify.gpu) -> distributed
+    -> report
 
 Every layer returns a frozen result (its checks and what later layers need) and changes nothing it was
 given, so the order below is the data flow, not a hidden rule. Speed: the import probe child starts in
@@ -53,6 +54,8 @@ class VerifyRequest:
     check_timeout_s: float
     require_gpu: bool
     distributed: bool | None  # --distributed / --no-distributed / auto
+    compile: bool = True  # the compile layer and compiled torch in the timings (--no-compile: off)
+    large: bool = False  # --large: FusedLayerNorm and FusedAdam past 2^31 elements
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,11 +185,10 @@ def gpu_layers(
     """Layers 6-7 (parity, timing) from verify.gpu; SKIP without a GPU, one FAIL if they cannot run."""
     if static.gpu_missing:
         reason = "no CUDA device visible: needs a GPU (use --static for layers 1-5 only)"
-        return GpuLayers(
-            (Check("parity", "all", Status.SKIP, reason), Check("timing", "all", Status.SKIP, reason)), ()
-        )
+        layers = ["parity", "compile" if request.compile else "", "timing", "large" if request.large else ""]
+        return GpuLayers(tuple(Check(layer, "all", Status.SKIP, reason) for layer in layers if layer), ())
     try:
-        from verify.gpu import run_gpu_layers
+        from verify.gpu import opted_out, run_gpu_layers, selected_groups
     except ImportError as exc:
         return GpuLayers(
             (
@@ -206,12 +208,21 @@ def gpu_layers(
             usable_modules=device_usable[0],
             device_count=len(device_usable),
             device_usable=device_usable,
+            groups=selected_groups(compile_layer=request.compile, large=request.large),
+            compile_natives=request.compile,
+            device_memory_bytes=_device_memory_bytes(static.environment),
         )
     except Exception as exc:  # one broken layer must not lose the static findings
         return GpuLayers(
             (Check("parity", "all", Status.FAIL, f"GPU layers stopped: {type(exc).__name__}: {exc}"),), ()
         )
-    return GpuLayers(tuple(results.checks), tuple(results.timings))
+    return GpuLayers((*results.checks, *opted_out(compile_layer=request.compile)), tuple(results.timings))
+
+
+def _device_memory_bytes(env: EnvironmentJSON) -> int | None:
+    """cuda:0's total memory from the environment layer (GiB, one decimal), for --large's refusal."""
+    gib = ((env.get("torch") or {}).get("gpu") or {}).get("memory_gib")
+    return int(gib * 2**30) if isinstance(gib, (int, float)) else None
 
 
 def run(request: VerifyRequest) -> ReportJSON:
@@ -251,6 +262,8 @@ def run(request: VerifyRequest) -> ReportJSON:
             "check_timeout_s": request.check_timeout_s,
             "require_gpu": request.require_gpu,
             "distributed": {True: "on", False: "off", None: "auto"}[request.distributed],
+            "compile": request.compile,
+            "large": request.large,
         },
         environment_unavailable=static.environment_unavailable,
         distributed=dist_block,

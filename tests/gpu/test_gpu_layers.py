@@ -59,8 +59,16 @@ def test_full_gpu_layers_all_pass(monkeypatch):
     for check in results.checks:
         print(f"{check.status.value:4} {check.id}: {check.summary}")
     print(f"seed {seed}; {wall:.1f} s; groups: {[(g['group'], g['wall_s']) for g in results.groups]}")
-    bad = [c for c in results.checks if c.status not in (Status.PASS, Status.INFO)]
+    # a graph break under torch.compile is a WARN by design (the compile layer): a finding, not a failure
+    bad = [
+        c
+        for c in results.checks
+        if c.status not in (Status.PASS, Status.INFO)
+        and not (c.layer == "compile" and c.status is Status.WARN)
+    ]
     assert not bad, "\n".join(f"{c.id}: {c.summary}" for c in bad)
+    compiled = [c for c in results.checks if c.layer == "compile"]
+    assert len(compiled) == 7 and all("graphs" in c.details or c.name == "opcheck" for c in compiled)
     parity = [c for c in results.checks if c.layer == "parity"]
     timing = [c for c in results.checks if c.layer == "timing" and c.name != "device_load"]
     assert len(parity) == 20 and all(c.status is Status.PASS for c in parity)
@@ -77,6 +85,10 @@ def test_full_gpu_layers_all_pass(monkeypatch):
     assert all(
         c.details["seed"] == seed for c in results.checks if c.name != "device_load"
     )  # it draws no inputs
+    # each norm timing has compiled torch as a third implementation, timed like the others
+    norms = [t for t in results.timings if t["kernel"] != "FusedAdam"]
+    assert all(t["natives"][-1]["name"].startswith("torch.compile(") for t in norms)
+    assert all(t["natives"][-1]["status"] == "OK" for t in norms), [t["natives"][-1] for t in norms]
     # the 30 s target is shown by verify's own printed timing (reports/), not asserted here
 
 
@@ -101,3 +113,12 @@ def test_a_crash_and_an_oom_stay_in_their_checks(monkeypatch):
     assert oom.status is Status.FAIL and "OutOfMemoryError" in oom.summary
     others = [c for c in results.checks if c.name not in {crashed.name, oom.name}]
     assert len(others) == 16 and all(c.status is Status.PASS for c in others), [c.summary for c in others]
+
+
+def test_large_cases_the_device_cannot_hold_start_no_worker():
+    results = run_gpu_layers(
+        seed=1, check_timeout_s=60.0, usable_modules=USABLE, groups=("large",), device_memory_bytes=8 * 2**30
+    )
+    assert results.groups == []
+    assert [c.status for c in results.checks] == [Status.SKIP, Status.SKIP]
+    assert all("cuda:0 has 8.0 GiB: not run" in c.summary for c in results.checks)

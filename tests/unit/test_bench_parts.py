@@ -268,3 +268,43 @@ def test_markdown_renders_both_figures_and_the_winners() -> None:
     assert f"| FusedLayerNorm | (64, 128) fp32 | torch nn.LayerNorm | {kernel_ms:.3f} (" in md
     assert "200.0 GB/s (2 GiB device-to-device copy" in md and "Bandwidth is from the kernel time" in md
     assert "CPU smoke run" not in md
+
+
+def test_compiled_stages_are_the_eager_recipes_compiled_and_skip_a_cpu_smoke_run() -> None:
+    compiled = [s for s in stages.STAGES if s.compiled]
+    assert [s.key for s in compiled] == ["native-bf16-compiled", "apex-bf16-compiled"]
+    # each is an eager stage's recipe (optimizer, norm, precision) run as torch.compile(model)
+    eager = {(s.optimizer, s.norm, s.precision): s.key for s in stages.STAGES if not s.compiled}
+    assert [eager[(s.optimizer, s.norm, s.precision)] for s in compiled] == ["native-bf16", "apex-bf16"]
+    pairs = {(a, n) for a, n, _ in stages.COMPARISONS}
+    assert ("apex-bf16-compiled", "native-bf16-compiled") in pairs
+    cpu = torch.device("cpu")
+    stage7 = stages.stage_by_key("native-bf16-compiled")
+    assert (
+        stages.compile_skip(stage7, cpu) == "compiled stages run on CUDA only (--device cpu is a smoke run)"
+    )
+    assert stages.compile_skip(stages.stage_by_key("native-bf16"), cpu) == ""
+    run = stages.run_stage(stage7, _cfg(), cpu, {}, torch.zeros(1), {})
+    assert (run.status, run.timing) == ("SKIP", None) and "CUDA only" in run.reason
+
+
+@pytest.mark.slow
+def test_a_compiled_stage_trains_like_its_eager_twin_on_the_cpu() -> None:
+    torch.set_num_threads(1)
+    cfg = _cfg(steps=3, warmup=0, stages=("native-bf16", "native-bf16-compiled"))
+    state, batches = stages.initial_state(cfg), stages.make_batches(cfg, torch.device("cpu"))
+    eager = stages.run_stage(stages.stage_by_key("native-bf16"), cfg, torch.device("cpu"), state, batches, {})
+    compiled = stages.run_stage(
+        stages.stage_by_key("native-bf16-compiled"),
+        cfg,
+        torch.device("cpu"),
+        state,
+        batches,
+        {},
+        compile_on_cpu=True,
+    )
+    assert compiled.status == "OK", compiled.reason
+    # warm-up 0 asked, but the compile happens in warm-up steps: 2 of them, so 2 + 3 losses
+    assert len(compiled.losses) == stages.COMPILED_MIN_WARMUP + 3 and len(eager.losses) == 3
+    assert compiled.timing is not None and compiled.timing.iters == 3
+    assert compiled.losses[0] == pytest.approx(eager.losses[0], rel=2e-2)  # same weights, same first batch

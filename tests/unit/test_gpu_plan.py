@@ -36,10 +36,11 @@ def test_with_everything_usable_everything_runs():
     to_run, skipped = plan(CORE, None)
     assert skipped == []
     # one GPU: the report is what it always was, no smoke group (device 0 runs the full layers)
-    assert list(to_run) == [g for g in cases.GPU_GROUPS if g != "smoke"]
+    assert list(to_run) == [g for g in cases.DEFAULT_GROUPS if g != "smoke"]
     assert sum(len(v) for v in to_run.values()) == sum(
-        len(cases.cases_of(g)) for g in cases.GPU_GROUPS if g != "smoke"
+        len(cases.cases_of(g)) for g in cases.DEFAULT_GROUPS if g != "smoke"
     )
+    assert "large" not in to_run  # opt-in: --large
 
 
 def test_every_further_gpu_gets_a_smoke_case_and_a_mismatched_one_is_skipped_by_name():
@@ -58,13 +59,18 @@ def test_every_further_gpu_gets_a_smoke_case_and_a_mismatched_one_is_skipped_by_
 
 def test_a_missing_module_skips_what_needs_it_naming_the_module():
     to_run, skipped = plan(frozenset({"amp_C"}), None)
-    assert set(to_run) == {"parity_adam", "timing"}
+    assert set(to_run) == {"parity_adam", "compile", "timing"}
     assert to_run["timing"] == ["fused_adam.fp32"]
+    assert to_run["compile"] == ["fused_adam.fp32.compiled_step"]
     by_id = {c.id: c for c in skipped}
     assert set(by_id) == {
         "parity.fused_layer_norm",
         "parity.fused_rms_norm",
         "parity.amp_step",
+        "compile.fused_layer_norm",
+        "compile.fused_rms_norm",
+        "compile.amp_step",
+        "compile.opcheck",
         "timing.fused_layer_norm",
         "timing.fused_rms_norm",
     }
@@ -77,9 +83,8 @@ def test_a_missing_module_skips_what_needs_it_naming_the_module():
 def test_nothing_usable_skips_every_family_once():
     to_run, skipped = plan(frozenset(), None)
     assert to_run == {}
-    assert (
-        len(skipped) == 7
-    )  # parity: adam, layer norm, rms norm, amp step; timing: adam, layer norm, rms norm
+    # parity: adam, layer norm, rms norm, amp step; compile: the same and opcheck; timing: adam, the norms
+    assert len(skipped) == 12
 
 
 def test_on_this_cpu_machine_everything_is_skip_and_nothing_is_spawned():
@@ -94,7 +99,7 @@ def test_on_this_cpu_machine_everything_is_skip_and_nothing_is_spawned():
     assert results.checks and all(c.status is Status.SKIP for c in results.checks)
     assert all("no CUDA device visible to torch" in c.summary for c in results.checks)
     assert [c.layer for c in results.checks] == sorted(
-        (c.layer for c in results.checks), key=["parity", "timing"].index
+        (c.layer for c in results.checks), key=["parity", "compile", "timing"].index
     )
 
 
@@ -108,3 +113,48 @@ def test_results_serialize_with_the_check_contract():
             "FAIL",
             "INFO",
         }
+
+
+def test_compile_is_on_by_default_large_only_when_asked():
+    from verify.gpu import opted_out, selected_groups
+
+    assert "compile" in selected_groups() and "large" not in selected_groups()
+    assert "large" in selected_groups(large=True)
+    assert "compile" not in selected_groups(compile_layer=False)
+    assert [c.id for c in opted_out(compile_layer=False)] == ["compile.all"]
+    assert opted_out(compile_layer=True) == []
+
+
+def test_large_cases_are_refused_by_the_memory_they_need_with_the_figures():
+    from verify.gpu import large_refusals, large_sizes, selected_groups
+
+    to_run, skipped = plan(CORE, None, selected_groups(large=True))
+    assert to_run["large"] == ["fused_layer_norm.bf16.past_2_31", "fused_adam.fp32.past_2_31"]
+    needs = {n: large_sizes.SIZES[n].bytes_needed for n in to_run["large"]}
+    # every case is past 2^31 elements, and says so in its size record
+    assert all(large_sizes.SIZES[n].numel > large_sizes.LIMIT for n in needs)
+    # a 24 GiB device holds the norm case (4 bf16 tensors + headroom) but not Adam's four fp32 tensors
+    small = 24 * 2**30
+    assert needs["fused_layer_norm.bf16.past_2_31"] <= small < needs["fused_adam.fp32.past_2_31"]
+    kept, refused = large_refusals(to_run, small)
+    assert kept["large"] == ["fused_layer_norm.bf16.past_2_31"]
+    assert [c.id for c in refused] == ["large.fused_adam.fp32.past_2_31"]
+    assert refused[0].status is Status.SKIP
+    assert "needs 36.0 GiB of GPU memory; cuda:0 has 24.0 GiB: not run" in refused[0].summary
+    # a device too small for both: no large group is left to start; unknown memory: the worker decides
+    kept, refused = large_refusals(to_run, 8 * 2**30)
+    assert "large" not in kept and len(refused) == 2
+    assert large_refusals(to_run, None) == (to_run, [])
+
+
+def test_a_large_case_that_crashed_names_the_limit_and_the_upstream_issues():
+    from verify.checks import Check
+    from verify.gpu import large_sizes, name_the_limit
+
+    crashed = Check("large", "fused_adam.fp32.past_2_31", Status.FAIL, "the worker process died (SIGABRT)")
+    passed = Check("large", "fused_layer_norm.bf16.past_2_31", Status.PASS, "this build handles it")
+    other = Check("parity", "fused_adam.adam.fp32", Status.FAIL, "wrong")
+    name_the_limit([crashed, passed, other])
+    assert crashed.summary.endswith(f"(past the 2^31-element limit: {large_sizes.UPSTREAM})")
+    assert "Apex #2014" in crashed.summary and "#1989" in crashed.summary
+    assert passed.summary == "this build handles it" and other.summary == "wrong"

@@ -276,3 +276,22 @@ def test_verbose_prints_every_check_and_quiet_only_fail_and_warn() -> None:
     assert quiet.returncode == 1
     assert "SASS/PTX for this GPU" not in quiet.stdout and "──" not in quiet.stdout
     assert {ln[:4] for ln in quiet.stdout.splitlines()[:-1]} <= {"FAIL", "WARN"}
+
+
+def test_junit_file_of_a_real_run_counts_what_the_report_holds(tmp_path: Path) -> None:
+    """A failing full run on this CPU host (no GPU: the GPU layers SKIP): --junit beside --json."""
+    import xml.etree.ElementTree as ET
+
+    xml, rep = tmp_path / "ci" / "verify.xml", tmp_path / "r.json"
+    out = run_verify("--no-distributed", "--json", str(rep), "--junit", str(xml))
+    assert out.returncode in (1, 3), out.stderr
+    report = load_report(rep)
+    root = ET.parse(xml).getroot()
+    cases = root.findall("./testsuite/testcase")
+    assert len(cases) == len(report["checks"])
+    assert len(root.findall(".//failure")) == report["summary"]["FAIL"] > 0
+    assert len(root.findall(".//skipped")) == report["summary"]["SKIP"]
+    names = {(c.get("classname"), c.get("name")) for c in cases}
+    assert ("verify.compile", "all") in names or ("verify.compile", "fused_layer_norm") in names
+    assert all(str(rep) in (c[0].text or "") for c in cases)  # every case points at the report
+    assert "--large with --static" in run_verify("--static", "--large").stderr

@@ -108,7 +108,7 @@ def test_timings_render_and_validate_against_schema() -> None:
     result = kernel_compare.compare("FusedLayerNorm", "64x256 fp32", variants, "cpu")
     rep = _report([Check("timing", "fused_layer_norm.fp32", Status.INFO, result.sentence)])
     rep["timings"] = [cast(TimingJSON, result.to_json())]  # to_json's dict is a TimingJSON row
-    assert rep["schema_version"] == "2"
+    assert rep["schema_version"] == "3"
     schema = json.loads(report.SCHEMA_PATH.read_text())
     jsonschema.Draft202012Validator(schema).validate(json.loads(json.dumps(rep)))
     text = render.terminal(rep)

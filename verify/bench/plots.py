@@ -61,7 +61,10 @@ def _stages_plot(doc: BenchJSON, plt: Any) -> Any:
         lows.append(t["median_ms"] - t["p10_ms"] if t else 0.0)
         highs.append(t["p90_ms"] - t["median_ms"] if t else 0.0)
     xs = range(len(stages))
-    ax.bar(xs, heights, color=[_stage_color(s) for s in stages], yerr=[lows, highs], capsize=4)
+    bars = ax.bar(xs, heights, color=[_stage_color(s) for s in stages], yerr=[lows, highs], capsize=4)
+    for bar, s in zip(bars, stages, strict=True):
+        if s.get("compiled"):
+            bar.set_hatch("//")
     top = max(heights or [1.0]) or 1.0
     for x, s, h in zip(xs, stages, heights, strict=True):
         if s["status"] != "OK":
@@ -71,7 +74,9 @@ def _stages_plot(doc: BenchJSON, plt: Any) -> Any:
     ax.set_xticks(list(xs), labels, rotation=20, ha="right")
     ax.set_ylabel("ms / iteration (median, p10-p90)")
     ax.set_ylim(0, top * 1.15)
-    ax.set_title(f"Training step per stage (green: uses Apex)\n{_subtitle(doc)}", fontsize=10)
+    ax.set_title(
+        f"Training step per stage (green: uses Apex; hatched: torch.compile)\n{_subtitle(doc)}", fontsize=10
+    )
     return fig
 
 

@@ -58,6 +58,7 @@ class StageJSON(TypedDict):
     optimizer: str
     norm: str
     precision: str
+    compiled: bool
     apex_features: list[str]
     status: str
     reason: str
@@ -271,7 +272,8 @@ def _stage_rows(doc: BenchJSON) -> list[str]:
         "|---|---|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for s in doc["stages"]:
-        head = f"| {s['number']} | {s['title']} | {s['optimizer']} | {s['norm']} | {s['precision']} |"
+        precision = s["precision"] + (", torch.compile" if s.get("compiled") else "")
+        head = f"| {s['number']} | {s['title']} | {s['optimizer']} | {s['norm']} | {precision} |"
         if s["status"] != "OK":
             rows.append(f"{head} {_reason(s)} | | | | |")
             continue

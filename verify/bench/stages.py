@@ -1,4 +1,5 @@
-"""The staged training benchmark: the guides' incremental recipe beside today's native alternatives.
+"""The staged training benchmark: the guides' incremental recipe beside today's native alternatives,
+eager and compiled (stages 7 and 8: torch.compile(model), the optimizer stepped eagerly).
 
 Every stage trains the same model (one initial state dict, one seed) on the same synthetic token
 batches for the same number of steps; warm-up steps are training steps too, so "loss after N steps"
@@ -19,6 +20,7 @@ from torch import nn
 from verify.bench import model as gpt
 from verify.bench.apex_parts import ApexPart
 from verify.bench.config import N_BATCHES, BenchConfig
+from verify.timing import compiled as compiled_torch
 from verify.timing import kernel_variants
 from verify.timing import stats as timing_stats
 from verify.timing.cuda_timer import Timing, measure
@@ -52,6 +54,7 @@ class Stage:
     norm: str
     precision: str  # fp32 | bf16 (autocast) | tf32 (fp32 params, TF32 matmul)
     meaning: str
+    compiled: bool = False  # the model runs as torch.compile(model); the optimizer steps eagerly
 
     @property
     def apex_features(self) -> tuple[str, ...]:
@@ -119,7 +122,29 @@ STAGES: tuple[Stage, ...] = (
         "no Apex, FP32 parameters with TF32 matmuls (allow_tf32, float32_matmul_precision 'high')"
         " and torch's fastest native optimizer, AdamW(fused=True)",
     ),
+    Stage(
+        7,
+        "native-bf16-compiled",
+        "compiled native: AdamW(fused) + LayerNorm + bf16",
+        OPT_TORCH_FUSED,
+        NORM_TORCH,
+        "bf16",
+        "stage 5 with torch.compile(model): what a 2026 training run uses, Inductor fusing LayerNorm itself",
+        compiled=True,
+    ),
+    Stage(
+        8,
+        "apex-bf16-compiled",
+        "compiled + Apex: FusedAdam + FusedLayerNorm + bf16",
+        OPT_APEX_ADAM,
+        NORM_APEX,
+        "bf16",
+        "stage 4 with torch.compile(model): Apex's parts inside a compiled bf16 training step",
+        compiled=True,
+    ),
 )
+# a compiled stage compiles in its first warm-up steps (forward, then backward): never in a timed one
+COMPILED_MIN_WARMUP = 2
 
 # (apex side, native side, what the pair isolates)
 COMPARISONS: tuple[tuple[str, str, str], ...] = (
@@ -127,6 +152,8 @@ COMPARISONS: tuple[tuple[str, str, str], ...] = (
     ("fusedadam-fusedln-fp32", "fusedadam-fp32", "FusedLayerNorm vs nn.LayerNorm in an FP32 training step"),
     ("apex-bf16", "native-bf16", "full Apex recipe vs native PyTorch recipe, both bf16 autocast"),
     ("fusedadam-fusedln-fp32", "native-tf32", "Apex FP32 recipe vs native TF32 (FP32 parameters both)"),
+    ("apex-bf16-compiled", "native-bf16-compiled", "what Apex adds to a compiled bf16 training step"),
+    ("apex-bf16", "native-bf16-compiled", "the guides' full Apex recipe (eager) vs compiled native PyTorch"),
 )
 
 
@@ -256,22 +283,35 @@ def _train(
     opt = _optimizer(stage, list(net.parameters()), cfg.lr, apex)
     run.params = gpt.param_count(net)
     losses: list[torch.Tensor] = []
+    forward = compiled_torch.compiled(net) if stage.compiled else net
 
     def train_step() -> None:
         tokens = batches[len(losses) % N_BATCHES]
         with _autocast(stage.precision, device):
-            loss = gpt.lm_loss(net(tokens[:, :-1]), tokens[:, 1:])
+            loss = gpt.lm_loss(forward(tokens[:, :-1]), tokens[:, 1:])
         loss.backward()
         opt.step()
         opt.zero_grad()  # FusedAdam.zero_grad takes no arguments; all three set grads to None
         losses.append(loss.detach())  # no .item(): a host sync would distort the timing
 
+    warmup = max(cfg.warmup, COMPILED_MIN_WARMUP) if stage.compiled else cfg.warmup
     run.timing = measure(
-        f"stage {stage.number} ({stage.title})", train_step, device=device, warmup=cfg.warmup, iters=cfg.steps
+        f"stage {stage.number} ({stage.title})", train_step, device=device, warmup=warmup, iters=cfg.steps
     )
     run.losses = torch.stack(losses).float().cpu().tolist()
     if device.type == "cuda":
         run.peak_mem_bytes = torch.cuda.max_memory_allocated(device)
+
+
+def compile_skip(stage: Stage, device: torch.device, compile_on_cpu: bool = False) -> str:
+    """Why a compiled stage does not run here ("" when it does): Inductor missing, or a CPU smoke run, where
+    Inductor's C++ compile of the model costs minutes on a small host and times nothing about a GPU."""
+    if not stage.compiled:
+        return ""
+    if device.type == "cpu" and not compile_on_cpu:
+        return "compiled stages run on CUDA only (--device cpu is a smoke run)"
+    problem = compiled_torch.inductor_problem(cuda=device.type == "cuda")
+    return f"torch.compile cannot run here: {problem}" if problem else ""
 
 
 def run_stage(
@@ -281,10 +321,14 @@ def run_stage(
     state: dict[str, torch.Tensor],
     batches: torch.Tensor,
     apex: dict[str, ApexPart],
+    compile_on_cpu: bool = False,
 ) -> StageRun:
     missing = [apex[f] for f in stage.apex_features if not apex[f].usable]
     if missing:
         return StageRun(stage, "SKIP", skip_reason(missing))
+    not_compiled = compile_skip(stage, device, compile_on_cpu)
+    if not_compiled:
+        return StageRun(stage, "SKIP", not_compiled)
     run = StageRun(stage, "OK")
     _release(device)  # the previous stage's memory must not count in this one's peak
     try:
@@ -310,6 +354,7 @@ def _stage_json(run: StageRun, baseline: StageRun | None, cfg: BenchConfig) -> d
         "norm": s.norm,
         "precision": s.precision,
         "meaning": s.meaning,
+        "compiled": s.compiled,
         "apex_features": list(s.apex_features),
         "status": run.status,
         "reason": run.reason,

@@ -58,6 +58,18 @@ class TimingJSON(TypedDict, total=False):
     host: Any
 
 
+class RecommendationJSON(TypedDict):
+    """What to use for one feature and case (verify.report.recommend), from that case's timing row."""
+
+    feature: str  # "LayerNorm", "RMSNorm", "Adam"
+    dtype: str | None
+    case: str
+    use: str | None  # the implementation to use, "tie", or None (no verdict: withheld, not run)
+    figure: str | None  # the figure that decided: kernel_time, else host_inclusive
+    speedup: float | None  # how much faster `use` is (>= 1); None for a tie
+    line: str  # the sentence the report's first screen shows
+
+
 class ToolJSON(TypedDict, total=False):
     """nvcc's or gcc's block: where it is and its version."""
 
@@ -109,7 +121,7 @@ class EnvironmentJSON(TypedDict, total=False):
 
 
 class ReportJSON(TypedDict, total=False):
-    """A verify report (schema v2) as the assembler writes it and the renderers read it."""
+    """A verify report (schema v3) as the assembler writes it and the renderers read it."""
 
     schema_version: str
     tool_version: str
@@ -123,6 +135,7 @@ class ReportJSON(TypedDict, total=False):
     extensions: list[ExtensionJSON]
     checks: list[CheckJSON]
     timings: list[TimingJSON]
+    recommendations: list[RecommendationJSON]
     summary: dict[str, int]
     distributed: dict[str, Any]
     verdict: str

@@ -19,9 +19,10 @@ from collections.abc import Mapping, Sequence
 from verify.checks import Check, Status
 from verify.domain.report_json import TimingJSON
 from verify.gpu import cases as case_table
+from verify.gpu import large_sizes
 from verify.gpu.runner import GroupResult, run_groups
 
-__all__ = ["GpuResults", "plan", "run_gpu_layers"]
+__all__ = ["GpuResults", "plan", "run_gpu_layers", "selected_groups"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +48,7 @@ def _cuda_device() -> tuple[bool, str]:
 def plan(
     usable_modules: frozenset[str],
     cuda_reason: str | None,
-    groups: Sequence[str] = case_table.GPU_GROUPS,
+    groups: Sequence[str] = case_table.DEFAULT_GROUPS,
     device_count: int = 1,
     device_usable: Mapping[int, frozenset[str]] | None = None,
 ) -> tuple[dict[str, list[str]], list[Check]]:
@@ -91,17 +92,71 @@ def plan(
     return to_run, list(skipped.values())
 
 
+def selected_groups(*, compile_layer: bool = True, large: bool = False) -> tuple[str, ...]:
+    """The groups a run asks for: compile unless --no-compile, large only with --large."""
+    return tuple(
+        g
+        for g in case_table.GPU_GROUPS
+        if (large or g not in case_table.OPT_IN_GROUPS)
+        and (compile_layer or g not in case_table.COMPILE_GROUPS)
+    )
+
+
+def opted_out(*, compile_layer: bool) -> list[Check]:
+    """The SKIP line of a layer the user switched off, so a report says it was not asked for."""
+    if compile_layer:
+        return []
+    return [Check("compile", "all", Status.SKIP, "--no-compile: Apex under torch.compile not checked")]
+
+
+def large_refusals(
+    to_run: dict[str, list[str]], device_memory_bytes: int | None
+) -> tuple[dict[str, list[str]], list[Check]]:
+    """--large cases the device cannot hold leave the plan as SKIP checks naming the memory needed."""
+    names = to_run.get("large")
+    if not names:
+        return to_run, []
+    refused: list[Check] = []
+    kept = []
+    for name in names:
+        why = large_sizes.refusal(name, device_memory_bytes)
+        if why is None:
+            kept.append(name)
+            continue
+        refused.append(Check("large", name, Status.SKIP, why, {"size": large_sizes.SIZES[name].to_json()}))
+    plan_left = {g: n for g, n in to_run.items() if g != "large"}
+    if kept:
+        plan_left["large"] = kept
+    return plan_left, refused
+
+
+def name_the_limit(checks: list[Check]) -> None:
+    """A --large case that crashed its worker or raised: its FAIL names the limit and the upstream issues."""
+    for check in checks:
+        if (
+            check.layer == "large"
+            and check.status is Status.FAIL
+            and large_sizes.UPSTREAM not in check.summary
+        ):
+            check.summary += f" (past the 2^31-element limit: {large_sizes.UPSTREAM})"
+
+
 def run_gpu_layers(
     seed: int,
     check_timeout_s: float,
     usable_modules: frozenset[str],
     *,
-    groups: Sequence[str] = case_table.GPU_GROUPS,
+    groups: Sequence[str] = case_table.DEFAULT_GROUPS,
     parallel: bool = True,
     device_count: int = 1,
     device_usable: Mapping[int, frozenset[str]] | None = None,
+    compile_natives: bool = True,
+    device_memory_bytes: int | None = None,
 ) -> GpuResults:
     """Parity and timing checks of the fused kernels; each group runs in a worker with a per-check timeout.
+
+    groups: selected_groups(...) (compile, large); compile_natives: time compiled torch too;
+    device_memory_bytes: cuda:0's total memory (the --large cases it cannot hold are SKIP, not run).
 
     usable_modules: extension modules that imported and whose compiled archs cover GPU 0 (parity, timing).
     device_count / device_usable: the node's visible GPUs; each one after the first gets a smoke check.
@@ -111,8 +166,18 @@ def run_gpu_layers(
     to_run, skipped = plan(
         frozenset(usable_modules), None if available else reason, groups, device_count, device_usable
     )
+    to_run, refused = large_refusals(to_run, device_memory_bytes)
+    skipped += refused
+    flags = () if compile_natives else ("--no-compile",)
     results: list[GroupResult] = (
-        run_groups([g for g in groups if g in to_run], seed, check_timeout_s, names=to_run, parallel=parallel)
+        run_groups(
+            [g for g in groups if g in to_run],
+            seed,
+            check_timeout_s,
+            names=to_run,
+            parallel=parallel,
+            flags=flags,
+        )
         if to_run
         else []
     )
@@ -124,7 +189,8 @@ def run_gpu_layers(
             checks.extend(by_group[group].checks)
             timings.extend(by_group[group].timings)
     checks.extend(skipped)
-    layer_order = {"parity": 0, "timing": 1}
-    checks.sort(key=lambda c: layer_order.get(c.layer, 2))  # stable: keeps case order inside a layer
+    name_the_limit(checks)
+    layer_order = {"parity": 0, "compile": 1, "timing": 2, "large": 3}
+    checks.sort(key=lambda c: layer_order.get(c.layer, 4))  # stable: keeps case order inside a layer
     groups_info = [{"group": r.group, "wall_s": r.wall_s, "workers": r.workers} for r in results]
     return GpuResults(checks, timings, groups_info, round(time.monotonic() - t0, 3))

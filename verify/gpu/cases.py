@@ -17,7 +17,7 @@ from verify.layers import module_map
 @dataclasses.dataclass(frozen=True)
 class Case:
     group: str  # the worker group that runs it (one subprocess per group)
-    layer: str  # "parity" or "timing" (verify.checks.LAYERS)
+    layer: str  # "parity", "compile", "timing" or "large" (verify.checks.LAYERS)
     name: str  # check name inside the layer, e.g. "fused_adam.adamw.bf16"
     family: str  # what a SKIP is reported against, e.g. "fused_adam"
     features: tuple[str, ...]  # Apex features exercised (module_map names)
@@ -89,6 +89,48 @@ def _timing() -> list[Case]:
     return cases
 
 
+def _compile() -> list[Case]:
+    # Apex under torch.compile (verify.gpu.compile_check): each feature compiled, explained, compared
+    cases = [
+        Case(
+            "compile",
+            "compile",
+            f"{kind}.{dtype}.compiled",
+            kind,
+            features,
+            (("kind", kind), ("dtype", dtype)),
+        )
+        for kind, features in (("fused_layer_norm", _LN), ("fused_rms_norm", _RMS))
+        for dtype in ("fp32", "bf16")
+    ]
+    cases.append(
+        Case("compile", "compile", "fused_adam.fp32.compiled_step", "fused_adam", _ADAM, (("dtype", "fp32"),))
+    )
+    cases.append(
+        Case(
+            "compile",
+            "compile",
+            "amp_step.bf16_autocast.compiled",
+            "amp_step",
+            _ADAM + _LN + _RMS,
+            (("dtype", "bf16"),),
+        )
+    )
+    # torch.library.opcheck on every custom op Apex registers (found at run time, not listed here)
+    cases.append(Case("compile", "compile", "opcheck", "opcheck", _LN + _RMS))
+    return cases
+
+
+def _large() -> list[Case]:
+    # tensors past 2^31 elements (verify.gpu.large_check; sizes and memory in verify.gpu.large_sizes)
+    return [
+        Case(
+            "large", "large", "fused_layer_norm.bf16.past_2_31", "fused_layer_norm", _LN, (("dtype", "bf16"),)
+        ),
+        Case("large", "large", "fused_adam.fp32.past_2_31", "fused_adam", _ADAM, (("dtype", "fp32"),)),
+    ]
+
+
 MAX_DEVICES = 16  # smoke cases exist for cuda:1 .. cuda:15; plan() takes those the node has
 
 
@@ -119,19 +161,25 @@ GROUP_MODULES = {
     "parity_norm": "verify.gpu.parity_norm",
     "amp_step": "verify.gpu.amp_step",
     "timing": "verify.gpu.kernel_timing",
+    "compile": "verify.gpu.compile_check",
+    "large": "verify.gpu.large_check",
     "smoke": "verify.gpu.smoke",
     "selftest": "verify.gpu.selftest",
     "selftest_peer": "verify.gpu.selftest",
 }
-# Group order is run order; parity groups may run side by side, timing runs alone afterwards.
-GPU_GROUPS = ("parity_adam", "parity_norm", "amp_step", "smoke", "timing")
-EXCLUSIVE_GROUPS = frozenset({"timing"})  # timings must not share the GPU with other work
+# Group order is run order; parity and compile groups may run side by side, timing runs alone afterwards,
+# then large (opt-in, --large: tens of GiB, alone so that no other group's memory counts against it).
+GPU_GROUPS = ("parity_adam", "parity_norm", "amp_step", "smoke", "compile", "timing", "large")
+OPT_IN_GROUPS = frozenset({"large"})  # run only when asked for (--large)
+COMPILE_GROUPS = frozenset({"compile"})  # left out with --no-compile
+DEFAULT_GROUPS = tuple(g for g in GPU_GROUPS if g not in OPT_IN_GROUPS)  # a plain `verify` run
+EXCLUSIVE_GROUPS = frozenset({"timing", "large"})  # timings must not share the GPU; large needs its memory
 WATCHED_GROUPS = frozenset(
     {"timing"}
 )  # other work on the GPU is looked for around them (verify.gpu.device_load)
 SELFTEST_GROUPS = ("selftest", "selftest_peer")
 ALL_CASES: tuple[Case, ...] = tuple(
-    _parity_adam() + _parity_norm() + _amp_step() + _smoke() + _timing() + _selftest()
+    _parity_adam() + _parity_norm() + _amp_step() + _smoke() + _compile() + _timing() + _large() + _selftest()
 )
 
 

@@ -10,12 +10,15 @@ it), not a broken install; only a kernel that errors is a FAIL.
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 
 from verify.checks import Check, Status
 from verify.gpu import device
 from verify.gpu.cases import Case, case_seed
+from verify.timing import compiled as compiled_torch
 from verify.timing import host as timing_host
 from verify.timing import kernel_compare, kernel_variants
 
@@ -24,6 +27,15 @@ NORM_SHAPE = (8192, 4096)  # tokens x hidden of a mid-size transformer layer
 # held for the worker's life from its first case on (after --hold: the parity groups are done, so the
 # idlest core is chosen on a quiet machine); threads made during setup are moved too
 _STEADY = timing_host.SteadyHost()
+# why the compiled native alternatives are not timed (None: they are), set in configure() and setup()
+_COMPILE_SKIP: str | None = None
+_COMPILE_ASKED = True
+
+
+def configure(*, compile_natives: bool = True) -> None:
+    """The worker's options (verify.gpu.worker): --no-compile leaves compiled torch out of every case."""
+    global _COMPILE_ASKED
+    _COMPILE_ASKED = compile_natives
 
 
 def _host() -> dict:
@@ -32,7 +44,12 @@ def _host() -> dict:
 
 def setup() -> str:
     """Everything slow and one-off, before the cases (and, held, beside the parity groups: see runner)."""
+    global _COMPILE_SKIP
+    # Inductor compiles in this process, not in a pool of workers: the host is held to one core anyway,
+    # and a compile worker must not show up as another process beside the timing (device_load)
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     described = device.require_cuda()
+    _COMPILE_SKIP = "--no-compile" if not _COMPILE_ASKED else compiled_torch.inductor_problem()
     # the first profiler session in a process initialises CUPTI: not any case's time
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
         torch.ones(8, device=device.DEVICE).add_(1)
@@ -74,7 +91,9 @@ def _norm(kind: str, dtype_name: str, gen: torch.Generator) -> tuple[str, list[k
     case = f"{dtype_name}, input {NORM_SHAPE[0]}x{NORM_SHAPE[1]}, forward+backward"
     return (
         case,
-        kernel_variants.norm_variants(kind, x, grad_out, weight, bias, fused_cls),
+        kernel_variants.norm_variants(
+            kind, x, grad_out, weight, bias, fused_cls, compile_native=True, compile_skip=_COMPILE_SKIP or ""
+        ),
         {"shape": list(NORM_SHAPE)},
     )
 

@@ -47,7 +47,9 @@ class _Worker(JsonLinesChild):
     first case, so an exclusive group's start-up overlaps the groups that run before it.
     """
 
-    def __init__(self, group: str, seed: int, names: list[str], hold: bool = False) -> None:
+    def __init__(
+        self, group: str, seed: int, names: list[str], hold: bool = False, flags: tuple[str, ...] = ()
+    ) -> None:
         argv = [
             sys.executable,
             "-m",
@@ -59,6 +61,7 @@ class _Worker(JsonLinesChild):
             ",".join(names),
         ]
         argv += ["--hold"] if hold else []
+        argv += list(flags)
         super().__init__(argv, label=f"gpu-{group}", env=verify_env(), stdin_pipe=hold)
 
     def release(self) -> None:
@@ -77,6 +80,7 @@ def run_group(
     names: list[str] | None = None,
     stop: threading.Event | None = None,
     first_worker: _Worker | None = None,
+    flags: tuple[str, ...] = (),
 ) -> GroupResult:
     """Run `names` (default: every case of the group) in worker processes; never raises for a bad worker.
 
@@ -89,7 +93,7 @@ def run_group(
     t0 = time.monotonic() if first_worker is None else first_worker.started
     last_death = ""
     while pending and len(result.workers) < MAX_WORKERS_PER_GROUP and not (stop and stop.is_set()):
-        worker, first_worker = (first_worker or _Worker(group, seed, pending)), None
+        worker, first_worker = (first_worker or _Worker(group, seed, pending, flags=flags)), None
         worker.release()
         run = _WorkerRun({"pid": worker.pid, "cases": list(pending)})
         _read_events(worker, run, result, pending, check_timeout_s)
@@ -260,8 +264,10 @@ def run_groups(
     check_timeout_s: float,
     names: dict[str, list[str]] | None = None,
     parallel: bool = True,
+    flags: tuple[str, ...] = (),
 ) -> list[GroupResult]:
-    """Groups not in EXCLUSIVE_GROUPS run side by side; exclusive ones (timing) alone, afterwards."""
+    """Groups not in EXCLUSIVE_GROUPS run side by side; exclusive ones (timing) alone, afterwards.
+    flags: worker options every group gets (--no-compile)."""
     names = names or {}
     shared = [g for g in groups if g not in case_table.EXCLUSIVE_GROUPS]
     alone = [g for g in groups if g in case_table.EXCLUSIVE_GROUPS]
@@ -279,14 +285,17 @@ def run_groups(
             # held, until the shared groups are done: no kernel of it runs beside them
             first = alone[0]
             first_names = names.get(first) or [c.name for c in case_table.cases_of(first)]
-            held[first] = _Worker(first, seed, first_names, hold=True)
+            held[first] = _Worker(first, seed, first_names, hold=True, flags=flags)
         if pool is not None:
             futures = {
-                g: pool.submit(run_group, g, seed, check_timeout_s, names.get(g), stop) for g in shared
+                g: pool.submit(run_group, g, seed, check_timeout_s, names.get(g), stop, None, flags)
+                for g in shared
             }
             results.update({g: f.result() for g, f in futures.items()})
         else:
-            results.update({g: run_group(g, seed, check_timeout_s, names.get(g), stop) for g in shared})
+            results.update(
+                {g: run_group(g, seed, check_timeout_s, names.get(g), stop, flags=flags) for g in shared}
+            )
         for g in alone:
             started = {
                 w["pid"] for r in results.values() for w in r.workers
@@ -294,7 +303,7 @@ def run_groups(
             watch = device_load.DeviceWatch.start(known=started) if g in case_table.WATCHED_GROUPS else None
             try:
                 results[g] = run_group(
-                    g, seed, check_timeout_s, names.get(g), stop, first_worker=held.pop(g, None)
+                    g, seed, check_timeout_s, names.get(g), stop, first_worker=held.pop(g, None), flags=flags
                 )
             finally:
                 load = watch.stop() if watch is not None else None

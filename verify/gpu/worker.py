@@ -1,6 +1,6 @@
 """Run one group of GPU checks in this (fresh) process and stream the results as JSON lines.
 
-    python -m verify.gpu.worker GROUP --seed N [--cases NAME,NAME...]
+    python -m verify.gpu.worker GROUP --seed N [--cases NAME,NAME...] [--no-compile]
 
 The parent (verify.gpu.runner) starts one of these per group with a per-check timeout, so a kernel
 that kills the process (illegal address, segfault, abort), poisons the CUDA context, or hangs costs
@@ -141,7 +141,14 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def run(group: str, seed: int, names: list[str] | None, proto: Protocol, hold: bool = False) -> int:
+def run(
+    group: str,
+    seed: int,
+    names: list[str] | None,
+    proto: Protocol,
+    hold: bool = False,
+    compile_natives: bool = True,
+) -> int:
     faults = parse_faults(os.environ.get(FAULT_ENV, ""))
     group_cases = case_table.cases_of(group)
     if names:
@@ -157,6 +164,8 @@ def run(group: str, seed: int, names: list[str] | None, proto: Protocol, hold: b
     if f"{group}.setup" in faults:
         inject(faults[f"{group}.setup"], f"{group}.setup")
     module = importlib.import_module(case_table.GROUP_MODULES[group])
+    if hasattr(module, "configure"):  # a group with options (timing: --no-compile leaves compiled torch out)
+        module.configure(compile_natives=compile_natives)
     device = module.setup()
     proto.emit("ready", group=group, device=device, setup_s=round(time.perf_counter() - t0, 3))
     if hold:  # set up beside other groups; measure only once the parent says they are done
@@ -198,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--hold", action="store_true", help="after setup, wait for a line on stdin before the cases"
     )
+    parser.add_argument(
+        "--no-compile", action="store_true", help="time no torch.compile'd alternative (verify --no-compile)"
+    )
     args = parser.parse_args(argv)
     if args.group not in case_table.GROUP_MODULES:
         print(
@@ -214,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in args.cases.split(",") if n]
     proto = Protocol()
     try:
-        return run(args.group, args.seed, names or None, proto, hold=args.hold)
+        return run(
+            args.group, args.seed, names or None, proto, hold=args.hold, compile_natives=not args.no_compile
+        )
     except KeyError as err:
         print(f"verify.gpu.worker: {err.args[0]}", file=sys.stderr)
         return exit_codes.USAGE

@@ -1,4 +1,4 @@
-"""Assemble the report (schema v2, verify/schema/report.schema.json): counts, verdict and exit code."""
+"""Assemble the report (schema v3, verify/schema/report.schema.json): counts, verdict and exit code."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 from verify import SCHEMA_VERSION, __version__
 from verify.checks import Check, Status
 from verify.domain.report_json import EnvironmentJSON, ExtensionJSON, HostJSON, ReportJSON, TimingJSON
+from verify.report import recommend
 from verify.runtime import exit_codes
 
 SCHEMA_PATH = Path(__file__).parents[1] / "schema" / "report.schema.json"
@@ -72,6 +73,7 @@ def build(
         "extensions": extensions,
         "checks": [c.to_json() for c in checks],
         "timings": timings,
+        "recommendations": recommend.recommendations(timings),
         "summary": summary,
         "verdict": "FAIL" if summary["FAIL"] or code != exit_codes.OK else "PASS",
         "exit_code": code,

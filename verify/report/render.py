@@ -1,6 +1,6 @@
 """Render a report for people: a terminal summary that reads well in a CI log, and Markdown.
 
-Terminal: the module table (verify.report.module_table: does each module import and run here), then only the
+Terminal: what to use per feature (verify.report.recommend, from the timings), the module table (verify.report.module_table: does each module import and run here), then only the
 checks that are not PASS or INFO (`FAIL  extensions.amp_C  missing ...`), the timings table and one
 verdict line; --verbose prints every check grouped by layer instead of the table. Colour only on a TTY (and never with NO_COLOR); on GitHub Actions
 each FAIL also becomes an `::error::` annotation. A check's id and summary are printed on one line
@@ -118,6 +118,23 @@ def timings_heading(timings: list[TimingJSON]) -> str:
     )
 
 
+def recommendation_heading(report: ReportJSON) -> str:
+    torch_info = (report.get("environment") or {}).get("torch") or {}
+    gpu = (torch_info.get("gpu") or {}).get("name") or "this GPU"
+    return (
+        f"── what to use on {gpu}, torch {torch_info.get('version', '?')} (from the timing layer: GPU kernel"
+        " time decides, compiled torch included) ──"
+    )
+
+
+def recommendation_lines(report: ReportJSON) -> list[str]:
+    """The report's first screen: per feature and dtype, what to use and by how much."""
+    recs = report.get("recommendations") or []
+    if not recs:
+        return []
+    return [recommendation_heading(report)] + [workflow_commands.one_line(r["line"]) for r in recs]
+
+
 def _check_line(check: CheckJSON, width: int, color: bool) -> str:
     one_line = workflow_commands.one_line
     status = _paint(f"{check['status']:<4}", check["status"], color)
@@ -161,6 +178,8 @@ def terminal(report: ReportJSON, *, color: bool = False, quiet: bool = False, ve
         lines = _every_check(checks, width, color)
     else:
         lines = _compatibility_block(report, checks, width, color)
+    if not quiet:
+        lines = recommendation_lines(report) + lines
     if report.get("timings") and not quiet:
         lines.append(timings_heading(report["timings"]))
         lines.extend(timings_table(report["timings"]))
@@ -191,6 +210,7 @@ def markdown(report: ReportJSON) -> str:
         "",
         f"`{verdict_line(report)}`",
         "",
+        *_recommendations_md(report),
         *_modules_md(report),
         f"Created {report['created_at']} on `{report['host']['hostname']}` by verify {report['tool_version']}"
         f" (schema {report['schema_version']}), mode `{report['mode']}`.",
@@ -242,6 +262,17 @@ def markdown(report: ReportJSON) -> str:
     if report.get("distributed"):
         out += _distributed_md(report["distributed"])
     return "\n".join(out)
+
+
+def _recommendations_md(report: ReportJSON) -> list[str]:
+    recs = report.get("recommendations") or []
+    if not recs:
+        return []
+    return (
+        ["## What to use", "", f"{recommendation_heading(report).strip('─ ')}.", ""]
+        + [f"- {_md(r['line'])}" for r in recs]
+        + [""]
+    )
 
 
 def _modules_md(report: ReportJSON) -> list[str]:
