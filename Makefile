@@ -2,6 +2,7 @@
 #   make image CUDA=12.4 [TORCH=2.6] [PYTHON=3.12] [ARCHS='8.0;9.0'] [APEX_REF=<sha>] [EXTRAS=xentropy] [GCC=11]
 #   make image CELL=cu130 [TARGET=runtime-devel] [BASE=auto|nvidia|local] [VERIFY=auto|none|require]
 #   offline inputs: APEX_SRC=<apex checkout> (no GitHub), EXTRA_CA=<pem> (a TLS proxy), WHEELHOUSE=<dir>
+#   NETWORK_CHECK=no: skip image's first probe of what the build fetches (the Apex git host, indexes, bases)
 # PYTHON is the image's Python version (a cell key); PY is the interpreter that runs build.py.
 # Exit status: make's own is 2 whenever build.py fails; build.py's code (1/2/3) is the N in
 # "make: *** [...] Error N" (run `python3 build.py ...` directly, `make -n` prints it, to get it as $?).
@@ -24,6 +25,7 @@ VERIFY ?=
 APEX_SRC ?=
 EXTRA_CA ?=
 WHEELHOUSE ?=
+NETWORK_CHECK ?=
 # make clean-images DRY_RUN=1: list what would be removed
 DRY_RUN ?=
 # base images: from the command line or the environment (make imports both), passed as --base-devel/--base-runtime
@@ -36,7 +38,7 @@ BASE_RUNTIME_IMAGE ?=
 # break would split the recipe into two shell commands: make stops instead. The variables are not
 # exported, since make expands a command-line variable it exports ($(shell ...) would run).
 VARIABLES := PY CUDA TORCH PYTHON ARCHS APEX_REF EXTRAS GCC PLATFORM CELL TARGET IMAGE BASE_DEVEL_IMAGE BASE_RUNTIME_IMAGE \
-             BASE VERIFY APEX_SRC EXTRA_CA WHEELHOUSE DRY_RUN
+             BASE VERIFY APEX_SRC EXTRA_CA WHEELHOUSE NETWORK_CHECK DRY_RUN
 unexport $(VARIABLES)
 define newline
 
@@ -58,7 +60,8 @@ BUILD_OPTS = $(call opt,--base,BASE) $(call opt,--apex-src,APEX_SRC) $(call opt,
 .PHONY: image clean-images matrix verify report plan validate facts-check lint test test-all zipapp mutation coverage
 
 image:
-	$(BUILD) image $(CELL_OPTS) --target $(call q,TARGET) $(BUILD_OPTS) $(call opt,--verify,VERIFY)
+	$(BUILD) image $(CELL_OPTS) --target $(call q,TARGET) $(BUILD_OPTS) $(call opt,--verify,VERIFY) \
+	  $(if $(filter no,$(value NETWORK_CHECK)),--no-network-check)
 
 # what make image leaves: the project's images, its local bases, the BuildKit cache its builds made
 clean-images:

@@ -6,13 +6,16 @@ shows the delivery path (identity, index, install), which needs no CUDA kernel."
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import subprocess
 import sys
 import venv
+from collections.abc import Iterator
 from pathlib import Path
 
-from tests.support import REPO
+from tests.support import REPO, run_build
 
 SETUP = """
 import os, sys
@@ -176,3 +179,46 @@ class Served:
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=10)
+
+
+def the_wheel(out: Path) -> Path:
+    """The one wheel a build left in its out/ folder."""
+    (wheel,) = out.glob("*.whl")
+    return wheel
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def run_tool(*argv: str | Path, env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """pip, uv or a venv's Python with `env`: output captured as text, bounded at five minutes."""
+    return subprocess.run(
+        [str(word) for word in argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+def pip_install_apex(python: Path, url: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`python -m pip install apex --index-url URL`, as a user of the index types it."""
+    return run_tool(python, "-m", "pip", "install", "apex", "--index-url", url, env=env)
+
+
+def uv_pip_install(
+    python: str | Path, url: str, env: dict[str, str], *options: str
+) -> subprocess.CompletedProcess:
+    """`uv pip install --python PYTHON [options] apex --index-url URL`."""
+    return run_tool(
+        uv_binary(), "pip", "install", "--python", python, *options, "apex", "--index-url", url, env=env
+    )
+
+
+@contextlib.contextmanager
+def served_index(source: Path, index: Path) -> Iterator[Served]:
+    """`build.py index SOURCE --index INDEX`, then INDEX served on 127.0.0.1 for as long as the block runs."""
+    done = run_build("index", str(source), "--index", str(index))
+    assert done.returncode == 0, done.stdout + done.stderr
+    server = Served(index)
+    try:
+        yield server
+    finally:
+        server.close()

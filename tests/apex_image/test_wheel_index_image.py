@@ -119,34 +119,11 @@ def test_pip_and_uv_refuse_it_on_this_machines_torch_minor(index_served, tmp_pat
     assert not torch.__version__.startswith("2.11.")
     _, url = index_served
     python, env = wb.torch_venv(tmp_path / "venv"), wb.isolated_pip_env()
-    pip = subprocess.run(
-        [str(python), "-m", "pip", "install", "apex", "--index-url", url],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    pip = wb.pip_install_apex(python, url, env)
     print(f"\npip on torch {torch.__version__}:\n{pip.stderr.strip()}")
     assert pip.returncode == 1 and "No matching distribution found for torch==2.11.*" in pip.stderr, (
         pip.stderr
     )
-    uv = subprocess.run(
-        [
-            wb.uv_binary(),
-            "pip",
-            "install",
-            "--python",
-            sys.executable,
-            "--system",
-            "--dry-run",
-            "apex",
-            "--index-url",
-            url,
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    uv = wb.uv_pip_install(sys.executable, url, env, "--system", "--dry-run")
     print(f"uv on torch {torch.__version__}:\n{uv.stderr.strip()}")
     assert uv.returncode != 0 and "torch==2.11.*" in uv.stderr, uv.stderr

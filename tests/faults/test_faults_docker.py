@@ -129,6 +129,7 @@ def test_unpullable_base_image_is_retried_then_exit_3(docker_client, tmp_path: P
         str(tmp_path / "logs"),
         "--progress",
         "plain",
+        "--no-network-check",  # the build's own pull and its retry, not the check before it
     )
     assert result.returncode == exit_codes.ENVIRONMENT, result.stdout + result.stderr
     assert "a base image could not be pulled" in result.stdout + result.stderr

@@ -446,6 +446,7 @@ def test_every_misconfigured_pod_is_exit_2_naming_the_setting(tmp_path: Path, py
 
 def _readme_line(start: str) -> list[str]:
     text = (REPO / "docs" / "clusters.md").read_text()  # the cluster one-liners moved out of the README
+    text = text.replace("\\\n", " ")  # a command continued with a backslash is one line to the shell
     line = next(line for line in text.splitlines() if line.startswith(start))
     return shlex.split(line)
 

@@ -17,7 +17,6 @@ import torch
 
 from tests import wheel_builds as wb
 from tests.support import REPO, run_build
-from tests.wheel_builds import Served
 from toolchain.builder import wheel_identity
 from verify.runtime import exit_codes
 
@@ -120,15 +119,10 @@ def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return outs
 
 
-def _wheel(out: Path) -> Path:
-    (wheel,) = out.glob("*.whl")
-    return wheel
-
-
 def test_the_wheel_names_its_stack_pins_torch_and_carries_manifest_and_gate_report(
     builds: dict[str, Path],
 ) -> None:
-    wheel = _wheel(builds["good"])
+    wheel = wb.the_wheel(builds["good"])
     assert wheel.name == f"{wheel_identity.parse_name(wheel.name)[0]}-{VERSION}-{wheel.name.split('-', 2)[2]}"
     files = wheel_identity.read_dist_info(wheel)
     metadata = files["METADATA"].decode()
@@ -148,18 +142,12 @@ def test_the_wheel_names_its_stack_pins_torch_and_carries_manifest_and_gate_repo
         from verify.layers import manifest as m
 
         assert m.BuildManifest.from_json(written).to_json() == written
-    assert beside["build"]["wheel_sha256"] == wb_sha(wheel)
+    assert beside["build"]["wheel_sha256"] == wb.sha256(wheel)
     assert json.loads(files["verify-static.json"])["verdict"] == "PASS"
     with zipfile.ZipFile(wheel) as archive:  # every entry in RECORD with its hash: pip checks them on install
         info = wheel_identity.dist_info_dir(archive)
         record = archive.read(f"{info}/RECORD").decode().splitlines()
         assert {line.split(",")[0] for line in record} == set(archive.namelist())
-
-
-def wb_sha(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_index_writes_pep503_691_658_per_stack_and_a_second_run_changes_nothing(
@@ -171,14 +159,14 @@ def test_index_writes_pep503_691_658_per_stack_and_a_second_run_changes_nothing(
     assert f"added     {STACK}/" in done.stdout
     project = index / STACK / "simple" / "apex"
     page, data = (project / "index.html").read_text(), json.loads((project / "index.json").read_text())
-    built = _wheel(builds["good"])
+    built = wb.the_wheel(builds["good"])
     (wheel,) = (index / STACK / "files").glob("*/*.whl")
     # setup.py's linux_x86_64, retagged: the module asks glibc for no versioned symbol, so the oldest policy
     # (tests/unit/test_wheel_portability.py builds one that needs glibc 2.26)
     arch = platform.machine()
     oldest = "2_5" if arch == "x86_64" else "2_17"
     assert wheel.name == built.name.replace(f"-linux_{arch}.whl", f"-manylinux_{oldest}_{arch}.whl")
-    sha = wb_sha(wheel)
+    sha = wb.sha256(wheel)
     (entry,) = data["files"]
     assert data["meta"]["api-version"] == "1.1" and data["versions"] == [VERSION]
     assert entry["hashes"] == {"sha256": sha} and f"#sha256={sha}" in page and "%2B" in entry["url"]
@@ -199,7 +187,7 @@ def test_index_writes_pep503_691_658_per_stack_and_a_second_run_changes_nothing(
         "wheel-check.json",
     }
     check = json.loads((beside / "wheel-check.json").read_text())
-    assert check["retagged_from"] == {"wheel": built.name, "sha256": wb_sha(built)}
+    assert check["retagged_from"] == {"wheel": built.name, "sha256": wb.sha256(built)}
     assert check["gate"] == "PASS" and check["needed_libraries"] == {
         n: [] for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".so")
     }  # setuptools' C module: no DT_NEEDED
@@ -243,8 +231,8 @@ def test_a_newer_build_of_the_same_stack_and_commit_replaces_the_older_and_an_ol
     assert newer.returncode == 0 and "replaced" in newer.stdout, newer.stdout + newer.stderr
     folders = list((index / STACK / "files").iterdir())
     retagged_from = json.loads((folders[0] / "wheel-check.json").read_text())["retagged_from"]
-    assert len(folders) == 1 and retagged_from["sha256"] == wb_sha(
-        _wheel(builds["newer"])
+    assert len(folders) == 1 and retagged_from["sha256"] == wb.sha256(
+        wb.the_wheel(builds["newer"])
     )  # the old one is gone
     older = run_build("index", str(builds["good"]), "--index", str(index))
     assert older.returncode == 0 and "kept" in older.stdout
@@ -345,11 +333,8 @@ def test_a_runs_cell_that_did_not_build_is_named_and_skipped(builds, tmp_path: P
 
 @pytest.fixture(scope="module")
 def served(builds, tmp_path_factory):
-    index = tmp_path_factory.mktemp("wheel-index-served") / "index"
-    assert run_build("index", str(builds["good"]), "--index", str(index)).returncode == 0
-    server = Served(index)
-    yield server
-    server.close()
+    with wb.served_index(builds["good"], tmp_path_factory.mktemp("wheel-index-served") / "index") as server:
+        yield server
 
 
 def test_pip_installs_it_from_the_served_index_and_verify_static_passes_from_the_wheels_own_manifest(
@@ -357,27 +342,17 @@ def test_pip_installs_it_from_the_served_index_and_verify_static_passes_from_the
 ):
     python = wb.torch_venv(tmp_path / "venv")
     env = wb.isolated_pip_env()
-    done = subprocess.run(
-        [str(python), "-m", "pip", "install", "apex", "--index-url", f"{served.url}{STACK}/simple"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = wb.pip_install_apex(python, f"{served.url}{STACK}/simple", env)
     assert done.returncode == 0 and f"Successfully installed apex-{VERSION}" in done.stdout, (
         done.stdout + done.stderr
     )
     assert ".metadata" in done.stdout  # PEP 658: pip read the metadata before the wheel
     # no --manifest, no $APEX_BUILD_MANIFEST: verify reads the manifest in the installed .dist-info
     report = tmp_path / "report.json"
-    check = subprocess.run(
-        [str(python), "-m", "verify", "--static", "--require=", "--json", str(report)],
-        cwd=tmp_path,
-        env={**env, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    check = wb.run_tool(
+        python, "-m", "verify", "--static", "--require=", "--json", report,
+        env={**env, "PYTHONPATH": str(REPO)}, cwd=tmp_path,
+    )  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
     data = json.loads(report.read_text())
     assert data["verdict"] == "PASS" and data["apex"]["distribution"]["version"] == VERSION
@@ -388,62 +363,17 @@ def test_pip_and_uv_refuse_it_where_no_torch_of_its_minor_can_be_had(served, tmp
     bare = tmp_path / "bare"  # no torch in reach: the wheel's pin must stop both resolvers
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
     url, env = f"{served.url}{STACK}/simple", wb.isolated_pip_env()
-    pip = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(bare / "bin" / "python"),
-            "install",
-            "apex",
-            "--index-url",
-            url,
-        ],
+    pip = wb.run_tool(
+        sys.executable, "-m", "pip", "--python", bare / "bin" / "python", "install", "apex", "--index-url", url,
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    )  # fmt: skip
     assert pip.returncode == 1 and f"No matching distribution found for torch=={MINOR}.*" in pip.stderr, (
         pip.stderr
     )
-    uv = subprocess.run(
-        [
-            wb.uv_binary(),
-            "pip",
-            "install",
-            "--python",
-            str(bare / "bin" / "python"),
-            "apex",
-            "--index-url",
-            url,
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    uv = wb.uv_pip_install(bare / "bin" / "python", url, env)
     assert uv.returncode != 0 and f"depend on torch=={MINOR}.*" in uv.stderr, uv.stderr
     # uv reads no venv's system site-packages, so it resolves against this Python itself, without installing
-    ok = subprocess.run(
-        [
-            wb.uv_binary(),
-            "pip",
-            "install",
-            "--python",
-            sys.executable,
-            "--system",
-            "--dry-run",
-            "apex",
-            "--index-url",
-            url,
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    ok = wb.uv_pip_install(sys.executable, url, env, "--system", "--dry-run")
     assert ok.returncode == 0 and f"+ apex=={VERSION}" in ok.stderr, ok.stderr
 
 
@@ -473,24 +403,10 @@ def test_a_plain_static_server_serves_the_same_index_as_html(served, tmp_path) -
     )
     try:
         assert plain.stdout and "Serving HTTP" in plain.stdout.readline()
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "-d",
-                str(tmp_path / "got"),
-                "apex",
-                "--index-url",
-                f"http://127.0.0.1:{port}/{STACK}/simple",
-            ],
-            env=wb.isolated_pip_env(),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        done = wb.run_tool(
+            sys.executable, "-m", "pip", "download", "--no-deps", "-d", tmp_path / "got", "apex",
+            "--index-url", f"http://127.0.0.1:{port}/{STACK}/simple", env=wb.isolated_pip_env(),
+        )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
         (got,) = (tmp_path / "got").glob("*.whl")
         assert got.name.startswith(f"apex-{VERSION}-")
@@ -504,7 +420,7 @@ def _variant(
 ) -> Path:
     """The good wheel copied into `folder` (renamed, or with members added that its RECORD does not list)."""
     folder.mkdir()
-    source = _wheel(good)
+    source = wb.the_wheel(good)
     target = folder / (name or source.name)
     with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as new:
         for info in old.infolist():
@@ -521,7 +437,7 @@ def test_index_refuses_what_pip_would_not_install_or_find_and_leaves_the_pages_a
     assert run_build("index", str(builds["good"]), "--index", str(index)).returncode == 0
     pages = {p: p.read_bytes() for p in index.rglob("index.*")} | {index / "stacks.json": b""}
     pages[index / "stacks.json"] = (index / "stacks.json").read_bytes()
-    name = _wheel(builds["good"]).name
+    name = wb.the_wheel(builds["good"]).name
     variants = {
         "outside": _variant(builds["good"], tmp_path / "a", extra={"../evil.py": b"x"}),
         "unlisted": _variant(builds["good"], tmp_path / "b", extra={"apex/hidden.py": b"x"}),

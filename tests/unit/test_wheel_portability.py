@@ -19,7 +19,7 @@ import torch
 
 from tests import wheel_builds as wb
 from tests.support import run_build
-from tests.unit.test_wheel_index import MINOR, STACK, VERSION, Served, wb_sha
+from tests.unit.test_wheel_index import MINOR, STACK, VERSION
 from toolchain.builder import wheel_identity
 from toolchain.index import portability, wheel_check
 from verify.runtime import exit_codes
@@ -145,11 +145,6 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "versioned" / "out"
 
 
-def _wheel(out: Path) -> Path:
-    (wheel,) = out.glob("*.whl")
-    return wheel
-
-
 def _module(wheel: Path, into: Path) -> Path:
     with zipfile.ZipFile(wheel) as archive:
         (member,) = [n for n in archive.namelist() if n.endswith(".so")]
@@ -160,7 +155,7 @@ def _module(wheel: Path, into: Path) -> Path:
 
 @pytest.mark.slow
 def test_the_compiled_module_asks_what_objdump_lists_and_the_wheel_needs_glibc_2_26(built, tmp_path) -> None:
-    wheel = _wheel(built)
+    wheel = wb.the_wheel(built)
     assert wheel.name.endswith(f"-linux_{ARCH}.whl")  # what setup.py writes: the index decides the tag
     module = _module(wheel, tmp_path)
     found = _reader_versions(module)
@@ -183,11 +178,11 @@ def test_index_publishes_it_retagged_with_wheel_and_record_rewritten_and_a_secon
     index = tmp_path / "index"
     done = _index(built, index=index)
     assert done.returncode == 0, done.stdout + done.stderr
-    as_built = _wheel(built)
+    as_built = wb.the_wheel(built)
     name = as_built.name.replace(f"-linux_{ARCH}.whl", f"-{TAG}.whl")
     assert f"added     {STACK}/{name}" in done.stdout
     assert (
-        f"retagged  {_wheel(built).name} -> {TAG}: its modules need glibc 2.26 (GLIBC_2.26 (reallocarray)"
+        f"retagged  {wb.the_wheel(built).name} -> {TAG}: its modules need glibc 2.26 (GLIBC_2.26 (reallocarray)"
         in done.stdout
     )
     (published,) = (index / STACK / "files").glob("*/*.whl")
@@ -214,10 +209,10 @@ def test_index_publishes_it_retagged_with_wheel_and_record_rewritten_and_a_secon
                 expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
                 assert (digest, int(size)) == (f"sha256={expected}", len(data)), member
     check = json.loads(published.with_name("wheel-check.json").read_text())
-    assert (check["manylinux"], check["glibc"], check["sha256"]) == (TAG, "2.26", wb_sha(published))
-    assert check["retagged_from"] == {"wheel": as_built.name, "sha256": wb_sha(as_built)}
+    assert (check["manylinux"], check["glibc"], check["sha256"]) == (TAG, "2.26", wb.sha256(published))
+    assert check["retagged_from"] == {"wheel": as_built.name, "sha256": wb.sha256(as_built)}
     beside = json.loads(published.with_name("build-manifest.json").read_text())
-    assert (beside["build"]["wheel"], beside["build"]["wheel_sha256"]) == (name, wb_sha(published))
+    assert (beside["build"]["wheel"], beside["build"]["wheel_sha256"]) == (name, wb.sha256(published))
     (row,) = json.loads((index / "stacks.json").read_text())["stacks"]
     assert row["glibc"] == "2.26" and row["wheels"] == [name]
     assert "<td>2.26</td>" in (index / "index.html").read_text()
@@ -235,7 +230,7 @@ def test_index_publishes_it_retagged_with_wheel_and_record_rewritten_and_a_secon
 def test_a_wheel_that_claims_manylinux2014_but_needs_glibc_2_26_is_refused_and_an_honest_claim_is_kept(
     built, tmp_path
 ) -> None:
-    as_built = _wheel(built)
+    as_built = wb.the_wheel(built)
     wheels = {}
     for claim in (f"manylinux_2_17_{ARCH}.manylinux2014_{ARCH}", f"manylinux_2_28_{ARCH}"):
         folder = tmp_path / claim.split(".")[0]
@@ -257,11 +252,8 @@ def test_a_wheel_that_claims_manylinux2014_but_needs_glibc_2_26_is_refused_and_a
 
 @pytest.fixture(scope="module")
 def served(built, tmp_path_factory):
-    index = tmp_path_factory.mktemp("wheel-portability-served") / "index"
-    assert _index(built, index=index).returncode == 0
-    server = Served(index)
-    yield server
-    server.close()
+    with wb.served_index(built, tmp_path_factory.mktemp("wheel-portability-served") / "index") as server:
+        yield server
 
 
 @pytest.mark.slow
@@ -270,13 +262,7 @@ def test_pip_installs_the_retagged_wheel_from_the_served_index_and_refuses_it_fo
 ) -> None:
     python, env = wb.torch_venv(tmp_path / "venv"), wb.isolated_pip_env()
     url = f"{served.url}{STACK}/simple"
-    done = subprocess.run(
-        [str(python), "-m", "pip", "install", "apex", "--index-url", url],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = wb.pip_install_apex(python, url, env)
     assert done.returncode == 0 and f"Successfully installed apex-{VERSION}" in done.stdout, (
         done.stdout + done.stderr
     )
@@ -287,26 +273,10 @@ def test_pip_installs_the_retagged_wheel_from_the_served_index_and_refuses_it_fo
     # pip on a glibc 2.25 machine (manylinux_2_5 ... manylinux_2_25) finds no wheel it may install; 2.26 does
     for newest, found in ((25, False), (26, True)):
         platforms = [arg for x in range(5, newest + 1) for arg in ("--platform", f"manylinux_2_{x}_{ARCH}")]
-        got = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--only-binary=:all:",
-                *platforms,
-                "-d",
-                str(tmp_path / str(newest)),
-                "apex",
-                "--index-url",
-                url,
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        got = wb.run_tool(
+            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", *platforms,
+            "-d", tmp_path / str(newest), "apex", "--index-url", url, env=env,
+        )  # fmt: skip
         assert (got.returncode == 0) is found, got.stdout + got.stderr
         if not found:
             assert "No matching distribution found for apex" in got.stderr

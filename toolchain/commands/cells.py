@@ -229,20 +229,22 @@ def cmd_image(args: argparse.Namespace, console: Console) -> int:
     cell = route([cell], request, args, console)[0]
     cell = for_target([cell], request)[0]
     preflight(run_loop.verify_mode_for(request))
-    if args.network_check:  # opt-in: it does not yet know which inputs a --target needs
+    if args.network_check:  # after route(): the base fallback has already been taken
         check_remote_inputs(cell, request)
     make_local_bases([cell], console)
     return run_loop.build_one(cell, request, console)
 
 
 def check_remote_inputs(cell: matrix_mod.Cell, request: RunRequest) -> None:
-    """Every remote input the routed cell's build fetches answers from here, before any stage runs (exit 3
-    naming each one that does not, and its fix): toolchain/image/remote_inputs.py."""
+    """Every remote input the routed cell's build of --target fetches answers from here, before any stage runs
+    (exit 3 naming each one that does not, and its fix): toolchain/image/remote_inputs.py."""
     import functools
 
     from toolchain.image import remote_inputs
 
-    inputs = remote_inputs.needed(cell, apex_src=request.apex_src, wheelhouse=request.wheelhouse)
+    inputs = remote_inputs.needed(
+        cell, target=request.target, apex_src=request.apex_src, wheelhouse=request.wheelhouse
+    )
     images = any(i.kind == "image" for i in inputs)
     remote_inputs.check(
         inputs,

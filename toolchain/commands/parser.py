@@ -61,6 +61,28 @@ class _SharedOptions:
     registry: Parser  # --registry
 
 
+VERIFY_MODES = ("none", "auto", "require")
+PROGRESS_MODES = ("auto", "plain", "tty")  # BuildKit's --progress
+CCACHE_MOUNTS = ("shared", "carried")
+
+
+def _command(sub: argparse._SubParsersAction, name: str, run: object, about: str, *parents: Parser) -> Parser:
+    """One command: its parser (with the shared option groups it takes) and the function that runs it."""
+    p = sub.add_parser(name, parents=list(parents), help=about)
+    p.set_defaults(func=run)
+    return p
+
+
+def _verify_mode(p: Parser, what: str) -> None:
+    p.add_argument(
+        "--verify",
+        choices=VERIFY_MODES,
+        default="auto",
+        help=f"verify {what} (default auto: GPU if the daemon has one, else static); none: only the "
+        "build's own gate, whose result the report still shows",
+    )
+
+
 def _common_options() -> Parser:
     common = Parser(add_help=False)
     common.add_argument(
@@ -113,9 +135,7 @@ def _build_options() -> Parser:
         help="auto (default): NVIDIA's CUDA images when the engine has them or a registry serves them, "
         "else the local Debian base with CUDA from NVIDIA's wheels; nvidia or local: only that one",
     )
-    bgroup.add_argument(
-        "--progress", default="auto", choices=("auto", "plain", "tty"), help="BuildKit progress"
-    )
+    bgroup.add_argument("--progress", default="auto", choices=PROGRESS_MODES, help="BuildKit progress")
     bgroup.add_argument(
         "--ccache-dir",
         type=path_value,
@@ -124,7 +144,7 @@ def _build_options() -> Parser:
     )
     bgroup.add_argument(
         "--ccache-mount",
-        choices=("shared", "carried"),
+        choices=CCACHE_MOUNTS,
         help="the build's ccache mount: carried "
         "(default with --ccache-dir: exactly DIR's content) or shared (every build's)",
     )
@@ -162,57 +182,40 @@ def _registry_option() -> Parser:
 
 
 def _plan(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser(
-        "plan", parents=[o.common, o.cell, o.build], help="resolved build args and command; nothing built"
-    )
+    about = "resolved build args and command; nothing built"
+    p = _command(sub, "plan", cells.cmd_plan, about, o.common, o.cell, o.build)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--markdown", action="store_true", help="the README's matrix table: one row per cell")
-    p.set_defaults(func=cells.cmd_plan)
 
 
 def _validate(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser(
-        "validate", parents=[o.common, o.cell], help="check every cell against the compatibility facts"
-    )
-    p.set_defaults(func=cells.cmd_validate)
+    about = "check every cell against the compatibility facts"
+    _command(sub, "validate", cells.cmd_validate, about, o.common, o.cell)
 
 
 def _image(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser("image", parents=[o.common, o.cell, o.build], help="build one image")
-    p.add_argument(
-        "--verify",
-        choices=("none", "auto", "require"),
-        default="auto",
-        help="verify the built image, as matrix does (default auto: GPU if the daemon has one, else "
-        "static); none: only the build's own gate, whose result the report still shows",
-    )
+    p = _command(sub, "image", cells.cmd_image, "build one image", o.common, o.cell, o.build)
+    _verify_mode(p, "the built image, as matrix does")
     p.add_argument(
         "--network-check",
-        action="store_true",
-        help="first probe the remote inputs the build fetches (Apex git host, package indexes, base images) "
-        "and stop with exit 3 naming each one that does not answer",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="first probe the remote inputs the --target's stages fetch on the cell's route (Apex git host, "
+        "package indexes, base images) and stop with exit 3 naming each one that does not answer (default); "
+        "--no-network-check goes straight to the build",
     )
-    p.set_defaults(func=cells.cmd_image)
 
 
 def _matrix(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser("matrix", parents=[o.common, o.build], help="build every selected cell")
-    p.add_argument("--cell", action="append", default=[], help="only this cell (name or id); repeatable")
-    p.add_argument("--cuda", action="append", default=[], help="only cells with this CUDA; repeatable")
-    p.add_argument("--torch", action="append", default=[], help="only cells with this torch; repeatable")
-    p.add_argument(
-        "--verify",
-        choices=("none", "auto", "require"),
-        default="auto",
-        help="verify each built image (default auto: GPU if the daemon has one, else static)",
+    about = "build every selected cell"
+    _verify_mode(
+        _command(sub, "matrix", cells.cmd_matrix, about, o.common, o.select, o.build), "each built image"
     )
-    p.set_defaults(func=cells.cmd_matrix)
 
 
 def _verify(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser(
-        "verify", parents=[o.common, o.cell, o.engine], help="run verify inside an image (any image)"
-    )
+    about = "run verify inside an image (any image)"
+    p = _command(sub, "verify", images.cmd_verify, about, o.common, o.cell, o.engine)
     p.add_argument("image", nargs="?", help="image tag, id or REPO@sha256:DIGEST (default: the cell's tag)")
     p.add_argument(
         "--base",
@@ -228,39 +231,30 @@ def _verify(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
         default="auto",
         help="auto (default): the image's own verify if this toolchain built it, else the zipapp",
     )
-    p.set_defaults(func=images.cmd_verify)
 
 
 def _inspect(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser("inspect", parents=[o.common], help="labels and embedded reports of an image")
+    p = _command(sub, "inspect", images.cmd_inspect, "labels and embedded reports of an image", o.common)
     p.add_argument("image", help="image tag or id")
-    p.set_defaults(func=images.cmd_inspect)
 
 
 def _report(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser("report", parents=[o.common], help="matrix results -> Markdown + HTML table")
-    p.set_defaults(func=cells.cmd_report)
+    _command(sub, "report", cells.cmd_report, "matrix results -> Markdown + HTML table", o.common)
 
 
 def _gh_matrix(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser(
-        "gh-matrix",
-        parents=[o.common, o.select, o.registry],
-        help="JSON for a GitHub Actions matrix (fromJson)",
-    )
+    about = "JSON for a GitHub Actions matrix (fromJson)"
+    p = _command(sub, "gh-matrix", ci.cmd_gh_matrix, about, o.common, o.select, o.registry)
     p.add_argument("--pretty", action="store_true", help="indented JSON")
     p.add_argument(
         "--stacks",
         action="store_true",
         help="one entry per registry tag (its cells, one per platform) for the index job, not per cell",
     )
-    p.set_defaults(func=ci.cmd_gh_matrix)
 
 
 def _bake(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser(
-        "bake", parents=[o.common, o.select, o.registry], help="docker-bake.json of the matrix"
-    )
+    p = _command(sub, "bake", ci.cmd_bake, "docker-bake.json of the matrix", o.common, o.select, o.registry)
     p.add_argument("--target", default="runtime", help="Dockerfile stage for every target")
     p.add_argument(
         "--cache",
@@ -277,15 +271,11 @@ def _bake(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     p.add_argument(
         "--output", "-o", type=path_value, help="write here instead of stdout (e.g. docker-bake.json)"
     )
-    p.set_defaults(func=ci.cmd_bake)
 
 
 def _pull(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser(
-        "pull",
-        parents=[o.common, o.cell, o.registry, o.engine],
-        help="pull a cell's published image and verify it on this node's GPU",
-    )
+    about = "pull a cell's published image and verify it on this node's GPU"
+    p = _command(sub, "pull", images.cmd_pull, about, o.common, o.cell, o.registry, o.engine)
     p.add_argument(
         "--gpu",
         choices=("require", "auto", "none"),
@@ -320,77 +310,58 @@ def _pull(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
         action="store_true",
         help="pull unsigned images (a private registry without signing); recorded as not checked",
     )
-    p.set_defaults(func=images.cmd_pull)
 
 
 def _publish(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser(
-        "publish",
-        parents=[o.common, o.cell, o.registry],
-        help="push a built cell's image and record its digest (out/cells/<id>/published.json)",
-    )
+    about = "push a built cell's image and record its digest (out/cells/<id>/published.json)"
+    p = _command(sub, "publish", images.cmd_publish, about, o.common, o.cell, o.registry)
     p.add_argument("--image", help="local image to push (default: the cell's tag)")
     p.add_argument(
         "--bake-metadata",
         type=path_value,
         help="record what `buildx bake --push --metadata-file FILE` pushed instead of pushing here",
     )
-    p.set_defaults(func=images.cmd_publish)
 
 
 def _publish_index(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser(
-        "publish-index",
-        parents=[o.common, o.select, o.registry],
-        help="put each stack's platforms under its one tag: an OCI index of the published digests",
-    )
+    about = "put each stack's platforms under its one tag: an OCI index of the published digests"
+    p = _command(sub, "publish-index", images.cmd_publish_index, about, o.common, o.select, o.registry)
     p.add_argument(
         "--refs-out",
         type=path_value,
         help="write each index made as REPO@sha256:... (one a line), for signing",
     )
-    p.set_defaults(func=images.cmd_publish_index)
 
 
 def _zipapp(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser("zipapp", help="write verify as a self-contained zipapp (python verify.pyz [flags])")
-    p.add_argument(
+    about = "write verify as a self-contained zipapp (python verify.pyz [flags])"
+    _command(sub, "zipapp", images.cmd_zipapp, about).add_argument(
         "--out",
         type=path_value,
         default=Path("out") / "verify.pyz",
         help="file to write, or a directory to write verify.pyz into (default: out/verify.pyz)",
     )
-    p.set_defaults(func=images.cmd_zipapp)
 
 
 def _clean(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser(
-        "clean",
-        help="remove the project's images (by label), its local bases and the BuildKit cache its builds made",
-    )
+    about = "remove the project's images (by label), its local bases and the BuildKit cache its builds made"
+    p = _command(sub, "clean", images.cmd_clean, about)
     p.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
-    p.set_defaults(func=images.cmd_clean)
 
 
 def _verify_wheel(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser(
-        "verify-wheel", help="write verify as the pure-Python wheel apex-verify (console script apex-verify)"
-    )
-    p.add_argument(
+    about = "write verify as the pure-Python wheel apex-verify (console script apex-verify)"
+    _command(sub, "verify-wheel", images.cmd_verify_wheel, about).add_argument(
         "--out",
         type=path_value,
         default=Path("dist"),
         help="folder to write apex_verify-VERSION-py3-none-any.whl into (default: dist/)",
     )
-    p.set_defaults(func=images.cmd_verify_wheel)
 
 
 def _ccache(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser(
-        "ccache",
-        parents=[o.common, o.cell],
-        help="carry the Apex build's ccache between CI runs: import DIR into BuildKit, or export it",
-    )
+    about = "carry the Apex build's ccache between CI runs: import DIR into BuildKit, or export it"
+    p = _command(sub, "ccache", images.cmd_ccache, about, o.common, o.cell)
     p.add_argument(
         "direction",
         choices=("import", "export"),
@@ -401,15 +372,14 @@ def _ccache(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     )
     p.add_argument(
         "--ccache-mount",
-        choices=("shared", "carried"),
+        choices=CCACHE_MOUNTS,
         default="shared",
         help="the mount bake's build compiles in: shared (default; what bake uses) or carried",
     )
     p.add_argument(
         "--extra-ca", type=path_value, help="CA bundle for a TLS-intercepting proxy (BuildKit secret)"
     )
-    p.add_argument("--progress", default="auto", choices=("auto", "plain", "tty"), help="BuildKit progress")
-    p.set_defaults(func=images.cmd_ccache)
+    p.add_argument("--progress", default="auto", choices=PROGRESS_MODES, help="BuildKit progress")
 
 
 def _wheel(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
@@ -417,9 +387,8 @@ def _wheel(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
 
 
 def _index(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
-    p = sub.add_parser(
-        "index", help="checked wheels -> a PEP 503/691 index per stack (INDEX/torch2.11-cu130/simple)"
-    )
+    about = "checked wheels -> a PEP 503/691 index per stack (INDEX/torch2.11-cu130/simple)"
+    p = _command(sub, "index", wheel_index.cmd_index, about)
     p.add_argument(
         "wheels",
         nargs="*",
@@ -433,7 +402,6 @@ def _index(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     p.add_argument(
         "--index", type=path_value, default=Path("out") / "index", help="index folder (default: out/index)"
     )
-    p.set_defaults(func=wheel_index.cmd_index)
 
 
 def _facts(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:

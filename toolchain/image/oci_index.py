@@ -1,7 +1,8 @@
 """One tag for every platform of a stack: an OCI image index made from the per-platform digests that were
 pushed (by `build.py publish`, or by buildx with push-by-digest in CI), PUT under the shared tag
-(Cell.tag: the cell id without its platform suffix). What `docker buildx imagetools create` does, done here
-so the same code runs in CI and against the tests' local registry.
+(Cell.tag: the cell id without its platform suffix). What `docker buildx imagetools create` does; the
+registry calls are skopeo's (toolchain/image/registry_api.py), the index's content is decided here, so the
+same code runs in CI and against the tests' local registry.
 
 A per-platform push may itself be an index (buildx attaches SBOM and provenance as attestation manifests
 beside the image): its entries are taken as they are, so the attestations stay reachable from the new index.
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 from toolchain.errors import ToolchainError
 from toolchain.image import registry_api
-from verify.runtime import exit_codes, input_files
+from verify.runtime import exit_codes
 
 ATTESTATION = "vnd.docker.reference.type"  # buildx's annotation on an attestation manifest
 
@@ -70,7 +71,7 @@ def _entries(registry: registry_api.Registry, image: PlatformImage) -> list[dict
             if ATTESTATION not in (e.get("annotations") or {})
         ]
     else:
-        config = _config(registry, manifest)
+        config = registry.get_config(image.digest)
         found = [platform_of(config)]
         entry = {
             "mediaType": manifest.media_type,
@@ -106,25 +107,10 @@ def make_index(repository: str, tag: str, images: list[PlatformImage]) -> ImageI
         )
     index = {"schemaVersion": 2, "mediaType": registry_api.OCI_INDEX, "manifests": entries}
     raw = json.dumps(index, separators=(",", ":"), sort_keys=True).encode()
-    stored = registry.put_manifest(tag, raw, registry_api.OCI_INDEX)
+    stored = registry.put_index(tag, raw)
     if stored != registry_api.digest_of(raw):
         raise IndexRefused(
             f"{repository}:{tag}: the registry stored the index as {stored}, not "
             f"{registry_api.digest_of(raw)} (what was sent); check the registry"
         )
     return ImageIndex(repository, tag, stored, named)
-
-
-def _config(registry: registry_api.Registry, manifest: registry_api.Manifest) -> dict:
-    """The image config a single-platform manifest names, through the bounded reader and checked as an object."""
-    config_ref = manifest.json().get("config")
-    digest = config_ref.get("digest") if isinstance(config_ref, dict) else None
-    if not isinstance(digest, str):
-        raise registry_api.BadRegistryAnswer(f"the manifest {manifest.digest} names no config digest")
-    try:
-        config = input_files.decode_json(registry.get_blob(digest), digest, input_files.REGISTRY_ANSWER)
-    except input_files.InputFileError as error:
-        raise registry_api.BadRegistryAnswer(f"the registry's config {error}") from None
-    if not isinstance(config, dict):
-        raise registry_api.BadRegistryAnswer(f"the config {digest} is not an object")
-    return config

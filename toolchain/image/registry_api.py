@@ -1,28 +1,39 @@
-"""The few OCI distribution API calls the toolchain makes itself (an image index from per-platform digests, the
-signature artifact of a digest): manifests and blobs by reference, over `requests`, with the credentials
-`docker login` stored (docker.auth reads config.json and credential helpers) and the registry's Bearer-token
-challenge. A loopback registry is spoken to over http, as Docker and podman do by default; any other over https.
+"""The registry calls the toolchain makes itself (the manifests and configs an image index is made from, the
+index put under its tag, a digest's signature artifact), made by skopeo rather than by hand-written HTTP:
+containers/image brings the credentials `docker login` and `podman login` stored, registries.conf, the token
+dance, retries and a digest check of every manifest and blob it reads. A loopback registry is spoken to
+without TLS, as Docker and podman do by default; any other over https.
+
+skopeo is Debian's and Ubuntu's `skopeo` package (GitHub's runners carry it); without it these calls are exit 3
+naming the package. What skopeo cannot do here stays ours: the index's content (the platform check, kept
+attestations) and the cosign key signature check (toolchain/image/signature.py; docs/architecture.md says why).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+import subprocess
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from toolchain.errors import EnvironmentUnavailable
-from verify.runtime import input_files
+from toolchain.errors import EnvironmentUnavailable, UsageError
+from verify.runtime import atomic, input_files
+from verify.runtime.messages import bounded, printable
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
-ACCEPT = ", ".join((OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
 _LOOPBACK = re.compile(r"^(localhost|127(?:\.\d{1,3}){3}|\[::1\])(:\d+)?$")
-_CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
-TIMEOUT_S = 60
+_FATAL = re.compile(r'msg="(.*)"$')  # skopeo's last line: time="…" level=fatal msg="…"
+TIMEOUT_S = 120  # one skopeo call: a manifest, a config, a signature artifact, or the index
+MAX_BLOB = 64 * 2**20  # what skopeo writes for us: a signature's blobs are a few hundred bytes
+INSTALL = "install skopeo (apt-get install skopeo; brew install skopeo), which makes the registry calls"
 
 
 @dataclass(frozen=True)
@@ -32,26 +43,16 @@ class Manifest:
     raw: bytes
 
     def json(self) -> dict[str, Any]:
-        """The manifest as an object; BadRegistryAnswer (exit 3, one line) when it is not JSON or not an object."""
-        try:
-            data = input_files.decode_json(
-                self.raw, f"the manifest {self.digest}", input_files.REGISTRY_ANSWER
-            )
-        except input_files.InputFileError as error:
-            raise BadRegistryAnswer(f"the registry's answer {error}") from None
-        if not isinstance(data, dict):
-            raise BadRegistryAnswer(
-                f"the registry's manifest {self.digest} is {type(data).__name__}, not an object"
-            )
-        return data
+        """The manifest as an object; BadRegistryAnswer (exit 3, one line) when it is not a JSON object."""
+        return _object(self.raw, f"the manifest {self.digest}")
 
 
 class BadRegistryAnswer(EnvironmentUnavailable):
-    """A registry answer that is not what the API promises (not JSON, the wrong shape, too large)."""
+    """A registry answer that is not what the API promises (not JSON, the wrong shape)."""
 
 
 class NotFound(Exception):
-    """The registry answered 404 for this manifest or blob."""
+    """The registry has no manifest under this reference."""
 
 
 def split_repository(repository: str) -> tuple[str, str]:
@@ -67,120 +68,124 @@ def digest_of(raw: bytes) -> str:
 
 
 class Registry:
-    """One repository on one registry, as `docker login` left its credentials."""
+    """One repository on one registry, reached through skopeo with the credentials a login stored."""
 
     def __init__(self, repository: str) -> None:
-        import requests
-
-        self.host, self.name = split_repository(repository.rstrip("/"))
-        self.base = f"{'http' if _LOOPBACK.match(self.host) else 'https'}://{self.host}/v2/{self.name}"
-        self.session = requests.Session()
-        self._token: str | None = None
-
-    # ------------------------------------------------------------ calls
+        self.repository = repository.rstrip("/")
+        if not self.repository or any(c.isspace() or not c.isprintable() for c in self.repository):
+            raise UsageError(
+                f"{printable(repository)!r}: not an image repository (empty, or a space or control character "
+                "in it); pass e.g. ghcr.io/OWNER/apex"
+            )
+        self.host, self.name = split_repository(self.repository)
+        self._insecure = bool(_LOOPBACK.match(self.host))
 
     def get_manifest(self, reference: str) -> Manifest:
-        answer = self._call("GET", f"/manifests/{reference}", headers={"Accept": ACCEPT})
-        raw = answer.content  # bounded by _call (input_files.REGISTRY_ANSWER)
-        media = (answer.headers.get("Content-Type") or "").split(";")[0] or _media_of(raw)
-        return Manifest(media, digest_of(raw), raw)
+        """The manifest (an image's or an index) under a tag or digest, as the registry holds its bytes."""
+        raw = self._skopeo("inspect", "--raw", *self._tls("--tls-verify"), self._ref(reference))
+        return Manifest(_media_of(raw), digest_of(raw), raw)
 
-    def get_blob(self, digest: str) -> bytes:
-        raw = self._call("GET", f"/blobs/{digest}").content  # bounded by _call
-        if digest_of(raw) != digest:
-            raise EnvironmentUnavailable(
-                f"{self.host}/{self.name}: blob {digest} came back with other content"
+    def get_config(self, reference: str) -> dict[str, Any]:
+        """The config blob of the image manifest under `reference` (its os, architecture, variant)."""
+        raw = self._skopeo("inspect", "--config", "--raw", *self._tls("--tls-verify"), self._ref(reference))
+        return _object(raw, f"the config of {printable(reference)}")
+
+    def get_artifact(self, reference: str) -> tuple[Manifest, dict[str, bytes]]:
+        """A small artifact (a signature) whole: its manifest and each blob by digest, each checked against it."""
+        with tempfile.TemporaryDirectory(prefix="apex-registry-") as work:
+            folder = Path(work) / "artifact"
+            self._skopeo(
+                "copy", "--quiet", *self._tls("--src-tls-verify"), self._ref(reference), f"dir:{folder}"
             )
-        return raw
+            raw = self._own_file(folder / "manifest.json")
+            blobs = {}
+            for path in folder.iterdir():
+                if re.fullmatch(r"[0-9a-f]{64}", path.name):
+                    data = self._own_file(path)
+                    if digest_of(data) != f"sha256:{path.name}":
+                        raise EnvironmentUnavailable(
+                            f"{self.host}/{self.name}: blob sha256:{path.name} came back with other content"
+                        )
+                    blobs[f"sha256:{path.name}"] = data
+        return Manifest(_media_of(raw), digest_of(raw), raw), blobs
 
-    def put_manifest(self, reference: str, raw: bytes, media_type: str) -> str:
-        """PUT a manifest under a tag (or its digest); the digest the registry says it stored."""
-        answer = self._call("PUT", f"/manifests/{reference}", data=raw, headers={"Content-Type": media_type})
-        return answer.headers.get("Docker-Content-Digest") or digest_of(raw)
+    def put_index(self, tag: str, raw: bytes) -> str:
+        """PUT the image index `raw` under `tag` as it is (its images are already in the repository: skopeo's
+        `--multi-arch index-only`); the digest the registry stored it as."""
+        with tempfile.TemporaryDirectory(prefix="apex-registry-") as work:
+            layout = Path(work) / "layout"
+            blob = digest_of(raw)
+            atomic.write_bytes(layout / "blobs" / "sha256" / blob.split(":", 1)[1], raw)
+            atomic.write_text(layout / "oci-layout", '{"imageLayoutVersion":"1.0.0"}')
+            entry = {"mediaType": OCI_INDEX, "digest": blob, "size": len(raw)}
+            atomic.write_text(layout / "index.json", json.dumps({"schemaVersion": 2, "manifests": [entry]}))
+            stored = Path(work) / "digest"
+            self._skopeo(
+                "copy", "--quiet", "--multi-arch", "index-only", *self._tls("--dest-tls-verify"),
+                "--digestfile", str(stored), f"oci:{layout}", self._ref(tag),
+            )  # fmt: skip
+            return self._own_file(stored).decode(errors="replace").strip() or blob
 
-    # ------------------------------------------------------------ transport
+    # ------------------------------------------------------------ skopeo
 
-    def _call(self, method: str, path: str, **kwargs: Any):
-        import requests
-
-        headers = dict(kwargs.pop("headers", {}))
-        for attempt in range(2):
-            if self._token:
-                headers["Authorization"] = f"Bearer {self._token}"
-            try:
-                answer = self.session.request(
-                    method, self.base + path, headers=headers, timeout=TIMEOUT_S, stream=True, **kwargs
-                )
-                _bound(answer, f"{self.host}/{self.name}{path}")
-            except requests.RequestException as err:
-                raise EnvironmentUnavailable(
-                    f"registry {self.host} unreachable ({type(err).__name__}: "
-                    f"{str(err).splitlines()[0][:200]}); check the address and network"
-                ) from None
-            if answer.status_code == 401 and attempt == 0 and self._authenticate(answer):
-                continue
-            break
-        if answer.status_code == 404:
-            raise NotFound(f"{self.host}/{self.name}{path}")
-        if answer.status_code in (401, 403):
-            raise EnvironmentUnavailable(
-                f"registry {self.host} refused {method} {self.name}{path} ({answer.status_code}); "
-                f"log in first: docker login {self.host}"
-            )
-        if answer.status_code >= 400:
-            raise EnvironmentUnavailable(
-                f"registry {self.host}: {method} {self.name}{path} answered "
-                f"{answer.status_code} {answer.text[:200]!r}"
-            )
-        return answer
-
-    def _authenticate(self, answer) -> bool:
-        """The Bearer challenge: a token from the realm, with `docker login`'s credentials when there are any."""
-        challenge = answer.headers.get("WWW-Authenticate", "")
-        if not challenge.lower().startswith("bearer"):
-            return False
-        fields = dict(_CHALLENGE.findall(challenge))
-        params = {k: v for k, v in fields.items() if k in ("service", "scope")}
-        params.setdefault("scope", f"repository:{self.name}:pull,push")
-        auth = _credentials(self.host)
-        got = self.session.get(
-            fields.get("realm", ""), params=params, auth=auth, timeout=TIMEOUT_S, stream=True
-        )
-        _bound(got, "the registry's token answer")
-        if got.status_code != 200:
-            return False
+    def _own_file(self, path: Path) -> bytes:
+        """A file skopeo wrote into this call's own temporary folder, refused when larger than any it writes
+        (input_files.REGISTRY_ANSWER)."""
         try:
-            body = input_files.decode_json(
-                got.content, "the registry's token answer", input_files.REGISTRY_ANSWER
+            return input_files.read_bytes(path, input_files.REGISTRY_ANSWER)
+        except input_files.InputFileError as error:
+            raise BadRegistryAnswer(f"registry {printable(self.host)}: {error}") from None
+
+    def _ref(self, reference: str) -> str:
+        return f"docker://{self.repository}{'@' if reference.startswith('sha256:') else ':'}{reference}"
+
+    def _tls(self, flag: str) -> list[str]:
+        return [f"{flag}=false"] if self._insecure else []
+
+    def _skopeo(self, verb: str, *args: str) -> bytes:
+        where = printable(f"{self.host}/{self.name}")
+        try:
+            done = subprocess.run(["skopeo", verb, *args], capture_output=True, timeout=TIMEOUT_S)
+        except FileNotFoundError:
+            raise EnvironmentUnavailable(f"registry {where}: no skopeo on PATH; {INSTALL}") from None
+        except subprocess.TimeoutExpired:
+            raise EnvironmentUnavailable(
+                f"registry {where}: skopeo {verb} took over {TIMEOUT_S} s; check the address and network"
+            ) from None
+        if done.returncode == 0:
+            return done.stdout
+        why = _why(done.stderr.decode(errors="replace"))
+        if "manifest unknown" in why:
+            raise NotFound(f"{where}: {why}")
+        if "invalid reference format" in why:
+            raise UsageError(
+                f"{printable(self.repository)}: not an image repository ({why}); pass e.g. ghcr.io/OWNER/apex"
             )
-        except input_files.InputFileError:
-            return False
-        token = body.get("token") or body.get("access_token") if isinstance(body, dict) else None
-        self._token = token if isinstance(token, str) else None
-        return bool(self._token)
-
-
-def _bound(answer: Any, name: str) -> None:
-    """Read a streamed answer's body through the bounded reader (at most input_files.REGISTRY_ANSWER), so
-    that .content and .text are what was read: an endless or huge answer costs the limit, not its size."""
-    try:
-        answer._content = input_files.read_chunks(
-            answer.iter_content(1 << 20), name, input_files.REGISTRY_ANSWER
+        if re.search(r"unauthorized|authentication required|denied", why, re.I):
+            raise EnvironmentUnavailable(
+                f"registry {where} refused skopeo {verb} ({why}); log in first: docker login {self.host}"
+            )
+        raise EnvironmentUnavailable(
+            f"registry {where}: skopeo {verb} failed ({why}); check the address and network"
         )
-    except input_files.InputFileError as error:
-        answer.close()
-        raise BadRegistryAnswer(f"registry answer {error}") from None
 
 
-def _credentials(host: str) -> tuple[str, str] | None:
-    from docker import auth
+def _why(stderr: str) -> str:
+    """skopeo's own reason, one bounded line."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    last = lines[-1] if lines else "no message"
+    found = _FATAL.search(last)
+    return bounded(printable((found.group(1) if found else last).replace('\\"', '"')))
 
-    found = auth.resolve_authconfig(auth.load_config(), host) or {}
-    user, secret = (
-        found.get("username") or found.get("Username"),
-        found.get("password") or found.get("Secret"),
-    )
-    return (user, secret) if user and secret else None
+
+def _object(raw: bytes, what: str) -> dict[str, Any]:
+    try:
+        found = input_files.decode_json(raw, what, input_files.REGISTRY_ANSWER)
+    except input_files.InputFileError as error:  # not JSON, not UTF-8, too large
+        raise BadRegistryAnswer(f"the registry's answer for {bounded(str(error))}") from None
+    if not isinstance(found, dict):
+        raise BadRegistryAnswer(f"the registry's answer for {what} is {type(found).__name__}, not an object")
+    return found
 
 
 def _media_of(raw: bytes) -> str:

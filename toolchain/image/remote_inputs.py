@@ -2,10 +2,14 @@
 
 Without this, an unreachable input shows up only in the stage that fetches it: no GitHub fails the
 apex-src stage after the devel and torch stages ran (~290 s on 2 cores). `check()` asks each remote input
-the cell's route needs (the Apex git host unless --apex-src, the torch index and PyPI unless --wheelhouse,
-PyPI for the local route's CUDA wheels, the base images on NVIDIA's route) with a short timeout, all at
-once, and raises one EnvironmentUnavailable (exit 3) with one line per input that did not answer, each
-naming the input and the fix. Any HTTP answer counts as reachable (a 404 still proves the host is there).
+that the chosen --target's stages fetch on the cell's route (the Apex git host for apex-src unless
+--apex-src, the torch index and PyPI for torch unless --wheelhouse, PyPI for the local route's CUDA wheels in
+apex-build, the base images a forced route stands on) with a short timeout, all at once, and raises one
+EnvironmentUnavailable (exit 3) with one line per input that did not answer, each naming the input and the
+fix. Any HTTP answer counts as reachable (a 404 still proves the host is there).
+
+It runs after the route is chosen: `--base auto` has already moved a cell whose NVIDIA base cannot be pulled
+to the local base, whose images the build makes here, so the check never stands in the fallback's way.
 """
 
 from __future__ import annotations
@@ -22,11 +26,30 @@ from pathlib import Path
 
 from toolchain.errors import EnvironmentUnavailable
 from toolchain.spec import compat as compat_mod
+from toolchain.spec import targets as targets_mod
 from toolchain.spec.cell import Cell
 from verify.runtime import input_files
 
 TIMEOUT_S = 5.0  # per probe; the probes run at once, so the whole check takes about this long at most
-SKIP_HINT = "without --network-check the build goes on to meet it"
+SKIP_HINT = "--no-network-check (make: NETWORK_CHECK=no) builds anyway"
+
+# The stages of docker/Dockerfile that fetch something, as each target reaches them (FROM, COPY --from and
+# RUN --mount from= edges; os-runtime/os-slim by the RUNTIME_OS the target stands on, toolchain/spec/targets.py).
+# BuildKit runs only the stages a target reaches. tests/unit/test_remote_inputs.py derives this from the file.
+_APEX_BUILD = ("devel", "torch", "apex-src", "apex-build")
+FETCHING_STAGES: dict[str, tuple[str, ...]] = {
+    "devel": ("devel",),  # the devel base
+    "torch": ("devel", "torch"),  # + the torch index and PyPI
+    "apex-src": ("devel", "apex-src"),  # + the Apex git host
+    "apex-build": _APEX_BUILD,  # + PyPI for CUDA's wheels on the local route
+    "runtime-devel": _APEX_BUILD,
+    "runtime": (*_APEX_BUILD, "os-runtime"),  # + the runtime base
+    "runtime-slim": (*_APEX_BUILD, "os-slim"),  # + the slim base (an OS image)
+    "verify-runtime": ("devel", "torch", "os-runtime"),
+    "ccache": ("devel",),  # the compiler cache carried across CI runs: both stand on devel
+    "ccache-import": ("devel",),
+}
+_EVERY_STAGE = tuple(dict.fromkeys(s for stages in FETCHING_STAGES.values() for s in stages))
 
 # url -> None when it answers, else why not (one line)
 Probe = Callable[[str], "str | None"]
@@ -45,14 +68,17 @@ class RemoteInput:
 def needed(
     cell: Cell,
     *,
+    target: str = "runtime",
     apex_src: Path | None,
     wheelhouse: Path | None,
     facts: compat_mod.Compat | None = None,
 ) -> list[RemoteInput]:
-    """The remote inputs a build of `cell` (as routed) fetches, given the offline inputs it was handed."""
+    """The remote inputs a build of `cell` (as routed) for `target` fetches, given the offline inputs it was
+    handed. A target this table does not know is taken as fetching everything."""
     facts = facts or compat_mod.load()
+    stages = FETCHING_STAGES.get(target, _EVERY_STAGE)
     inputs = []
-    if apex_src is None:
+    if "apex-src" in stages and apex_src is None:
         inputs.append(
             RemoteInput(
                 "Apex source (git)",
@@ -60,7 +86,7 @@ def needed(
                 "pass a local Apex checkout: make APEX_SRC=DIR (build.py --apex-src DIR)",
             )
         )
-    if wheelhouse is None:
+    if "torch" in stages and wheelhouse is None:
         inputs.append(
             RemoteInput(
                 f"torch {cell.torch} index",
@@ -69,26 +95,38 @@ def needed(
                 "--torch-index-url URL",
             )
         )
-    cuda_wheels = cell.base_route == "local" and not cell.os_cuda_packages  # nvcc from NVIDIA's wheels
-    if wheelhouse is None or cuda_wheels:
-        uses = "the build requirements" + (" and CUDA's nvcc wheels" if cuda_wheels else "")
+    # nvcc from NVIDIA's wheels: the local route on an OS that does not package the cell's CUDA
+    cuda_wheels = "apex-build" in stages and cell.base_route == "local" and not cell.os_cuda_packages
+    if ("torch" in stages and wheelhouse is None) or cuda_wheels:
+        uses = "the build requirements" if "torch" in stages and wheelhouse is None else ""
+        uses += (" and " if uses else "") + ("CUDA's nvcc wheels" if cuda_wheels else "")
         fix = (
             "reach PyPI (a TLS proxy: make EXTRA_CA=PEM), or build on NVIDIA's images: make BASE=nvidia"
             if cuda_wheels
             else "pass the build requirements as wheels: make WHEELHOUSE=DIR (build.py --wheelhouse DIR)"
         )
         inputs.append(RemoteInput(f"PyPI ({uses})", facts.pypi_index_url, fix))
-    if cell.base_route in ("nvidia", "given"):
-        for ref in dict.fromkeys((cell.base_devel, cell.base_runtime)):
-            fix = (
-                "build on the local Debian base instead: make BASE=local (build.py --base local), or load "
-                "the image (docker load)"
-                if cell.base_route == "nvidia"
-                else "name images the engine has or a registry serves: BASE_DEVEL_IMAGE=/BASE_RUNTIME_IMAGE="
-            )
-            inputs.append(RemoteInput("base image", ref, fix, kind="image"))
+    if cell.base_route in ("nvidia", "given"):  # the local route's bases are made here, not fetched
+        inputs += _base_images(cell, stages)
     inputs = [i for i in inputs if i.kind == "image" or _is_remote(i.where)]
     return list({(i.what, i.where): i for i in inputs}.values())
+
+
+def _base_images(cell: Cell, stages: tuple[str, ...]) -> list[RemoteInput]:
+    refs = []
+    if "devel" in stages:
+        refs.append(cell.base_devel)
+    if "os-runtime" in stages:
+        refs.append(cell.base_runtime)
+    if "os-slim" in stages:
+        refs.append(targets_mod.slim_base(cell.base_devel, cell.base_runtime))
+    fix = (
+        "build on the local Debian base instead: make BASE=local (build.py --base local), or load "
+        "the image (docker load)"
+        if cell.base_route == "nvidia"
+        else "name images the engine has or a registry serves: BASE_DEVEL_IMAGE=/BASE_RUNTIME_IMAGE="
+    )
+    return [RemoteInput("base image", ref, fix, kind="image") for ref in dict.fromkeys(refs)]
 
 
 def _is_remote(url: str) -> bool:
@@ -156,7 +194,10 @@ def check(
     missing = [(item, why) for item, why in zip(inputs, answers, strict=True) if why is not None]
     if not missing:
         return
-    lines = [f"{item.what} {item.where} cannot be reached ({why}); {item.fix}" for item, why in missing]
+    lines = [
+        f"{item.what} {item.where} cannot be {'pulled' if item.kind == 'image' else 'reached'} ({why}); {item.fix}"
+        for item, why in missing
+    ]
     if len(lines) == 1:
         raise EnvironmentUnavailable(f"{lines[0]} (nothing was built; {SKIP_HINT})")
     raise EnvironmentUnavailable(

@@ -4,8 +4,9 @@ Three policies, one of which a pull from a registry must name (else exit 2, nami
   keyless  --signature-identity REGEX [--signature-issuer URL]: signed by a CI identity through Sigstore
            (images.yml signs each index with cosign keyless: the certificate names the workflow). Checked
            by the `cosign` CLI (Fulcio certificate, Rekor entry); no cosign on the node is exit 3.
-  key      --signature-key cosign.pub: signed with a key pair (`cosign sign --key`). Checked here: cosign's
-           signature artifact for the digest (tag `sha256-<hex>.sig` in the same repository) holds a
+  key      --signature-key cosign.pub: signed with a key pair (`cosign sign --key`). Checked here (cosign is
+           not packaged where this runs; Debian's skopeo has sigstore disabled): cosign's signature artifact
+           for the digest (tag `sha256-<hex>.sig` in the same repository, fetched by skopeo) holds a
            simple-signing payload per layer, signed (ECDSA P-256, SHA-256) in the layer's
            `dev.cosignproject.cosign/signature` annotation; a signature counts only if it verifies against
            the key and its payload names this very digest.
@@ -204,7 +205,8 @@ def _with_key(repository: str, digest: str, key_path: Path) -> dict:
     registry = registry_api.Registry(repository)
     tag = digest.replace(":", "-") + ".sig"
     try:
-        artifact = registry.get_manifest(tag).json()
+        manifest, blobs = registry.get_artifact(tag)
+        artifact = manifest.json()
     except registry_api.NotFound:
         raise SignatureRefused(
             f"refusing {repository}@{digest}: it is not signed (no {repository}:{tag}); sign it "
@@ -225,7 +227,10 @@ def _with_key(repository: str, digest: str, key_path: Path) -> dict:
         signature = (layer.get("annotations") or {}).get(SIGNATURE_ANNOTATION)
         if not signature:
             continue
-        payload = registry.get_blob(layer["digest"])
+        payload = blobs.get(layer.get("digest") or "")
+        if payload is None:
+            reasons.append("a signature layer the artifact does not hold")
+            continue
         try:
             key.verify(base64.b64decode(signature), payload, ec.ECDSA(hashes.SHA256()))
         except (InvalidSignature, ValueError):

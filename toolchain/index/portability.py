@@ -22,6 +22,7 @@ import io
 import re
 import struct
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -248,6 +249,21 @@ def decide(
     return None, [*problems, f"it asks for {', '.join(beyond)}, beyond every policy in {POLICY.name}"]
 
 
+def _is_shared_object(member: str) -> bool:
+    return member.endswith(".so") or ".so." in Path(member).name
+
+
+def shared_objects(wheel: Path) -> Iterator[tuple[str, bytes, frozenset[str]]]:
+    """Each shared object of the wheel: its member name, its bytes (the inflated size checked before inflating:
+    input_files.WHEEL_MEMBER) and the file names of every shared object the wheel holds (a module may link
+    another one it ships)."""
+    with input_files.open_zip(wheel) as archive:
+        shared = [n for n in archive.names() if _is_shared_object(n)]
+        own = frozenset(Path(n).name for n in shared)
+        for member in shared:
+            yield member, archive.read(member, input_files.WHEEL_MEMBER), own
+
+
 def wheel_portability(wheel: Path, excluded: tuple[str, ...]) -> Portability:
     """Read every shared object in the wheel; `excluded` are fnmatch patterns of the libraries whose versions
     do not count (torch's, CUDA's, the driver's), besides the ones the wheel holds itself."""
@@ -257,34 +273,31 @@ def wheel_portability(wheel: Path, excluded: tuple[str, ...]) -> Portability:
     other: set[str] = set()
     arches: set[str | None] = set()
     problems: list[str] = []
-    with input_files.open_zip(wheel) as archive:
-        shared = [n for n in archive.names() if n.endswith(".so") or ".so." in Path(n).name]
-        own = {Path(n).name for n in shared}
-        for member in shared:
-            try:  # the member's inflated size is checked before it is inflated (input_files.WHEEL_MEMBER)
-                found = versions_of(archive.read(member, input_files.WHEEL_MEMBER), Path(member))
-            except (
-                fatbin.FatbinError,
-                struct.error,
-                ValueError,
-                IndexError,
-            ) as error:  # a damaged ELF: named
-                problems.append(f"{member} is not an ELF64 file this check reads ({error})")
-                continue
-            arches.add(found.arch)
-            modules[member] = []
-            for library, versions in sorted(found.needs.items()):
-                skip = library in own or any(fnmatch.fnmatchcase(library, p) for p in (*excluded, *_LOADERS))
-                for version, names in sorted(versions.items()):
-                    modules[member].append(f"{library}: {version}" + (" (excluded)" if skip else ""))
-                    if skip:
-                        continue
-                    numeric = _NUMERIC.fullmatch(version)
-                    if numeric and numeric["family"] in ("GLIBC", *CXX_FAMILIES):
-                        asked.setdefault(numeric["family"], set()).add(_version(numeric["version"]))
-                        symbols.setdefault(version, set()).update(names)
-                    elif version.startswith(("GLIBC", "CXXABI", "GCC")):
-                        other.add(version)
+    for member, data, own in shared_objects(wheel):
+        try:
+            found = versions_of(data, Path(member))
+        except (
+            fatbin.FatbinError,
+            struct.error,
+            ValueError,
+            IndexError,
+        ) as error:  # a damaged ELF: named
+            problems.append(f"{member} is not an ELF64 file this check reads ({error})")
+            continue
+        arches.add(found.arch)
+        modules[member] = []
+        for library, versions in sorted(found.needs.items()):
+            skip = library in own or any(fnmatch.fnmatchcase(library, p) for p in (*excluded, *_LOADERS))
+            for version, names in sorted(versions.items()):
+                modules[member].append(f"{library}: {version}" + (" (excluded)" if skip else ""))
+                if skip:
+                    continue
+                numeric = _NUMERIC.fullmatch(version)
+                if numeric and numeric["family"] in ("GLIBC", *CXX_FAMILIES):
+                    asked.setdefault(numeric["family"], set()).add(_version(numeric["version"]))
+                    symbols.setdefault(version, set()).update(names)
+                elif version.startswith(("GLIBC", "CXXABI", "GCC")):
+                    other.add(version)
     if len(arches) > 1:
         problems.append(f"its modules are for more than one machine: {sorted(map(str, arches))}")
     arch = next(iter(arches)) if len(arches) == 1 else None

@@ -383,15 +383,13 @@ def _gate_problems(raw: bytes | None, version: str) -> list[str]:
 def _libraries(wheel: Path, allowed: tuple[str, ...]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """(module file -> DT_NEEDED, module file -> the entries not allowed); a library the wheel itself holds is allowed."""
     found: dict[str, list[str]] = {}
-    with input_files.open_zip(wheel) as archive:
-        shared = [n for n in archive.names() if n.endswith(".so") or ".so." in Path(n).name]
-        own = {Path(n).name for n in shared}
-        for member in shared:
-            data = archive.read(member, input_files.WHEEL_MEMBER)  # its size checked before inflating
-            try:
-                found[member] = fatbin.needed_libraries(data, member)
-            except fatbin.FatbinError as error:
-                found[member] = [f"unreadable ELF: {error}"]
+    own: frozenset[str] = frozenset()  # a wheel without shared objects holds none
+    for member, data, held in portability.shared_objects(wheel):
+        own = held
+        try:
+            found[member] = fatbin.needed_libraries(data, member)
+        except fatbin.FatbinError as error:
+            found[member] = [f"unreadable ELF: {error}"]
     foreign = {
         m: [lib for lib in libs if lib not in own and not any(fnmatch.fnmatchcase(lib, p) for p in allowed)]
         for m, libs in found.items()
