@@ -22,6 +22,7 @@ from toolchain.builder.build_inputs import BuildInputs
 from toolchain.builder.request import BuildRequest
 from toolchain.errors import EnvironmentUnavailable, UsageError
 from verify.domain.arch import Arch
+from verify.layers import module_map
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +48,10 @@ def check(
         "cuda from the index",
         {"CUDA_HOME": str(pypi.home), "PATH": path_first(env, str(pypi.home / "bin"))} if pypi else None,
     )
-    versions = check_build_tools(step.applied(env), inputs.archs, str(pypi.home) if pypi else None)
+    needs_cuda = any(module_map.module(m).cuda for m in inputs.expected)
+    versions = check_build_tools(
+        step.applied(env), inputs.archs, str(pypi.home) if pypi else None, needs_cuda=needs_cuda
+    )
     versions["nvcc_source"] = "pypi" if pypi else "system"
     if pypi:
         versions["cuda_wheels"] = {w.name: w.version for w in pypi.wheels}
@@ -172,10 +176,16 @@ def compiler_version(env: dict[str, str]) -> str | None:
 
 
 def check_build_tools(
-    env: dict[str, str], archs: Sequence[Arch] | None, cuda_home: str | None = None
+    env: dict[str, str],
+    archs: Sequence[Arch] | None,
+    cuda_home: str | None = None,
+    *,
+    needs_cuda: bool = True,
 ) -> dict:
     """Everything setup.py needs, checked up front so the user reads one clear line, not setup.py's
-    traceback. Returns the versions for the manifest. `cuda_home`: one assembled from the index."""
+    traceback. Returns the versions for the manifest. `cuda_home`: one assembled from the index.
+    `needs_cuda`: the flags ask for a CUDA extension. Without one (APEX_CPP_EXT alone) a CPU torch
+    builds: setup.py still runs `nvcc -V` at import, but compiles only the C++ module."""
     info = torch_info()
     nvcc, looked = find_nvcc(env)
     if info["torch_cuda"] is not None:
@@ -193,13 +203,13 @@ def check_build_tools(
             ),
         )
     release, full = nvcc_version(nvcc)
-    if info["torch_cuda"] is None:
+    if info["torch_cuda"] is None and needs_cuda:
         raise EnvironmentUnavailable(
             f"torch {info['torch']} is a CPU-only build (torch.version.cuda is None), so torch.utils.cpp_extension has "
             f"no CUDA_HOME and Apex's setup.py cannot run; install a CUDA {release} build of torch (its index: "
             f"`python build.py plan --cuda {release}` prints TORCH_INDEX_URL)",
         )
-    torch_cuda = ".".join(info["torch_cuda"].split(".")[:2])
+    torch_cuda = ".".join(info["torch_cuda"].split(".")[:2]) if info["torch_cuda"] else release
     if torch_cuda != release:
         raise EnvironmentUnavailable(
             f"nvcc {release} ({nvcc}) does not match torch {info['torch']}'s CUDA {torch_cuda}; Apex's setup.py requires "

@@ -254,6 +254,12 @@ def _gh_matrix(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
         action="store_true",
         help="one entry per registry tag (its cells, one per platform) for the index job, not per cell",
     )
+    p.add_argument(
+        "--published",
+        action="store_true",
+        help="the publish workflow's wheel jobs: one entry per cell of matrix.toml's [published] (with the "
+        "builder image pinned by digest, toolchain/data/publish.toml)",
+    )
     p.set_defaults(func=ci.cmd_gh_matrix)
 
 
@@ -432,6 +438,20 @@ def _index(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     )
     p.add_argument(
         "--index", type=path_value, default=Path("out") / "index", help="index folder (default: out/index)"
+    )
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--address", help="the URL the index is served at, for the pages' install lines")
+    where.add_argument(
+        "--repository",
+        metavar="OWNER/REPO",
+        help="the address is this GitHub repository's Pages site (toolchain/data/publish.toml)",
+    )
+    p.add_argument(
+        "--gpu-report",
+        type=path_value,
+        action="append",
+        default=[],
+        help="verify's full report.json from a GPU, shown beside the wheel it verified; repeatable",
     )
     p.set_defaults(func=wheel_index.cmd_index)
 

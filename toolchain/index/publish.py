@@ -27,7 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from toolchain.index import pages
+from toolchain.index import gpu_reports, pages
+from toolchain.index.gpu_reports import GpuReport
 from toolchain.index.wheel_check import CheckedWheel
 from verify.runtime import atomic
 
@@ -62,6 +63,7 @@ def _entry(stack: str, folder: Path) -> pages.Entry | None:
         )
         return None
     apex = manifest.get("apex") or {}
+    versions = manifest.get("versions") or {}
     return pages.Entry(
         stack=stack,
         name=wheel.name,
@@ -76,7 +78,19 @@ def _entry(stack: str, folder: Path) -> pages.Entry | None:
         archs=manifest.get("arch_list"),
         verdict=str(report.get("verdict")),
         glibc=check.get("glibc"),
+        torch=versions.get("torch"),
+        torch_cuda=versions.get("torch_cuda"),
+        gpu_verdict=_gpu_verdict(folder),
     )
+
+
+def _gpu_verdict(folder: Path) -> str | None:
+    try:
+        return str(json.loads((folder / gpu_reports.FILE).read_text())["verdict"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return "unreadable"
 
 
 def published(index: Path) -> list[pages.Entry]:
@@ -141,16 +155,28 @@ def _write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
-def add(index: Path, wheels: list[CheckedWheel], tools: dict[str, Path] | None = None) -> list[Outcome]:
+@dataclasses.dataclass(frozen=True)
+class Extras:
+    """What `build.py index` adds beside the wheels. `tools`: {"wheel": the apex-verify wheel, "zipapp":
+    verify.pyz}, copied to INDEX/tools/ and linked from every stack's page, the index's own simple/ and the
+    top page; `address`: where the index is served (<INDEX> on the pages when None); `gpu`: GPU verify
+    reports, each attached to the published wheel it verified."""
+
+    tools: dict[str, Path] | None = None
+    address: str | None = None
+    gpu: tuple[GpuReport, ...] = ()
+
+
+def add(index: Path, wheels: list[CheckedWheel], extras: Extras = Extras()) -> list[Outcome]:
     """Publish the checked wheels into `index`; returns what happened to each. One writer at a time: a second
-    `build.py index` on the same folder waits for the first (INDEX/.lock). `tools`: {"wheel": the apex-verify
-    wheel, "zipapp": verify.pyz}, copied to INDEX/tools/ and linked from every stack's page and the top page."""
+    `build.py index` on the same folder waits for the first (INDEX/.lock)."""
     index.mkdir(parents=True, exist_ok=True)
     with open(
         index / ".lock", "a"
     ) as lock:  # "a": never truncated, so a run that changes nothing changes nothing
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return _add(index, wheels, _publish_tools(index, tools) if tools else None)
+        tools = _publish_tools(index, extras.tools) if extras.tools else None
+        return _add(index, wheels, tools, extras)
 
 
 def _publish_tools(index: Path, tools: dict[str, Path]) -> pages.Tools:
@@ -166,7 +192,7 @@ def _publish_tools(index: Path, tools: dict[str, Path]) -> pages.Tools:
     return pages.Tools(wheel=files["wheel"], zipapp=files["zipapp"])
 
 
-def _add(index: Path, wheels: list[CheckedWheel], tools: pages.Tools | None = None) -> list[Outcome]:
+def _add(index: Path, wheels: list[CheckedWheel], tools: pages.Tools | None, extras: Extras) -> list[Outcome]:
     current = {(e.stack, e.name): e for e in published(index)}
     outcomes, stale = [], []
     for wheel in wheels:
@@ -198,13 +224,39 @@ def _add(index: Path, wheels: list[CheckedWheel], tools: pages.Tools | None = No
                 f"over the build of {old.built_at}" if old else "",
             )
         )
-    write_pages(index, list(current.values()), tools)
+    for report in extras.gpu:
+        outcomes.append(_attach(index, current, report))
+    write_pages(index, list(current.values()), tools, extras.address)
     for stale_folder in stale:  # no page links it any more
         shutil.rmtree(stale_folder, ignore_errors=True)
     return outcomes
 
 
-def write_pages(index: Path, entries: list[pages.Entry], tools: pages.Tools | None = None) -> None:
+def _attach(index: Path, current: dict[tuple[str, str], pages.Entry], report: GpuReport) -> Outcome:
+    """Put the report beside the published wheel it verified (see gpu_reports). A report that matches no
+    published wheel is the outcome `unmatched`: the command names it and exits 1."""
+    for key, entry in current.items():
+        if entry.version == report.version and entry.built_at == report.built_at:
+            folder = index / entry.stack / "files" / entry.folder
+            _write_bytes_if_changed(folder / gpu_reports.FILE, report.data)
+            current[key] = dataclasses.replace(entry, gpu_verdict=report.verdict)
+            return Outcome(entry.name, entry.stack, "gpu", f"verify on a GPU: {report.verdict}")
+    return Outcome(
+        str(report.path), "-", "unmatched", f"apex {report.version} built {report.built_at} is not published"
+    )
+
+
+def _write_bytes_if_changed(path: Path, data: bytes) -> None:
+    if not (path.is_file() and path.read_bytes() == data):
+        atomic.write_bytes(path, data)
+
+
+def write_pages(
+    index: Path,
+    entries: list[pages.Entry],
+    tools: pages.Tools | None = None,
+    address: str | None = None,
+) -> None:
     for stack in sorted({e.stack for e in entries}):
         mine = [e for e in entries if e.stack == stack]
         simple = index / stack / "simple"
@@ -215,6 +267,12 @@ def write_pages(index: Path, entries: list[pages.Entry], tools: pages.Tools | No
             _write_if_changed(simple / pages.TOOL_PROJECT / "index.json", pages.tool_json(tools.wheel))
         _write_if_changed(simple / "index.html", pages.root_html(tools))
         _write_if_changed(simple / "index.json", pages.root_json(tools))
+    if tools:  # the index's own simple/: apex-verify needs no stack (`pip install apex-verify --index-url INDEX/simple`)
+        top = index / "simple"
+        _write_if_changed(top / pages.TOOL_PROJECT / "index.html", pages.tool_html(tools.wheel, top=True))
+        _write_if_changed(top / pages.TOOL_PROJECT / "index.json", pages.tool_json(tools.wheel, top=True))
+        _write_if_changed(top / "index.html", pages.root_html(tools, apex=False))
+        _write_if_changed(top / "index.json", pages.root_json(tools, apex=False))
     if entries:
-        _write_if_changed(index / "stacks.json", pages.top_json(entries, tools))
-        _write_if_changed(index / "index.html", pages.top_html(entries, tools))
+        _write_if_changed(index / "stacks.json", pages.top_json(entries, tools, address))
+        _write_if_changed(index / "index.html", pages.top_html(entries, tools, address))
