@@ -270,6 +270,7 @@ def test_full_runs_verifys_whole_run_and_require_passes_through(monkeypatch, tmp
     )
     monkeypatch.setattr(index_stacks, "read", lambda index: [stack])
     monkeypatch.setattr(installer, "run", lambda plan: 0)
+    monkeypatch.setattr(command, "gate_require", lambda: None)  # the installed wheel carries no gate report
     calls: list[list[str]] = []
 
     def verify_run(args: list[str]) -> int:
@@ -280,7 +281,16 @@ def test_full_runs_verifys_whole_run_and_require_passes_through(monkeypatch, tmp
         command.run(["--index", "http://x/", "--full", "--require=FusedAdam"], "apex-verify", verify_run) == 0
     )
     assert command.run(["--index", "http://x/"], "apex-verify", verify_run) == exit_codes.FAILED
-    assert calls == [["--require=FusedAdam"], ["--static"]]
+    # a wheel whose gate required nothing (a build without CUDA modules) is checked for what it promised
+    monkeypatch.setattr(command, "gate_require", lambda: [""])
+    assert command.run(["--index", "http://x/"], "apex-verify", verify_run) == exit_codes.FAILED
+    assert command.run(["--index", "http://x/", "--require=FusedAdam"], "apex-verify", verify_run) == 1
+    assert calls == [
+        ["--require=FusedAdam"],
+        ["--static"],
+        ["--static", "--require="],
+        ["--static", "--require=FusedAdam"],
+    ]
 
 
 def test_the_pip_way_from_the_index_alone(parts, served, tmp_path) -> None:

@@ -49,6 +49,8 @@ def check(
         {"CUDA_HOME": str(pypi.home), "PATH": path_first(env, str(pypi.home / "bin"))} if pypi else None,
     )
     needs_cuda = any(module_map.module(m).cuda for m in inputs.expected)
+    if not needs_cuda:
+        check_cpu_torch(inputs)
     versions = check_build_tools(
         step.applied(env), inputs.archs, str(pypi.home) if pypi else None, needs_cuda=needs_cuda
     )
@@ -66,6 +68,28 @@ def check(
             inputs.src,
         )
     return BuildTools(versions=versions, cuda_from_pypi=pypi.manifest() if pypi else None, env=step)
+
+
+# Apex's setup.py (every ref the project builds) asks `$CUDA_HOME/bin/nvcc -V` at import, outside any
+# switch; torch.utils.cpp_extension sets CUDA_HOME to None in a CPU torch, so such a tree cannot build there
+_NVCC_AT_IMPORT = re.compile(r"^\S[^\n]*get_cuda_bare_metal_version\(CUDA_HOME\)", re.M)
+
+
+def check_cpu_torch(inputs: BuildInputs) -> None:
+    """A build without CUDA modules (APEX_CPP_EXT alone) runs on a CPU torch, unless setup.py itself asks
+    torch's CUDA_HOME for nvcc at import: then one line that says so and which torch builds it."""
+    info = torch_info()
+    if info["torch_cuda"] is not None:
+        return
+    text = inputs.setup.path.read_text(encoding="utf-8", errors="replace")
+    found = _NVCC_AT_IMPORT.search(text)
+    if found:
+        line = text.count("\n", 0, found.start()) + 1
+        raise EnvironmentUnavailable(
+            f"torch {info['torch']} is a CPU-only build, and {inputs.setup.path} line {line} runs "
+            "`$CUDA_HOME/bin/nvcc -V` at import, which a CPU torch leaves None; install a CUDA build of torch "
+            "with its nvcc (even APEX_CPP_EXT alone needs one: the C++ module itself compiles without a GPU)"
+        )
 
 
 def _run(cmd: list[str], **kwargs) -> str:

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import NoReturn
 
-from toolchain.commands import cells, ci, images, wheel_index
+from toolchain.commands import cells, ci, images, release, wheel_index
 from toolchain.errors import UsageError
 from toolchain.spec import cell_fields, ci_matrix
 from verify.domain.paths import expanded_path_value as path_value  # the builder's check, ~ expanded
@@ -422,6 +422,26 @@ def _wheel(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     sub.add_parser("wheel", help="build the Apex wheel on bare metal (see build.py wheel --help)")
 
 
+def _release(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
+    p = sub.add_parser(
+        "release",
+        help="the publish workflow here: wheel, check, tag, index, a fresh venv, apex-verify install (PASS)",
+        description="Build and gate the wheel with --python's torch, index it into --out, serve it on "
+        "127.0.0.1, make a fresh venv with that torch and run `apex-verify install` from the served index.",
+    )
+    p.add_argument("--apex-src", required=True, type=path_value, help="an Apex checkout")
+    p.add_argument("--out", type=path_value, default=Path("site"), help="the index folder (default: site)")
+    p.add_argument("--python", help="the torch environment's Python (default: the one running build.py)")
+    p.add_argument("--flags", help="build.py wheel's --flags (default: compat.toml's core flags)")
+    p.add_argument("--archs", help="build.py wheel's --archs (needed for CUDA flags)")
+    p.add_argument("--apex-commit", help="the commit of --apex-src when it has no .git (provenance)")
+    p.add_argument(
+        "--torch-index-url", help="where the fresh venv's pip finds torch (default: pip's settings)"
+    )
+    p.add_argument("--keep-work", action="store_true", help="keep the work folder (the wheel, the venv)")
+    p.set_defaults(func=release.cmd_release)
+
+
 def _index(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     p = sub.add_parser(
         "index", help="checked wheels -> a PEP 503/691 index per stack (INDEX/torch2.11-cu130/simple)"
@@ -497,6 +517,7 @@ _COMMANDS = (
     _ccache,
     _wheel,
     _index,
+    _release,
     _facts,
 )
 
