@@ -192,6 +192,12 @@ def _image(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
         help="first probe the remote inputs the build fetches (Apex git host, package indexes, base images) "
         "and stop with exit 3 naming each one that does not answer",
     )
+    p.add_argument(
+        "--apex-index",
+        metavar="URL",
+        help="take the cell's verified wheel from this index (build.py index) instead of compiling Apex; "
+        "the static gate still runs; exit 3 when the index has no wheel for the cell's stack and Python",
+    )
     p.set_defaults(func=cells.cmd_image)
 
 

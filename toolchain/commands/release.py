@@ -105,7 +105,7 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-class Server:
+class IndexServer:
     """The local index server (toolchain/index/serve.py) on 127.0.0.1:`port`; `url` ends in '/'."""
 
     def __init__(self, index: Path, port: int) -> None:
@@ -179,7 +179,7 @@ def _release(args: argparse.Namespace, python: str, torch_spec: list[str], work:
     index = [sys.executable, str(BUILD_PY), "index", str(dist), "--index", str(args.out)]
     steps.must("index", [*index, "--address", address])
     venv_python = fresh_venv(python, work / "venv", torch_spec, steps)
-    server = Server(args.out, port)
+    server = IndexServer(args.out, port)
     try:
         tool = [str(venv_python), "-m", "pip", "install", "--quiet", "apex-verify"]
         steps.must("apex-verify", [*tool, "--index-url", f"{server.url}simple"])

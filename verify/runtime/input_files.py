@@ -91,6 +91,12 @@ INDEX_STACKS = InputKind(
     "build.py index writes ~300 bytes a stack",
     "pass the root of an index `build.py index` wrote (the folder with stacks.json) as --index URL",
 )
+APEX_WHEEL = InputKind(
+    "Apex wheel from an index",
+    2048 * MiB,
+    "the core build for five archs is ~150 MB, one arch ~43 MB",
+    "pass the root of an index `build.py index` wrote as --apex-index URL",
+)
 KINDS = (
     MATRIX,
     FACTS,
@@ -101,6 +107,7 @@ KINDS = (
     WHEEL_HASHES,
     INDEX_ANSWER,
     INDEX_STACKS,
+    APEX_WHEEL,
 )
 URL_SCHEMES = ("http", "https", "file")
 
