@@ -96,7 +96,8 @@ def find(cell: Cell, index: str) -> IndexWheel:
             "publish the stack's wheel there first (build.py index)"
         )
     page_url = urllib.parse.urljoin(base, stacks[stack].rstrip("/") + "/apex/")
-    page = _json(page_url, input_files.INDEX_ANSWER, f"the {stack} page")
+    # the page's JSON by its file name: a static host (Pages, a bucket, file://) serves a folder as its HTML
+    page = _json(page_url + "index.json", input_files.INDEX_ANSWER, f"the {stack} page")
     files = page.get("files") if isinstance(page, dict) else None
     rows = [f for f in files or [] if isinstance(f, dict) and isinstance(f.get("filename"), str)]
     for row in rows:

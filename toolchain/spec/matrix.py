@@ -130,7 +130,7 @@ def load_matrix(
         if cell is not None:
             cells.append(cell)
     problems += _check_unique(cells)
-    published, published_problems = _published(raw.get("published", {}), [c.name for c in cells])
+    published, published_problems = _published(raw.get("published", {}), list(cells_raw))
     problems += published_problems
     if problems:
         raise MatrixError(problems, source=str(path))
