@@ -131,7 +131,8 @@ def fresh_venv(python: str, path: Path, torch_spec: list[str], steps: Steps) -> 
     Apex index does not hold): the user who has just that."""
     steps.must("venv", [python, "-m", "venv", str(path)])
     venv_python = path / "bin" / "python"
-    steps.must("torch", [str(venv_python), "-m", "pip", "install", "--quiet", *torch_spec, "packaging"])
+    steps.must("torch", [str(venv_python), "-m", "pip", "install", "--quiet", *torch_spec])
+    steps.must("packaging", [str(venv_python), "-m", "pip", "install", "--quiet", "packaging"])
     return venv_python
 
 
