@@ -5,6 +5,7 @@ refusals checked to leave that venv as it was."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 from pathlib import Path
@@ -16,7 +17,7 @@ from tests import wheel_builds as wb
 from tests.support import run_build
 from tests.wheel_builds import Served
 from toolchain.builder import wheel_identity
-from verify.install import choice
+from verify.install import choice, local_stack
 from verify.install.index_stacks import IndexStack
 from verify.install.local_stack import LocalStack
 from verify.runtime import exit_codes
@@ -211,6 +212,18 @@ def test_an_unreachable_index_is_3_and_a_bad_url_is_2(parts, tmp_path) -> None:
 def _local(**changes: object) -> LocalStack:
     base = LocalStack("2.11.0+cu130", "13.0", True, "3.12.3", "cp312", "linux_x86_64", "2.39", None)
     return LocalStack(**{**base.__dict__, **changes})
+
+
+def test_torch_is_pinned_to_the_installed_distributions_version_not_torch_version() -> None:
+    """PyPI's CUDA torch says 2.14.1 in its metadata and 2.14.1+cu130 in torch.__version__: a pin on the
+    latter matches no installed distribution, and pip reports a conflict (seen with torch 2.14.1 here)."""
+    from verify.install import installer
+
+    pypi = _local(torch_version="2.14.1+cu130", torch_distribution="2.14.1")
+    assert pypi.torch_pin == "2.14.1" and pypi.name == "torch2.14-cu130"
+    assert installer.plan("http://x/s/", pypi.torch_pin, dry_run=True).torch_pin == "torch==2.14.1"
+    assert _local().torch_pin == "2.11.0+cu130"  # no metadata found: torch.__version__
+    assert local_stack.read().torch_pin == importlib.metadata.version("torch")
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,7 @@ def _install(args: argparse.Namespace, prog: str, verify_run: VerifyRun) -> int:
     root = index_stacks.root_url(args.index)  # a bad URL is exit 2 before torch is even imported
     local = local_stack.read()
     picked = choice.choose(local, index_stacks.read(args.index), root)
-    plan = installer.plan(picked.stack.simple_url, local.torch_version, dry_run=args.dry_run)
+    plan = installer.plan(picked.stack.simple_url, local.torch_pin, dry_run=args.dry_run)
     print(
         f"{prog} install: {local.describe()} -> {picked.stack.name} ({', '.join(picked.wheels)}); {plan.tool}:"
         f" {plan.shown()}",
