@@ -71,7 +71,7 @@ image:
 # with that torch -> apex-verify install from the served index (docs/wheels.md#one-local-command)
 #   make publish OUT=site APEX_SRC=<apex checkout> [APEX_FLAGS=APEX_CPP_EXT] [ARCHS=9.0] [PY=<torch venv python>]
 publish:
-	$(BUILD) release --apex-src $(call q,APEX_SRC) --out $(call q,OUT) $(call opt,--flags,APEX_FLAGS) \
+	$(BUILD) release $(call opt,--apex-src,APEX_SRC) --out $(call q,OUT) $(call opt,--flags,APEX_FLAGS) \
 	  $(call opt,--archs,ARCHS)
 
 # what make image leaves: the project's images, its local bases, the BuildKit cache its builds made

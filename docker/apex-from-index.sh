@@ -13,8 +13,9 @@ if [ -z "$name" ] || [ ! -f "$src" ]; then
   exit 2
 fi
 mkdir -p /opt/apex
-cp "$src" "/opt/apex/${name}"
-pip install --no-deps --no-index --no-cache-dir "/opt/apex/${name}"
+cp "$src" /opt/apex/
+cd /opt/apex
+pip install --no-deps --no-index --no-cache-dir "./${name}"
 manifest=$(python -c 'import importlib.metadata as m
 d = m.distribution("apex")
 print(d.locate_file(next(f for f in d.files if f.name == "build-manifest.json" and f.parent.name.endswith(".dist-info"))))')
@@ -24,7 +25,7 @@ from toolchain.builder.static_gate import gate_required
 print(gate_required(json.load(open("/opt/apex/build-manifest.json"))["expected_modules"]))')
 {
   echo "apex from an index (no compile): ${name}"
-  echo "sha256 $(sha256sum "/opt/apex/${name}" | cut -d' ' -f1), checked by build.py against the index's page"
+  echo "sha256 $(sha256sum "./${name}" | cut -d' ' -f1), checked by build.py against the index's page"
 } >/opt/apex/apex-build.log
 python -m verify --static --manifest /opt/apex/build-manifest.json "--require=${required}" \
   --json /opt/apex/verify-static.json --markdown /opt/apex/verify-static.md

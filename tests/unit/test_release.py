@@ -1,8 +1,9 @@
 """`build.py release` (`make publish OUT=site`): the publish workflow's steps as one local command. The unit
-tier checks its refusals; the slow tier runs it end to end on an Apex-shaped tree with this machine's CPU
-torch (a real C++ module built by the project's builder, gated, indexed and tagged, a fresh venv with only
-torch, `apex-verify install` from the served index: PASS). With real Apex the same command needs a CUDA
-build of torch (Apex's setup.py asks torch's CUDA_HOME for nvcc at import): docs/wheels.md has that run."""
+tier checks its refusals; the slow tier runs it end to end with this machine's CPU torch: the wheel of an
+Apex-shaped tree (a real C++ module) built and gated by the project's builder (`tests/wheel_builds.py`: the
+CLI's `build.py wheel` refuses a CPU torch, as Apex's setup.py needs torch's CUDA_HOME), then `release
+--wheels`: checked, tagged, indexed, a fresh venv with only torch, `apex-verify install` from the served
+index: PASS. The whole command on real Apex with a CUDA torch is in docs/wheels.md (measured here)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,23 @@ from tests.support import REPO, run_build
 from verify.runtime import exit_codes
 
 
-def test_release_without_an_apex_checkout_is_usage(tmp_path: Path) -> None:
-    done = run_build("release", "--apex-src", str(tmp_path), "--out", str(tmp_path / "site"))
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--apex-src", "{tmp}"], "no setup.py there; pass an Apex checkout"),
+        (["--wheels", "{tmp}"], "no .whl there"),
+        ([], "pass --apex-src DIR (build the wheel) or --wheels DIR"),
+        (
+            ["--apex-src", "{tmp}", "--wheels", "{tmp}"],
+            "pass --apex-src DIR (build the wheel) or --wheels DIR",
+        ),
+    ],
+)
+def test_release_without_a_source_or_wheels_is_usage(tmp_path: Path, args: list[str], says: str) -> None:
+    given = [a.format(tmp=tmp_path) for a in args]
+    done = run_build("release", *given, "--out", str(tmp_path / "site"))
     assert done.returncode == exit_codes.USAGE, done.stderr
-    assert "no setup.py there; pass an Apex checkout" in done.stderr and not (tmp_path / "site").exists()
+    assert says in done.stderr and not (tmp_path / "site").exists()
 
 
 def test_release_with_a_python_that_has_no_torch_is_the_environment(tmp_path: Path) -> None:
@@ -52,21 +66,18 @@ def test_release_end_to_end_on_this_machines_torch(tmp_path: Path) -> None:
     import torch
 
     python = wb.torch_venv(tmp_path / "build-env")  # the gate installs Apex here, not into the suite's venv
-    src = wb.apex_shaped_tree(tmp_path / "apex")
+    built = wb.build_stamped(tmp_path, python)
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
     site = tmp_path / "site"
     index_url = os.environ.get("TORCH_INDEX")
     done = run_build(
         "release",
-        "--apex-src",
-        str(src),
+        "--wheels",
+        str(tmp_path / "out"),
         "--out",
         str(site),
         "--python",
         str(python),
-        "--flags",
-        "APEX_CPP_EXT",
-        "--apex-commit",
-        wb.COMMIT,
         *(["--torch-index-url", index_url] if index_url else []),
         timeout=1200,
     )

@@ -22,7 +22,6 @@ from toolchain.builder.build_inputs import BuildInputs
 from toolchain.builder.request import BuildRequest
 from toolchain.errors import EnvironmentUnavailable, UsageError
 from verify.domain.arch import Arch
-from verify.layers import module_map
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,12 +47,7 @@ def check(
         "cuda from the index",
         {"CUDA_HOME": str(pypi.home), "PATH": path_first(env, str(pypi.home / "bin"))} if pypi else None,
     )
-    needs_cuda = any(module_map.module(m).cuda for m in inputs.expected)
-    if not needs_cuda:
-        check_cpu_torch(inputs)
-    versions = check_build_tools(
-        step.applied(env), inputs.archs, str(pypi.home) if pypi else None, needs_cuda=needs_cuda
-    )
+    versions = check_build_tools(step.applied(env), inputs.archs, str(pypi.home) if pypi else None)
     versions["nvcc_source"] = "pypi" if pypi else "system"
     if pypi:
         versions["cuda_wheels"] = {w.name: w.version for w in pypi.wheels}
@@ -68,28 +62,6 @@ def check(
             inputs.src,
         )
     return BuildTools(versions=versions, cuda_from_pypi=pypi.manifest() if pypi else None, env=step)
-
-
-# Apex's setup.py (every ref the project builds) asks `$CUDA_HOME/bin/nvcc -V` at import, outside any
-# switch; torch.utils.cpp_extension sets CUDA_HOME to None in a CPU torch, so such a tree cannot build there
-_NVCC_AT_IMPORT = re.compile(r"^\S[^\n]*get_cuda_bare_metal_version\(CUDA_HOME\)", re.M)
-
-
-def check_cpu_torch(inputs: BuildInputs) -> None:
-    """A build without CUDA modules (APEX_CPP_EXT alone) runs on a CPU torch, unless setup.py itself asks
-    torch's CUDA_HOME for nvcc at import: then one line that says so and which torch builds it."""
-    info = torch_info()
-    if info["torch_cuda"] is not None:
-        return
-    text = inputs.setup.path.read_text(encoding="utf-8", errors="replace")
-    found = _NVCC_AT_IMPORT.search(text)
-    if found:
-        line = text.count("\n", 0, found.start()) + 1
-        raise EnvironmentUnavailable(
-            f"torch {info['torch']} is a CPU-only build, and {inputs.setup.path} line {line} runs "
-            "`$CUDA_HOME/bin/nvcc -V` at import, which a CPU torch leaves None; install a CUDA build of torch "
-            "with its nvcc (even APEX_CPP_EXT alone needs one: the C++ module itself compiles without a GPU)"
-        )
 
 
 def _run(cmd: list[str], **kwargs) -> str:
@@ -200,16 +172,10 @@ def compiler_version(env: dict[str, str]) -> str | None:
 
 
 def check_build_tools(
-    env: dict[str, str],
-    archs: Sequence[Arch] | None,
-    cuda_home: str | None = None,
-    *,
-    needs_cuda: bool = True,
+    env: dict[str, str], archs: Sequence[Arch] | None, cuda_home: str | None = None
 ) -> dict:
     """Everything setup.py needs, checked up front so the user reads one clear line, not setup.py's
-    traceback. Returns the versions for the manifest. `cuda_home`: one assembled from the index.
-    `needs_cuda`: the flags ask for a CUDA extension. Without one (APEX_CPP_EXT alone) a CPU torch
-    builds: setup.py still runs `nvcc -V` at import, but compiles only the C++ module."""
+    traceback. Returns the versions for the manifest. `cuda_home`: one assembled from the index."""
     info = torch_info()
     nvcc, looked = find_nvcc(env)
     if info["torch_cuda"] is not None:
@@ -227,13 +193,13 @@ def check_build_tools(
             ),
         )
     release, full = nvcc_version(nvcc)
-    if info["torch_cuda"] is None and needs_cuda:
+    if info["torch_cuda"] is None:
         raise EnvironmentUnavailable(
             f"torch {info['torch']} is a CPU-only build (torch.version.cuda is None), so torch.utils.cpp_extension has "
             f"no CUDA_HOME and Apex's setup.py cannot run; install a CUDA {release} build of torch (its index: "
             f"`python build.py plan --cuda {release}` prints TORCH_INDEX_URL)",
         )
-    torch_cuda = ".".join(info["torch_cuda"].split(".")[:2]) if info["torch_cuda"] else release
+    torch_cuda = ".".join(info["torch_cuda"].split(".")[:2])
     if torch_cuda != release:
         raise EnvironmentUnavailable(
             f"nvcc {release} ({nvcc}) does not match torch {info['torch']}'s CUDA {torch_cuda}; Apex's setup.py requires "

@@ -435,7 +435,10 @@ def _release(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
         description="Build and gate the wheel with --python's torch, index it into --out, serve it on "
         "127.0.0.1, make a fresh venv with that torch and run `apex-verify install` from the served index.",
     )
-    p.add_argument("--apex-src", required=True, type=path_value, help="an Apex checkout")
+    p.add_argument("--apex-src", type=path_value, help="an Apex checkout: build its wheel first")
+    p.add_argument(
+        "--wheels", type=path_value, help="or a folder of wheels build.py wheel built (its --out): no build"
+    )
     p.add_argument("--out", type=path_value, default=Path("site"), help="the index folder (default: site)")
     p.add_argument("--python", help="the torch environment's Python (default: the one running build.py)")
     p.add_argument("--flags", help="build.py wheel's --flags (default: compat.toml's core flags)")

@@ -2,6 +2,7 @@
 project's own command in a child process, so the rehearsal runs exactly what users and CI run:
 
   1. wheel    `build.py wheel --install` with the torch environment's Python (--python): built, gated
+              (--wheels DIR instead: wheels `build.py wheel` already built and gated there)
   2. serve    `python -m toolchain.index.serve OUT --port 0` on 127.0.0.1
   3. index    `build.py index` into OUT: checked, tagged (manylinux_2_X), pages with the served address
   4. venv     a fresh venv holding only that torch (`pip install torch==X`, the user's pip settings)
@@ -137,9 +138,16 @@ def fresh_venv(python: str, path: Path, torch_spec: list[str], steps: Steps) -> 
 
 
 def cmd_release(args: argparse.Namespace, console: Console) -> int:
-    src = args.apex_src
-    if not (src / "setup.py").is_file():
-        raise UsageError(f"--apex-src {printable(src)}: no setup.py there; pass an Apex checkout")
+    if (args.apex_src is None) == (args.wheels is None):
+        raise UsageError(
+            "build.py release: pass --apex-src DIR (build the wheel) or --wheels DIR (built ones)"
+        )
+    if args.apex_src is not None and not (args.apex_src / "setup.py").is_file():
+        raise UsageError(f"--apex-src {printable(args.apex_src)}: no setup.py there; pass an Apex checkout")
+    if args.wheels is not None and not any(args.wheels.glob("*.whl")):
+        raise UsageError(
+            f"--wheels {printable(args.wheels)}: no .whl there; pass build.py wheel's --out folder"
+        )
     python = args.python or sys.executable
     version, cuda = torch_of(python)
     public = version.split("+", 1)[0]
@@ -166,15 +174,16 @@ def cmd_release(args: argparse.Namespace, console: Console) -> int:
 
 
 def _release(args: argparse.Namespace, python: str, torch_spec: list[str], work: Path, steps: Steps) -> int:
-    dist = work / "dist"
-    wheel = [python, str(BUILD_PY), "wheel", "--apex-src", str(args.apex_src), "--out", str(dist)]
-    for option, value in (
-        ("--flags", args.flags),
-        ("--archs", args.archs),
-        ("--apex-commit", args.apex_commit),
-    ):
-        wheel += [option, value] if value else []
-    steps.must("wheel", [*wheel, "--install"])
+    dist = args.wheels or work / "dist"
+    if args.wheels is None:
+        wheel = [python, str(BUILD_PY), "wheel", "--apex-src", str(args.apex_src), "--out", str(dist)]
+        for option, value in (
+            ("--flags", args.flags),
+            ("--archs", args.archs),
+            ("--apex-commit", args.apex_commit),
+        ):
+            wheel += [option, value] if value else []
+        steps.must("wheel", [*wheel, "--install"])
     port = free_port()
     address = f"http://127.0.0.1:{port}/"
     index = [sys.executable, str(BUILD_PY), "index", str(dist), "--index", str(args.out)]
