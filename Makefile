@@ -28,6 +28,11 @@ WHEELHOUSE ?=
 NETWORK_CHECK ?=
 # make clean-images DRY_RUN=1: list what would be removed
 DRY_RUN ?=
+# make publish: the index folder it writes, and build.py wheel's --flags (default: the core flags)
+OUT ?= site
+APEX_FLAGS ?=
+# make image APEX_INDEX=URL: the stack's verified wheel from that index instead of compiling Apex
+APEX_INDEX ?=
 # base images: from the command line or the environment (make imports both), passed as --base-devel/--base-runtime
 BASE_DEVEL_IMAGE ?=
 BASE_RUNTIME_IMAGE ?=
@@ -38,7 +43,7 @@ BASE_RUNTIME_IMAGE ?=
 # break would split the recipe into two shell commands: make stops instead. The variables are not
 # exported, since make expands a command-line variable it exports ($(shell ...) would run).
 VARIABLES := PY CUDA TORCH PYTHON ARCHS APEX_REF EXTRAS GCC PLATFORM CELL TARGET IMAGE BASE_DEVEL_IMAGE BASE_RUNTIME_IMAGE \
-             BASE VERIFY APEX_SRC EXTRA_CA WHEELHOUSE NETWORK_CHECK DRY_RUN
+             BASE VERIFY APEX_SRC EXTRA_CA WHEELHOUSE NETWORK_CHECK DRY_RUN OUT APEX_FLAGS APEX_INDEX
 unexport $(VARIABLES)
 define newline
 
@@ -57,11 +62,19 @@ FILTER_OPTS = $(call opt,--cell,CELL) $(call opt,--cuda,CUDA) $(call opt,--torch
 BUILD_OPTS = $(call opt,--base,BASE) $(call opt,--apex-src,APEX_SRC) $(call opt,--extra-ca,EXTRA_CA) \
              $(call opt,--wheelhouse,WHEELHOUSE)
 
-.PHONY: image clean-images matrix verify report plan validate facts-check lint test test-all zipapp mutation coverage
+.PHONY: image clean-images matrix verify report plan validate facts-check lint test test-all zipapp mutation coverage \
+        publish
 
 image:
 	$(BUILD) image $(CELL_OPTS) --target $(call q,TARGET) $(BUILD_OPTS) $(call opt,--verify,VERIFY) \
-	  $(if $(filter no,$(value NETWORK_CHECK)),--no-network-check)
+	  $(call opt,--apex-index,APEX_INDEX) $(if $(filter no,$(value NETWORK_CHECK)),--no-network-check)
+
+# the publish workflow here, one command: wheel (PY's torch) -> check -> tag -> index in OUT -> a fresh venv
+# with that torch -> apex-verify install from the served index (docs/wheels.md#one-local-command)
+#   make publish OUT=site APEX_SRC=<apex checkout> [APEX_FLAGS=APEX_CPP_EXT] [ARCHS=9.0] [PY=<torch venv python>]
+publish:
+	$(BUILD) release $(call opt,--apex-src,APEX_SRC) --out $(call q,OUT) $(call opt,--flags,APEX_FLAGS) \
+	  $(call opt,--archs,ARCHS)
 
 # what make image leaves: the project's images, its local bases, the BuildKit cache its builds made
 clean-images:

@@ -13,6 +13,8 @@
     build.py publish  --cell X --registry R   push a built cell, record its digest (out/cells/<id>/published.json)
     build.py zipapp   --out verify.pyz    verify as one file: `python verify.pyz` audits any Python + torch
     build.py verify-wheel --out dist/     verify as the apex-verify wheel (`apex-verify install --index URL`)
+    build.py index WHEELS --index DIR     checked, manylinux-tagged wheels -> a PEP 503/691 index per stack
+    build.py release --apex-src DIR       the publish workflow here: wheel, index, fresh venv, apex-verify install
 
 The commands are in toolchain/commands/ (parser.py names each one's function); this is the entry point:
 signals and child processes as every CLI of the project, one line and an exit code for every error, and

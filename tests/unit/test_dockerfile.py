@@ -22,7 +22,7 @@ _REF = re.compile(r"\$\{?([A-Z][A-Z0-9_]*)")
 # when the compiler cache is carried, --ccache-dir / --ccache-mount).
 _DOCKERFILE_OWN = {"PIP_INDEX_URL", "BUILD_REQUIREMENTS", "MAX_JOBS", "APEX_PARALLEL_BUILD", "CUDA_FROM_PYPI",
                    "APP_UID", "TORCH_WHEELHOUSE", "APEX_SRC_DIR", "CCACHE_MOUNT", "CCACHE_CARRY_ID",
-                   "RUNTIME_REQUIREMENTS"}  # fmt: skip
+                   "RUNTIME_REQUIREMENTS", "APEX_FROM", "APEX_WHEEL"}  # fmt: skip
 # what build_image adds to the cell's args on every build (toolchain/image/buildkit_build.py: provenance)
 _PROVENANCE = {"BUILD_DATE", "SOURCE_REVISION", "BASE_DEVEL_DIGEST", "BASE_RUNTIME_DIGEST"}
 

@@ -5,6 +5,7 @@ refusals checked to leave that venv as it was."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 from pathlib import Path
@@ -16,7 +17,7 @@ from tests import wheel_builds as wb
 from tests.support import run_build
 from tests.wheel_builds import Served
 from toolchain.builder import wheel_identity
-from verify.install import choice
+from verify.install import choice, local_stack
 from verify.install.index_stacks import IndexStack
 from verify.install.local_stack import LocalStack
 from verify.runtime import exit_codes
@@ -213,6 +214,18 @@ def _local(**changes: object) -> LocalStack:
     return LocalStack(**{**base.__dict__, **changes})
 
 
+def test_torch_is_pinned_to_the_installed_distributions_version_not_torch_version() -> None:
+    """PyPI's CUDA torch says 2.14.1 in its metadata and 2.14.1+cu130 in torch.__version__: a pin on the
+    latter matches no installed distribution, and pip reports a conflict (seen with torch 2.14.1 here)."""
+    from verify.install import installer
+
+    pypi = _local(torch_version="2.14.1+cu130", torch_distribution="2.14.1")
+    assert pypi.torch_pin == "2.14.1" and pypi.name == "torch2.14-cu130"
+    assert installer.plan("http://x/s/", pypi.torch_pin, dry_run=True).torch_pin == "torch==2.14.1"
+    assert _local().torch_pin == "2.11.0+cu130"  # no metadata found: torch.__version__
+    assert local_stack.read().torch_pin == importlib.metadata.version("torch")
+
+
 @pytest.mark.parametrize(
     ("wheel", "fits"),
     [
@@ -270,6 +283,7 @@ def test_full_runs_verifys_whole_run_and_require_passes_through(monkeypatch, tmp
     )
     monkeypatch.setattr(index_stacks, "read", lambda index: [stack])
     monkeypatch.setattr(installer, "run", lambda plan: 0)
+    monkeypatch.setattr(command, "gate_require", lambda: None)  # the installed wheel carries no gate report
     calls: list[list[str]] = []
 
     def verify_run(args: list[str]) -> int:
@@ -280,7 +294,16 @@ def test_full_runs_verifys_whole_run_and_require_passes_through(monkeypatch, tmp
         command.run(["--index", "http://x/", "--full", "--require=FusedAdam"], "apex-verify", verify_run) == 0
     )
     assert command.run(["--index", "http://x/"], "apex-verify", verify_run) == exit_codes.FAILED
-    assert calls == [["--require=FusedAdam"], ["--static"]]
+    # a wheel whose gate required nothing (a build without CUDA modules) is checked for what it promised
+    monkeypatch.setattr(command, "gate_require", lambda: [""])
+    assert command.run(["--index", "http://x/"], "apex-verify", verify_run) == exit_codes.FAILED
+    assert command.run(["--index", "http://x/", "--require=FusedAdam"], "apex-verify", verify_run) == 1
+    assert calls == [
+        ["--require=FusedAdam"],
+        ["--static"],
+        ["--static", "--require="],
+        ["--static", "--require=FusedAdam"],
+    ]
 
 
 def test_the_pip_way_from_the_index_alone(parts, served, tmp_path) -> None:

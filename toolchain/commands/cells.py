@@ -226,11 +226,18 @@ def cmd_image(args: argparse.Namespace, console: Console) -> int:
     cell = resolve_cells(args, all_when_empty=False)[0]
     request = RunRequest.from_args(args)
     run_loop.check_inputs(request)
+    if request.apex_index and request.apex_src:
+        raise UsageError(
+            "build.py image: --apex-index takes a built wheel, --apex-src compiles one; pass one"
+        )
+    if request.apex_index:  # the refusal (exit 3) before the engine is asked anything or a stage runs
+        load_part("image.apex_index").find(cell, request.apex_index)
     cell = route([cell], request, args, console)[0]
     cell = for_target([cell], request)[0]
     preflight(run_loop.verify_mode_for(request))
     if args.network_check:  # after route(): the base fallback has already been taken
         check_remote_inputs(cell, request)
+
     make_local_bases([cell], console)
     return run_loop.build_one(cell, request, console)
 

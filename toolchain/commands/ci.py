@@ -6,20 +6,41 @@ from __future__ import annotations
 import argparse
 import sys
 
-from toolchain.commands.cells import selected
+from toolchain.commands.cells import default_matrix_path, selected
 from toolchain.commands.parts import check_registry
 from toolchain.console import Console
 from toolchain.errors import UsageError
-from toolchain.spec import ci_matrix
+from toolchain.spec import ci_matrix, publishing
+from toolchain.spec.cell import Cell
+from toolchain.spec.matrix import load_matrix
 from verify.runtime import atomic, exit_codes
 
 
 def cmd_gh_matrix(args: argparse.Namespace, console: Console) -> int:
     check_registry(args)
     cells = selected(args)
-    matrix = ci_matrix.gh_stacks(cells) if args.stacks else ci_matrix.gh_matrix(cells, args.registry)
+    matrix: object
+    if args.published:
+        matrix = published_matrix(args, cells)
+    elif args.stacks:
+        matrix = ci_matrix.gh_stacks(cells)
+    else:
+        matrix = ci_matrix.gh_matrix(cells, args.registry)
     print(atomic.json_dumps(matrix, indent=2 if args.pretty else None))
     return exit_codes.OK
+
+
+def published_matrix(args: argparse.Namespace, cells: list[Cell]) -> publishing.PublishedMatrix:
+    """The [published] cells among those selected (--cell/--cuda/--torch narrow them further)."""
+    if args.stacks:
+        raise UsageError("gh-matrix: --published and --stacks are two matrices; pass one of them")
+    names = load_matrix(args.matrix or default_matrix_path()).published
+    if not names:
+        raise UsageError(
+            "gh-matrix --published: matrix.toml has no [published] cells; add [published] with "
+            'cells = ["cu130", ...]'
+        )
+    return publishing.gh_published([c for c in cells if c.name in names], publishing.load())
 
 
 def cmd_bake(args: argparse.Namespace, console: Console) -> int:

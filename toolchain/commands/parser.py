@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import NoReturn
 
-from toolchain.commands import cells, ci, images, wheel_index
+from toolchain.commands import cells, ci, images, release, wheel_index
 from toolchain.errors import UsageError
 from toolchain.spec import cell_fields, ci_matrix
 from verify.domain.paths import expanded_path_value as path_value  # the builder's check, ~ expanded
@@ -204,6 +204,12 @@ def _image(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
         "package indexes, base images) and stop with exit 3 naming each one that does not answer (default); "
         "--no-network-check goes straight to the build",
     )
+    p.add_argument(
+        "--apex-index",
+        metavar="URL",
+        help="take the cell's verified wheel from this index (build.py index) instead of compiling Apex; "
+        "the static gate still runs; exit 3 when the index has no wheel for the cell's stack and Python",
+    )
 
 
 def _matrix(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
@@ -250,6 +256,12 @@ def _gh_matrix(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
         "--stacks",
         action="store_true",
         help="one entry per registry tag (its cells, one per platform) for the index job, not per cell",
+    )
+    p.add_argument(
+        "--published",
+        action="store_true",
+        help="the publish workflow's wheel jobs: one entry per cell of matrix.toml's [published] (with the "
+        "builder image pinned by digest, toolchain/data/publish.toml)",
     )
 
 
@@ -386,6 +398,29 @@ def _wheel(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     sub.add_parser("wheel", help="build the Apex wheel on bare metal (see build.py wheel --help)")
 
 
+def _release(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
+    p = sub.add_parser(
+        "release",
+        help="the publish workflow here: wheel, check, tag, index, a fresh venv, apex-verify install (PASS)",
+        description="Build and gate the wheel with --python's torch, index it into --out, serve it on "
+        "127.0.0.1, make a fresh venv with that torch and run `apex-verify install` from the served index.",
+    )
+    p.add_argument("--apex-src", type=path_value, help="an Apex checkout: build its wheel first")
+    p.add_argument(
+        "--wheels", type=path_value, help="or a folder of wheels build.py wheel built (its --out): no build"
+    )
+    p.add_argument("--out", type=path_value, default=Path("site"), help="the index folder (default: site)")
+    p.add_argument("--python", help="the torch environment's Python (default: the one running build.py)")
+    p.add_argument("--flags", help="build.py wheel's --flags (default: compat.toml's core flags)")
+    p.add_argument("--archs", help="build.py wheel's --archs (needed for CUDA flags)")
+    p.add_argument("--apex-commit", help="the commit of --apex-src when it has no .git (provenance)")
+    p.add_argument(
+        "--torch-index-url", help="where the fresh venv's pip finds torch (default: pip's settings)"
+    )
+    p.add_argument("--keep-work", action="store_true", help="keep the work folder (the wheel, the venv)")
+    p.set_defaults(func=release.cmd_release)
+
+
 def _index(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     about = "checked wheels -> a PEP 503/691 index per stack (INDEX/torch2.11-cu130/simple)"
     p = _command(sub, "index", wheel_index.cmd_index, about)
@@ -401,6 +436,20 @@ def _index(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
     )
     p.add_argument(
         "--index", type=path_value, default=Path("out") / "index", help="index folder (default: out/index)"
+    )
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--address", help="the URL the index is served at, for the pages' install lines")
+    where.add_argument(
+        "--repository",
+        metavar="OWNER/REPO",
+        help="the address is this GitHub repository's Pages site (toolchain/data/publish.toml)",
+    )
+    p.add_argument(
+        "--gpu-report",
+        type=path_value,
+        action="append",
+        default=[],
+        help="verify's full report.json from a GPU, shown beside the wheel it verified; repeatable",
     )
 
 
@@ -462,6 +511,7 @@ _COMMANDS = (
     _ccache,
     _wheel,
     _index,
+    _release,
     _facts,
 )
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from toolchain.commands.parts import load_part
 from toolchain.console import Console
 from toolchain.errors import UsageError
-from toolchain.index import publish, wheel_check
+from toolchain.index import gpu_reports, publish, wheel_check
 from toolchain.runs.cell_result import CellStatus
 from verify.runtime import exit_codes, input_files
 from verify.runtime import field_types as ft
@@ -84,6 +84,8 @@ def _tools(folder: Path) -> dict[str, Path]:
 
 
 def cmd_index(args: argparse.Namespace, console: Console) -> int:
+    # exit 2 before anything is written
+    address, reports = _address(args), tuple(gpu_reports.read(p) for p in args.gpu_report)
     with tempfile.TemporaryDirectory(prefix="apex-index-images-") as work:
         sources = list(args.wheels)
         missing = [s for s in sources if not s.exists()]
@@ -107,7 +109,26 @@ def cmd_index(args: argparse.Namespace, console: Console) -> int:
         results = [wheel_check.check(w, allowed, Path(work)) for w in wheels]
         passed = [r for r in results if isinstance(r, wheel_check.CheckedWheel)]
         refused = [r for r in results if isinstance(r, wheel_check.Refusal)]
-        outcomes = publish.add(args.index, passed, _tools(Path(work) / "tools")) if passed else []
+        extras = publish.Extras(_tools(Path(work) / "tools"), address, reports)
+        outcomes = publish.add(args.index, passed, extras) if passed else []
+    return _said(args, outcomes, passed, refused)
+
+
+def _said(
+    args: argparse.Namespace,
+    outcomes: list[publish.Outcome],
+    passed: list[wheel_check.CheckedWheel],
+    refused: list[wheel_check.Refusal],
+) -> int:
+    """What happened, one line each; the exit code: 1 when a wheel or a GPU report was refused."""
+    unmatched = [o for o in outcomes if o.action == "unmatched"]
+    for outcome in unmatched:
+        print(
+            f"build.py index: refused --gpu-report {printable(outcome.wheel)}: {outcome.detail}; pass the "
+            "report of a wheel given here or already on the index",
+            file=sys.stderr,
+        )
+    outcomes = [o for o in outcomes if o.action != "unmatched"]
     for outcome in outcomes:
         detail = f" ({outcome.detail})" if outcome.detail else ""
         print(printable(f"{outcome.action:9} {outcome.stack}/{outcome.wheel}{detail}"))
@@ -126,4 +147,19 @@ def cmd_index(args: argparse.Namespace, console: Console) -> int:
             f"index {printable(args.index)}: pip install apex --index-url <where it is served>/<stack>/simple "
             f"(stacks: {printable(', '.join(sorted({w.stack for w in passed})))}; see {printable(args.index / 'index.html')})"
         )
-    return exit_codes.FAILED if refused else exit_codes.OK
+    return exit_codes.FAILED if refused or unmatched else exit_codes.OK
+
+
+def _address(args: argparse.Namespace) -> str | None:
+    """Where the index is served, for its pages' install lines: --address, or the GitHub Pages address of
+    --repository OWNER/REPO (toolchain/data/publish.toml), or None (the pages say <INDEX>)."""
+    if args.repository:
+        from toolchain.spec import publishing
+
+        return publishing.load().address(args.repository)
+    if args.address and not args.address.startswith(("http://", "https://")):
+        raise UsageError(
+            f"build.py index: --address {printable(args.address)} is not an http(s) URL; pass where the "
+            "index is served, e.g. https://OWNER.github.io/REPO/"
+        )
+    return args.address

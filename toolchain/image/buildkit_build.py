@@ -178,9 +178,16 @@ def _link_or_copy(src: Path, dest: Path) -> None:
         shutil.copy2(src, dest)
 
 
-def stage_context(dest: Path, *, apex_src: Path | None = None, wheelhouse: Path | None = None) -> Path:
+def stage_context(
+    dest: Path,
+    *,
+    apex_src: Path | None = None,
+    wheelhouse: Path | None = None,
+    apex_wheel: Any = None,
+) -> Path:
     """A private build context: the files the Dockerfile reads, plus the offline inputs under
-    docker/build-inputs/. Private so that two builds at once never see each other's inputs."""
+    docker/build-inputs/. Private so that two builds at once never see each other's inputs.
+    `apex_wheel`: an apex_index.IndexWheel, fetched (hash checked) into build-inputs/apex-wheel/."""
     dest.mkdir(parents=True, exist_ok=True)
     for name in CONTEXT_PATHS:
         src = REPO_ROOT / name
@@ -204,6 +211,11 @@ def stage_context(dest: Path, *, apex_src: Path | None = None, wheelhouse: Path 
         src = Path(apex_src)
         check_apex_source(src)
         _copy_tree(src, inputs / APEX_SRC_NAME, ignore=("build", "*.egg-info", "dist"))
+    if apex_wheel is not None:
+        from toolchain.image import apex_index
+
+        (inputs / apex_index.WHEEL_FOLDER).mkdir()
+        apex_index.fetch(apex_wheel, inputs / apex_index.WHEEL_FOLDER)
     return dest
 
 
@@ -297,11 +309,13 @@ def build_image(
     retries: int = 1,
     ccache_dir: Path | None = None,
     ccache_mount: str | None = None,
+    apex_index: str | None = None,
 ) -> BuildResult:
     """Build one cell's image (tag == cell.id). A broken cell returns ok=False with the failing stage
     and the log's last lines; a missing environment (daemon, disk, registry) raises
     EnvironmentUnavailable, after `retries` more tries where a retry can help. With `ccache_dir` the
-    compiler cache is imported from it before and exported to it after a successful build (ccache_carry.py)."""
+    compiler cache is imported from it before and exported to it after a successful build (ccache_carry.py).
+    With `apex_index` the cell's verified wheel comes from that index instead of a compile (apex_index.py)."""
     show = _progress(progress)
     if extra_ca is not None and not Path(extra_ca).is_file():
         raise UsageError(
@@ -325,13 +339,19 @@ def build_image(
     env = dict(os.environ, DOCKER_BUILDKIT="1")
     start = time.monotonic()
     carried: dict[str, Any] = {}  # with --ccache-dir: its counts before and after, and the mount
+    wheel = None
+    if apex_index:
+        from toolchain.image import apex_index as index_mod
+
+        wheel = index_mod.find(cell, apex_index)  # exit 3 before any stage when the index lacks the stack
     with tempfile.TemporaryDirectory(prefix="apex-context-") as tmp:
         context = stage_context(
             Path(tmp),
             apex_src=Path(apex_src) if apex_src else None,
             wheelhouse=Path(wheelhouse) if wheelhouse else None,
+            apex_wheel=wheel,
         )
-        all_args = {**provenance, **carry, **(extra_args or {})}
+        all_args = {**provenance, **carry, **(wheel.build_args() if wheel else {}), **(extra_args or {})}
         command = build_command(
             cell,
             target=target,

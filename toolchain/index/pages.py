@@ -26,8 +26,10 @@ class ToolFile:
     size: int
     version: str
 
-    def href_from_project(self) -> str:  # from <stack>/simple/<project>/
-        return f"../../../{TOOLS_FOLDER}/{urllib.parse.quote(self.name)}"
+    def href_from_project(self, top: bool = False) -> str:
+        """From <stack>/simple/<project>/, or from the top-level simple/<project>/ when `top`."""
+        up = "../../" if top else "../../../"
+        return f"{up}{TOOLS_FOLDER}/{urllib.parse.quote(self.name)}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +57,15 @@ class Entry:
     archs: str | None
     verdict: str
     glibc: str | None = None  # the glibc its modules need (wheel-check.json); None: published before that
+    torch: str | None = None  # the exact torch it was built against (the manifest's versions.torch)
+    torch_cuda: str | None = None  # that torch's CUDA (None: a CPU torch)
+    gpu_verdict: str | None = None  # verify's full run on a GPU (verify-gpu.json); None: not run
+
+    @property
+    def python_tags(self) -> list[str]:
+        """The wheel file name's Python tags (cp312), from its PEP 425 triple."""
+        parts = self.name[: -len(".whl")].split("-")
+        return parts[-3].split(".") if len(parts) in (5, 6) else []
 
     @property
     def href(self) -> str:  # from <stack>/simple/apex/
@@ -65,12 +76,13 @@ def _dumps(data: object) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-def _projects(tools: Tools | None) -> list[str]:
-    return [PROJECT, TOOL_PROJECT] if tools else [PROJECT]
+def _projects(tools: Tools | None, apex: bool = True) -> list[str]:
+    return [*([PROJECT] if apex else []), *([TOOL_PROJECT] if tools else [])]
 
 
-def root_html(tools: Tools | None = None) -> str:
-    links = "\n".join(f'<a href="{p}/">{p}</a>' for p in _projects(tools))
+def root_html(tools: Tools | None = None, apex: bool = True) -> str:
+    """A simple/ root: a stack's (apex and apex-verify) or the index's own (`apex=False`: apex-verify)."""
+    links = "\n".join(f'<a href="{p}/">{p}</a>' for p in _projects(tools, apex))
     return (
         "<!DOCTYPE html>\n<html>\n<head>\n"
         f'<meta name="pypi:repository-version" content="{API_VERSION}">\n<title>Simple index</title>\n'
@@ -78,13 +90,15 @@ def root_html(tools: Tools | None = None) -> str:
     )
 
 
-def root_json(tools: Tools | None = None) -> str:
-    return _dumps({"meta": {"api-version": API_VERSION}, "projects": [{"name": p} for p in _projects(tools)]})
+def root_json(tools: Tools | None = None, apex: bool = True) -> str:
+    projects = [{"name": p} for p in _projects(tools, apex)]
+    return _dumps({"meta": {"api-version": API_VERSION}, "projects": projects})
 
 
-def tool_html(tool: ToolFile) -> str:
-    """simple/apex-verify/: its one wheel (pure Python; pip reads its metadata from the wheel itself)."""
-    href = html.escape(tool.href_from_project())
+def tool_html(tool: ToolFile, top: bool = False) -> str:
+    """simple/apex-verify/: its one wheel (pure Python; pip reads its metadata from the wheel itself).
+    `top`: the index's own simple/ (apex-verify alone), which needs no stack in its URL."""
+    href = html.escape(tool.href_from_project(top))
     return (
         "<!DOCTYPE html>\n<html>\n<head>\n"
         f'<meta name="pypi:repository-version" content="{API_VERSION}">\n<title>Links for {TOOL_PROJECT}</title>\n'
@@ -94,7 +108,7 @@ def tool_html(tool: ToolFile) -> str:
     )
 
 
-def tool_json(tool: ToolFile) -> str:
+def tool_json(tool: ToolFile, top: bool = False) -> str:
     return _dumps(
         {
             "meta": {"api-version": API_VERSION},
@@ -103,7 +117,7 @@ def tool_json(tool: ToolFile) -> str:
             "files": [
                 {
                     "filename": tool.name,
-                    "url": tool.href_from_project(),
+                    "url": tool.href_from_project(top),
                     "hashes": {"sha256": tool.sha256},
                     "requires-python": ">=3.10",
                     "size": tool.size,
@@ -171,9 +185,22 @@ def stack_rows(entries: list[Entry]) -> list[dict]:
                 "verify": sorted({e.verdict for e in mine}),
                 "built": max(e.built_at for e in mine)[:10],
                 "glibc": _newest_glibc(mine),
+                "torch": sorted({e.torch or "unknown" for e in mine}),
+                "cuda": sorted({_cuda_shown(e) for e in mine}),
+                "python": sorted({t for e in mine for t in e.python_tags}),
+                "gpu_verify": sorted({e.gpu_verdict or NOT_RUN for e in mine}),
             }
         )
     return rows
+
+
+NOT_RUN = "not run"  # no GPU runner verified the wheel (the publish workflow's GPU job is optional)
+
+
+def _cuda_shown(entry: Entry) -> str:
+    if entry.torch is None:
+        return "unknown"
+    return entry.torch_cuda or "none (CPU torch)"
 
 
 def _newest_glibc(entries: list[Entry]) -> str:
@@ -195,54 +222,89 @@ def _tools_json(tools: Tools | None) -> dict[str, object]:
     }
 
 
-def top_json(entries: list[Entry], tools: Tools | None = None) -> str:
+PLACEHOLDER = "<INDEX>"  # the address, where `build.py index` was given none (--address, --repository)
+
+
+def install_commands(address: str | None, stack: str | None = None) -> list[str]:
+    """The lines a user runs: apex-verify from the index's own simple/ and `apex-verify install` (which
+    finds the stack from the installed torch); with `stack`, pip straight from that stack's folder."""
+    root = (address or PLACEHOLDER).rstrip("/")
+    if stack:
+        return [f"pip install apex --index-url {root}/{stack}/simple"]
+    return [
+        f"pip install {TOOL_PROJECT} --index-url {root}/simple",
+        f"{TOOL_PROJECT} install --index {root}/",
+    ]
+
+
+def top_json(entries: list[Entry], tools: Tools | None = None, address: str | None = None) -> str:
+    rows = [{**row, "install": install_commands(address, row["stack"])} for row in stack_rows(entries)]
     return _dumps(
-        {"index_version": 1, "project": PROJECT, "stacks": stack_rows(entries), **_tools_json(tools)}
+        {
+            "index_version": 1,
+            "project": PROJECT,
+            **({"address": address} if address else {}),
+            **({"install": install_commands(address)} if tools else {}),
+            "stacks": rows,
+            **_tools_json(tools),
+        }
     )
 
 
-def _tools_html(tools: Tools | None) -> str:
+def _code(lines: list[str]) -> str:
+    return "<pre><code>" + html.escape("\n".join(lines)) + "</code></pre>"
+
+
+def _tools_html(tools: Tools | None, address: str | None) -> str:
     if tools is None:
         return ""
     wheel, app = (html.escape(urllib.parse.quote(t.name)) for t in (tools.wheel, tools.zipapp))
     return (
-        "<h2>Check what you installed</h2>\n<p>In any environment with torch: "
-        "<code>pip install apex-verify --index-url &lt;INDEX&gt;/&lt;stack&gt;/simple</code>, then "
-        "<code>apex-verify install --index &lt;INDEX&gt;</code> installs this torch's Apex wheel and verifies it. "
-        f'Or without installing: <a href="{TOOLS_FOLDER}/{app}">{app}</a> (<code>python {app} --static</code>); '
+        "<h2>Install: any environment that has torch</h2>\n"
+        + _code(install_commands(address))
+        + "\n<p><code>apex-verify install</code> reads the installed torch (version, CUDA build), Python, "
+        "platform and glibc, installs the matching wheel below with that torch pinned exactly, and runs "
+        "<code>verify --static</code> (<code>--full</code>: the GPU checks too). A torch the index has no "
+        "stack for is refused before anything is installed, naming the nearest stack. "
+        f'Verify without installing: <a href="{TOOLS_FOLDER}/{app}">{app}</a> (<code>python {app} --static</code>); '
         f'the wheel: <a href="{TOOLS_FOLDER}/{wheel}">{wheel}</a>.</p>\n'
     )
 
 
-def top_html(entries: list[Entry], tools: Tools | None = None) -> str:
-    cells = []
-    for row in stack_rows(entries):
-        cells.append(
-            "<tr>"
-            + "".join(
-                f"<td>{html.escape(v)}</td>"
-                for v in (
-                    row["stack"],
-                    ", ".join(row["archs"]),
-                    ", ".join(c[:12] for c in row["apex_commits"]),
-                    ", ".join(row["verify"]),
-                    row["glibc"],
-                    row["built"],
-                    "\n".join(row["wheels"]),
-                )
-            )
-            + f"<td><code>pip install apex --index-url &lt;INDEX&gt;/{html.escape(row['simple'])}</code></td></tr>"
-        )
+_COLUMNS = ("stack", "torch", "CUDA", "Python", "glibc", "archs", "Apex commit", "static verify")
+_COLUMNS_AFTER = ("GPU verify", "built", "wheels", "install")
+
+
+def _row_html(row: dict, address: str | None) -> str:
+    values = (
+        row["stack"],
+        ", ".join(row["torch"]),
+        ", ".join(row["cuda"]),
+        ", ".join(row["python"]),
+        row["glibc"],
+        ", ".join(row["archs"]),
+        ", ".join(c[:12] for c in row["apex_commits"]),
+        ", ".join(row["verify"]),
+        ", ".join(row["gpu_verify"]),
+        row["built"],
+        "\n".join(row["wheels"]),
+    )
+    cells = "".join(f"<td>{html.escape(v)}</td>" for v in values)
+    return f"<tr>{cells}<td>{_code(install_commands(address, row['stack']))}</td></tr>"
+
+
+def top_html(entries: list[Entry], tools: Tools | None = None, address: str | None = None) -> str:
+    header = "".join(f"<th>{c}</th>" for c in (*_COLUMNS, *_COLUMNS_AFTER))
     return (
         '<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8">\n<title>Apex wheels per stack</title>\n'
         "</head>\n<body>\n<h1>Verified NVIDIA Apex wheels, one index per stack</h1>\n"
+        + _tools_html(tools, address)
+        + "<h2>Stacks</h2>\n"
         "<p>Each wheel passed the build's static gate (<code>python -m verify --static</code>) and carries "
         "its build manifest and report in its .dist-info; pip refuses it on another torch minor. "
-        "<em>glibc</em>: the oldest glibc the stack's wheels run on (their manylinux_2_X tag).</p>\n"
-        "<table>\n<tr><th>stack</th><th>archs</th><th>Apex commit</th><th>verify</th><th>glibc</th><th>built</th>"
-        "<th>wheels</th><th>install</th></tr>\n"
-        + "\n".join(cells)
-        + "\n</table>\n"
-        + _tools_html(tools)
-        + "</body>\n</html>\n"
+        "<em>glibc</em>: the oldest glibc the stack's wheels run on (their manylinux_2_X tag). "
+        "<em>GPU verify</em>: verify's full run on a GPU with that very wheel, where one ran.</p>\n"
+        f"<table>\n<tr>{header}</tr>\n"
+        + "\n".join(_row_html(row, address) for row in stack_rows(entries))
+        + "\n</table>\n</body>\n</html>\n"
     )

@@ -32,7 +32,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from toolchain.index import pages
+from toolchain.index import gpu_reports, pages
+from toolchain.index.gpu_reports import GpuReport
 from toolchain.index.wheel_check import CheckedWheel
 from verify.runtime import atomic, input_files
 from verify.runtime import field_types as ft
@@ -45,7 +46,9 @@ CHECK_FILE = "wheel-check.json"
 class Outcome:
     wheel: str
     stack: str
-    action: str  # added | unchanged | replaced | kept (an older build than the published one)
+    action: (
+        str  # added | unchanged | replaced | kept (an older build than the published one) | gpu | unmatched
+    )
     detail: str = ""
 
 
@@ -56,6 +59,7 @@ _MANIFEST = ft.Record(
         "apex": ft.Nullable(ft.Record({"commit": _TEXT, "ref": _TEXT})),
         "build": ft.Nullable(ft.Record({"started_at": _TEXT})),
         "arch_list": _TEXT,
+        "versions": ft.Nullable(ft.Record({"torch": _TEXT, "torch_cuda": _TEXT})),
     }
 )
 _REPORT = ft.Record({"verdict": _TEXT})
@@ -100,6 +104,7 @@ def _entry(stack: str, folder: Path) -> pages.Entry | None:
         )
         return None
     apex = manifest.get("apex") or {}
+    versions = manifest.get("versions") or {}
     return pages.Entry(
         stack=stack,
         name=wheel.name,
@@ -114,7 +119,21 @@ def _entry(stack: str, folder: Path) -> pages.Entry | None:
         archs=manifest.get("arch_list"),
         verdict=str(report.get("verdict")),
         glibc=check.get("glibc"),
+        torch=versions.get("torch"),
+        torch_cuda=versions.get("torch_cuda"),
+        gpu_verdict=_gpu_verdict(folder),
     )
+
+
+def _gpu_verdict(folder: Path) -> str | None:
+    """The verdict of the GPU report attached beside the wheel (gpu_reports), None when there is none."""
+    path = folder / gpu_reports.FILE
+    if not (path.exists() or path.is_symlink()):
+        return None
+    try:
+        return str(_read_json(path, _REPORT)["verdict"])
+    except input_files.InputFileError:
+        return "unreadable"
 
 
 def published(index: Path) -> list[pages.Entry]:
@@ -174,10 +193,21 @@ def _write_if_changed(pages_batch: atomic.TreeBatch, path: Path, text: str) -> b
     return pages_batch.add(path.relative_to(index).as_posix(), text.encode("utf-8"))
 
 
-def add(index: Path, wheels: list[CheckedWheel], tools: dict[str, Path] | None = None) -> list[Outcome]:
+@dataclasses.dataclass(frozen=True)
+class Extras:
+    """What `build.py index` adds beside the wheels. `tools`: {"wheel": the apex-verify wheel, "zipapp":
+    verify.pyz}, copied to INDEX/tools/ and linked from every stack's page, the index's own simple/ and the
+    top page; `address`: where the index is served (<INDEX> on the pages when None); `gpu`: GPU verify
+    reports, each attached to the published wheel it verified."""
+
+    tools: dict[str, Path] | None = None
+    address: str | None = None
+    gpu: tuple[GpuReport, ...] = ()
+
+
+def add(index: Path, wheels: list[CheckedWheel], extras: Extras = Extras()) -> list[Outcome]:
     """Publish the checked wheels into `index`; returns what happened to each. One writer at a time: a second
-    `build.py index` on the same folder waits for the first (INDEX/.lock). `tools`: {"wheel": the apex-verify
-    wheel, "zipapp": verify.pyz}, copied to INDEX/tools/ and linked from every stack's page and the top page."""
+    `build.py index` on the same folder waits for the first (INDEX/.lock)."""
     index.mkdir(parents=True, exist_ok=True)
     lock = atomic.open_lock_in_tree(
         index, ".lock"
@@ -187,7 +217,8 @@ def add(index: Path, wheels: list[CheckedWheel], tools: dict[str, Path] | None =
         atomic.refuse_links_in_tree(
             index
         )  # before anything is written: a refusal leaves every page as it was
-        return _add(index, wheels, _publish_tools(index, tools) if tools else None)
+        tools = _publish_tools(index, extras.tools) if extras.tools else None
+        return _add(index, wheels, tools, extras)
     finally:
         os.close(lock)
 
@@ -203,7 +234,7 @@ def _publish_tools(index: Path, tools: dict[str, Path]) -> pages.Tools:
     return pages.Tools(wheel=files["wheel"], zipapp=files["zipapp"])
 
 
-def _add(index: Path, wheels: list[CheckedWheel], tools: pages.Tools | None = None) -> list[Outcome]:
+def _add(index: Path, wheels: list[CheckedWheel], tools: pages.Tools | None, extras: Extras) -> list[Outcome]:
     current = {(e.stack, e.name): e for e in published(index)}
     outcomes, stale = [], []
     for wheel in wheels:
@@ -235,21 +266,42 @@ def _add(index: Path, wheels: list[CheckedWheel], tools: pages.Tools | None = No
                 f"over the build of {old.built_at}" if old else "",
             )
         )
-    write_pages(index, list(current.values()), tools)
+    for report in extras.gpu:
+        outcomes.append(_attach(index, current, report))
+    write_pages(index, list(current.values()), tools, extras.address)
     for stale_folder in stale:  # no page links it any more
         shutil.rmtree(stale_folder, ignore_errors=True)
     return outcomes
 
 
-def write_pages(index: Path, entries: list[pages.Entry], tools: pages.Tools | None = None) -> None:
+def _attach(index: Path, current: dict[tuple[str, str], pages.Entry], report: GpuReport) -> Outcome:
+    """Put the report beside the published wheel it verified (see gpu_reports). A report that matches no
+    published wheel is the outcome `unmatched`: the command names it and exits 1."""
+    for key, entry in current.items():
+        if entry.version == report.version and entry.built_at == report.built_at:
+            atomic.write_in_tree(index, f"{entry.stack}/files/{entry.folder}/{gpu_reports.FILE}", report.data)
+            current[key] = dataclasses.replace(entry, gpu_verdict=report.verdict)
+            return Outcome(entry.name, entry.stack, "gpu", f"verify on a GPU: {report.verdict}")
+    return Outcome(
+        str(report.path), "-", "unmatched", f"apex {report.version} built {report.built_at} is not published"
+    )
+
+
+def write_pages(
+    index: Path, entries: list[pages.Entry], tools: pages.Tools | None = None, address: str | None = None
+) -> None:
     """Every page of the index, staged and then renamed into place together (atomic.TreeBatch): a failure
     while they are written (a full disk) leaves every page as it was."""
     with atomic.TreeBatch(index) as batch:
-        _stage_pages(batch, index, entries, tools)
+        _stage_pages(batch, index, entries, tools, address)
 
 
 def _stage_pages(
-    batch: atomic.TreeBatch, index: Path, entries: list[pages.Entry], tools: pages.Tools | None
+    batch: atomic.TreeBatch,
+    index: Path,
+    entries: list[pages.Entry],
+    tools: pages.Tools | None,
+    address: str | None,
 ) -> None:
     for stack in sorted({e.stack for e in entries}):
         mine = [e for e in entries if e.stack == stack]
@@ -261,6 +313,16 @@ def _stage_pages(
             _write_if_changed(batch, simple / pages.TOOL_PROJECT / "index.json", pages.tool_json(tools.wheel))
         _write_if_changed(batch, simple / "index.html", pages.root_html(tools))
         _write_if_changed(batch, simple / "index.json", pages.root_json(tools))
+    if tools:  # the index's own simple/: apex-verify needs no stack (`pip install apex-verify --index-url INDEX/simple`)
+        top = index / "simple"
+        _write_if_changed(
+            batch, top / pages.TOOL_PROJECT / "index.html", pages.tool_html(tools.wheel, top=True)
+        )
+        _write_if_changed(
+            batch, top / pages.TOOL_PROJECT / "index.json", pages.tool_json(tools.wheel, top=True)
+        )
+        _write_if_changed(batch, top / "index.html", pages.root_html(tools, apex=False))
+        _write_if_changed(batch, top / "index.json", pages.root_json(tools, apex=False))
     if entries:
-        _write_if_changed(batch, index / "stacks.json", pages.top_json(entries, tools))
-        _write_if_changed(batch, index / "index.html", pages.top_html(entries, tools))
+        _write_if_changed(batch, index / "stacks.json", pages.top_json(entries, tools, address))
+        _write_if_changed(batch, index / "index.html", pages.top_html(entries, tools, address))

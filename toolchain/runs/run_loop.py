@@ -139,6 +139,7 @@ def _build(cell: Cell, request: RunRequest, console: Console, log_path: Path) ->
                 progress=request.progress,
                 ccache_dir=request.ccache_dir,
                 ccache_mount=request.ccache_mount,
+                apex_index=request.apex_index,
             )
             tail = _tail(outcome.log_tail)
             build = build.replace(

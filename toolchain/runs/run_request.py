@@ -27,6 +27,7 @@ class RunRequest:
     ccache_mount: str | None = (
         None  # the Dockerfile's ccache mount: shared | carried (default with ccache_dir)
     )
+    apex_index: str | None = None  # the cell's verified wheel from this index instead of a compile
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunRequest:

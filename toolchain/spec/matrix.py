@@ -33,7 +33,7 @@ from verify.domain.arch import Arch
 from verify.runtime.messages import did_you_mean, shown
 
 FORMAT_VERSION = 1
-TOP_KEYS = ("format_version", "defaults", "cells")
+TOP_KEYS = ("format_version", "defaults", "cells", "published")
 _CLI = "command line"
 # [cells.NAME]: NAME becomes a label, a bake target and a --cell value.
 _CELL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
@@ -44,6 +44,7 @@ class Matrix:
     path: Path
     defaults: dict[str, object]  # [defaults] as the file wrote it
     cells: tuple[Cell, ...]
+    published: tuple[str, ...] = ()  # [published] cells: the wheels the publish workflow puts on the index
 
     def select(
         self, *, names: Iterable[str] = (), cuda: Iterable[str] = (), torch: Iterable[str] = ()
@@ -129,9 +130,37 @@ def load_matrix(
         if cell is not None:
             cells.append(cell)
     problems += _check_unique(cells)
+    published, published_problems = _published(raw.get("published", {}), list(cells_raw))
+    problems += published_problems
     if problems:
         raise MatrixError(problems, source=str(path))
-    return Matrix(path=path, defaults=defaults, cells=tuple(cells))
+    return Matrix(path=path, defaults=defaults, cells=tuple(cells), published=published)
+
+
+def _published(table: object, names: list[str]) -> tuple[tuple[str, ...], list[CellProblem]]:
+    """[published] cells = ["cu130", ...]: names of cells defined above, each once."""
+    fix = 'write [published] with cells = ["cu130", ...], names of [cells.NAME] tables'
+    if not isinstance(table, dict):
+        return (), [CellProblem("[published]", "must be a table", fix)]
+    problems = [
+        CellProblem("[published]", f"unknown key {shown(k)}", fix) for k in sorted(set(table) - {"cells"})
+    ]
+    given = table.get("cells", [])
+    if not isinstance(given, list) or not all(isinstance(n, str) for n in given):
+        return (), [*problems, CellProblem("[published]", "cells must be a list of cell names", fix)]
+    for name in given:
+        if name not in names:
+            hint = did_you_mean(name, names)
+            problems.append(
+                CellProblem(
+                    "[published]",
+                    f"cells names {shown(name)}, which is no cell of this file",
+                    hint or f"use one of {', '.join(names)}",
+                )
+            )
+    if len(set(given)) != len(given):
+        problems.append(CellProblem("[published]", "cells names a cell twice", "name each cell once"))
+    return tuple(given), problems
 
 
 def cli_cell(

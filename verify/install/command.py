@@ -12,11 +12,12 @@ import importlib
 import importlib.metadata
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
 from verify.install import choice, index_stacks, installer, local_stack
 from verify.install.problem import InstallProblem
-from verify.runtime import exit_codes
+from verify.runtime import exit_codes, input_files
 from verify.runtime.messages import bounded
 
 # runs verify with these arguments in this process and returns its exit code (verify.cli passes its own)
@@ -63,7 +64,7 @@ def _install(args: argparse.Namespace, prog: str, verify_run: VerifyRun) -> int:
     root = index_stacks.root_url(args.index)  # a bad URL is exit 2 before torch is even imported
     local = local_stack.read()
     picked = choice.choose(local, index_stacks.read(args.index), root)
-    plan = installer.plan(picked.stack.simple_url, local.torch_version, dry_run=args.dry_run)
+    plan = installer.plan(picked.stack.simple_url, local.torch_pin, dry_run=args.dry_run)
     print(
         f"{prog} install: {local.describe()} -> {picked.stack.name} ({', '.join(picked.wheels)}); {plan.tool}:"
         f" {plan.shown()}",
@@ -91,9 +92,8 @@ def _install(args: argparse.Namespace, prog: str, verify_run: VerifyRun) -> int:
         return exit_codes.FAILED
     importlib.invalidate_caches()  # apex was installed while this process ran
     mode = "full" if args.full else "static"
-    verified = verify_run(
-        [*([] if args.full else ["--static"]), *[f"--require={r}" for r in args.require or []]]
-    )
+    require = args.require if args.require is not None else gate_require()
+    verified = verify_run([*([] if args.full else ["--static"]), *[f"--require={r}" for r in require or []]])
     verdict = "PASS" if verified == exit_codes.OK else "FAIL"
     print(
         f"{prog} install: {verdict} — apex {_installed('apex')} from {picked.stack.name} installed by"
@@ -102,6 +102,36 @@ def _install(args: argparse.Namespace, prog: str, verify_run: VerifyRun) -> int:
         flush=True,
     )
     return verified
+
+
+GATE_REPORT = (
+    "verify-static.json"  # the build gate's report, in the wheel's .dist-info (the builder puts it there)
+)
+
+
+def gate_require() -> list[str] | None:
+    """The features the installed wheel's own build gate required (its report's `options.require`): with no
+    --require, apex-verify install checks what that build promised, so a wheel built without CUDA modules
+    is not failed for lacking FusedAdam. None (verify's own defaults) when the wheel carries no report."""
+    try:
+        dist = importlib.metadata.distribution("apex")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    found = [f for f in dist.files or () if f.name == GATE_REPORT and f.parent.name.endswith(".dist-info")]
+    if not found:
+        return None
+    path = Path(str(dist.locate_file(found[0])))
+    try:
+        report = input_files.decode_json(
+            input_files.read_bytes(path, input_files.VERIFY_REPORT), path, input_files.VERIFY_REPORT
+        )
+    except input_files.InputFileError:
+        return None
+    options = report.get("options") if isinstance(report, dict) else None
+    require = options.get("require") if isinstance(options, dict) else None
+    if not isinstance(require, list) or not all(isinstance(r, str) for r in require):
+        return None
+    return [",".join(require)]  # one --require value; an empty one requires nothing
 
 
 def _installed(distribution: str) -> str:

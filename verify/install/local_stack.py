@@ -21,6 +21,14 @@ class LocalStack:
     platform: str  # linux_x86_64, the wheel tag's spelling
     glibc: str | None  # 2.39; None off glibc
     gpu_arch: str | None  # 9.0 when a CUDA device is visible (only to fill in the build command)
+    # the installed distribution's version, which is what pip and uv compare a pin with: PyPI's CUDA wheel
+    # says 2.14.1 in its metadata while torch.__version__ says 2.14.1+cu130 (None: no metadata found)
+    torch_distribution: str | None = None
+
+    @property
+    def torch_pin(self) -> str:
+        """The exact version to pin torch to: the installed distribution's, else torch.__version__."""
+        return self.torch_distribution or self.torch_version
 
     @property
     def name(self) -> str:
@@ -70,4 +78,14 @@ def read() -> LocalStack:
         platform=sysconfig.get_platform().replace("-", "_").replace(".", "_"),
         glibc=glibc_version(),
         gpu_arch=arch,
+        torch_distribution=_distribution_version("torch"),
     )
+
+
+def _distribution_version(name: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None

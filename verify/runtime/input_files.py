@@ -171,6 +171,12 @@ LOG = InputKind(
     "a full Apex build log is 1-5 MB; only its tail is read back",
     "look at the log itself",
 )
+APEX_WHEEL = InputKind(
+    "Apex wheel from an index",
+    2048 * MiB,
+    "the core build for five archs is ~150 MB, one arch ~43 MB",
+    "pass the root of an index `build.py index` wrote as --apex-index URL",
+)
 KINDS = (
     MATRIX,
     FACTS,
@@ -193,6 +199,7 @@ KINDS = (
     EXTENSION_MODULE,
     CHILD_MESSAGE,
     LOG,
+    APEX_WHEEL,
 )
 # A wheel with more members than this is not a build's (Apex's holds about 300)
 ZIP_MAX_MEMBERS = 100_000
