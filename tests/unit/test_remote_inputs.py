@@ -150,6 +150,21 @@ def test_offline_inputs_keep_their_hosts_out_even_when_those_are_down(tmp_path: 
     assert f"Apex source (git) {down}/apex.git cannot be reached (" in str(refused.value)
 
 
+def test_an_image_from_the_index_never_probes_the_git_host_or_the_cuda_wheels(tmp_path: Path) -> None:
+    """--apex-index: the wheel is fetched on the host before the build; apex-src and apex-build never run, so
+    neither the Apex git host nor PyPI's nvcc wheels are asked (both down here), only what torch fetches."""
+    down = f"http://127.0.0.1:{closed_port()}"
+    cell = local_cell(apex_repo=down + "/apex.git", torch_index_url=down + "/whl")
+    facts = facts_with_pypi(down + "/pypi")
+    for target in ("runtime", "runtime-slim", "runtime-devel"):
+        inputs = remote_inputs.needed(
+            cell, target=target, apex_src=None, wheelhouse=tmp_path, apex_index=True, facts=facts
+        )
+        assert inputs == [], (target, inputs)
+        compiled = remote_inputs.needed(cell, target=target, apex_src=None, wheelhouse=tmp_path, facts=facts)
+        assert {i.what for i in compiled} == {"Apex source (git)", "PyPI (CUDA's nvcc wheels)"}, compiled
+
+
 @pytest.mark.parametrize("target", sorted(ON_NVIDIAS_ROUTE))
 def test_the_local_route_never_asks_for_a_base_image(host: Host, target: str, tmp_path: Path) -> None:
     """Its bases are made here (debootstrap): NVIDIA's registry is never probed; PyPI only for what it fetches:
@@ -191,7 +206,8 @@ def test_each_unreachable_input_is_one_line_naming_it_and_its_fix_exit_3() -> No
 
 
 def _reached(parent: str, text: str, runtime_os: str) -> set[str]:
-    edges = {parent.replace("${RUNTIME_OS}", runtime_os)}
+    # the table is the compile route: APEX_FROM's default (--apex-index is `needed(apex_index=True)`)
+    edges = {parent.replace("${RUNTIME_OS}", runtime_os).replace("${APEX_FROM}", "build")}
     edges |= set(re.findall(r"COPY --from=([\w-]+)", text)) | set(re.findall(r"[,\s]from=([\w-]+)", text))
     return edges
 

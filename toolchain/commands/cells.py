@@ -250,7 +250,11 @@ def check_remote_inputs(cell: matrix_mod.Cell, request: RunRequest) -> None:
     from toolchain.image import remote_inputs
 
     inputs = remote_inputs.needed(
-        cell, target=request.target, apex_src=request.apex_src, wheelhouse=request.wheelhouse
+        cell,
+        target=request.target,
+        apex_src=request.apex_src,
+        wheelhouse=request.wheelhouse,
+        apex_index=bool(request.apex_index),
     )
     images = any(i.kind == "image" for i in inputs)
     remote_inputs.check(

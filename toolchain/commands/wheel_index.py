@@ -124,7 +124,7 @@ def _said(
     unmatched = [o for o in outcomes if o.action == "unmatched"]
     for outcome in unmatched:
         print(
-            f"build.py index: refused --gpu-report {printable(outcome.wheel)}: {outcome.detail}; pass the "
+            f"build.py index: refused --gpu-report {printable(outcome.wheel)}: {printable(outcome.detail)}; pass the "
             "report of a wheel given here or already on the index",
             file=sys.stderr,
         )

@@ -71,12 +71,17 @@ def needed(
     target: str = "runtime",
     apex_src: Path | None,
     wheelhouse: Path | None,
+    apex_index: bool = False,
     facts: compat_mod.Compat | None = None,
 ) -> list[RemoteInput]:
     """The remote inputs a build of `cell` (as routed) for `target` fetches, given the offline inputs it was
-    handed. A target this table does not know is taken as fetching everything."""
+    handed. A target this table does not know is taken as fetching everything. The table is the compile
+    route (APEX_FROM=build); with `apex_index` the Apex the image ships is the index's wheel, fetched on the
+    host before the build (toolchain/image/apex_index.py): the apex-src and apex-build stages never run."""
     facts = facts or compat_mod.load()
     stages = FETCHING_STAGES.get(target, _EVERY_STAGE)
+    if apex_index:
+        stages = tuple(s for s in stages if s not in ("apex-src", "apex-build"))
     inputs = []
     if "apex-src" in stages and apex_src is None:
         inputs.append(
