@@ -1,0 +1,187 @@
+"""What the index publishes, each rule on both sides. The pages' rules on published entries (fast): every link's
+PEP 658 metadata hash, in the legacy `data-dist-info-metadata` attribute as in `data-core-metadata` (PEP 714)
+and the JSON's both keys, is the sha256 of the .metadata file; each project sits at its PEP 503 normalised
+name. The wheel's rules on a real wheel the project's builder makes (tests/wheel_builds.py), varied one
+field at a time with the builder's own stamp: the exact torch pin its METADATA must carry, and the stack it
+claims against the stack its versions name and the folder it is filed under."""
+
+from __future__ import annotations
+
+import hashlib
+import html.parser
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests import wheel_builds as wb
+from toolchain.builder import wheel_identity
+from toolchain.index import pages, publish, wheel_check
+from toolchain.index.wheel_check import CheckedWheel, Refusal
+
+MINOR = ".".join(torch.__version__.split(".")[:2])
+STACK = f"torch{MINOR}-{wheel_identity.cuda_tag(torch.version.cuda)}"
+OTHER_STACK = "torch2.9-cu130"
+CACHE_ENV = "APEX_TEST_WHEEL_CACHE"  # a folder to keep the built wheel in between runs (the mutation run's)
+
+
+def pep503(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+class Links(html.parser.HTMLParser):
+    """Every <a> of a page: its attributes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.anchors: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self.anchors.append(dict(attrs))
+
+
+def _anchors(page: str) -> list[dict[str, str | None]]:
+    parser = Links()
+    parser.feed(page)
+    return parser.anchors
+
+
+def _entry(name: str, metadata: bytes, stack: str = STACK) -> pages.Entry:
+    return pages.Entry(
+        stack=stack,
+        name=name,
+        folder="0123456789abcdef",
+        sha256=hashlib.sha256(name.encode()).hexdigest(),
+        size=1000,
+        version=name.split("-")[1],
+        metadata_sha256=hashlib.sha256(metadata).hexdigest(),
+        requires_python=">=3.10",
+        built_at="2026-12-01T20:00:00+00:00",
+        commit=wb.COMMIT,
+        archs="9.0",
+        verdict="PASS",
+    )
+
+
+def test_every_link_carries_the_metadata_hash_under_both_names_and_the_wheels_own_hash() -> None:
+    metadata = {
+        "apex-0.1+g6424da3.cu130.torch2.11-cp312-cp312-manylinux_2_28_x86_64.whl": b"Metadata-Version: 2.1\n",
+        "apex-0.1+g6424da3.cu130.torch2.11-cp313-cp313-manylinux_2_28_x86_64.whl": b"Name: apex\n",
+    }
+    entries = [_entry(name, data) for name, data in metadata.items()]
+    links = _anchors(pages.project_html(entries))
+    assert len(links) == 2
+    for link in links:
+        name = next(
+            n
+            for n in metadata
+            if (link["href"] or "").endswith(
+                n.replace("+", "%2B") + "#sha256=" + hashlib.sha256(n.encode()).hexdigest()
+            )
+        )
+        want = "sha256=" + hashlib.sha256(metadata[name]).hexdigest()
+        assert link["data-dist-info-metadata"] == want and link["data-core-metadata"] == want
+        assert link["data-requires-python"] == ">=3.10"
+    files = json.loads(pages.project_json(entries))["files"]
+    for file in files:
+        want_hash = hashlib.sha256(metadata[file["filename"]]).hexdigest()
+        assert file["core-metadata"] == file["dist-info-metadata"] == {"sha256": want_hash}
+        assert file["hashes"] == {"sha256": hashlib.sha256(file["filename"].encode()).hexdigest()}
+
+
+def test_each_project_sits_at_its_pep503_name_and_links_to_it(tmp_path: Path) -> None:
+    tool = pages.ToolFile("apex_verify-0.1.0-py3-none-any.whl", "ab" * 32, 10, "0.1.0")
+    tools = pages.Tools(wheel=tool, zipapp=pages.ToolFile("verify.pyz", "cd" * 32, 10, "0"))
+    entry = _entry("apex-0.1+cpu.torch2.13-cp312-cp312-manylinux_2_5_x86_64.whl", b"x")
+    publish.write_pages(tmp_path, [entry], tools)
+    simple = tmp_path / STACK / "simple"
+    projects = sorted(p.name for p in simple.iterdir() if p.is_dir())
+    assert projects == [pep503(pages.PROJECT), pep503(pages.TOOL_PROJECT)]
+    assert [pep503(wheel_identity.parse_name(tool.name)[0])] == [p for p in projects if "verify" in p]
+    root_links = [a["href"] for a in _anchors((simple / "index.html").read_text())]
+    assert root_links == [f"{p}/" for p in projects]
+    assert [p["name"] for p in json.loads((simple / "index.json").read_text())["projects"]] == projects
+    assert json.loads((simple / pages.TOOL_PROJECT / "index.json").read_text())["name"] == pep503(
+        pages.TOOL_PROJECT
+    )
+
+
+# --- a real wheel of the project's builder -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The builder's stamped and gated wheel (kept in $APEX_TEST_WHEEL_CACHE when set: the mutation run)."""
+    cache = os.environ.get(CACHE_ENV)
+    if cache and list(Path(cache).glob("*.whl")):
+        (wheel,) = Path(cache).glob("*.whl")
+        yield wheel
+        return
+    root = tmp_path_factory.mktemp("rules-index")
+    done = wb.build_stamped(root / "good", wb.torch_venv(root / "venv"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    (wheel,) = (root / "good" / "out").glob("*.whl")
+    if cache:
+        Path(cache).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(wheel, Path(cache) / wheel.name)
+    yield wheel
+
+
+def _variant(built: Path, where: Path, *, pin: str | None = None, manifest: dict | None = None) -> Path:
+    """The built wheel alone in a folder of its own, re-stamped by the builder with one field changed."""
+    files = wheel_identity.read_dist_info(built)
+    inside = json.loads(files[wheel_identity.MANIFEST_FILE])
+    version = wheel_identity.parse_name(built.name)[1]
+    extra = {wheel_identity.MANIFEST_FILE: json.dumps(manifest if manifest is not None else inside).encode()}
+    return wheel_identity.stamp(
+        built, where / built.name, version, pin or inside["wheel_identity"]["torch_requirement"], extra
+    )
+
+
+@pytest.mark.slow  # builds a wheel (pip wheel of a C module, the builder's gate): several seconds
+def test_the_wheel_must_pin_exactly_its_torch_minor(built: Path, tmp_path: Path) -> None:
+    as_built = wheel_check.check(_variant(built, tmp_path / "same"), work=tmp_path)
+    assert isinstance(as_built, CheckedWheel), as_built
+    assert as_built.stack == STACK
+    for pin in ("torch>=2.6.0", "torch==2.9.*", f"torch=={MINOR}.*,<3", "torch"):
+        refused = wheel_check.check(_variant(built, tmp_path / pin.replace("*", "x"), pin=pin), work=tmp_path)
+        assert isinstance(refused, Refusal), pin
+        (reason,) = refused.reasons
+        assert reason.startswith(f"its METADATA requires ['{pin}'], not exactly torch=={MINOR}.*"), reason
+
+
+@pytest.mark.slow
+def test_a_wheel_claiming_another_stack_than_its_versions_is_refused(built: Path, tmp_path: Path) -> None:
+    inside = json.loads(wheel_identity.read_dist_info(built)[wheel_identity.MANIFEST_FILE])
+    claims = {**inside, "wheel_identity": {**inside["wheel_identity"], "stack": OTHER_STACK}}
+    refused = wheel_check.check(_variant(built, tmp_path, manifest=claims), work=tmp_path)
+    assert isinstance(refused, Refusal)
+    (reason,) = refused.reasons
+    assert "its manifest's wheel_identity" in reason and OTHER_STACK in reason
+    assert "is not what its versions say" in reason
+
+
+@pytest.mark.slow
+def test_a_published_wheel_filed_under_another_stack_is_left_out(built: Path, tmp_path: Path, capsys) -> None:
+    checked = wheel_check.check(_variant(built, tmp_path / "w"), work=tmp_path)
+    assert isinstance(checked, CheckedWheel)
+    index = tmp_path / "index"
+    (outcome,) = publish.add(index, [checked])
+    assert (outcome.stack, outcome.action) == (STACK, "added")
+    (folder,) = (index / STACK / "files").iterdir()
+    assert [e.stack for e in publish.published(index)] == [STACK]
+    shutil.copytree(folder, index / OTHER_STACK / "files" / folder.name)  # filed by hand under another stack
+    assert [(e.stack, e.name) for e in publish.published(index)] == [(STACK, checked.name)]
+    assert f"holds a wheel built for {STACK}, filed under {OTHER_STACK}" in capsys.readouterr().err
+    page = (index / STACK / "simple" / "apex" / "index.html").read_text()
+    (link,) = _anchors(page)
+    metadata = (folder / f"{checked.name}.metadata").read_bytes()
+    want = "sha256=" + hashlib.sha256(metadata).hexdigest()
+    assert link["data-dist-info-metadata"] == link["data-core-metadata"] == want
+    assert metadata == wheel_identity.read_dist_info(folder / checked.name)["METADATA"]
