@@ -28,6 +28,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -75,8 +76,9 @@ class Equivalent:
 @dataclasses.dataclass(frozen=True)
 class Target:
     path: str
-    tests: tuple[str, ...]
+    tests: tuple[str, ...]  # pytest arguments: test files, node ids, `-k EXPR`
     timeout_s: float = 60.0
+    markers: str = MARKERS
     equivalents: tuple[Equivalent, ...] = ()
 
 
@@ -111,6 +113,7 @@ def load(path: Path = MODULES) -> list[Target]:
                 path=entry["path"],
                 tests=tuple(entry["tests"]),
                 timeout_s=float(entry.get("timeout_s", 60.0)),
+                markers=str(entry.get("markers", MARKERS)),
                 equivalents=equivalents,
             )
         except (KeyError, TypeError) as exc:
@@ -122,14 +125,26 @@ def load(path: Path = MODULES) -> list[Target]:
 
 
 def _config(tree: Path, target: Target) -> Path:
-    tests = " ".join(target.tests)
-    command = f"{sys.executable} -m pytest -q -x -p no:cacheprovider -p no:randomly -m '{MARKERS}' {tests}"
+    command = shlex.join(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-x",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            target.markers,
+            *target.tests,
+        ]
+    )
     text = (
         "[cosmic-ray]\n"
         f'module-path = "{target.path}"\n'
         f"timeout = {target.timeout_s}\n"
         "excluded-modules = []\n"
-        f'test-command = "{command}"\n\n'
+        f"test-command = {json.dumps(command)}\n\n"
         '[cosmic-ray.distributor]\nname = "local"\n\n'
         "[cosmic-ray.filters.operators-filter]\n"
         f"exclude-operators = {json.dumps(list(EXCLUDED_OPERATORS))}\n"
@@ -151,8 +166,18 @@ def _cosmic_ray(
         text=True,
         timeout=timeout_s,
         check=False,
-        env={**os.environ, "PYTHONPATH": str(tree)},
+        env=_env(tree),
     )
+
+
+def _env(tree: Path) -> dict[str, str]:
+    """The tests' environment: the tree on the path, and one built wheel kept for every mutant of a module
+    whose tests build one (tests/unit/test_rules_index.py reads APEX_TEST_WHEEL_CACHE)."""
+    return {
+        **os.environ,
+        "PYTHONPATH": str(tree),
+        "APEX_TEST_WHEEL_CACHE": str(tree / ".cosmic-ray" / "wheel"),
+    }
 
 
 def _jobs(db: Path) -> list[tuple[str, str, int, int, str | None, str | None]]:
@@ -210,12 +235,24 @@ def _mutants(db: Path, source: list[str], equivalents: dict[str, str]) -> list[M
 def run_module(tree: Path, target: Target) -> dict[str, Any]:
     started = time.monotonic()
     base = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", MARKERS, *target.tests],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-x",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            target.markers,
+            *target.tests,
+        ],
         cwd=tree,
         capture_output=True,
         text=True,
         timeout=900,
         check=False,
+        env=_env(tree),
     )
     if base.returncode != 0:
         tail = (base.stdout.strip().splitlines() or ["no output"])[-1]
