@@ -79,6 +79,24 @@ def test_agreeing_ranks_and_their_figures() -> None:
     assert [r["duration_s"] for r in shown.details["ranks"]] == [2.5, 3.5]
 
 
+def test_several_ranks_alike_below_fail_speak_through_the_lowest_rank_and_are_all_named() -> None:
+    views = {
+        0: _view(0, Status.WARN, "slow link 0-1", 3.0),
+        1: _view(1, Status.PASS, "ok", 0.5),
+        2: _view(2, Status.WARN, "slow link 2-3", 1.0),
+        3: _view(3, Status.PASS, "ok", 0.5),
+    }
+    merged = merge("bandwidth", views, 4)  # not a FAIL: no "first to fail", the lowest rank speaks
+    assert (merged.status, merged.summary) == (Status.WARN, "ranks 0, 2 WARN: slow link 0-1")
+
+
+def test_a_large_world_that_agrees_is_summed_up_as_all_ranks() -> None:
+    views = {r: _view(r, Status.PASS, "fine", 1.23456) for r in range(300)}
+    merged = merge("all_reduce", views, 300)
+    assert merged.summary == "fine (all 300 ranks)"
+    assert {r["duration_s"] for r in merged.details["ranks"]} == {1.2346}
+
+
 # --- the device-load judge -----------------------------------------------------------------------------------
 
 OWN = GpuProcess(os.getpid(), 900, "python")  # verify's own process, seen in every sample
