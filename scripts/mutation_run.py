@@ -25,6 +25,7 @@ that fails; 2 bad arguments or a bad modules file.
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import json
 import os
@@ -74,12 +75,22 @@ class Equivalent:
 
 
 @dataclasses.dataclass(frozen=True)
+class Elsewhere:
+    """A function the unit tier cannot reach (it needs an engine or a GPU): its mutants are not run here and are
+    counted apart, with the tier whose tests hold it."""
+
+    function: str  # its name, or Class.method
+    why: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Target:
     path: str
     tests: tuple[str, ...]  # pytest arguments: test files, node ids, `-k EXPR`
     timeout_s: float = 60.0
     markers: str = MARKERS
     equivalents: tuple[Equivalent, ...] = ()
+    elsewhere: tuple[Elsewhere, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +100,7 @@ class Mutant:
     line_no: int
     line: str
     nth: int  # among the operator's mutants on this line
-    outcome: str  # killed | survived | equivalent | incompetent
+    outcome: str  # killed | survived | equivalent | elsewhere | incompetent
     why: str = ""
 
     def place(self) -> str:
@@ -109,12 +120,14 @@ def load(path: Path = MODULES) -> list[Target]:
     for entry in data.get("module", []):
         try:
             equivalents = tuple(Equivalent(**e) for e in entry.get("equivalent", []))
+            elsewhere = tuple(Elsewhere(**e) for e in entry.get("elsewhere", []))
             target = Target(
                 path=entry["path"],
                 tests=tuple(entry["tests"]),
                 timeout_s=float(entry.get("timeout_s", 60.0)),
                 markers=str(entry.get("markers", MARKERS)),
                 equivalents=equivalents,
+                elsewhere=elsewhere,
             )
         except (KeyError, TypeError) as exc:
             raise BadModules(f"{path}: module {entry.get('path')!r}: {exc}; see the file's header") from exc
@@ -192,34 +205,53 @@ def _jobs(db: Path) -> list[tuple[str, str, int, int, str | None, str | None]]:
         )
 
 
-def _mark_equivalents(db: Path, source: list[str], target: Target) -> dict[str, str]:
-    """job id -> why, for the mutants modules.toml calls equivalent; they are recorded as skipped."""
-    found: dict[str, str] = {}
+def _spans(source: str) -> dict[str, tuple[int, int]]:
+    """Function name (and Class.method) -> its first and last line."""
+    spans: dict[str, tuple[int, int]] = {}
+    for node in ast.parse(source).body:
+        inner = node.body if isinstance(node, ast.ClassDef) else [node]
+        for item in inner:
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = f"{node.name}.{item.name}" if isinstance(node, ast.ClassDef) else item.name
+                spans[name] = (item.lineno, item.end_lineno or item.lineno)
+    return spans
+
+
+def _mark_skipped(db: Path, source: list[str], target: Target) -> dict[str, tuple[str, str]]:
+    """job id -> (equivalent | elsewhere, why) for the mutants modules.toml names; recorded as skipped."""
+    found: dict[str, tuple[str, str]] = {}
     seen: dict[tuple[str, int], int] = {}
+    spans = _spans("\n".join(source))
+    for name in (e.function for e in target.elsewhere if e.function not in spans):
+        raise BadModules(f"{MODULES}: {target.path}: no function {name} (module.elsewhere)")
     for job_id, operator, row, _occ, _t, _w in _jobs(db):
         nth = seen.get((operator, row), 0)
         seen[(operator, row)] = nth + 1
         line = source[row - 1].strip()
         for eq in target.equivalents:
             if eq.operator == operator and eq.line == line and eq.nth in (None, nth):
-                found[job_id] = " ".join(eq.why.split())
+                found[job_id] = ("equivalent", " ".join(eq.why.split()))
+        for far in target.elsewhere:
+            first, last = spans[far.function]
+            if first <= row <= last:
+                found[job_id] = ("elsewhere", f"{far.function}: {' '.join(far.why.split())}")
     with sqlite3.connect(db) as con:
-        for job_id, why in found.items():
+        for job_id, (kind, why) in found.items():
             con.execute(
                 "INSERT OR REPLACE INTO work_results (job_id, worker_outcome, output, test_outcome, diff) "
                 "VALUES (?, 'SKIPPED', ?, NULL, NULL)",
-                (job_id, f"equivalent: {why}"),
+                (job_id, f"{kind}: {why}"),
             )
     return found
 
 
-def _mutants(db: Path, source: list[str], equivalents: dict[str, str]) -> list[Mutant]:
+def _mutants(db: Path, source: list[str], skipped: dict[str, tuple[str, str]]) -> list[Mutant]:
     mutants, seen = [], {}
     for job_id, operator, row, _occ, test_outcome, worker in _jobs(db):
         nth = seen.get((operator, row), 0)
         seen[(operator, row)] = nth + 1
-        if job_id in equivalents:
-            outcome, why = "equivalent", equivalents[job_id]
+        if job_id in skipped:
+            outcome, why = skipped[job_id]
         elif worker == "ABNORMAL" or test_outcome in ("KILLED", "INCOMPETENT"):
             outcome, why = ("killed" if test_outcome != "INCOMPETENT" else "incompetent"), ""
         elif test_outcome == "SURVIVED":
@@ -267,12 +299,14 @@ def run_module(tree: Path, target: Target) -> dict[str, Any]:
     if done.returncode != 0:
         return {"module": target.path, "error": f"cr-filter-operators: {done.stderr.strip()[-300:]}"}
     source = (tree / target.path).read_text().splitlines()
-    equivalents = _mark_equivalents(db, source, target)
+    skipped = _mark_skipped(db, source, target)
     done = _cosmic_ray(tree, "exec", str(config), str(db), timeout_s=6 * 3600)
     if done.returncode != 0:
         return {"module": target.path, "error": f"cosmic-ray exec: {done.stderr.strip()[-300:]}"}
-    mutants = _mutants(db, source, equivalents)
-    count = {k: sum(m.outcome == k for m in mutants) for k in ("killed", "survived", "equivalent")}
+    mutants = _mutants(db, source, skipped)
+    count = {
+        k: sum(m.outcome == k for m in mutants) for k in ("killed", "survived", "equivalent", "elsewhere")
+    }
     judged = count["killed"] + count["survived"]
     return {
         "module": target.path,
@@ -284,6 +318,7 @@ def run_module(tree: Path, target: Target) -> dict[str, Any]:
         "seconds": round(time.monotonic() - started),
         "survivors": [m.place() for m in mutants if m.outcome == "survived"],
         "equivalents": [f"{m.place()}: {m.why}" for m in mutants if m.outcome == "equivalent"],
+        "elsewhere_why": sorted({m.why for m in mutants if m.outcome == "elsewhere"}),
     }
 
 
@@ -291,26 +326,30 @@ def markdown(results: list[dict[str, Any]]) -> str:
     lines = [
         "# Mutation run: cosmic-ray over the modules that decide (`make mutation`)",
         "",
-        f"cosmic-ray 8.7, each module with its own unit tests (tests/mutation/modules.toml); target: at least "
-        f"{TARGET:.0%} of the non-equivalent mutants killed per module. Equivalent: a mutant that cannot "
-        "change a verdict, written down with its reason.",
+        "cosmic-ray 8.7.0 (scripts/mutation_run.py), each module with its own unit tests "
+        f"(tests/mutation/modules.toml); target: at least {TARGET:.0%} of the mutants that are neither "
+        "equivalent nor elsewhere killed, per module. *Equivalent*: cannot change what the module decides "
+        "(each with its reason below). *Elsewhere*: in a function the unit tier cannot reach (an engine, a "
+        "GPU); the tier that holds it is named below. Left out for every module: the binary-operator "
+        "mutants scripts/mutation_run.py's EXCLUDED_OPERATORS names, with why.",
         "",
-        "| module | mutants | killed | equivalent | survived | killed of non-equivalent | s |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| module | mutants | killed | equivalent | elsewhere | survived | killed share | s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         if "error" in r:
-            lines.append(f"| `{r['module']}` | {r['error']} | | | | | |")
+            lines.append(f"| `{r['module']}` | {r['error']} | | | | | | |")
             continue
         lines.append(
-            f"| `{r['module']}` | {r['mutants']} | {r['killed']} | {r['equivalent']} | {r['survived']} | "
-            f"{r['killed_share']:.0%} | {r['seconds']} |"
+            f"| `{r['module']}` | {r['mutants']} | {r['killed']} | {r['equivalent']} | "
+            f"{r.get('elsewhere', 0)} | {r['survived']} | {r['killed_share']:.0%} | {r['seconds']} |"
         )
     for r in results:
-        if r.get("survivors") or r.get("equivalents"):
+        if r.get("survivors") or r.get("equivalents") or r.get("elsewhere"):
             lines += ["", f"## `{r['module']}`", ""]
             lines += [f"- survived: {s}" for s in r.get("survivors", [])]
             lines += [f"- equivalent: {e}" for e in r.get("equivalents", [])]
+            lines += [f"- elsewhere: {e}" for e in r.get("elsewhere_why", [])]
     return "\n".join(lines) + "\n"
 
 
