@@ -17,8 +17,8 @@ sessions also hold a result per mutant that a filter may set (here: the equivale
 
     python3 scripts/mutation_run.py [--only MODULE[,MODULE]] [--out reports/mutation] [--keep] [--list]
 The result, per module (mutants, killed, equivalent, survived, each survivor's place), is merged into
-reports/mutation/cosmic-ray.json and rendered as reports/mutation/cosmic-ray.md: a run of some modules
-replaces only their rows. Exit: 0 every module at or above its kill target; 1 a module below it or a baseline
+reports/mutation/cosmic-ray.json and rendered as reports/mutation/README.md: a run of some modules replaces
+only their rows. Exit: 0 every module at or above its kill target; 1 a module below it or a baseline
 that fails; 2 bad arguments or a bad modules file.
 """
 
@@ -333,6 +333,8 @@ def markdown(results: list[dict[str, Any]]) -> str:
         "GPU); the tier that holds it is named below. Left out for every module: the binary-operator "
         "mutants scripts/mutation_run.py's EXCLUDED_OPERATORS names, with why.",
         "",
+        "The hand-kept mutations of the modules not listed here: [last-run.md](last-run.md).",
+        "",
         "| module | mutants | killed | equivalent | elsewhere | survived | killed share | s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -403,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     order = [t.path for t in load()]
     merged = sorted(rows.values(), key=lambda r: order.index(r["module"]) if r["module"] in order else 99)
     atomic.write_json(record, {"tool": "cosmic-ray 8.7.0", "target": TARGET, "modules": merged})
-    atomic.write_text(args.out / "cosmic-ray.md", markdown(merged))
+    atomic.write_text(args.out / "README.md", markdown(merged))
     low = [r["module"] for r in results if "error" in r or r["killed_share"] < TARGET]
     for module in low:
         print(f"mutation_run: {module} is below {TARGET:.0%} killed (or did not run)", file=sys.stderr)
