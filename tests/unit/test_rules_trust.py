@@ -339,3 +339,42 @@ def test_resolve_takes_the_published_digest_and_refuses_another_registry(tmp_pat
         pull.resolve(cell, None, digest="sha256:short", by_digest=False, out=tmp_path)
     with pytest.raises(UsageError, match="pull: no registry"):
         pull.resolve("other-cell", None, digest=None, by_digest=False, out=tmp_path)
+
+
+def test_cosign_that_hangs_is_environment_unavailable_and_a_silent_refusal_names_its_exit(
+    cosign: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(signature, "COSIGN_TIMEOUT_S", 0.5)
+    script = cosign.parent / "bin" / "cosign"
+    script.write_text("#!/bin/sh\nexec sleep 30\n")
+    with pytest.raises(EnvironmentUnavailable, match="took over 0.5 s") as caught:
+        signature.check("ghcr.io/acme/apex", IMAGE_DIGEST, _keyless("ghcr.io/acme/apex"))
+    assert caught.value.exit_code == exit_codes.ENVIRONMENT
+    script.write_text("#!/bin/sh\nexit 7\n")
+    with pytest.raises(
+        signature.SignatureRefused, match=r"\(issuer https://token.actions.githubusercontent.com\): exit 7;"
+    ):
+        signature.check("ghcr.io/acme/apex", IMAGE_DIGEST, _keyless("ghcr.io/acme/apex"))
+
+
+def test_a_payload_that_is_not_json_or_names_no_digest_is_another_images(
+    registry: StandInRegistry, tmp_path: Path
+) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    for payload in (
+        b"not json",
+        b"[1, 2]",
+        json.dumps({"critical": {"type": signature.PAYLOAD_TYPE}}).encode(),
+    ):
+        blob = "sha256:" + hashlib.sha256(payload).hexdigest()
+        registry.blobs[blob] = payload
+        sig = base64.b64encode(key.sign(payload, ec.ECDSA(hashes.SHA256()))).decode()
+        artifact = {"layers": [{"digest": blob, "annotations": {signature.SIGNATURE_ANNOTATION: sig}}]}
+        registry.manifests[IMAGE_DIGEST.replace(":", "-") + ".sig"] = (
+            json.dumps(artifact).encode(),
+            "application/json",
+        )
+        with pytest.raises(
+            signature.SignatureRefused, match=r"a valid signature of another image \(no digest claim\)"
+        ):
+            _with_key(registry, _public(tmp_path, key))
