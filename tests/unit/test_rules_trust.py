@@ -378,3 +378,23 @@ def test_a_payload_that_is_not_json_or_names_no_digest_is_another_images(
             signature.SignatureRefused, match=r"a valid signature of another image \(no digest claim\)"
         ):
             _with_key(registry, _public(tmp_path, key))
+
+
+def test_pulled_ids_and_recorded_repositories_compare_by_value_however_they_sort(tmp_path: Path) -> None:
+    hexes = 64
+    built_id = "sha256:" + "c" * hexes  # made at run time: equal values, distinct objects
+    ref = f"ghcr.io/acme/apex@{IMAGE_DIGEST}"
+    pull.check_pulled(ref, _pulled((ref,), image_id=built_id), "".join(["sha256:", "c" * hexes]))
+    for other in ("sha256:" + "a" * hexes, "sha256:" + "e" * hexes):  # sorts before and after
+        with pytest.raises(publish.DigestRefused, match="is not the published"):
+            pull.check_pulled(ref, _pulled((ref,), image_id=built_id), other)
+    with pytest.raises(publish.DigestRefused, match=r"\(repo digests: none\)"):
+        pull.check_pulled(ref, _pulled(()), None)
+    record = publish.record_path(tmp_path, TAG)
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"repository": "ghcr.io/acme/apex", "digest": IMAGE_DIGEST}))
+    same = "".join(["ghcr.io/acme/apex", "/"])
+    assert pull.resolve(TAG, same, digest=None, by_digest=False, out=tmp_path)[1] == IMAGE_DIGEST
+    for other in ("ghcr.io/aaa/apex", "ghcr.io/zzz/apex"):
+        with pytest.raises(UsageError, match="records a push to"):
+            pull.resolve(TAG, other, digest=None, by_digest=False, out=tmp_path)
