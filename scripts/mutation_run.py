@@ -246,7 +246,8 @@ def _mark_skipped(db: Path, source: list[str], target: Target) -> dict[str, tupl
 
 
 def _mutants(db: Path, source: list[str], skipped: dict[str, tuple[str, str]]) -> list[Mutant]:
-    mutants, seen = [], {}
+    mutants: list[Mutant] = []
+    seen: dict[tuple[str, int], int] = {}
     for job_id, operator, row, _occ, test_outcome, worker in _jobs(db):
         nth = seen.get((operator, row), 0)
         seen[(operator, row)] = nth + 1

@@ -75,7 +75,7 @@ class RecordedImages:
         self.engine = engine
 
     def list(self, all: bool = False) -> list[Image]:  # noqa: A002 (the SDK's name)
-        return [Image(attrs=a, client=self.engine) for a in self.engine.images]
+        return [Image(attrs=a) for a in self.engine.images]
 
     def remove(self, image: str, **_: object) -> None:
         self.engine.removed.append(("image", image))
@@ -86,7 +86,7 @@ class RecordedContainers:
         self.engine = engine
 
     def list(self, all: bool = False, filters: dict | None = None) -> list[Container]:  # noqa: A002
-        return [Container(attrs=a, client=self.engine) for a in self.engine.containers]
+        return [Container(attrs=a, client=self.engine) for a in self.engine.containers]  # type: ignore[arg-type]  # remove() calls client.api: the recorded one
 
 
 class RecordedEngine:

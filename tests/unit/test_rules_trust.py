@@ -59,11 +59,11 @@ class StandInRegistry:
                     if kind == "blobs"
                     else None
                 )
-                if not found or found[0] is None:
+                body, media = found or (None, "")
+                if body is None:
                     self.send_response(404)
                     self.end_headers()
                     return
-                body, media = found
                 self.send_response(200)
                 self.send_header("Content-Type", media)
                 self.send_header("Content-Length", str(len(body)))
