@@ -185,3 +185,85 @@ def test_a_published_wheel_filed_under_another_stack_is_left_out(built: Path, tm
     want = "sha256=" + hashlib.sha256(metadata).hexdigest()
     assert link["data-dist-info-metadata"] == link["data-core-metadata"] == want
     assert metadata == wheel_identity.read_dist_info(folder / checked.name)["METADATA"]
+
+
+def _stacked(stack: str, name: str, **fields: object) -> pages.Entry:
+    import dataclasses
+
+    return dataclasses.replace(_entry(name, b"m", stack), **fields)  # type: ignore[arg-type]
+
+
+def test_the_top_page_rows_one_per_stack_with_the_glibc_every_wheel_needs() -> None:
+    entries = [
+        _stacked("torch2.11-cu130", "apex-0.1+a-cp312-x.whl", glibc="2.5", built_at="2026-12-01T20:00:00"),
+        _stacked("torch2.11-cu130", "apex-0.1+a-cp313-x.whl", glibc="2.28", built_at="2026-12-02T08:00:00"),
+        _stacked("torch2.11-cu130", "apex-0.1+a-cp311-x.whl", glibc="2.17", archs=None, commit=None),
+        _stacked("torch2.9-cu128", "apex-0.1+b-cp312-x.whl", glibc=None, verdict="WARN"),
+    ]
+    rows = pages.stack_rows(entries)
+    assert [r["stack"] for r in rows] == ["torch2.11-cu130", "torch2.9-cu128"]
+    first, second = rows
+    assert first["glibc"] == "2.28"  # by version, not by text ("2.5" > "2.28" as text)
+    assert first["built"] == "2026-12-02" and first["simple"] == "torch2.11-cu130/simple/"
+    assert first["archs"] == ["9.0", "none (no CUDA module)"] and first["apex_commits"] == [
+        wb.COMMIT,
+        "unknown",
+    ]
+    assert first["wheels"] == sorted(e.name for e in entries[:3]) and first["verify"] == ["PASS"]
+    assert (second["glibc"], second["verify"]) == ("unknown", ["WARN"])
+    top = json.loads(pages.top_json(entries))
+    assert (
+        top["index_version"] == 1
+        and top["project"] == "apex"
+        and top["stacks"] == rows
+        and "tools" not in top
+    )
+    page = pages.top_html(entries)
+    assert page.count("<tr><td>") == 2 and "<td>2.28</td>" in page
+    assert "pip install apex --index-url &lt;INDEX&gt;/torch2.9-cu128/simple/" in page
+
+
+def test_the_tool_pages_link_verify_from_every_stack() -> None:
+    tool = pages.ToolFile("apex_verify-0.1.0-py3-none-any.whl", "ab" * 32, 123, "0.1.0")
+    app = pages.ToolFile("verify.pyz", "cd" * 32, 45, "0")
+    tools = pages.Tools(wheel=tool, zipapp=app)
+    (link,) = _anchors(pages.tool_html(tool))
+    assert link["href"] == f"../../../tools/{tool.name}#sha256={tool.sha256}"
+    assert link["data-requires-python"] == ">=3.10"
+    data = json.loads(pages.tool_json(tool))
+    assert data["versions"] == ["0.1.0"] and data["name"] == pages.TOOL_PROJECT
+    assert data["files"] == [
+        {
+            "filename": tool.name,
+            "url": f"../../../tools/{tool.name}",
+            "hashes": {"sha256": tool.sha256},
+            "requires-python": ">=3.10",
+            "size": 123,
+            "yanked": False,
+        }
+    ]
+    top = json.loads(pages.top_json([_entry("apex-0.1+c-cp312-x.whl", b"m")], tools))
+    assert top["tools"] == {
+        pages.TOOL_PROJECT: {"file": f"tools/{tool.name}", "sha256": tool.sha256},
+        "zipapp": {"file": "tools/verify.pyz", "sha256": app.sha256},
+    }
+    html_page = pages.top_html([_entry("apex-0.1+c-cp312-x.whl", b"m")], tools)
+    assert 'href="tools/verify.pyz"' in html_page and f'href="tools/{tool.name}"' in html_page
+    assert "Check what you installed" not in pages.top_html([_entry("apex-0.1+c-cp312-x.whl", b"m")])
+    assert [p["name"] for p in json.loads(pages.root_json())["projects"]] == [pages.PROJECT]
+    assert json.loads(pages.root_json())["meta"] == {"api-version": pages.API_VERSION}
+
+
+def test_a_link_without_requires_python_has_no_attribute_and_versions_are_listed_once() -> None:
+    import dataclasses
+
+    bare = dataclasses.replace(_entry("apex-0.1+a-cp312-x.whl", b"m"), requires_python=None)
+    twin = dataclasses.replace(_entry("apex-0.1+a-cp313-x.whl", b"m"), version=bare.version)
+    (link, _) = _anchors(pages.project_html([twin, bare]))
+    assert "data-requires-python" not in link and link["href"].endswith("cp312-x.whl#sha256=" + bare.sha256)  # type: ignore[union-attr]
+    data = json.loads(pages.project_json([twin, bare]))
+    assert data["versions"] == [bare.version] and "requires-python" not in data["files"][0]
+    assert data["meta"] == {"api-version": pages.API_VERSION} and data["files"][0]["size"] == 1000
+    assert data["files"][0]["yanked"] is False and data["files"][0]["url"].startswith(
+        "../../files/0123456789abcdef/"
+    )
