@@ -190,6 +190,7 @@ def _env(tree: Path) -> dict[str, str]:
         **os.environ,
         "PYTHONPATH": str(tree),
         "APEX_TEST_WHEEL_CACHE": str(tree / ".cosmic-ray" / "wheel"),
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # no xdist and the like: a third of each run's start-up
     }
 
 
