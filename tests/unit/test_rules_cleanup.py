@@ -224,3 +224,96 @@ def test_reclaim_on_a_shared_engine_removes_nothing(monkeypatch, tmp_path, capsy
     assert machine_state.reclaim(_state(tmp_path, None), free_gib=1e9, dry_run=False) == 0
     assert engine.removed == []
     assert "was running before the suite, so nothing is reclaimed" in capsys.readouterr().out
+
+
+def test_a_snapshot_records_what_is_there_leaves_out_the_base_it_made_and_is_kept_once(
+    monkeypatch, tmp_path, capsys
+) -> None:
+    engine = _engine(monkeypatch)
+    state = tmp_path / "state.json"
+    assert machine_state.snapshot(state, 4242, "apex-toolchain/base:bookworm") == 0
+    data = json.loads(state.read_text())
+    assert data["dockerd_pid"] == 4242 and data["base_created"] == "apex-toolchain/base:bookworm"
+    assert _id("b7") not in data["images"] and _id("a1") in data["images"]
+    assert len(data["images"]) == len(BEFORE + NEW) - 1
+    assert data["build_cache"] == ["new1", "new2", "old"]
+    assert (
+        "recorded 8 images and 3 build-cache records; dockerd 4242 started by this run"
+        in capsys.readouterr().out
+    )
+    engine.images = engine.images[:1]
+    assert machine_state.snapshot(state, None, None) == 0  # a second tier keeps the first snapshot
+    assert json.loads(state.read_text()) == data
+    plain = tmp_path / "plain.json"
+    machine_state.snapshot(plain, None, None)
+    assert json.loads(plain.read_text())["images"] == [_id("a1")]
+    assert "started by this run" not in capsys.readouterr().out
+
+
+def test_an_unusable_snapshot_is_exit_2_and_removes_nothing(monkeypatch, tmp_path, capsys) -> None:
+    engine = _engine(monkeypatch)
+    broken = tmp_path / "state.json"
+    broken.write_text('{"images": []}')  # no build_cache
+    assert machine_state.cleanup(broken, dry_run=False) == 2
+    assert machine_state.reclaim(broken, free_gib=1, dry_run=False) == 2
+    assert machine_state.cleanup(tmp_path / "missing.json", dry_run=False) == 2
+    assert engine.removed == [] and "no usable snapshot" in capsys.readouterr().err
+
+
+def test_stopping_the_dockerd_this_run_started_and_nothing_else(monkeypatch, tmp_path, capsys) -> None:
+    import subprocess
+
+    fake = tmp_path / "dockerd"  # a real process named dockerd (sleep under that name), not our child: as
+    fake.symlink_to("/bin/sleep")  # a daemon is, so that whoever reaps it is not this test
+    started = subprocess.run(
+        ["sh", "-c", f'"{fake}" 60 >/dev/null 2>&1 & echo $!'], capture_output=True, text=True
+    )
+    pid = int(started.stdout)
+    monkeypatch.setattr(machine_state, "DOCKERD_STOP_S", 20)
+    try:
+        machine_state._stop_dockerd(pid, dry_run=True)
+        assert Path(f"/proc/{pid}").exists() and f"would stop dockerd {pid}" in capsys.readouterr().out
+        machine_state._stop_dockerd(pid, dry_run=False)
+        assert f"stopped dockerd {pid}" in capsys.readouterr().out
+    finally:
+        if Path(f"/proc/{pid}").exists():
+            os.kill(pid, 9)
+    machine_state._stop_dockerd(pid, dry_run=False)
+    assert f"dockerd {pid}: already gone" in capsys.readouterr().out
+    machine_state._stop_dockerd(os.getpid(), dry_run=False)  # not a dockerd: left alone
+    assert "not the dockerd this run started: left alone" in capsys.readouterr().out
+
+
+def test_reclaim_on_the_engine_this_run_started_frees_ours_least_recent_first(
+    monkeypatch, tmp_path, capsys
+) -> None:
+    engine = _engine(monkeypatch)
+    engine.cache = [{"ID": "x", "Size": 4e9, "InUse": False}, {"ID": "y", "Size": 1e9, "InUse": True}]
+    state = _state(tmp_path, dockerd_pid=4242)
+    assert machine_state.reclaim(state, free_gib=1e9, dry_run=False) == 0  # never enough: every step runs
+    removed = [what for kind, what in engine.removed if kind == "image"]
+    assert removed == [_id("b2"), _id("a2")]  # our dangling image, then an earlier run's tagged one
+    prunes = [json.loads(k) for kind, k in engine.removed if kind == "cache"]
+    assert prunes[0] == {"all": True, "keep_storage": 0}  # short by more than all of it: keep nothing
+    out = capsys.readouterr().out
+    assert "least recently used build cache: 4.00 GB unused" in out and "dangling image" in out
+    engine.removed.clear()
+    assert machine_state.reclaim(state, free_gib=0, dry_run=False) == 0
+    assert engine.removed == [] and "nothing to reclaim" in capsys.readouterr().out
+    machine_state.reclaim(state, free_gib=1e9, dry_run=True)
+    assert engine.removed == [] and "would remove" in capsys.readouterr().out
+
+
+def test_pruning_goes_record_by_record_and_names_what_it_could_not(monkeypatch, tmp_path, capsys) -> None:
+    engine = _engine(monkeypatch)
+
+    def refuse(**kwargs: object) -> dict[str, int]:
+        engine.removed.append(("cache", json.dumps(kwargs, sort_keys=True)))
+        raise RuntimeError("record in use")
+
+    monkeypatch.setattr(engine.api, "prune_builds", refuse)
+    machine_state._prune_records(RecordedClient(engine), ["new1", "new2"])
+    tried = [json.loads(k)["filters"]["id"] for _, k in engine.removed]
+    assert tried == ["new2", "new1", "new2", "new1"]  # two rounds, the child first each time
+    out = capsys.readouterr().out
+    assert "2 not pruned (in use?)" in out and "errors: new2 (record in use)" in out
