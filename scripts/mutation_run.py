@@ -35,6 +35,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -104,7 +105,7 @@ class Mutant:
     why: str = ""
 
     def place(self) -> str:
-        return f"{self.operator} line {self.line_no} #{self.nth}: {self.line}"
+        return f"{self.operator} line {self.line_no} #{self.nth}: `{self.line}`"
 
 
 class BadModules(ValueError):
@@ -325,17 +326,19 @@ def run_module(tree: Path, target: Target) -> dict[str, Any]:
 
 
 def markdown(results: list[dict[str, Any]]) -> str:
-    lines = [
-        "# Mutation run: cosmic-ray over the modules that decide (`make mutation`)",
-        "",
+    intro = (
         "cosmic-ray 8.7.0 (scripts/mutation_run.py), each module with its own unit tests "
         f"(tests/mutation/modules.toml); target: at least {TARGET:.0%} of the mutants that are neither "
         "equivalent nor elsewhere killed, per module. *Equivalent*: cannot change what the module decides "
         "(each with its reason below). *Elsewhere*: in a function the unit tier cannot reach (an engine, a "
         "GPU); the tier that holds it is named below. Left out for every module: the binary-operator "
-        "mutants scripts/mutation_run.py's EXCLUDED_OPERATORS names, with why.",
+        "mutants that scripts/mutation_run.py's EXCLUDED_OPERATORS names, with why. The hand-kept mutations "
+        "of the modules not listed here: [last-run.md](last-run.md)."
+    )
+    lines = [
+        "# Mutation run: cosmic-ray over the modules that decide (`make mutation`)",
         "",
-        "The hand-kept mutations of the modules not listed here: [last-run.md](last-run.md).",
+        *textwrap.wrap(intro, 110),
         "",
         "| module | mutants | killed | equivalent | elsewhere | survived | killed share | s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
