@@ -226,9 +226,11 @@ def _mark_skipped(db: Path, source: list[str], target: Target) -> dict[str, tupl
     spans = _spans("\n".join(source))
     for name in (e.function for e in target.elsewhere if e.function not in spans):
         raise BadModules(f"{MODULES}: {target.path}: no function {name} (module.elsewhere)")
-    for job_id, operator, row, _occ, _t, _w in _jobs(db):
+    for job_id, operator, row, _occ, _t, worker in _jobs(db):
         nth = seen.get((operator, row), 0)
         seen[(operator, row)] = nth + 1
+        if worker == "SKIPPED":  # an excluded operator: not a mutant of this run at all
+            continue
         line = source[row - 1].strip()
         for eq in target.equivalents:
             if eq.operator == operator and eq.line == line and eq.nth in (None, nth):
