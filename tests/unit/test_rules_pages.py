@@ -12,6 +12,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from toolchain.builder import wheel_identity
 from toolchain.index import pages, publish
 
@@ -177,3 +179,16 @@ def test_a_link_without_requires_python_has_no_attribute_and_versions_are_listed
     assert data["files"][0]["yanked"] is False and data["files"][0]["url"].startswith(
         "../../files/0123456789abcdef/"
     )
+
+
+def test_pages_are_stable_bytes_and_records_do_not_change_under_them() -> None:
+    entries = [_entry("apex-0.1+a-cp312-x.whl", b"m"), _entry("apex-0.1+a-cp313-x.whl", b"n")]
+    for text in (pages.project_json(entries), pages.top_json(entries), pages.root_json()):
+        assert (
+            text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n"
+        )  # keys sorted: same bytes
+    assert f"<td>{COMMIT[:12]}</td>" in pages.top_html(entries)  # the commit as git abbreviates it
+    tool = pages.ToolFile("apex_verify-0.1.0-py3-none-any.whl", "ab" * 32, 1, "0.1.0")
+    for record in (tool, entries[0], pages.Tools(wheel=tool, zipapp=tool)):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            record.size = 2  # type: ignore[misc,union-attr]
