@@ -432,3 +432,10 @@ def test_every_signature_layer_is_tried_until_one_holds(registry: StandInRegistr
         registry.manifests[tag] = (json.dumps({"layers": [before]}).encode(), "application/json")
         with pytest.raises(signature.SignatureRefused):
             _with_key(registry, _public(tmp_path, key))
+
+
+def test_a_policy_once_decided_does_not_change() -> None:
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        _keyless("ghcr.io/acme/apex").identity = ".*"  # type: ignore[misc]
