@@ -439,3 +439,20 @@ def test_a_policy_once_decided_does_not_change() -> None:
 
     with pytest.raises(dataclasses.FrozenInstanceError):
         _keyless("ghcr.io/acme/apex").identity = ".*"  # type: ignore[misc]
+
+
+def test_a_cosign_killed_by_a_signal_has_not_verified_anything(cosign: Path) -> None:
+    script = cosign.parent / "bin" / "cosign"
+    script.write_text("#!/bin/sh\nkill -9 $$\n")  # exit status -9: not 0, and not above 0 either
+    with pytest.raises(signature.SignatureRefused, match="exit -9"):
+        signature.check("ghcr.io/acme/apex", IMAGE_DIGEST, _keyless("ghcr.io/acme/apex"))
+
+
+def test_a_payload_of_another_type_is_refused_whichever_way_it_sorts(
+    registry: StandInRegistry, tmp_path: Path
+) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    for kind in ("a container image attestation", "zz signature"):
+        _signed(registry, key, IMAGE_DIGEST, kind=kind)
+        with pytest.raises(signature.SignatureRefused, match="a valid signature of another image"):
+            _with_key(registry, _public(tmp_path, key))
