@@ -317,3 +317,29 @@ def test_pruning_goes_record_by_record_and_names_what_it_could_not(monkeypatch, 
     assert tried == ["new2", "new1", "new2", "new1"]  # two rounds, the child first each time
     out = capsys.readouterr().out
     assert "2 not pruned (in use?)" in out and "errors: new2 (record in use)" in out
+
+
+def test_without_an_engine_it_says_so_and_exits_3(monkeypatch, tmp_path, capsys) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    with pytest.raises(SystemExit) as stopped:
+        machine_state._client()
+    assert stopped.value.code == 3
+    assert "no Docker engine answers" in capsys.readouterr().err
+
+
+def test_the_command_line_reaches_each_command(monkeypatch, tmp_path, capsys) -> None:
+    engine = _engine(monkeypatch)
+    state = tmp_path / "cli-state.json"
+    assert machine_state.main(["snapshot", str(state), "--base-created", "b:1"]) == 0
+    assert json.loads(state.read_text())["dockerd_pid"] is None
+    engine.images = [*engine.images, _image("c1", ["acme/team-trainer:new"], "2026-12-03T11:00:00Z")]
+    assert machine_state.main(["reclaim", str(state), "--free-gib", "0"]) == 0
+    assert machine_state.main(["cleanup", str(state), "--dry-run", "--tag-prefix", "team"]) == 0
+    out = capsys.readouterr().out
+    assert "nothing to reclaim" in out and "would remove image acme/team-trainer:new" in out
+    assert "apex-ci-build" not in out  # the prefix given, not the default
+    assert engine.removed == [] and state.exists()
+    assert machine_state.main(["cleanup", str(state), "--keep-engine"]) == 0 and state.exists()
+    assert ("image", "apex-ci-build:1") not in engine.removed  # there before this snapshot
+    with pytest.raises(SystemExit):
+        machine_state.main(["reclaim", str(state)])  # --free-gib is required
