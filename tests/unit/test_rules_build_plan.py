@@ -156,3 +156,31 @@ def test_in_the_env_era_a_flag_counts_only_when_env_to_flag_names_it(tmp_path: P
     apex_setup.check_flags(setup, {"APEX_CUDA_EXT": "1"}, tmp_path)
     with pytest.raises(UsageError, match="ENV_TO_FLAG has no APEX_XENTROPY"):
         apex_setup.check_flags(setup, {"APEX_XENTROPY": "1"}, tmp_path)
+
+
+def test_what_a_setup_py_of_no_known_style_and_the_pip_options_of_each_style_say(tmp_path: Path) -> None:
+    (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup(name='apex')\n")
+    unknown = apex_setup.read(tmp_path)
+    assert unknown.style == apex_setup.UNKNOWN and apex_setup.describe(unknown) == "no known flag style"
+    with pytest.raises(UsageError, match="has no ENV_TO_FLAG and never tests") as caught:
+        apex_setup.check_style(unknown, tmp_path)
+    assert caught.value.exit_code == exit_codes.USAGE
+    (tmp_path / "setup.py").write_text(ARGV_SETUP + '\nif "--parallel" in sys.argv:\n    pass\n')
+    argv = apex_setup.read(tmp_path)
+    apex_setup.check_style(argv, tmp_path)
+    assert argv.parallel == apex_setup.ARGV and argv.all_modules() == ("apex_C", "fast_layer_norm")
+    assert argv.dropped_archs("--cpp_ext", set()) == []
+    assert apex_setup.pip_options(argv, ["--cpp_ext"], 4, compression="stored") == [
+        "--use-pep517",
+        "--config-settings=--build-option=--cpp_ext",
+        "--config-settings=--build-option=--parallel",
+        "--config-settings=--build-option=4",
+        "--config-settings=--build-option=--compression=stored",
+    ]
+    assert apex_setup.pip_options(argv, ["--cpp_ext"], 1) == [
+        "--use-pep517",
+        "--config-settings=--build-option=--cpp_ext",
+    ]
+    apex_setup.check_flags(
+        argv, {"APEX_ALL_CONTRIB_EXT": "1"}, tmp_path
+    )  # the argv era's stand-in, not a switch
