@@ -114,6 +114,9 @@ def test_the_top_page_rows_one_per_stack_with_the_glibc_every_wheel_needs() -> N
         _stacked("torch2.11-cu130", "apex-0.1+a-cp311-x.whl", glibc="2.17", archs=None, commit=None),
         _stacked("torch2.9-cu128", "apex-0.1+b-cp312-x.whl", glibc=None, verdict="WARN"),
     ]
+    entries[1] = dataclasses.replace(
+        entries[1], stack="".join(["torch2.11", "-cu130"])
+    )  # equal, not the same
     rows = pages.stack_rows(entries)
     assert [r["stack"] for r in rows] == ["torch2.11-cu130", "torch2.9-cu128"]
     first, second = rows
