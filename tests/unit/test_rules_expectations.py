@@ -131,3 +131,32 @@ def test_the_manifests_expected_modules() -> None:
     ]
     quiet = expectations.expectation_checks((), [], {}, BuildManifest(expected_modules=("amp_C",)))
     assert quiet[0].summary == "1 of 1 modules the build expected are not usable: amp_C (missing)"
+
+
+def _runtime(text: str) -> str:
+    """`text` made at run time: equal to the literal, not the same object (as a status read from JSON is)."""
+    return "".join(list(text))
+
+
+def test_statuses_and_kinds_are_compared_by_value_whichever_way_they_sort() -> None:
+    not_installed = _one("FusedAdam", [_ext("amp_C", "missing")], apex_kind="not_installed")  # sorts first
+    assert not_installed.summary.endswith("amp_C is missing (NVIDIA Apex is not installed)")
+    assert _one("FusedAdam", [_ext("amp_C")], apex_kind="pypi").status is Status.PASS  # present: usable
+    nvidia = _one("FusedAdam", [_ext("amp_C", _runtime("missing"))], apex_kind=_runtime("nvidia"))
+    assert nvidia.summary.endswith("(Python-only Apex build? rebuild with APEX_CUDA_EXT=1)")
+    elsewhere = _one("FusedAdam", [_ext("amp_C", _runtime("missing"))], apex_kind="pypi")
+    assert elsewhere.summary.endswith("amp_C is missing (NVIDIA Apex is not installed)")
+    assert _one("FusedAdam", [_ext("amp_C", _runtime("ok"))]).status is Status.PASS
+    cuda = _one(
+        "FusedAdam", [_ext("amp_C", "missing_cuda_library", error="libcudart.so.13")]
+    )  # sorts before ok
+    assert cuda.summary.endswith("amp_C does not import (missing_cuda_library: libcudart.so.13)")
+    for status in ("timeout", "error"):  # either side of "ok"
+        entry = {"FusedAdam": {"status": status, "exc_type": "E", "message": "m"}}
+        assert _one("FusedAdam", [_ext("amp_C")], entry_points=entry).status is Status.FAIL
+    fine = {"FusedAdam": {"status": _runtime("ok")}}
+    assert _one("FusedAdam", [_ext("amp_C")], entry_points=fine).status is Status.PASS
+    read = expectations.expectation_checks(
+        (), [_ext("amp_C", _runtime("ok"))], {}, BuildManifest(expected_modules=("amp_C",))
+    )
+    assert read[0].status is Status.PASS
