@@ -264,12 +264,13 @@ def _mutants(db: Path, source: list[str], skipped: dict[str, tuple[str, str]]) -
         elif worker == "SKIPPED":
             continue  # an excluded operator (EXCLUDED_OPERATORS): not a mutant of this run
         else:
-            outcome, why = "not run", str(worker)
+            outcome, why = "not run", str(worker or "")
         mutants.append(Mutant(job_id, operator, row, source[row - 1].strip(), nth, outcome, why))
     return mutants
 
 
-def run_module(tree: Path, target: Target) -> dict[str, Any]:
+def run_module(tree: Path, target: Target, budget_s: float = 6 * 3600) -> dict[str, Any]:
+    """One module's session; past `budget_s` the mutants not yet run are counted as such (a partial row)."""
     started = time.monotonic()
     base = subprocess.run(
         [
@@ -303,10 +304,17 @@ def run_module(tree: Path, target: Target) -> dict[str, Any]:
     done = _cosmic_ray(tree, str(db), str(config), timeout_s=300, tool="cr-filter-operators")
     if done.returncode != 0:
         return {"module": target.path, "error": f"cr-filter-operators: {done.stderr.strip()[-300:]}"}
-    source = (tree / target.path).read_text().splitlines()
+    original = (tree / target.path).read_text()
+    source = original.splitlines()
     skipped = _mark_skipped(db, source, target)
-    done = _cosmic_ray(tree, "exec", str(config), str(db), timeout_s=6 * 3600)
-    if done.returncode != 0:
+    try:
+        done = _cosmic_ray(
+            tree, "exec", str(config), str(db), timeout_s=budget_s - (time.monotonic() - started)
+        )
+    except subprocess.TimeoutExpired:
+        done = None  # out of time: what ran is counted, the rest is "not run"
+        (tree / target.path).write_text(original)  # cosmic-ray was stopped with a mutant in place
+    if done is not None and done.returncode != 0:
         return {"module": target.path, "error": f"cosmic-ray exec: {done.stderr.strip()[-300:]}"}
     mutants = _mutants(db, source, skipped)
     count = {
@@ -319,6 +327,7 @@ def run_module(tree: Path, target: Target) -> dict[str, Any]:
         "mutants": len(mutants),
         **count,
         "other": len(mutants) - sum(count.values()),
+        "not_run": sum(m.outcome == "not run" for m in mutants),
         "killed_share": round(count["killed"] / judged, 3) if judged else 1.0,
         "seconds": round(time.monotonic() - started),
         "survivors": [m.place() for m in mutants if m.outcome == "survived"],
@@ -351,7 +360,9 @@ def markdown(results: list[dict[str, Any]]) -> str:
             continue
         lines.append(
             f"| `{r['module']}` | {r['mutants']} | {r['killed']} | {r['equivalent']} | "
-            f"{r.get('elsewhere', 0)} | {r['survived']} | {r['killed_share']:.0%} | {r['seconds']} |"
+            f"{r.get('elsewhere', 0)} | {r['survived']} | {r['killed_share']:.0%} | {r['seconds']}"
+            + (f" (stopped: {r['not_run']} not run)" if r.get("not_run") else "")
+            + " |"
         )
     for r in results:
         if r.get("survivors") or r.get("equivalents") or r.get("elsewhere"):
@@ -367,6 +378,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="comma-separated module paths (as modules.toml names them)")
     parser.add_argument("--out", type=Path, default=REPO / "reports" / "mutation")
     parser.add_argument("--keep", action="store_true", help="keep the temporary copy of the tree")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=6 * 3600,
+        help="per module: past it, the mutants not run are counted",
+    )
     args = parser.parse_args(argv)
     try:
         targets = load()
@@ -385,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         copy_tree(tree)
         for target in targets:
-            result = run_module(tree, target)
+            result = run_module(tree, target, args.budget_s)
             results.append(result)
             print(
                 f"{target.path}: "
