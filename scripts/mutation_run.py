@@ -307,15 +307,16 @@ def run_module(tree: Path, target: Target, budget_s: float = 6 * 3600) -> dict[s
     original = (tree / target.path).read_text()
     source = original.splitlines()
     skipped = _mark_skipped(db, source, target)
+    finished: subprocess.CompletedProcess | None
     try:
-        done = _cosmic_ray(
+        finished = _cosmic_ray(
             tree, "exec", str(config), str(db), timeout_s=budget_s - (time.monotonic() - started)
         )
     except subprocess.TimeoutExpired:
-        done = None  # out of time: what ran is counted, the rest is "not run"
+        finished = None  # out of time: what ran is counted, the rest is "not run"
         (tree / target.path).write_text(original)  # cosmic-ray was stopped with a mutant in place
-    if done is not None and done.returncode != 0:
-        return {"module": target.path, "error": f"cosmic-ray exec: {done.stderr.strip()[-300:]}"}
+    if finished is not None and finished.returncode != 0:
+        return {"module": target.path, "error": f"cosmic-ray exec: {finished.stderr.strip()[-300:]}"}
     mutants = _mutants(db, source, skipped)
     count = {
         k: sum(m.outcome == k for m in mutants) for k in ("killed", "survived", "equivalent", "elsewhere")
