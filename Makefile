@@ -119,8 +119,9 @@ test:
 test-all:
 	PY=$(call q,PY) TIER=all bash scripts/test.sh
 
-# does the suite still catch broken rules? targeted mutations of verify's and the builder's decisions;
-# the result lands in reports/mutation/last-run.md (tests/mutation/mutations.toml lists them)
+# does the suite still catch broken rules? cosmic-ray over the deciding modules (tests/mutation/modules.toml,
+# result in reports/mutation/cosmic-ray.md), then the hand-kept mutations of the modules it does not cover
+# (tests/mutation/mutations.toml, reports/mutation/last-run.md)
 mutation:
 	PY=$(call q,PY) MUTATION=1 TIER=unit bash scripts/test.sh
 

@@ -7,9 +7,10 @@ any mutation the same tests run on the unchanged copy and must pass. A mutation 
 fail, `survived` when they pass; one marked `equivalent` (it cannot change a verdict, with the reason) is
 expected to survive.
 
-Why not mutmut or cosmic-ray: both mutate every operator of a module and rerun the tests per mutant; on the
-shared 2-core CI machine that is hours for verify's layers (torch is imported by each run), and most of
-their mutants touch messages, not decisions. This run names the decisions and their rules instead.
+Beside cosmic-ray (scripts/mutation_run.py, the modules of tests/mutation/modules.toml, mutated whole): this
+hand-kept list holds the decisions of the modules cosmic-ray is not run over (arch coverage, identity, the
+parity cases and tolerances, the timing statistics, the builder's inputs, outputs and gate), one named rule
+per entry; a module that moves to modules.toml loses its entries here.
 
     python3 scripts/mutation_check.py [--only ID[,ID]] [--out reports/mutation] [--keep]
 Exit: 0 every mutation killed (and every equivalent one survived); 1 a mutation survived or a baseline test

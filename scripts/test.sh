@@ -13,7 +13,8 @@
 # TORCH_INDEX is where torch comes from (CI: https://download.pytorch.org/whl/cpu; default: pip's own index).
 # PYTEST_MARKERS overrides the tier's marker expression; SKIP_DOCKER=1 does not start an engine.
 # COVERAGE=1 runs pytest under coverage and prints the per-package table (make coverage); MUTATION=1 runs
-# scripts/mutation_check.py instead of pytest (make mutation).
+# cosmic-ray over the deciding modules (scripts/mutation_run.py, under nice) and then the hand-kept
+# mutations of the modules it does not cover (scripts/mutation_check.py) instead of pytest (make mutation).
 # After an engine tier (scripts/test_machine_state.py): the images this run tagged (apex-*), their stopped
 # containers and the base image it created are removed, and a dockerd it started is stopped together with the
 # build cache that daemon made; an engine that was already running keeps its build cache (reported).
@@ -53,8 +54,11 @@ if [ -x "$VENV/bin/python" ]; then
   export PATH
 fi
 
-if [ "${MUTATION:-0}" = "1" ]; then  # make mutation: the targeted mutation run, in the suite's Python
-  exec "$PY" scripts/mutation_check.py "$@"
+if [ "${MUTATION:-0}" = "1" ]; then  # make mutation: both mutation runs, in the suite's Python
+  status=0
+  nice -n 19 "$PY" scripts/mutation_run.py "$@" || status=1
+  "$PY" scripts/mutation_check.py || status=1
+  exit "$status"
 fi
 
 STATE=.test-state/engine.json

@@ -18,6 +18,7 @@ PROBE = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_
 LAUNCHER_IGNORES = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT)  # `nohup cmd &` in a script
 INNER = "APEX_TEST_LAUNCHED_IGNORING_SIGINT"
 TERM_DIR = "APEX_TEST_TERMINATED_IN"  # the inner run of the SIGTERM test: where it leaves its marks
+INNER_RUN = Path(__file__).with_name("launch_signals_inner.py")  # not a test_*.py: only this file runs it
 
 
 def _ignored_in(pid: int) -> int:
@@ -72,21 +73,6 @@ def test_even_when_the_suite_itself_was_started_with_ctrl_c_ignored() -> None:
     assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
 
 
-@pytest.fixture(scope="session")
-def left_behind_until_teardown():
-    """Stands in for the registry and servers the suite's fixtures start: its teardown must run."""
-    yield
-    if os.environ.get(TERM_DIR):
-        (Path(os.environ[TERM_DIR]) / "torn-down").write_text("yes")
-
-
-def test_inner_waits_to_be_terminated(left_behind_until_teardown) -> None:
-    if not os.environ.get(TERM_DIR):
-        return  # the outer run: the test below runs this one in a pytest of its own
-    (Path(os.environ[TERM_DIR]) / "started").write_text(str(os.getpid()))
-    time.sleep(120)
-
-
 def test_sigterm_to_the_suite_tears_its_fixtures_down(tmp_path: Path) -> None:
     """`kill PID` on a running pytest: without tests/conftest.py's handler it dies with the registry (and
     whatever else a fixture started) still running."""
@@ -100,7 +86,7 @@ def test_sigterm_to_the_suite_tears_its_fixtures_down(tmp_path: Path) -> None:
             "no:cacheprovider",
             "-m",
             "",
-            f"{__file__}::test_inner_waits_to_be_terminated",
+            str(INNER_RUN),
         ],
         cwd=REPO,
         env={**os.environ, TERM_DIR: str(tmp_path)},

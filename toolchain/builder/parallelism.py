@@ -14,6 +14,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 
 from verify.runtime import input_files
 
@@ -100,16 +101,20 @@ class Plan:
         return dataclasses.asdict(self)
 
 
-def _read(path: str) -> str | None:
+# `root` is where /proc and /sys are read from: "/" on a real host; tests hand a folder holding the same files
+ROOT = Path("/")
+
+
+def _read(path: str, root: Path = ROOT) -> str | None:
     try:
-        return input_files.read_system_text(path).strip()
+        return input_files.read_system_text(root / path.lstrip("/")).strip()
     except input_files.InputFileError:
         return None
 
 
-def cgroup_cpu_quota() -> float | None:
+def cgroup_cpu_quota(root: Path = ROOT) -> float | None:
     """CPU quota in cores from cgroup v2 (cpu.max) or v1 (cfs_quota/period); None if unlimited."""
-    v2 = _read("/sys/fs/cgroup/cpu.max")
+    v2 = _read("/sys/fs/cgroup/cpu.max", root)
     quota: str | None
     period: str | None
     if v2:
@@ -117,48 +122,50 @@ def cgroup_cpu_quota() -> float | None:
         if quota != "max" and period:
             return int(quota) / int(period)
         return None
-    quota = _read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") or _read(
-        "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us"
+    quota = _read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", root) or _read(
+        "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", root
     )
-    period = _read("/sys/fs/cgroup/cpu/cpu.cfs_period_us") or _read(
-        "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us"
+    period = _read("/sys/fs/cgroup/cpu/cpu.cfs_period_us", root) or _read(
+        "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us", root
     )
     if quota and period and int(quota) > 0:
         return int(quota) / int(period)
     return None
 
 
-def mem_available_bytes() -> int:
-    for line in input_files.read_system_text("/proc/meminfo").splitlines():
+def mem_available_bytes(root: Path = ROOT) -> int:
+    for line in input_files.read_system_text(root / "proc" / "meminfo").splitlines():
         if line.startswith("MemAvailable:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError("/proc/meminfo has no MemAvailable line")
 
 
-def cgroup_memory_room() -> int | None:
+def cgroup_memory_room(root: Path = ROOT) -> int | None:
     """Bytes left under the cgroup memory limit (v2 memory.max, v1 limit_in_bytes); None if unlimited."""
     for limit_path, usage_path in (
         ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
         ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
     ):
-        limit = _read(limit_path)
+        limit = _read(limit_path, root)
         if limit is None:
             continue
         if limit == "max" or int(limit) >= 1 << 60:  # v1 reports "unlimited" as a huge number
             return None
-        usage = int(_read(usage_path) or 0)
+        usage = int(_read(usage_path, root) or 0)
         return max(0, int(limit) - usage)
     return None
 
 
-def host_resources() -> HostResources:
-    cpus = len(os.sched_getaffinity(0))
-    available = mem_available_bytes()
+def host_resources(root: Path = ROOT, cpus: int | None = None) -> HostResources:
+    """This process's share of the host: the smaller of MemAvailable and the room under the cgroup memory
+    limit (a container's limit below the host's free memory is what the build may use)."""
+    cpus = len(os.sched_getaffinity(0)) if cpus is None else cpus
+    available = mem_available_bytes(root)
     source = "MemAvailable"
-    room = cgroup_memory_room()
+    room = cgroup_memory_room(root)
     if room is not None and room < available:
         available, source = room, "cgroup limit"
-    return HostResources(cpus, cgroup_cpu_quota(), available / 2**30, source)
+    return HostResources(cpus, cgroup_cpu_quota(root), available / 2**30, source)
 
 
 def _env_int(env: dict[str, str], name: str) -> int | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from toolchain.errors import UsageError
 from toolchain.image import container_engine, container_verify, publish
+from toolchain.image.container_engine import ImageInfo
 from toolchain.image.registry_pull import PullFailed
 
 
@@ -62,16 +63,24 @@ def pull_and_verify(
                 raise refused from None
             raise
         image_id = info.id
-        if "@" in ref:
-            repository, _, digest = ref.partition("@")
-            if f"{repository}@{digest}" not in info.repo_digests:  # pulled by platform and index digest: both
-                raise publish.DigestRefused(
-                    f"refusing {ref}: the pulled image does not carry this digest "
-                    f"(repo digests: {', '.join(info.repo_digests) or 'none'})"
-                )
-            if expected_image_id and info.id != expected_image_id:
-                raise publish.DigestRefused(
-                    f"refusing {ref}: its image id {info.id} is not the published {expected_image_id}"
-                )
+        check_pulled(ref, info, expected_image_id)
     code, report_path = container_verify.verify_image(ref, out_dir=out_dir, gpu=gpu, engine=runtime)
     return code, Path(report_path), image_id
+
+
+def check_pulled(ref: str, info: ImageInfo, expected_image_id: str | None) -> None:
+    """What the engine says it pulled must be what was asked for: a ref by digest only when the image carries
+    that very digest (the one whose signature was checked), and the published image id when one is known.
+    Raises DigestRefused (exit 1); a ref by tag is not checked here (the signature step pins tags first)."""
+    if "@" not in ref:
+        return
+    repository, _, digest = ref.partition("@")
+    if f"{repository}@{digest}" not in info.repo_digests:  # pulled by platform and index digest: both
+        raise publish.DigestRefused(
+            f"refusing {ref}: the pulled image does not carry this digest "
+            f"(repo digests: {', '.join(info.repo_digests) or 'none'})"
+        )
+    if expected_image_id and info.id != expected_image_id:
+        raise publish.DigestRefused(
+            f"refusing {ref}: its image id {info.id} is not the published {expected_image_id}"
+        )

@@ -7,7 +7,8 @@
                                                          build-manifest.json, verify-static.json|.md,
                                                          wheel-check.json (what the checks found)
 
-The index folder is its own state: each run reads what is published, adds what passed the checks, and
+The index folder is its own state: each run reads what is published (a folder whose wheel claims another
+stack than the one it is filed under is left out and named), adds what passed the checks, and
 rewrites a page only when its bytes change (the same wheels twice change nothing). Each wheel's folder is
 written under a temporary name and renamed into place, pages go through verify.runtime.atomic after it, and a
 replaced folder is removed only after no page links it: a reader never sees a link to a missing file.
@@ -100,6 +101,14 @@ def _entry(stack: str, folder: Path) -> pages.Entry | None:
         print(
             f"build.py index: {printable(folder)} is not a whole published wheel ({printable(error.path)}: "
             f"{printable(error.problem)}); it is left out of the pages",
+            file=sys.stderr,
+        )
+        return None
+    claimed = (manifest.get("wheel_identity") or {}).get("stack")
+    if claimed != stack:  # a wheel pinned to another torch or CUDA: pip on this stack could not use it
+        print(
+            f"build.py index: {folder} holds a wheel built for {claimed or 'no stack'}, filed under {stack}; "
+            f"it is left out of the pages (publish it again with build.py index, or remove the folder)",
             file=sys.stderr,
         )
         return None
