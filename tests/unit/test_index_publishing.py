@@ -37,6 +37,7 @@ def published_folder(index: Path, verdict: str = "PASS") -> Path:
         "arch_list": "8.0;9.0",
         "build": {"started_at": BUILT},
         "versions": {"torch": "2.11.0+cu130", "torch_cuda": "13.0"},
+        "wheel_identity": {"stack": STACK},
     }
     (folder / "build-manifest.json").write_text(json.dumps(manifest))
     (folder / "verify-static.json").write_text(json.dumps({"verdict": verdict}))

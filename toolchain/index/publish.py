@@ -61,6 +61,7 @@ _MANIFEST = ft.Record(
         "build": ft.Nullable(ft.Record({"started_at": _TEXT})),
         "arch_list": _TEXT,
         "versions": ft.Nullable(ft.Record({"torch": _TEXT, "torch_cuda": _TEXT})),
+        "wheel_identity": ft.Nullable(ft.Record({"stack": _TEXT})),
     }
 )
 _REPORT = ft.Record({"verdict": _TEXT})
@@ -107,7 +108,8 @@ def _entry(stack: str, folder: Path) -> pages.Entry | None:
     claimed = (manifest.get("wheel_identity") or {}).get("stack")
     if claimed != stack:  # a wheel pinned to another torch or CUDA: pip on this stack could not use it
         print(
-            f"build.py index: {folder} holds a wheel built for {claimed or 'no stack'}, filed under {stack}; "
+            f"build.py index: {printable(folder)} holds a wheel built for {printable(claimed or 'no stack')}, "
+            f"filed under {printable(stack)}; "
             f"it is left out of the pages (publish it again with build.py index, or remove the folder)",
             file=sys.stderr,
         )
