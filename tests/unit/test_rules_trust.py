@@ -14,6 +14,7 @@ import http.server
 import io
 import json
 import os
+import shutil
 import stat
 import threading
 from collections.abc import Iterator
@@ -39,7 +40,8 @@ IMAGE_DIGEST = "sha256:" + hashlib.sha256(IMAGE_MANIFEST).hexdigest()
 
 
 class StandInRegistry:
-    """Manifests and blobs by reference on 127.0.0.1 (http, as Docker speaks to a loopback registry)."""
+    """Manifests and blobs by reference on 127.0.0.1 (http, as Docker speaks to a loopback registry), asked
+    through skopeo (toolchain/image/registry_api.py): its `/v2/` ping answers, and is not recorded."""
 
     def __init__(self) -> None:
         self.manifests: dict[str, tuple[bytes, str]] = {}  # reference -> (bytes, media type)
@@ -48,7 +50,15 @@ class StandInRegistry:
         registry = self
 
         class DistributionApi(http.server.BaseHTTPRequestHandler):
+            def do_HEAD(self) -> None:  # noqa: N802 (http.server's name)
+                self.do_GET()
+
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                if self.path == "/v2/":  # the client's version check before any call
+                    self.send_response(200)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 registry.asked.append(self.path)
                 _, _, rest = self.path.partition("/v2/acme/apex/")
                 kind, _, reference = rest.partition("/")
@@ -60,15 +70,21 @@ class StandInRegistry:
                     else None
                 )
                 body, media = found or (None, "")
-                if body is None:
+                if body is None:  # the distribution API's error body, as a real registry answers
+                    error = b'{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}'
                     self.send_response(404)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(error)))
                     self.end_headers()
+                    if self.command == "GET":
+                        self.wfile.write(error)
                     return
                 self.send_response(200)
                 self.send_header("Content-Type", media)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                if self.command == "GET":
+                    self.wfile.write(body)
 
             def log_message(self, *_: object) -> None:
                 pass
@@ -85,6 +101,8 @@ class StandInRegistry:
 
 @pytest.fixture
 def registry() -> Iterator[StandInRegistry]:
+    if shutil.which("skopeo") is None:  # a fresh machine's unit tier: the docker tier installs it
+        pytest.fail("skopeo is not installed: these tests belong to the docker tier, which installs it")
     served = StandInRegistry()
     served.manifests[TAG] = (IMAGE_MANIFEST, "application/vnd.oci.image.manifest.v1+json")
     served.manifests[IMAGE_DIGEST] = served.manifests[TAG]
@@ -177,6 +195,7 @@ def test_without_cosign_keyless_is_environment_unavailable(
     assert caught.value.exit_code == exit_codes.ENVIRONMENT
 
 
+@pytest.mark.docker  # skopeo makes the registry calls: the docker tier installs it
 def test_a_tag_is_pinned_to_its_digest_and_that_digest_is_what_was_checked_and_gets_pulled(
     registry: StandInRegistry, cosign: Path
 ) -> None:
@@ -192,6 +211,7 @@ def test_a_tag_is_pinned_to_its_digest_and_that_digest_is_what_was_checked_and_g
     assert "SIGNED" in out.getvalue() and IDENTITY in out.getvalue()
 
 
+@pytest.mark.docker  # skopeo makes the registry calls: the docker tier installs it
 def test_a_ref_by_digest_is_checked_as_it_is_and_an_unknown_tag_is_bad_input(
     registry: StandInRegistry, cosign: Path
 ) -> None:
@@ -206,6 +226,7 @@ def test_a_ref_by_digest_is_checked_as_it_is_and_an_unknown_tag_is_bad_input(
         )
 
 
+@pytest.mark.docker  # skopeo makes the registry calls: the docker tier installs it
 def test_no_signature_check_is_said_and_recorded_as_not_checked(
     registry: StandInRegistry, cosign: Path
 ) -> None:
@@ -257,6 +278,7 @@ def _with_key(registry: StandInRegistry, public: Path) -> dict:
     return signature.check(registry.repository, IMAGE_DIGEST, policy)
 
 
+@pytest.mark.docker  # skopeo makes the registry calls: the docker tier installs it
 def test_a_key_signature_of_this_digest_passes(registry: StandInRegistry, tmp_path: Path) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
     _signed(registry, key, IMAGE_DIGEST)
@@ -267,6 +289,7 @@ def test_a_key_signature_of_this_digest_passes(registry: StandInRegistry, tmp_pa
     assert found["docker_reference"] == registry.repository
 
 
+@pytest.mark.docker  # skopeo makes the registry calls: the docker tier installs it
 def test_a_valid_signature_of_another_digest_or_by_another_key_is_refused(
     registry: StandInRegistry, tmp_path: Path
 ) -> None:
@@ -284,14 +307,19 @@ def test_a_valid_signature_of_another_digest_or_by_another_key_is_refused(
         _with_key(registry, stranger)
 
 
+@pytest.mark.docker  # skopeo makes the registry calls: the docker tier installs it
 def test_an_unsigned_digest_is_refused(registry: StandInRegistry, tmp_path: Path) -> None:
     public = _public(tmp_path, ec.generate_private_key(ec.SECP256R1()))
     with pytest.raises(signature.SignatureRefused, match="it is not signed") as caught:
         _with_key(registry, public)
     assert caught.value.exit_code == exit_codes.FAILED
     tag = IMAGE_DIGEST.replace(":", "-") + ".sig"
-    registry.manifests[tag] = (b'{"layers": [{"digest": "sha256:00"}]}', "application/json")
-    with pytest.raises(signature.SignatureRefused, match="holds no signature layers"):
+    registry.manifests[tag] = (
+        b'{"layers": [{"digest": "sha256:00"}]}',
+        "application/vnd.oci.image.manifest.v1+json",
+    )
+    # an artifact naming a blob the registry does not hold: skopeo cannot copy it whole, so it is not signed
+    with pytest.raises(signature.SignatureRefused, match="not signed"):
         _with_key(registry, public)
 
 
@@ -364,6 +392,7 @@ def test_cosign_that_hangs_is_environment_unavailable_and_a_silent_refusal_names
         signature.check("ghcr.io/acme/apex", IMAGE_DIGEST, _keyless("ghcr.io/acme/apex"))
 
 
+@pytest.mark.docker  # skopeo makes the registry calls: the docker tier installs it
 def test_a_payload_that_is_not_json_or_names_no_digest_is_another_images(
     registry: StandInRegistry, tmp_path: Path
 ) -> None:
@@ -379,7 +408,7 @@ def test_a_payload_that_is_not_json_or_names_no_digest_is_another_images(
         artifact = {"layers": [{"digest": blob, "annotations": {signature.SIGNATURE_ANNOTATION: sig}}]}
         registry.manifests[IMAGE_DIGEST.replace(":", "-") + ".sig"] = (
             json.dumps(artifact).encode(),
-            "application/json",
+            "application/vnd.oci.image.manifest.v1+json",
         )
         with pytest.raises(
             signature.SignatureRefused, match=r"a valid signature of another image \(no digest claim\)"
@@ -417,6 +446,7 @@ def _layer(registry: StandInRegistry, key: ec.EllipticCurvePrivateKey, names: st
     return {"digest": blob, "annotations": {signature.SIGNATURE_ANNOTATION: sig}}
 
 
+@pytest.mark.docker  # skopeo makes the registry calls: the docker tier installs it
 def test_every_signature_layer_is_tried_until_one_holds(registry: StandInRegistry, tmp_path: Path) -> None:
     key, stranger = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     tag = IMAGE_DIGEST.replace(":", "-") + ".sig"
@@ -424,12 +454,19 @@ def test_every_signature_layer_is_tried_until_one_holds(registry: StandInRegistr
         _layer(registry, stranger, IMAGE_DIGEST),  # does not verify against the key
         _layer(registry, key, "sha256:" + "0" * 64),  # the key's, of another image (sorts before)
         _layer(registry, key, "sha256:" + "f" * 64),  # the key's, of another image (sorts after)
-        {"digest": "sha256:" + "1" * 64},  # no signature annotation
+        {"digest": "sha256:" + hashlib.sha256(b"").hexdigest()},  # no signature annotation
     ):
+        registry.blobs["sha256:" + hashlib.sha256(b"").hexdigest()] = b""  # a registry holds every layer
         layers = [before, _layer(registry, key, IMAGE_DIGEST)]
-        registry.manifests[tag] = (json.dumps({"layers": layers}).encode(), "application/json")
+        registry.manifests[tag] = (
+            json.dumps({"layers": layers}).encode(),
+            "application/vnd.oci.image.manifest.v1+json",
+        )
         assert _with_key(registry, _public(tmp_path, key))["signed_digest"] == IMAGE_DIGEST
-        registry.manifests[tag] = (json.dumps({"layers": [before]}).encode(), "application/json")
+        registry.manifests[tag] = (
+            json.dumps({"layers": [before]}).encode(),
+            "application/vnd.oci.image.manifest.v1+json",
+        )
         with pytest.raises(signature.SignatureRefused):
             _with_key(registry, _public(tmp_path, key))
 
@@ -448,6 +485,7 @@ def test_a_cosign_killed_by_a_signal_has_not_verified_anything(cosign: Path) -> 
         signature.check("ghcr.io/acme/apex", IMAGE_DIGEST, _keyless("ghcr.io/acme/apex"))
 
 
+@pytest.mark.docker  # skopeo makes the registry calls: the docker tier installs it
 def test_a_payload_of_another_type_is_refused_whichever_way_it_sorts(
     registry: StandInRegistry, tmp_path: Path
 ) -> None:

@@ -157,6 +157,13 @@ class Registry:
         why = _why(done.stderr.decode(errors="replace"))
         if "manifest unknown" in why:
             raise NotFound(f"{where}: {why}")
+        if re.search(
+            r"unsupported schema version|parsing manifest|unmarshal|invalid character|unknown media|reading blob",
+            why,
+        ):
+            raise BadRegistryAnswer(
+                f"{where}: skopeo {verb}: the registry's answer is not what the API promises ({why})"
+            )
         if "invalid reference format" in why:
             raise UsageError(
                 f"{printable(self.repository)}: not an image repository ({why}); pass e.g. ghcr.io/OWNER/apex"

@@ -106,7 +106,9 @@ def _entry(stack: str, folder: Path) -> pages.Entry | None:
         )
         return None
     claimed = (manifest.get("wheel_identity") or {}).get("stack")
-    if claimed != stack:  # a wheel pinned to another torch or CUDA: pip on this stack could not use it
+    # a wheel pinned to another torch or CUDA: pip on this stack could not use it (a manifest without the
+    # identity is one `build.py index` wrote before wheels carried it: its folder name is all there is)
+    if claimed is not None and claimed != stack:
         print(
             f"build.py index: {printable(folder)} holds a wheel built for {printable(claimed or 'no stack')}, "
             f"filed under {printable(stack)}; "
