@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -303,6 +304,9 @@ def test_a_compiled_stage_trains_like_its_eager_twin_on_the_cpu() -> None:
         {},
         compile_on_cpu=True,
     )
+    if any(c.isspace() for c in str(Path(torch.__file__).parent)):  # a checkout in "a folder with spaces"
+        assert compiled.status == "SKIP" and "path with a space" in compiled.reason, compiled.reason
+        return
     assert compiled.status == "OK", compiled.reason
     # warm-up 0 asked, but the compile happens in warm-up steps: 2 of them, so 2 + 3 losses
     assert len(compiled.losses) == stages.COMPILED_MIN_WARMUP + 3 and len(eager.losses) == 3

@@ -5,6 +5,8 @@ not usable a FAIL naming the build's warnings)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from verify.checks import Status
@@ -13,10 +15,10 @@ from verify.layers.extensions import ExtensionResult
 from verify.layers.manifest import BuildManifest
 
 
-def _ext(module: str, status: str = "ok", **fields: object) -> ExtensionResult:
+def _ext(module: str, status: str = "ok", **fields: Any) -> ExtensionResult:
     return ExtensionResult(
         module=module, flag="APEX_CUDA_EXT", kind="core", cuda=True, status=status, **fields
-    )  # type: ignore[arg-type]
+    )
 
 
 def test_require_accepts_features_and_modules_in_any_case_once_each() -> None:
@@ -47,10 +49,10 @@ def test_what_the_required_names_need() -> None:
     assert expectations.probe_targets(("FusedAdam", "amp_C")) == {"FusedAdam": "apex.optimizers.FusedAdam"}
 
 
-def _one(required: str, exts: list[ExtensionResult], **kwargs: object):
+def _one(required: str, exts: list[ExtensionResult], **kwargs: Any):
     (check,) = expectations.expectation_checks(
         (required,), exts, kwargs.pop("entry_points", {}), None, **kwargs
-    )  # type: ignore[arg-type]
+    )
     return check
 
 

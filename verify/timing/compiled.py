@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import shutil
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -42,6 +43,13 @@ def inductor_problem(cuda: bool = True) -> str | None:
             )
     if not any(shutil.which(cc) for cc in ("cc", "gcc", "clang")):
         return "no C compiler (cc, gcc or clang) on PATH: Triton and Inductor build their launchers with one"
+    where = str(Path(torch.__file__).parent)
+    if not cuda and any(c.isspace() for c in where):
+        # seen with torch 2.13: its C++ build puts -I<torch>/include on the command line unquoted
+        return (
+            f"torch is installed under a path with a space ({where}): Inductor's C++ compile for the CPU "
+            "cannot build there; use a torch (venv) whose path has no spaces"
+        )
     return None
 
 
