@@ -27,11 +27,12 @@ def test_an_unpullable_nvidia_base_moves_the_cell_to_the_local_base(docker_clien
     if _nvidia_base_reachable(docker_client):
         pytest.skip("this engine has or can pull nvidia/cuda: the fallback is not taken here")
     out, logs = tmp_path / "out", tmp_path / "logs"
-    done = run_build("image", "--cell", "cu130", "--target", "devel", "--progress", "plain", "--out", str(out),
+    # h200: the cell that pins torch 2.11 on CUDA 13.0 (cu130 follows the newest torch for its CUDA)
+    done = run_build("image", "--cell", "h200", "--target", "devel", "--progress", "plain", "--out", str(out),
                      "--logs", str(logs), timeout=1200)  # fmt: skip
     said = done.stdout + done.stderr
     assert done.returncode == exit_codes.OK, said[-3000:]
-    (line,) = [text for text in said.splitlines() if text.startswith("[ BASE ] cell cu130: ")]
+    (line,) = [text for text in said.splitlines() if text.startswith("[ BASE ] cell h200: ")]
     assert "cannot be pulled (" in line and "building it on the local base apex-toolchain/base:trixie" in line
     assert "CUDA 13.0 from NVIDIA's wheels, torch 2.11.0 from https://pypi.org/simple" in line
     (path,) = out.glob("cells/*/result.json")
