@@ -138,21 +138,24 @@ def load(path: Path = MODULES) -> list[Target]:
     return targets
 
 
+def _pytest_argv(target: Target) -> list[str]:
+    """The module's own test selection: what cosmic-ray runs per mutant and the baseline before it."""
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-x",
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        target.markers,
+        *target.tests,
+    ]
+
+
 def _config(tree: Path, target: Target) -> Path:
-    command = shlex.join(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-x",
-            "-p",
-            "no:cacheprovider",
-            "-m",
-            target.markers,
-            *target.tests,
-        ]
-    )
+    command = shlex.join(_pytest_argv(target))
     text = (
         "[cosmic-ray]\n"
         f'module-path = "{target.path}"\n'
@@ -273,18 +276,7 @@ def run_module(tree: Path, target: Target, budget_s: float = 6 * 3600) -> dict[s
     """One module's session; past `budget_s` the mutants not yet run are counted as such (a partial row)."""
     started = time.monotonic()
     base = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-x",
-            "-p",
-            "no:cacheprovider",
-            "-m",
-            target.markers,
-            *target.tests,
-        ],
+        _pytest_argv(target),
         cwd=tree,
         capture_output=True,
         text=True,
