@@ -114,11 +114,15 @@ PROBE = "import os, sys; print(os.nice(0), os.environ.get('NVCC_APPEND_FLAGS'));
 def run_runner(
     schedule: Path, times: Path, *cmd: str, env: dict | None = None
 ) -> subprocess.CompletedProcess:
+    """As a bare-metal build runs it: by path, in a Python where the project is not importable (-S: no
+    site-packages, so no editable install; no PYTHONPATH), from another folder."""
+    plain = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run(
-        [sys.executable, str(unit_schedule.RUNNER), str(schedule), str(times), "--", *cmd],
+        [sys.executable, "-S", str(unit_schedule.RUNNER), str(schedule), str(times), "--", *cmd],
         capture_output=True,
         text=True,
-        env={**os.environ, **(env or {})},
+        env={**plain, **(env or {})},
+        cwd=schedule.parent,
         timeout=60,
     )
 
@@ -154,7 +158,7 @@ def test_an_unknown_unit_gets_the_default_and_a_failure_keeps_its_exit_code(tmp_
     assert done.returncode == 3
     record = json.loads(times.read_text())
     assert (record["key"], record["nice"], record["threads"], record["exit"]) == ("y.o", 2, None, 3)
-    assert record["output"] == os.path.abspath("x/y.o")  # relative to where ninja ran it
+    assert record["output"] == str(tmp_path / "x/y.o")  # relative to where ninja ran it
     # an unusable schedule never fails the compile: it runs unscheduled and says so
     (tmp_path / "bad.json").write_text("{")
     done = run_runner(
@@ -169,6 +173,10 @@ def test_an_unknown_unit_gets_the_default_and_a_failure_keeps_its_exit_code(tmp_
     )
     assert done.returncode == 0 and "runs unscheduled" in done.stderr
     assert done.stdout.split(None, 1)[1] == "--threads 2\n"
+    # a schedule past the bound is not read whole: unscheduled too
+    (tmp_path / "big.json").write_text(" " * (unit_runner.SCHEDULE_LIMIT + 1) + "{}")
+    done = run_runner(tmp_path / "big.json", times, "true", "-o", "w.o")
+    assert done.returncode == 0 and "over 1048576 bytes" in done.stderr
 
 
 @pytest.mark.parametrize(
