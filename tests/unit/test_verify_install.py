@@ -273,6 +273,27 @@ def test_uv_on_path_is_the_installer_and_its_dry_run_leaves_this_python_alone(se
     assert "dry run: uv resolved apex" in done.stdout
 
 
+def test_uv_that_cannot_see_torch_leaves_the_install_to_pip(parts, served, tmp_path) -> None:
+    """A venv that reaches torch through a .pth file (as on the H200, where uv said "torch was not found in the
+    package registry"): uv would look for torch on the stack's index, so pip installs, and says why."""
+    python = _venv(parts, tmp_path / "venv")
+    uv_dir = str(Path(wb.uv_binary()).parent)
+    env = wb.isolated_pip_env({"PATH": f"{python.parent}:{uv_dir}:/usr/bin:/bin"})
+    env.pop("PYTHONPATH", None)
+    before = _site(python)
+    done = subprocess.run(
+        [str(python.parent / "apex-verify"), "install", "--index", served.url, "--dry-run"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == exit_codes.OK, done.stdout + done.stderr
+    assert "; pip: " in done.stdout and "not uv: torch is in " in done.stdout, done.stdout
+    assert _site(python) == before
+
+
 def test_full_runs_verifys_whole_run_and_require_passes_through(monkeypatch, tmp_path) -> None:
     """The wiring alone (installer and stack faked): --full is verify without --static."""
     from verify.install import command, index_stacks, installer, local_stack
