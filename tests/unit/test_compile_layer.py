@@ -58,6 +58,25 @@ def test_a_fullgraph_refusal_without_explained_breaks_is_still_a_warn() -> None:
     assert status is Status.WARN and "no fullgraph" in summary and "data-dependent" in summary
 
 
+def test_a_call_dynamo_skips_whole_is_not_captured_not_minus_one_breaks() -> None:
+    """explain counts breaks as graphs - 1: a call skipped whole (FusedAdam's step on the H200: "Attempted
+    to call function marked as skipped") gave "-1 graph break(s), 0 graphs"."""
+
+    @torch._dynamo.disable
+    def inner(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    graphs = compile_check.explain(lambda x: inner(x), torch.ones(3))
+    assert (graphs.graphs, graphs.break_count, graphs.error) == (0, 0, "")
+    skipped = "Unsupported: Attempted to call function marked as skipped"
+    status, summary = verdict(CompileOutcome("step", graphs, fullgraph_error=skipped, closest="max |diff| 0"))
+    assert status is Status.WARN
+    assert summary == (
+        "step is not captured by torch.compile (no graph: it runs eagerly, so there was nothing compiled to "
+        f"compare): {skipped}"
+    )
+
+
 def test_other_numbers_fail_even_when_the_graph_also_breaks() -> None:
     outcome = CompileOutcome("X", BROKEN, mismatches=("output: 3/10 elements off", "input grad: off"))
     status, summary = verdict(outcome)

@@ -72,6 +72,13 @@ def test_apex_faster_says_keep_it_and_a_tie_says_tie() -> None:
     rec = recommend.recommend(tie)
     assert rec["use"] == "tie" and rec["speedup"] is None
     assert rec["line"].startswith("RMSNorm (fp32): tie, apex FusedRMSNorm and compiled torch")
+    # an implementation with no plain name is named once (the H200 printed "torch AdamW(fused=True)" twice)
+    adam_tie = _row(
+        "FusedAdam", "fp32, 33.8M params", "apex FusedAdam", kernel_variants.ADAMW_FUSED, 1.0, 1.0
+    )
+    assert recommend.recommend(adam_tie)["line"].startswith(
+        "Adam (fp32): tie, apex FusedAdam and torch AdamW(fused=True) within the kernels tie band"
+    )
 
 
 def test_a_loop_that_names_another_winner_is_added_and_a_shared_gpu_recommends_nothing() -> None:

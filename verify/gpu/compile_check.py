@@ -79,9 +79,10 @@ def graph_report(explained: Any) -> GraphReport:
         for r in explained.break_reasons
     ]
     ops = dict.fromkeys(op_name(t) for graph_ops in explained.ops_per_graph for t in graph_ops)
-    return GraphReport(
-        int(explained.graph_count), int(explained.graph_break_count), group_breaks(raw), ops=tuple(ops)
-    )
+    graphs = int(explained.graph_count)
+    # explain counts breaks as graphs - 1: with no graph captured (the call skipped whole) that is -1
+    breaks = max(int(explained.graph_break_count), 0) if graphs else 0
+    return GraphReport(graphs, breaks, group_breaks(raw), ops=tuple(ops))
 
 
 def explain(fn: Callable[..., Any], *args: Any) -> GraphReport:

@@ -110,6 +110,12 @@ def verdict(outcome: CompileOutcome) -> tuple[Status, str]:
     if o.mismatches:
         more = f" (+{len(o.mismatches) - 1} more)" if len(o.mismatches) > 1 else ""
         return Status.FAIL, f"{o.label} compiled gives other numbers than eager: {o.mismatches[0]}{more}"
+    if o.graphs.graphs == 0 and not o.graphs.error:
+        why = (o.graphs.breaks[0].describe() if o.graphs.breaks else "") or o.fullgraph_error
+        return Status.WARN, (
+            f"{o.label} is not captured by torch.compile (no graph: it runs eagerly, so there was nothing "
+            f"compiled to compare): {why or 'torch gave no reason'}"
+        )
     agree = f"compiled matches eager ({o.closest})" if o.closest else "compiled matches eager"
     if o.note:
         agree += f"; {o.note}"

@@ -30,6 +30,12 @@ def plain_name(implementation: str) -> str:
     return implementation
 
 
+def _named(implementation: str) -> str:
+    """'compiled torch (torch.compile(nn.LayerNorm))', or the implementation once when it has no plain name."""
+    plain = plain_name(implementation)
+    return plain + (f" ({implementation})" if plain != implementation else "")
+
+
 def _dtype(case: str) -> str | None:
     head = case.split(",", 1)[0].strip()
     return head if head in ("fp32", "bf16", "fp16") else None
@@ -92,7 +98,7 @@ def recommend(row: TimingJSON) -> RecommendationJSON:
     lo, hi = v["interval"]
     if v["winner"] == "tie":
         line = (
-            f"{head}: tie, {v['fused']} and {plain_name(v['native'])} ({v['native']}) within the "
+            f"{head}: tie, {v['fused']} and {_named(v['native'])} within the "
             f"{what} tie band ({v['speedup']:.2f}x, {_span(lo, hi)})"
         )
         return {**base, "use": "tie", "figure": figure, "line": line + _loop_note(loop, "tie")}
@@ -101,7 +107,7 @@ def recommend(row: TimingJSON) -> RecommendationJSON:
         name = f"keep {use}"
     else:
         use, other, ratio, span = v["native"], v["fused"], 1 / v["speedup"], _span(1 / hi, 1 / lo)
-        name = plain_name(use) + (f" ({use})" if plain_name(use) != use else "")
+        name = _named(use)
     line = f"{head}: {name}, {ratio:.2f}x faster {what} than {other} ({span})"
     if figure == KERNEL:
         line += _loop_note(loop, use)
