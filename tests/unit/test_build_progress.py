@@ -24,6 +24,7 @@ def test_the_tally_sums_interleaved_ninjas_and_counts_the_silent_ones_from_the_t
     tally = ninja_status.StatusTally({"amp_C": 15, "syncbn": 2}, {"amp_C", "syncbn", "xentropy_cuda"})
     assert tally.count().text() == "0/17 units done (+1 extension(s) not counted yet)"
     tally.feed("  building 'amp_C' extension", 10.0)
+    tally.feed("  building 'syncbn' extension", 12.0)
     tally.feed(NVCC.format(n=1, N=15, o=f"{AMP}/a.o"), 50.0)
     tally.feed(NVCC.format(n=1, N=3, o="/b/temp.linux/xentropy_cuda/csrc/x.o"), 60.0)
     tally.feed(NVCC.format(n=2, N=15, o=f"{AMP}/b.o"), 70.0)
@@ -31,6 +32,7 @@ def test_the_tally_sums_interleaved_ninjas_and_counts_the_silent_ones_from_the_t
     assert (count.done, count.total, count.uncounted) == (3, 20, ())
     assert tally.ended() == {"amp_C/a.o": 50.0, "xentropy_cuda/x.o": 60.0, "amp_C/b.o": 70.0}
     assert tally.compile_started() == 10.0 and not tally.all_done()
+    assert tally.started() == ["amp_C", "syncbn"]
 
 
 def test_the_model_shares_the_cores_by_weight_and_scales_with_the_costs() -> None:
@@ -48,6 +50,13 @@ def test_the_model_shares_the_cores_by_weight_and_scales_with_the_costs() -> Non
         [unit("e/a.o", 10.0), unit("e/b.o", 30.0)], cores=4, per_extension=1
     )
     assert queued == pytest.approx({"e/b.o": 30.0, "e/a.o": 40.0})
+    # one extension at a time: they open in the order given, not costliest first
+    one_by_one = [unit("big/a.o", 30.0), unit("small/b.o", 10.0)]
+    assert unit_simulation.finish_times(one_by_one, cores=2, extensions_at_once=1) == pytest.approx(
+        {"big/a.o": 30.0, "small/b.o": 40.0}
+    )
+    in_order = unit_simulation.finish_times(one_by_one, cores=2, extensions_at_once=1, order=["small"])
+    assert in_order == pytest.approx({"small/b.o": 10.0, "big/a.o": 40.0})
 
 
 def _plan() -> build_progress.UnitPlan:
@@ -60,7 +69,7 @@ def _plan() -> build_progress.UnitPlan:
     return plan
 
 
-def test_the_estimate_calibrates_on_the_latest_nvcc_units_and_never_below_what_is_still_compiling() -> None:
+def test_the_estimate_matches_ends_by_rank_and_never_below_what_is_still_compiling() -> None:
     plan = _plan()
     f_nvcc, f_cpp = plan.predicted_end_s["e/a.o"], plan.predicted_end_s["e/f.o"]
     prior = build_progress.estimate(plan, {}, 0.0, None, False)
@@ -68,11 +77,37 @@ def test_the_estimate_calibrates_on_the_latest_nvcc_units_and_never_below_what_i
     assert prior.left_s == pytest.approx(build_progress.PRIOR_SCALE * plan.last_end_s + build_progress.TAIL_S)
     cpp = build_progress.estimate(plan, {"e/f.o": f_cpp}, f_cpp, 0.0, False)
     assert cpp.scale == pytest.approx(build_progress.CPP_SCALE) and cpp.scale_from == "g++ units"
-    late = build_progress.estimate(plan, {}, 3 * f_nvcc, None, False)  # nothing ended at 3x the model
-    assert late.scale_from == "still compiling" and late.scale >= 3 * f_nvcc / f_cpp
+    late = build_progress.estimate(plan, {}, 3 * f_cpp, None, False)  # nothing ended at 3x the model
+    assert late.scale_from == "still compiling" and late.scale == pytest.approx(3.0)
+    # the g++ unit ended where the model has the nvcc unit and the other way round: by rank, on time
+    swapped = build_progress.estimate(plan, {"e/a.o": f_cpp}, f_cpp, 0.0, False)
+    assert swapped.scale == pytest.approx(1.0) and swapped.scale_from == "units"
+    assert swapped.left_s == pytest.approx(plan.last_end_s - f_cpp + build_progress.TAIL_S)
+    # long after the latest end, the unit after it has not ended: at least the model's time after it
+    overdue = build_progress.estimate(plan, {"e/f.o": f_cpp}, 10 * f_nvcc, 0.0, False)
+    assert overdue.left_s == pytest.approx(build_progress.TAIL_S)
     done = build_progress.estimate(plan, {"e/f.o": 1.0, "e/a.o": 2.0}, 2.0, 12.0, True)
     assert done.left_s == pytest.approx(build_progress.TAIL_S / 3)
     assert build_progress.UnitPlan.of({}, {"e"}, 5, None, bulk_threads=1, cores=4) is None
+
+
+def test_the_plan_opens_the_extensions_in_the_order_the_build_does() -> None:
+    """One extension at a time (APEX_PARALLEL_BUILD 1): the model follows the `building` lines; before this,
+    it opened the costliest first and waited on a unit the build compiles last (ratios of 20-160x)."""
+    costs = {
+        "big/a.o": unit_schedule.UnitCost(30.0, 0.0, True),
+        "small/b.o": unit_schedule.UnitCost(10.0, 0.0, True),
+        "mid/c.o": unit_schedule.UnitCost(20.0, 0.0, True),
+    }
+    plan = build_progress.UnitPlan.of(
+        costs, ["small", "big", "mid"], 1, None, bulk_threads=1, cores=1, extensions_at_once=1
+    )
+    assert plan is not None and plan.order == ("small", "big", "mid")
+    assert plan.predicted_end_s == pytest.approx({"small/b.o": 10.0, "big/a.o": 40.0, "mid/c.o": 60.0})
+    assert plan.in_order(["small"]) is plan  # as planned: not modelled again
+    moved = plan.in_order(["small", "mid"])
+    assert moved.order == ("small", "mid", "big")
+    assert moved.predicted_end_s == pytest.approx({"small/b.o": 10.0, "mid/c.o": 30.0, "big/a.o": 60.0})
 
 
 def test_the_reporter_prints_every_interval_from_the_commands_start_until_stopped() -> None:

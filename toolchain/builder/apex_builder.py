@@ -421,7 +421,7 @@ def _progress(
     costs = unit_schedule.load_costs()
     plan = build_progress.UnitPlan.of(
         costs,
-        set(inputs.expected),
+        list(inputs.expected),
         n_archs,
         schedule,
         bulk_threads=int(par["nvcc_threads"]),

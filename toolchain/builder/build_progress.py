@@ -8,17 +8,24 @@ Units done/total: ninja's own `[n/N]` lines in the build's output, summed over t
   1. the plan: each unit's predicted CPU seconds (toolchain/data/apex_unit_costs.json at this build's
      arch count), its nvcc threads and niceness (the unit schedule's, or the plain plan's), the cores and
      the queue limits go through a fluid model of the kernel's sharing (unit_simulation.py), which gives
-     every unit's predicted end f (seconds after the first `building ... extension` line);
-  2. the speed: the machine runs s times slower than predicted (measured s: 0.5-1.26 on the same H200 on
-     one day, 2026-12-03), so each unit ends at about s x f. s = observed end / f of the LATEST_UNITS nvcc
-     units that ended last (the latest: the ratio drifts during a build); before any nvcc unit ended,
-     CPP_SCALE x the ratio of the g++ units (they ran 1.1-1.3x the nvcc units' ratio); before any unit
-     ended, PRIOR_SCALE. Never below now / f of the first unit still compiling (it has not ended yet);
-  3. left = s x (the last unit's f) - time since the compile started + TAIL_S (link, packing the wheel,
-     the builder's renaming); after the last unit, what is left of TAIL_S, at least a third of it.
-Checked by replaying the five recorded 2026-12-03 builds (tests/unit/test_build_progress_replay.py):
-every estimate after the first minute within 0.5-2x of the real time left. Stdlib only; the clock and
-the wait are injected (unit tests drive them).
+     every unit's predicted end f (seconds after the first `building ... extension` line). The model
+     opens the extensions in the order the build's `building` lines did (the rest in the expected list's):
+     with fewer extensions at once than there are (APEX_PARALLEL_BUILD 1 on 2 cores) a unit's end
+     depends on the extensions before it;
+  2. the speed: the machine runs s times slower than predicted (0.5-1.26 on the same H200 on one day,
+     2026-12-03; 0.8-1.9 on the shared 2-core machine). Ends are matched by rank, the n-th unit to end
+     against the model's n-th end (ninja's order within an extension is not the model's); s is the
+     observed / modelled time between the n-th end and the end at a quarter of the model time so far
+     (RECENT). Before any nvcc unit ended, CPP_SCALE x that (g++ units ran 1.1-1.3x the nvcc units'
+     ratio); before any unit ended, PRIOR_SCALE, or more while the model's first unit is overdue;
+  3. left = the latest unit's end + s x (the model's time from its n-th end to its last) - time since
+     the compile started, never below s x the model's time after its (n+1)-th end (that unit has not
+     ended yet), + TAIL_S (link, packing the wheel, the builder's renaming); after the last unit, what
+     is left of TAIL_S, at least a third of it.
+Checked by replaying recorded builds (tests/unit/test_build_progress_replay.py): the five 2026-12-03 H200
+builds and two cold builds on the shared 2-core machine (tests/fixtures/build-progress-2core): every
+estimate after the first minute within 0.5-2x of the real time left. Stdlib only; the clock and the wait
+are injected (unit tests drive them).
 """
 
 from __future__ import annotations
@@ -40,8 +47,10 @@ PRIOR_SCALE = 0.75
 # g++ units ran 1.1-1.3x the nvcc units' observed / modelled ratio (their costs are older walls, not CPU
 # seconds), so their ratio predicts the nvcc units' after this factor.
 CPP_SCALE = 0.85
-# nvcc units whose ratio gives the speed: the latest, since the ratio drifts (0.83 -> 0.94 in one build).
-LATEST_UNITS = 2
+# The speed is measured over this latest part of the model time so far (the first quarter left out): the
+# ratio drifts (0.83 -> 0.94 in one H200 build; on the 2-core builds amp_C's fifteen small units ran 1.6-1.9x
+# the model, the extensions after it 0.8-1.6x).
+RECENT = 0.75
 # from the last unit's [n/N] line to the command's end: 12.3-19.0 s (link, wheel packing, renaming).
 TAIL_S = 15.0
 
@@ -54,16 +63,29 @@ class UnitPlan:
     nvcc: frozenset[str]  # unit keys compiled by nvcc (their costs are measured CPU seconds)
     expected_units: dict[str, int]  # extension: units the table lists
     extensions: frozenset[str]  # every extension the build compiles (some may be missing from the table)
+    order: tuple[str, ...] = ()  # the order the model opens the extensions in
+    sim: tuple[tuple[unit_simulation.SimUnit, ...], int, int, int] = ((), 1, 1, 1)  # to model again
 
     @property
     def last_end_s(self) -> float:
         return max(self.predicted_end_s.values())
 
+    def in_order(self, started: list[str]) -> UnitPlan:
+        """This plan with the extensions opened as the build opened them so far (`building` lines), the others
+        after them in this plan's order. When fewer extensions run at once than there are (APEX_PARALLEL_BUILD
+        1 on 2 cores), a unit's end depends on which extensions went before it."""
+        order = tuple(dict.fromkeys([*started, *self.order]))
+        if order[: len(started)] == self.order[: len(started)] or not self.sim[0]:
+            return self
+        units, cores, at_once, extensions_at_once = self.sim
+        ends = unit_simulation.finish_times(units, cores, at_once, extensions_at_once, order)
+        return dataclasses.replace(self, predicted_end_s=ends, order=order)
+
     @classmethod
     def of(
         cls,
         costs: dict[str, unit_schedule.UnitCost],
-        extensions: set[str],
+        extensions: list[str] | set[str],
         n_archs: int,
         schedule: unit_schedule.Schedule | None,
         *,
@@ -91,39 +113,37 @@ class UnitPlan:
             )
         if not units:
             return None
-        ends = unit_simulation.finish_times(units, cores, at_once, extensions_at_once)
+        order = tuple(extensions) if isinstance(extensions, list) else ()  # a set: costliest first
+        ends = unit_simulation.finish_times(units, cores, at_once, extensions_at_once, order)
         expected: dict[str, int] = {}
         for unit in units:
             expected[unit.extension] = expected.get(unit.extension, 0) + 1
         nvcc = frozenset(k for k, c in costs.items() if c.nvcc and k in ends)
-        return cls(ends, nvcc, expected, frozenset(extensions))
+        sim = (tuple(units), cores, at_once, extensions_at_once)
+        return cls(ends, nvcc, expected, frozenset(extensions), order, sim)
 
 
 @dataclasses.dataclass(frozen=True)
 class Estimate:
     left_s: float
     scale: float  # observed / predicted speed used
-    scale_from: str  # "prior", "g++ units", "nvcc units", "still compiling"
+    scale_from: str  # "prior", "still compiling" (no unit ended yet), "g++ units", "units", "done"
 
 
 def speed_scale(plan: UnitPlan, ended: dict[str, float], since_compile_s: float) -> tuple[float, str]:
     """s: how many times slower than the plan this build runs (see the module's docstring, part 2)."""
     known = {k: t for k, t in ended.items() if k in plan.predicted_end_s}
-    nvcc = sorted((k for k in known if k in plan.nvcc), key=lambda k: known[k])[-LATEST_UNITS:]
-    cpp = [k for k in known if k not in plan.nvcc]
-    if nvcc:
-        scale, source = _ratio(plan, known, nvcc), "nvcc units"
-    elif cpp:
-        scale, source = CPP_SCALE * _ratio(plan, known, cpp), "g++ units"
-    else:
-        scale, source = PRIOR_SCALE, "prior"
-    waiting = [end for k, end in plan.predicted_end_s.items() if k not in known]
-    floor = since_compile_s / min(waiting) if waiting else 0.0  # the first of them has not ended yet
-    return (floor, "still compiling") if floor > scale else (scale, source)
-
-
-def _ratio(plan: UnitPlan, ended: dict[str, float], keys: list[str]) -> float:
-    return sum(ended[k] for k in keys) / max(1e-9, sum(plan.predicted_end_s[k] for k in keys))
+    model, seen = [0.0, *sorted(plan.predicted_end_s.values())], [0.0, *sorted(known.values())]
+    n = len(seen) - 1
+    if not n:
+        floor = since_compile_s / model[1]  # the first unit has not ended yet
+        return (floor, "still compiling") if floor > PRIOR_SCALE else (PRIOR_SCALE, "prior")
+    # the n-th unit to end against the model's n-th end: ninja's order in an extension is not the model's
+    start = max(i for i in range(n) if model[i] <= (1 - RECENT) * model[n])
+    scale = (seen[n] - seen[start]) / max(1e-9, model[n] - model[start])
+    if any(k in plan.nvcc for k in known):
+        return scale, "units"
+    return CPP_SCALE * scale, "g++ units"
 
 
 def estimate(
@@ -140,7 +160,15 @@ def estimate(
         return Estimate(max(TAIL_S - since, TAIL_S / 3), math.nan, "done")
     elapsed = since_compile_s or 0.0
     scale, source = speed_scale(plan, ended, elapsed)
-    return Estimate(max(0.0, scale * plan.last_end_s - elapsed) + TAIL_S, scale, source)
+    seen = sorted(t for k, t in ended.items() if k in plan.predicted_end_s)
+    if seen:  # from the latest unit's end: the rest of the model at this speed
+        model = sorted(plan.predicted_end_s.values())
+        end = seen[-1] + scale * (plan.last_end_s - model[len(seen) - 1])
+        if len(seen) < len(model):  # the next unit has not ended: what comes after it is still to do
+            end = max(end, elapsed + scale * (plan.last_end_s - model[len(seen)]))
+    else:
+        end = scale * plan.last_end_s
+    return Estimate(max(0.0, end - elapsed) + TAIL_S, scale, source)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,6 +227,7 @@ class Reporter:
         origin = began if began is not None else now
         ended = {k: t - origin for k, t in self.tally.ended().items()}
         last = max(ended.values(), default=None)
+        self._plan = self._plan.in_order(self.tally.started())
         left = estimate(
             self._plan,
             ended,

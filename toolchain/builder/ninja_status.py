@@ -79,6 +79,7 @@ class StatusTally:
         self._steps: dict[str, tuple[int, int]] = {}  # extension: (n, N) of its latest line
         self._ended: dict[str, float] = {}  # unit key: when its line came
         self._compile_started: float | None = None
+        self._started: list[str] = []  # extensions in the order of their `building` lines
         self._lock = threading.Lock()
 
     def feed(self, line: str, now: float) -> None:
@@ -89,8 +90,11 @@ class StatusTally:
                 self._steps[step.extension] = (max(n, step.done), step.total)
                 self._ended.setdefault(step.key, now)
                 self._extensions.add(step.extension)
-            elif self._compile_started is None and building_extension(line):
-                self._compile_started = now
+            elif (extension := building_extension(line)) is not None:
+                if self._compile_started is None:
+                    self._compile_started = now
+                if extension not in self._started:
+                    self._started.append(extension)
 
     def count(self) -> Count:
         with self._lock:
@@ -107,6 +111,11 @@ class StatusTally:
     def compile_started(self) -> float | None:
         with self._lock:
             return self._compile_started
+
+    def started(self) -> list[str]:
+        """The extensions whose ninja has started, in the order they started."""
+        with self._lock:
+            return list(self._started)
 
     def all_done(self) -> bool:
         """Every known extension's ninja has printed its N of N."""

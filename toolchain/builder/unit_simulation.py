@@ -6,7 +6,8 @@ there; here exact between events instead of 0.25 s steps): a unit runs one threa
 (half of host_s before the device work, half after) and its nvcc threads in between; the cores go to the
 runnable threads by CFS weight (1.25 ** -nice per thread), no thread above one core (water-filling).
 Queueing follows the plan: at most `per_extension` units of one extension at once (ninja -j MAX_JOBS) and
-`extensions_at_once` extensions (APEX_PARALLEL_BUILD), each extension's units costliest first.
+`extensions_at_once` extensions (APEX_PARALLEL_BUILD), opened in `order` (setup.py's: the order of its
+`building` lines), then any others costliest first; each extension's units costliest first.
 Every finish time scales with the units' costs, so a build running s times slower than predicted ends
 each unit at s x its time here: build_progress.py measures s from the units that have finished.
 Stdlib only: runs inside the build image (Python 3.10).
@@ -60,10 +61,13 @@ def _shares(running: list[tuple[SimUnit, int]], cores: float) -> dict[str, float
 class _Queue:
     """Which units run: at most `per_extension` of an extension, `extensions_at_once` extensions."""
 
-    def __init__(self, units: Sequence[SimUnit], per_extension: int, extensions_at_once: int) -> None:
-        self.waiting: dict[str, list[SimUnit]] = {}
+    def __init__(
+        self, units: Sequence[SimUnit], per_extension: int, extensions_at_once: int, order: Sequence[str] = ()
+    ) -> None:
+        self.waiting: dict[str, list[SimUnit]] = {ext: [] for ext in order}
         for unit in sorted(units, key=lambda u: -u.cost_s):  # costliest first within an extension
             self.waiting.setdefault(unit.extension, []).append(unit)
+        self.waiting = {ext: queued for ext, queued in self.waiting.items() if queued}
         self.per_extension, self.extensions_at_once = max(1, per_extension), max(1, extensions_at_once)
         self.open: list[str] = []
 
@@ -85,12 +89,19 @@ class _Queue:
 
 
 def finish_times(
-    units: Sequence[SimUnit], cores: int, per_extension: int = 10**6, extensions_at_once: int = 10**6
+    units: Sequence[SimUnit],
+    cores: int,
+    per_extension: int = 10**6,
+    extensions_at_once: int = 10**6,
+    order: Sequence[str] = (),
 ) -> dict[str, float]:
     """{unit key: seconds from the first unit's start to its end} under the model above."""
     # no zero-length phase: a unit costs at least 10 ms
     queue = _Queue(
-        [dataclasses.replace(u, cost_s=max(u.cost_s, 0.01)) for u in units], per_extension, extensions_at_once
+        [dataclasses.replace(u, cost_s=max(u.cost_s, 0.01)) for u in units],
+        per_extension,
+        extensions_at_once,
+        order,
     )
     running: dict[str, SimUnit] = {}
     done: dict[str, float] = {}
