@@ -354,3 +354,31 @@ def test_every_command_writing_into_an_out_folder_refuses_a_link_there(
         write(out)
     assert caught.value.filename == str(out / name)
     assert (list(elsewhere.iterdir()) == []) if folder else (elsewhere.read_text() == "keep")
+
+
+@pytest.mark.parametrize("planted", ["matrix-report.json", ".matrix-report.json.lock", "cells"])
+def test_a_matrix_run_refuses_a_link_in_its_out_folder(tmp_path: Path, planted: str) -> None:
+    """build.py run's --out: the run's overview, its lock and each cell's result.json are written by the
+    owned-tree rule; a link planted there (a file, a lock, the cells/ folder) is refused, its target kept."""
+    import io
+
+    from tests.support import REPO, matrix_cells
+    from toolchain.console import Console
+    from toolchain.runs import run_loop
+    from toolchain.runs.run_request import RunRequest
+
+    out = tmp_path / "out"
+    out.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir() if planted == "cells" else elsewhere.write_text("keep")
+    (out / planted).symlink_to(elsewhere)
+    (cell,) = matrix_cells("12.4")
+    with pytest.raises(atomic.LinkInOwnedTree, match="symbolic link"):
+        run_loop.run_matrix(
+            [cell],
+            RunRequest(out=out, logs=tmp_path / "logs"),
+            Console(io.StringIO()),
+            matrix_path=REPO / "matrix.toml",
+            unavailable={cell.name: "no base for it"},
+        )
+    assert (list(elsewhere.iterdir()) == []) if planted == "cells" else (elsewhere.read_text() == "keep")

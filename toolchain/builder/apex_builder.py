@@ -252,13 +252,9 @@ def _build_and_gate(
         cause = build_outputs.nothing_built_cause(
             setup.style, setup.evidence, compiled.passed, log_lines, log_path
         )
-        print(
-            build_outputs.gate_report(
-                missing, inputs.expected, cause, log_path, "warning" if request.no_gate else "error"
-            ),
-            file=sys.stderr,
-            flush=True,
-        )
+        level = "warning" if request.no_gate else "error"
+        for line in build_outputs.gate_report(missing, inputs.expected, cause, log_path, level):
+            print(printable(line), file=sys.stderr, flush=True)
     if missing and not request.no_gate:
         return exit_codes.FAILED
     if request.install:
