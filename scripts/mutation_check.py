@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from verify.runtime import atomic, input_files  # noqa: E402  (the one write and read paths, from this checkout)
+from verify.runtime.messages import printable  # noqa: E402
 
 MUTATIONS = REPO / "tests" / "mutation" / "mutations.toml"
 TEST_TIMEOUT_S = 900
@@ -198,14 +199,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         mutations = load(MUTATIONS, REPO)
     except BadMutations as exc:
-        print(f"mutation_check: {exc}", file=sys.stderr)
+        print(printable(f"mutation_check: {exc}"), file=sys.stderr)
         return 2
     if args.only:
         wanted = {i.strip() for i in args.only.split(",") if i.strip()}
         unknown = wanted - {m.id for m in mutations}
         if unknown:
             print(
-                f"mutation_check: --only {','.join(sorted(unknown))}: no such mutation id in {MUTATIONS}",
+                printable(
+                    f"mutation_check: --only {','.join(sorted(unknown))}: no such mutation id in {MUTATIONS}"
+                ),
                 file=sys.stderr,
             )
             return 2
@@ -219,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         baseline_s = time.monotonic() - started
         if not passed:
             print(
-                f"mutation_check: the unchanged tree fails its tests ({', '.join(failed)}): fix them first",
+                printable(
+                    f"mutation_check: the unchanged tree fails its tests ({', '.join(failed)}): fix them first"
+                ),
                 file=sys.stderr,
             )
             return 1
@@ -229,10 +234,10 @@ def main(argv: list[str] | None = None) -> int:
             outcome = mutate(tree, m)
             outcomes.append(outcome)
             mark = "ok " if outcome.as_expected else "!! "
-            print(f"{mark}{outcome.status:8} {m.id} ({outcome.seconds:g} s)", flush=True)
+            print(printable(f"{mark}{outcome.status:8} {m.id} ({outcome.seconds:g} s)"), flush=True)
     finally:
         if args.keep:
-            print(f"tree kept at {tree}")
+            print(printable(f"tree kept at {tree}"))
         else:
             shutil.rmtree(tree, ignore_errors=True)
     total_s = time.monotonic() - started
@@ -258,11 +263,13 @@ def main(argv: list[str] | None = None) -> int:
             },
         )
     bad = [o for o in outcomes if not o.as_expected]
-    print(f"{len(outcomes) - len(bad)} of {len(outcomes)} as expected; {total_s:.0f} s")
+    print(printable(f"{len(outcomes) - len(bad)} of {len(outcomes)} as expected; {total_s:.0f} s"))
     for o in bad:
         print(
-            f"  {o.mutation.id}: {o.status} (expected {'survived' if o.mutation.equivalent else 'killed'}): "
-            f"{o.mutation.rule}",
+            printable(
+                f"  {o.mutation.id}: {o.status} (expected {'survived' if o.mutation.equivalent else 'killed'}): "
+                f"{o.mutation.rule}"
+            ),
             file=sys.stderr,
         )
     return 1 if bad else 0

@@ -50,6 +50,7 @@ sys.path.insert(0, str(REPO))
 
 from scripts.mutation_check import copy_tree  # noqa: E402  (the same copy of the tree)
 from verify.runtime import atomic, input_files  # noqa: E402  (the project's one write and read paths)
+from verify.runtime.messages import printable  # noqa: E402
 
 MODULES = REPO / "tests" / "mutation" / "modules.toml"
 TARGET = 0.90  # of the mutants that are not equivalent, per module
@@ -381,13 +382,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         targets = load()
     except BadModules as exc:
-        print(f"mutation_run: {exc}", file=sys.stderr)
+        print(printable(f"mutation_run: {exc}"), file=sys.stderr)
         return 2
     if args.only:
         wanted = {p.strip() for p in args.only.split(",") if p.strip()}
         unknown = wanted - {t.path for t in targets}
         if unknown:
-            print(f"mutation_run: --only {','.join(sorted(unknown))}: not in {MODULES}", file=sys.stderr)
+            print(
+                printable(f"mutation_run: --only {','.join(sorted(unknown))}: not in {MODULES}"),
+                file=sys.stderr,
+            )
             return 2
         targets = [t for t in targets if t.path in wanted]
     tree = Path(tempfile.mkdtemp(prefix="apex-cosmic-ray-"))
@@ -398,18 +402,20 @@ def main(argv: list[str] | None = None) -> int:
             result = run_module(tree, target, args.budget_s)
             results.append(result)
             print(
-                f"{target.path}: "
-                + (
-                    result["error"]
-                    if "error" in result
-                    else f"{result['mutants']} mutants, {result['killed']} killed, {result['equivalent']} "
-                    f"equivalent, {result['survived']} survived ({result['seconds']} s)"
+                printable(
+                    f"{target.path}: "
+                    + (
+                        result["error"]
+                        if "error" in result
+                        else f"{result['mutants']} mutants, {result['killed']} killed, {result['equivalent']} "
+                        f"equivalent, {result['survived']} survived ({result['seconds']} s)"
+                    )
                 ),
                 flush=True,
             )
     finally:
         if args.keep:
-            print(f"tree kept at {tree}")
+            print(printable(f"tree kept at {tree}"))
         else:
             shutil.rmtree(tree, ignore_errors=True)
     record = args.out / "cosmic-ray.json"
@@ -425,7 +431,10 @@ def main(argv: list[str] | None = None) -> int:
     atomic.write_text(args.out / "README.md", markdown(merged))
     low = [r["module"] for r in results if "error" in r or r["killed_share"] < TARGET]
     for module in low:
-        print(f"mutation_run: {module} is below {TARGET:.0%} killed (or did not run)", file=sys.stderr)
+        print(
+            printable(f"mutation_run: {module} is below {TARGET:.0%} killed (or did not run)"),
+            file=sys.stderr,
+        )
     return 1 if low else 0
 
 

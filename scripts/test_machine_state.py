@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from verify.runtime import atomic, input_files  # noqa: E402  (the project's one write and read paths)
+from verify.runtime.messages import printable  # noqa: E402
 
 SUITE_TAG_PREFIX = (
     "apex-"  # the last path part of every tag the suite builds (apex-ci-..., apex-<ref>-torch...)
@@ -51,7 +52,9 @@ def _client():
         client.ping()
     except Exception as exc:  # noqa: BLE001 - any way of not answering is "no engine"
         print(
-            f"test_machine_state: no Docker engine answers ({type(exc).__name__}): nothing to record or clean",
+            printable(
+                f"test_machine_state: no Docker engine answers ({type(exc).__name__}): nothing to record or clean"
+            ),
             file=sys.stderr,
         )
         raise SystemExit(3) from exc
@@ -65,7 +68,7 @@ def _suite_tag(tag: str, prefix: str) -> bool:
 
 def snapshot(state: Path, dockerd_pid: int | None, base_created: str | None) -> int:
     if state.exists():
-        print(f"test_machine_state: {state} exists: keeping the first snapshot of this run")
+        print(printable(f"test_machine_state: {state} exists: keeping the first snapshot of this run"))
         return 0
     client = _client()
     images = client.images.list(all=True)
@@ -80,8 +83,10 @@ def snapshot(state: Path, dockerd_pid: int | None, base_created: str | None) -> 
     }
     atomic.write_json(state, data)
     print(
-        f"test_machine_state: recorded {len(data['images'])} images and {len(data['build_cache'])} build-cache "
-        f"records{'; dockerd ' + str(dockerd_pid) + ' started by this run' if dockerd_pid else ''}"
+        printable(
+            f"test_machine_state: recorded {len(data['images'])} images and {len(data['build_cache'])} build-cache "
+            f"records{'; dockerd ' + str(dockerd_pid) + ' started by this run' if dockerd_pid else ''}"
+        )
     )
     return 0
 
@@ -90,22 +95,24 @@ def _stop_dockerd(pid: int, dry_run: bool) -> None:
     try:
         comm = input_files.read_system_text(f"/proc/{pid}/comm").strip()
     except input_files.InputFileError:
-        print(f"  dockerd {pid}: already gone")
+        print(printable(f"  dockerd {pid}: already gone"))
         return
     if comm != "dockerd":
-        print(f"  process {pid} is {comm!r}, not the dockerd this run started: left alone")
+        print(printable(f"  process {pid} is {comm!r}, not the dockerd this run started: left alone"))
         return
     if dry_run:
-        print(f"  would stop dockerd {pid} (started by this run)")
+        print(printable(f"  would stop dockerd {pid} (started by this run)"))
         return
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + DOCKERD_STOP_S
     while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
         time.sleep(0.5)
     print(
-        f"  stopped dockerd {pid}"
-        if not Path(f"/proc/{pid}").exists()
-        else f"  dockerd {pid} still running {DOCKERD_STOP_S} s after SIGTERM: stop it by hand"
+        printable(
+            f"  stopped dockerd {pid}"
+            if not Path(f"/proc/{pid}").exists()
+            else f"  dockerd {pid} still running {DOCKERD_STOP_S} s after SIGTERM: stop it by hand"
+        )
     )
 
 
@@ -116,7 +123,9 @@ def _read_state(state: Path) -> dict[str, Any] | None:
         return before
     except (input_files.InputFileError, KeyError, TypeError) as exc:
         print(
-            f"test_machine_state: {state}: no usable snapshot ({exc}); run `snapshot` before the suite",
+            printable(
+                f"test_machine_state: {state}: no usable snapshot ({exc}); run `snapshot` before the suite"
+            ),
             file=sys.stderr,
         )
         return None
@@ -176,17 +185,17 @@ def _remove_containers_and_images(client, ours: dict[str, list[str]], verb: str,
     """The suite's exited containers first (an image in use is not removed), then its images by tag."""
     for container in client.containers.list(all=True, filters={"status": "exited"}):
         if container.attrs.get("Image") in ours:
-            print(f"  {verb} container {container.name} (of {ours[container.attrs['Image']][0]})")
+            print(printable(f"  {verb} container {container.name} (of {ours[container.attrs['Image']][0]})"))
             if not dry_run:
                 container.remove(force=True)
     for tags in ours.values():
         for tag in tags:
-            print(f"  {verb} image {tag}")
+            print(printable(f"  {verb} image {tag}"))
             if not dry_run:
                 try:
                     client.images.remove(tag, force=True, noprune=False)
                 except Exception as exc:  # noqa: BLE001 - one image in use must not stop the rest
-                    print(f"    not removed: {exc}")
+                    print(printable(f"    not removed: {exc}"))
 
 
 def _remove_build_cache(client, known_cache: set[str], own_engine: bool, verb: str, dry_run: bool) -> None:
@@ -194,7 +203,11 @@ def _remove_build_cache(client, known_cache: set[str], own_engine: bool, verb: s
     new_cache = [r for r in client.df().get("BuildCache") or [] if r["ID"] not in known_cache]
     size_gb = sum(r.get("Size") or 0 for r in new_cache) / 1e9
     if new_cache and own_engine:
-        print(f"  {verb} {len(new_cache)} build-cache records ({size_gb:.2f} GB) made since the snapshot")
+        print(
+            printable(
+                f"  {verb} {len(new_cache)} build-cache records ({size_gb:.2f} GB) made since the snapshot"
+            )
+        )
         if not dry_run:
             _prune_records(client, [r["ID"] for r in new_cache])
     elif new_cache:
@@ -223,7 +236,11 @@ def _prune_records(client, ids: list[str]) -> None:
         if not left:
             break
     kept = f"; {len(left)} not pruned (in use?)" if left else ""
-    print(f"    freed {freed / 1e9:.2f} GB{kept}" + (f"; errors: {', '.join(failed[:5])}" if failed else ""))
+    print(
+        printable(
+            f"    freed {freed / 1e9:.2f} GB{kept}" + (f"; errors: {', '.join(failed[:5])}" if failed else "")
+        )
+    )
 
 
 def _deepest_first(records: list[dict], wanted: set[str]) -> list[str]:
@@ -285,13 +302,15 @@ def _tagged_of_ours(image, prefix: str = SUITE_TAG_PREFIX) -> bool:
 def _remove_images(client, images: list, what: str, verb: str, dry_run: bool) -> None:
     for image in images:
         print(
-            f"  {verb} {what} {image.tags[0] if image.tags else image.short_id} (cell {image.labels.get(CELL_LABEL)})"
+            printable(
+                f"  {verb} {what} {image.tags[0] if image.tags else image.short_id} (cell {image.labels.get(CELL_LABEL)})"
+            )
         )
         if not dry_run:
             try:
                 client.images.remove(image.id, force=True)
             except Exception as exc:  # noqa: BLE001 - one image in use must not stop the rest
-                print(f"    not removed: {exc}")
+                print(printable(f"    not removed: {exc}"))
 
 
 def _prune_least_recent(client, free_gib: float, verb: str, dry_run: bool) -> None:
@@ -306,7 +325,9 @@ def _prune_least_recent(client, free_gib: float, verb: str, dry_run: bool) -> No
         total = sum(r.get("Size") or 0 for r in cache if not r.get("InUse"))
         keep = 0 if last else max(0, int(total - short))
         print(
-            f"  {verb} least recently used build cache: {total / 1e9:.2f} GB unused, keeping {keep / 1e9:.2f} GB"
+            printable(
+                f"  {verb} least recently used build cache: {total / 1e9:.2f} GB unused, keeping {keep / 1e9:.2f} GB"
+            )
         )
         if dry_run:
             return

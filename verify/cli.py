@@ -116,7 +116,9 @@ def _bench(argv: list[str]) -> int:
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.startswith("verify.bench"):
             print(
-                f"verify bench: the benchmark part of verify is not installed here ({exc.name} is missing)",
+                printable(
+                    f"verify bench: the benchmark part of verify is not installed here ({exc.name} is missing)"
+                ),
                 file=sys.stderr,
             )
             return exit_codes.ENVIRONMENT
@@ -236,8 +238,10 @@ def _run(args: argparse.Namespace, request: pipeline.VerifyRequest) -> int:
                 made.remove_empty()  # directories this run created for a report it could not write
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the environment, not the user's input: exit 3
                     print(
-                        f"verify: cannot write report to {path}: the disk is full ({exc.strerror}); free space"
-                        " or write the report to another filesystem",
+                        printable(
+                            f"verify: cannot write report to {path}: the disk is full ({exc.strerror}); free space"
+                            " or write the report to another filesystem"
+                        ),
                         file=sys.stderr,
                     )
                     return exit_codes.ENVIRONMENT

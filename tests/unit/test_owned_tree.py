@@ -155,20 +155,124 @@ def test_a_damaged_published_folder_is_left_out_of_every_page_alike(
     assert "0.1+cpu" not in html and "0.2+cpu" in html
 
 
-def test_build_py_wheel_refuses_a_link_where_it_writes_in_out_before_building(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "folder"),
+    [
+        ("build-manifest.json", False),
+        ("unit-times.jsonl", False),
+        ("apex-0.1-cp312-cp312-linux_x86_64.whl", False),  # a wheel's name: the builder moves one in
+        ("apex-build.log", True),  # a link to a folder outside
+    ],
+)
+def test_build_py_wheel_refuses_a_link_where_it_writes_in_out_before_building(
+    tmp_path: Path, name: str, folder: bool
+) -> None:
     from tests import wheel_builds as wb
     from tests.support import run_build
 
     src = wb.apex_shaped_tree(tmp_path / "src")
     out = tmp_path / "out"
     out.mkdir()
-    elsewhere = tmp_path / "elsewhere.json"
-    elsewhere.write_text("keep")
-    (out / "build-manifest.json").symlink_to(elsewhere)
+    elsewhere = tmp_path / "elsewhere"
+    if folder:
+        elsewhere.mkdir()
+    else:
+        elsewhere.write_text("keep")
+    (out / name).symlink_to(elsewhere)
     done = run_build("wheel", "--apex-src", str(src), "--out", str(out), "--flags", "APEX_CPP_EXT")
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    assert "build-manifest.json: is a symbolic link" in done.stderr.strip().splitlines()[-1]
-    assert elsewhere.read_text() == "keep" and not (out / "build.log").exists()
+    assert f"{name}: is a symbolic link" in done.stderr.strip().splitlines()[-1]
+    assert (list(elsewhere.iterdir()) == []) if folder else (elsewhere.read_text() == "keep")
+    assert sorted(p.name for p in out.iterdir()) == [name]  # nothing written into --out either
+
+
+@pytest.mark.parametrize("folder", [False, True])
+def test_move_in_tree_refuses_a_link_at_the_name_and_moves_a_file_otherwise(
+    tmp_path: Path, folder: bool
+) -> None:
+    tree, private = tmp_path / "out", tmp_path / "private"
+    tree.mkdir()
+    private.mkdir()
+    made = private / "w.whl"
+    made.write_bytes(b"wheel")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir() if folder else elsewhere.write_text("keep")
+    (tree / "w.whl").symlink_to(elsewhere)
+    with pytest.raises(atomic.LinkInOwnedTree, match="w.whl: |symbolic link") as caught:
+        atomic.move_in_tree(tree, "w.whl", made)
+    assert "is a symbolic link (to " in str(caught.value.strerror)
+    assert caught.value.filename == str(tree / "w.whl")
+    assert (list(elsewhere.iterdir()) == []) if folder else (elsewhere.read_text() == "keep")
+    assert made.read_bytes() == b"wheel"  # nothing moved
+    (tree / "w.whl").unlink()
+    (tree / "sub").symlink_to(elsewhere if folder else tmp_path)
+    with pytest.raises(atomic.LinkInOwnedTree, match="symbolic link"):
+        atomic.move_in_tree(tree, "sub/w.whl", made)  # a link on the way
+    atomic.move_in_tree(tree, "w.whl", made)
+    assert (tree / "w.whl").read_bytes() == b"wheel" and not made.exists()
+
+
+def test_move_in_tree_copies_across_filesystems_by_the_same_rule(tmp_path: Path) -> None:
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs a second filesystem (/dev/shm) to make rename fail with EXDEV")
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=shm) as private:
+        made = Path(private) / "w.whl"
+        made.write_bytes(b"wheel" * 1000)
+        made.chmod(0o644)
+        (tmp_path / "w.whl").symlink_to(tmp_path / "elsewhere")
+        with pytest.raises(atomic.LinkInOwnedTree, match="symbolic link"):
+            atomic.move_in_tree(tmp_path, "w.whl", made)
+        assert not (tmp_path / "elsewhere").exists()
+        (tmp_path / "w.whl").unlink()
+        atomic.move_in_tree(tmp_path, "w.whl", made)
+        assert (tmp_path / "w.whl").read_bytes() == b"wheel" * 1000 and not made.exists()
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["w.whl"]  # no temp file left
+
+
+def test_open_append_in_tree_appends_and_refuses_a_link(tmp_path: Path) -> None:
+    fd = atomic.open_append_in_tree(tmp_path, "build.log")
+    os.write(fd, b"one\n")
+    os.close(fd)
+    fd = atomic.open_append_in_tree(tmp_path, "build.log")
+    os.write(fd, b"two\n")
+    os.close(fd)
+    assert (tmp_path / "build.log").read_bytes() == b"one\ntwo\n"
+    outside = tmp_path / "outside"
+    outside.write_text("keep")
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "build.log").symlink_to(outside)
+    with pytest.raises(atomic.LinkInOwnedTree, match="build.log: |symbolic link"):
+        atomic.open_append_in_tree(tmp_path / "tree", "build.log")
+    os.mkfifo(tmp_path / "tree" / "fifo.log")
+    with pytest.raises(atomic.LinkInOwnedTree, match="FIFO"):
+        atomic.open_append_in_tree(tmp_path / "tree", "fifo.log")
+    assert outside.read_text() == "keep"
+
+
+def test_the_builder_moves_pips_wheel_into_out_by_the_rule_and_refuses_a_link_there(tmp_path: Path) -> None:
+    """The real builder (pip wheel of a tiny real C extension, the wheel identity, the manifest): pip builds
+    into a private temp folder, never --out; the wheel moves in by the owned-tree rule, so a link planted at
+    its name (learnt from a first build) is refused and its target left as it was."""
+    from tests.unit.test_apex_builder import build
+
+    code, out = build(tmp_path / "first", {"APEX_CPP_EXT": "1"})
+    assert code == 0
+    (wheel,) = out.glob("*.whl")
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["apex-build.log", "build-manifest.json", wheel.name]
+    )  # nothing of pip's staging left in --out
+    second = tmp_path / "second"
+    elsewhere = tmp_path / "elsewhere.whl"
+    elsewhere.write_text("keep")
+    (second / "out").mkdir(parents=True)
+    (second / "out" / wheel.name).symlink_to(elsewhere)
+    with pytest.raises(atomic.LinkInOwnedTree, match="symbolic link") as caught:
+        build(second, {"APEX_CPP_EXT": "1"})
+    assert caught.value.filename == str(second / "out" / wheel.name)
+    assert elsewhere.read_text() == "keep" and (second / "out" / wheel.name).is_symlink()
 
 
 def test_a_failure_while_the_pages_are_written_leaves_every_page_as_it_was(tmp_path: Path) -> None:
@@ -199,3 +303,82 @@ def test_a_batch_lands_together_or_not_at_all(tmp_path: Path) -> None:
         tmp_path / "sub" / "b.html"
     ).read_bytes() == b"new b"
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["a.html", "b.html", "sub"]
+
+
+def _write_verify_wheel(out: Path) -> str:
+    from toolchain.image import verify_wheel
+
+    return verify_wheel.build(out).path.name
+
+
+def _write_zipapp(out: Path) -> str:
+    from toolchain.image import verify_zipapp
+
+    return verify_zipapp.build(out).path.name
+
+
+def _write_report(out: Path) -> str:
+    from toolchain.runs import report_tables
+
+    report_tables.write(out)
+    return report_tables.MD_NAME
+
+
+def _write_bench(out: Path) -> str:
+    from verify.bench import results
+
+    results.write({}, out)  # type: ignore[typeddict-item]  # bench.json is staged before the Markdown is made
+    return results.JSON_NAME
+
+
+@pytest.mark.parametrize("write", [_write_verify_wheel, _write_zipapp, _write_report, _write_bench])
+@pytest.mark.parametrize("folder", [False, True])
+def test_every_command_writing_into_an_out_folder_refuses_a_link_there(
+    tmp_path: Path, write, folder: bool
+) -> None:
+    """verify-wheel --out, zipapp --out DIR, report --out, verify bench --out: the file they write in the
+    folder is never written through a link planted there (a file link, a folder link), and nothing lands
+    outside; without the link (the first run, which learns the name) the file is written as before."""
+    out = tmp_path / "out"
+    out.mkdir()
+    try:
+        name = write(out)
+    except KeyError:  # bench's Markdown of an empty document: its JSON was staged, then all dropped
+        name = "bench.json"
+    for stale in out.iterdir():
+        stale.unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir() if folder else elsewhere.write_text("keep")
+    (out / name).symlink_to(elsewhere)
+    with pytest.raises(atomic.LinkInOwnedTree, match="symbolic link") as caught:
+        write(out)
+    assert caught.value.filename == str(out / name)
+    assert (list(elsewhere.iterdir()) == []) if folder else (elsewhere.read_text() == "keep")
+
+
+@pytest.mark.parametrize("planted", ["matrix-report.json", ".matrix-report.json.lock", "cells"])
+def test_a_matrix_run_refuses_a_link_in_its_out_folder(tmp_path: Path, planted: str) -> None:
+    """build.py run's --out: the run's overview, its lock and each cell's result.json are written by the
+    owned-tree rule; a link planted there (a file, a lock, the cells/ folder) is refused, its target kept."""
+    import io
+
+    from tests.support import REPO, matrix_cells
+    from toolchain.console import Console
+    from toolchain.runs import run_loop
+    from toolchain.runs.run_request import RunRequest
+
+    out = tmp_path / "out"
+    out.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir() if planted == "cells" else elsewhere.write_text("keep")
+    (out / planted).symlink_to(elsewhere)
+    (cell,) = matrix_cells("12.4")
+    with pytest.raises(atomic.LinkInOwnedTree, match="symbolic link"):
+        run_loop.run_matrix(
+            [cell],
+            RunRequest(out=out, logs=tmp_path / "logs"),
+            Console(io.StringIO()),
+            matrix_path=REPO / "matrix.toml",
+            unavailable={cell.name: "no base for it"},
+        )
+    assert (list(elsewhere.iterdir()) == []) if planted == "cells" else (elsewhere.read_text() == "keep")

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from toolchain.builder import build_timing, parallelism, unit_runner, unit_schedule
+from verify.runtime import atomic
 
 COSTS = unit_schedule.load_costs()
 EXTENSIONS = {k.split("/", 1)[0] for k in COSTS}
@@ -177,6 +178,27 @@ def test_an_unknown_unit_gets_the_default_and_a_failure_keeps_its_exit_code(tmp_
     (tmp_path / "big.json").write_text(" " * (unit_runner.SCHEDULE_LIMIT + 1) + "{}")
     done = run_runner(tmp_path / "big.json", times, "true", "-o", "w.o")
     assert done.returncode == 0 and "over 1048576 bytes" in done.stderr
+
+
+def test_the_runner_never_appends_through_a_link_and_the_builder_never_empties_through_one(
+    tmp_path: Path,
+) -> None:
+    """unit-times.jsonl lies in --out, a folder the builder owns: a link planted there (to a file outside) is
+    not followed by the runner's append (the unit still compiles, untimed) nor by route_nvcc's fresh file."""
+    schedule = schedule_file(tmp_path, {}, {"threads": None, "nice": 0})
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep")
+    times = tmp_path / "out" / build_timing.TIMES_NAME
+    times.parent.mkdir()
+    times.symlink_to(outside)
+    done = run_runner(schedule, times, "true", "-o", "x.o")
+    assert done.returncode == 0 and "is not timed" in done.stderr
+    assert outside.read_text() == "keep"
+    plan = unit_schedule.for_build(["amp_C"], 1, 8)
+    assert plan is not None
+    with pytest.raises(atomic.LinkInOwnedTree, match="symbolic link"):
+        unit_schedule.route_nvcc(plan, {}, "nvcc", None, tmp_path, times, user_threads=False)
+    assert outside.read_text() == "keep"
 
 
 @pytest.mark.parametrize(

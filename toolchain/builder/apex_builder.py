@@ -63,7 +63,7 @@ from verify.domain.arch import arch_list_text
 from verify.layers import module_map
 from verify.layers.manifest import BuildManifest, BuildStats, Parallelism, Versions
 from verify.runtime import atomic, entry_point, exit_codes, input_files
-from verify.runtime.messages import bounded
+from verify.runtime.messages import bounded, printable
 from verify.runtime.out_dirs import OutputDirs
 
 __all__ = [
@@ -75,7 +75,8 @@ __all__ = [
 
 
 def _say(message: str) -> None:
-    print(f"[apex-builder] {message}", flush=True)
+    # paths, wheel names and pip's words in it came from outside: one line, no control character
+    print(f"[apex-builder] {printable(message)}", flush=True)
 
 
 # ---------------------------------------------------------------- entry point
@@ -94,10 +95,15 @@ def _main_reporting(request: BuildRequest, clock: CommandClock | None = None) ->
     try:
         return build(request, clock)
     except ToolchainError as err:
-        print(f"[apex-builder] error: {bounded(str(err))}", file=sys.stderr, flush=True)
+        print(f"[apex-builder] error: {printable(bounded(str(err)))}", file=sys.stderr, flush=True)
         return err.exit_code
+    except atomic.LinkInOwnedTree as err:  # a link or special file met while writing into --out
+        where = f"--out {request.out}: {err.filename}: {err.strerror}"
+        print(f"[apex-builder] error: {printable(where)}", file=sys.stderr, flush=True)
+        return exit_codes.USAGE
     except OSError as err:  # writing OUT (or reading a file it names) failed: one line, not a traceback
-        print(f"[apex-builder] error: {_os_error_message(err, request.out)}", file=sys.stderr, flush=True)
+        message = _os_error_message(err, request.out)
+        print(f"[apex-builder] error: {printable(message)}", file=sys.stderr, flush=True)
         return exit_codes.ENVIRONMENT if err.errno in (errno.ENOSPC, errno.EDQUOT) else exit_codes.USAGE
     except KeyboardInterrupt:
         print("[apex-builder] interrupted; no manifest written", file=sys.stderr)
@@ -142,9 +148,12 @@ def build(request: BuildRequest, clock: CommandClock | None = None) -> int:
 
 
 def _refuse_links_in_out(out: Path) -> None:
-    """The files a build writes into --out (its log, manifest and gate reports) are never written through a
-    link planted there (atomic's owned-tree rule): refused before anything runs, exit 2, naming the link."""
-    names = (LOG_NAME, MANIFEST_NAME, *wheel_identity.VERIFY_FILES)
+    """The files a build writes into --out (its log, manifest, unit times, gate reports and wheel) are never
+    written through a link planted there (atomic's owned-tree rule): a link at a name known now (a wheel's
+    is known only after pip ran: any *.whl here) is refused before anything runs, exit 2, naming it; every
+    write checks again at its own time."""
+    wheels = sorted(entry.name for entry in os.scandir(out) if entry.name.endswith(".whl"))
+    names = (LOG_NAME, MANIFEST_NAME, build_timing.TIMES_NAME, *wheel_identity.VERIFY_FILES, *wheels)
     try:
         atomic.refuse_links_in_tree(out, only=names)
     except atomic.LinkInOwnedTree as error:
@@ -200,16 +209,32 @@ def build_and_gate(
     environment after the checks' steps (build_env.py); the flags' step and the compile's go on it here.
     `clock`: when the command started (a direct caller without one: now)."""
     clock = clock or command_clock.started_now()
+    request.out_dir.mkdir(parents=True, exist_ok=True)
+    # pip's wheel, its stamped copy and the gate's reports are made here, then put into OUT by the rule
+    with tempfile.TemporaryDirectory(prefix="apex-builder-out-") as private:
+        return _build_and_gate(request, inputs, tools, env, started, clock, Path(private))
+
+
+def _build_and_gate(
+    request: BuildRequest,
+    inputs: BuildInputs,
+    tools: BuildTools,
+    env: Mapping[str, str],
+    started: dt.datetime,
+    clock: CommandClock,
+    private: Path,
+) -> int:
     out = request.out_dir
-    out.mkdir(parents=True, exist_ok=True)
     log_path = out / LOG_NAME
     atomic.write_in_tree(out, LOG_NAME, b"")  # a fresh log; never through a link (checked, and not followed)
-    compiled = _compile(request, inputs, tools, BuildEnv.of(env).plus(_flag_env(inputs)), log_path, clock)
+    compiled = _compile(
+        request, inputs, tools, BuildEnv.of(env).plus(_flag_env(inputs)), log_path, clock, private
+    )
     env = compiled.env
     log_lines = input_files.read_text_lenient(log_path, input_files.LOG).splitlines()
     built = build_outputs.extension_modules(compiled.wheel)
     manifest = _manifest(request, inputs, tools, compiled, built, log_lines, started, clock)
-    wheel, manifest = _with_identity(compiled.wheel, manifest)
+    wheel, manifest = _with_identity(compiled.wheel, manifest, out)
     # the manifest beside the wheel keeps the build record of the copy inside it (`build.py index` compares
     # the two); what is printed is the whole command's wall up to now: renaming the wheel took seconds too
     manifest_path = _write_manifest(out, manifest.to_json())
@@ -227,19 +252,17 @@ def build_and_gate(
         cause = build_outputs.nothing_built_cause(
             setup.style, setup.evidence, compiled.passed, log_lines, log_path
         )
-        print(
-            build_outputs.gate_report(
-                missing, inputs.expected, cause, log_path, "warning" if request.no_gate else "error"
-            ),
-            file=sys.stderr,
-            flush=True,
-        )
+        level = "warning" if request.no_gate else "error"
+        for line in build_outputs.gate_report(missing, inputs.expected, cause, log_path, level):
+            print(printable(line), file=sys.stderr, flush=True)
     if missing and not request.no_gate:
         return exit_codes.FAILED
     if request.install:
-        code = install_and_verify(wheel, manifest_path, list(manifest.expected_modules), out, env, _say)
+        code = install_and_verify(
+            wheel, manifest_path, list(manifest.expected_modules), out, env, _say, private
+        )
         if manifest.wheel_identity:
-            _carry_gate_report(wheel, manifest, out, env)
+            _carry_gate_report(wheel, manifest, out, env, private)
         return code
     return exit_codes.OK
 
@@ -257,10 +280,18 @@ def _with_wall(manifest: BuildManifest, clock: CommandClock) -> BuildManifest:
     )
 
 
-def _with_identity(raw: Path, manifest: BuildManifest) -> tuple[Path, BuildManifest]:
-    """Step 5b: the wheel renamed for its stack (wheel_identity.py), the manifest inside its dist-info; the
-    manifest beside it records the final name and sha256 (the copy inside cannot hold its own wheel's hash).
-    A build whose torch version says no MAJOR.MINOR keeps setup.py's name, and `build.py index` refuses it."""
+def _into_out(wheel: Path, out: Path) -> Path:
+    """The wheel, made in the private temp folder, moved into OUT under the owned-tree rule: a link or a
+    special file where it lands is refused (exit 2, naming it), never followed."""
+    atomic.move_in_tree(out, wheel.name, wheel)
+    return out / wheel.name
+
+
+def _with_identity(raw: Path, manifest: BuildManifest, out: Path) -> tuple[Path, BuildManifest]:
+    """Step 5b: the wheel (`raw`: pip's, in the private temp folder) renamed for its stack
+    (wheel_identity.py), the manifest inside its dist-info, moved into OUT; the manifest beside it records
+    the final name and sha256 (the copy inside cannot hold its own wheel's hash). A build whose torch
+    version says no MAJOR.MINOR keeps setup.py's name, and `build.py index` refuses it."""
     versions = manifest.versions
     try:
         ident = wheel_identity.identity(
@@ -272,8 +303,8 @@ def _with_identity(raw: Path, manifest: BuildManifest) -> tuple[Path, BuildManif
         )
     except ValueError as error:
         _say(f"WARNING: the wheel keeps setup.py's name {raw.name} (no stack identity: {error})")
-        return raw, manifest
-    target = raw.with_name(wheel_identity.final_name(raw.name, ident))
+        return _into_out(raw, out), manifest
+    target = raw.parent / "stamped" / wheel_identity.final_name(raw.name, ident)
     inside = dataclasses.replace(
         manifest,
         wheel_identity=ident.to_json(),
@@ -286,13 +317,17 @@ def _with_identity(raw: Path, manifest: BuildManifest) -> tuple[Path, BuildManif
         ident.torch_requirement,
         {wheel_identity.MANIFEST_FILE: _json_bytes(inside)},
     )
-    if target != raw:
-        raw.unlink()
+    raw.unlink()
+    sha256 = sha256_of(target)
     _say(f"wheel identity: {ident.version} (requires {ident.torch_requirement}; index stack {ident.stack})")
-    return target, dataclasses.replace(inside, build=inside.build.updated(wheel_sha256=sha256_of(target)))
+    return _into_out(target, out), dataclasses.replace(
+        inside, build=inside.build.updated(wheel_sha256=sha256)
+    )
 
 
-def _carry_gate_report(wheel: Path, manifest: BuildManifest, out: Path, env: Mapping[str, str]) -> None:
+def _carry_gate_report(
+    wheel: Path, manifest: BuildManifest, out: Path, env: Mapping[str, str], private: Path
+) -> None:
     """After the gate: its report goes into the wheel's dist-info (whatever its verdict: `build.py index`
     reads it and refuses a failed one), the manifest beside it gets the new sha256, and the venv gets the
     wheel as published."""
@@ -305,13 +340,14 @@ def _carry_gate_report(wheel: Path, manifest: BuildManifest, out: Path, env: Map
         return
     inside = wheel_identity.read_dist_info(wheel, (wheel_identity.MANIFEST_FILE,))
     assert manifest.wheel_identity is not None  # _with_identity named the wheel before the gate ran
-    wheel_identity.stamp(
+    restamped = wheel_identity.stamp(
         wheel,
-        wheel,
+        private / "restamped" / wheel.name,
         str(manifest.wheel_identity["version"]),
         str(manifest.wheel_identity["torch_requirement"]),
         {**inside, **reports},
     )
+    _into_out(restamped, out)
     _write_manifest(
         out,
         dataclasses.replace(manifest, build=manifest.build.updated(wheel_sha256=sha256_of(wheel))).to_json(),
@@ -441,8 +477,9 @@ def _compile(
     build_env: BuildEnv,
     log_path: Path,
     clock: CommandClock,
+    private: Path,
 ) -> Compiled:
-    """Steps 3-4: size, then `pip wheel` through ccache into OUT."""
+    """Steps 3-4: size, then `pip wheel` through ccache into the private temp folder."""
     src, setup = inputs.src, inputs.setup
     par, schedule, user_threads, sized = _size(request, inputs, build_env.vars())
     build_env = build_env.plus(sized)
@@ -480,7 +517,7 @@ def _compile(
         _say(f"flag style: {setup.style} ({setup.evidence}); passing {passed}")
         with _progress(inputs, par, schedule, clock) as progress:
             feed = progress.feed if progress else None
-            wheel, stats = build_wheel(src, request.out_dir, env, log_path, options, setup, feed)
+            wheel, stats = build_wheel(src, private, env, log_path, options, setup, feed)
         if cache["used"]:
             after = ccache.ccache_stats(env)
             cache["stats"] = {k: after[k] - before.get(k, 0) for k in after}

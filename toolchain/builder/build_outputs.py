@@ -147,15 +147,15 @@ def nothing_built_cause(
 
 def gate_report(
     missing: list[MissingModule], expected: list[str], cause: str, log_path: str | Path, level: str
-) -> str:
-    """The gate's verdict as one block, each line once: a headline (with the cause when nothing at all was
-    built), then one line per missing module."""
+) -> list[str]:
+    """The gate's verdict, each line once: a headline (with the cause when nothing at all was built), then
+    one line per missing module. Lines of outside text (paths, setup.py's words): the printer escapes them."""
     if not missing:
-        return ""
+        return []
     if len(missing) == len(expected):
         head = f"none of the {len(expected)} expected modules is in the wheel: {cause}"
     else:
         head = f"{len(missing)} of {len(expected)} expected modules are not in the wheel"
     lines = [f"[apex-builder] {level}: {head}"]
     lines += [f"[apex-builder]   - {item.message(log_path)}" for item in dict.fromkeys(missing)]
-    return "\n".join(lines)
+    return lines

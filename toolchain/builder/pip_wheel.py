@@ -21,7 +21,7 @@ from toolchain.builder import apex_setup
 from toolchain.builder.process_tree import PeakSampler
 from toolchain.errors import BuildFailed, EnvironmentUnavailable
 from verify.domain.arch import Arch
-from verify.runtime import input_files, workflow_commands
+from verify.runtime import atomic, input_files, workflow_commands
 
 
 def run_logged(
@@ -35,7 +35,9 @@ def run_logged(
     lines read ninja's). Returns (exit code, wall seconds, peak summed RSS of the process tree in MiB,
     largest single child's RSS in MiB)."""
     start = time.monotonic()
-    with open(log_path, "a", encoding="utf-8") as log:
+    # the log lies in --out, a folder the builder owns: appended to without following a link there
+    log_fd = atomic.open_append_in_tree(log_path.parent, log_path.name)
+    with open(log_fd, "a", encoding="utf-8") as log:
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
         proc = subprocess.Popen(
@@ -87,16 +89,18 @@ def pip_wheel_command(src: Path, staging: Path, options: list[str]) -> list[str]
 
 def build_wheel(
     src: Path,
-    out: Path,
+    work: Path,
     env: dict[str, str],
     log_path: Path,
     options: list[str] | None = None,
     setup: apex_setup.SetupPy | None = None,
     on_line: Callable[[str], None] | None = None,
 ) -> tuple[Path, dict]:
-    """`pip wheel --no-build-isolation --no-deps -v SRC` into a fresh directory (so a stale wheel in
-    OUT is never picked up), then moved into OUT."""
-    staging = Path(tempfile.mkdtemp(prefix=".wheel-", dir=out))
+    """`pip wheel --no-build-isolation --no-deps -v SRC` into a fresh folder under `work`, the caller's
+    private temp folder, never --out: a stale wheel in OUT is never picked up, and the builder moves the
+    wheel into OUT itself, under the owned-tree rule (verify.runtime.atomic.move_in_tree). Returns the
+    wheel's path there and pip's figures."""
+    staging = Path(tempfile.mkdtemp(prefix="wheel-", dir=work))
     try:
         cmd = pip_wheel_command(src, staging, options or [])
         cpu_before, started_epoch = _children_cpu_s(), time.time()
@@ -117,11 +121,10 @@ def build_wheel(
             raise BuildFailed(
                 f"pip wheel finished but left {len(wheels)} wheels in {staging}; see {log_path}",
             )
-        target = out / wheels[0].name
-        os.replace(wheels[0], target)
-        return target, stats
-    finally:
+        return wheels[0], stats
+    except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def _children_cpu_s() -> float:

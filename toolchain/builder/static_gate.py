@@ -15,6 +15,7 @@ from toolchain.builder.pip_wheel import run_logged
 from toolchain.errors import BuildFailed
 from verify.domain import layout
 from verify.layers import module_map
+from verify.runtime import atomic, input_files
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]  # holds toolchain/ and verify/
 
@@ -47,9 +48,12 @@ def install_and_verify(
     out: Path,
     env: dict[str, str],
     say: Callable[[str], None],
+    work: Path,
 ) -> int:
     """Install the wheel, then let `verify --static` (imports, archs, expectations) be the gate: the
-    manifest's expected_modules plus the default features those modules provide."""
+    manifest's expected_modules plus the default features those modules provide. verify writes its reports
+    into `work` (the builder's private temp folder: verify's writer follows links, as it should for a path a
+    user names); they are then put into OUT under the owned-tree rule (verify.runtime.atomic.write_in_tree)."""
     log = out / build_outputs.LOG_NAME
     install_wheel(wheel, env, log)
     verify_env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH")])))
@@ -62,12 +66,15 @@ def install_and_verify(
         str(manifest),
         f"--require={gate_required(expected_modules)}",
         "--json",
-        str(out / layout.STATIC_REPORT_NAME),
+        str(work / layout.STATIC_REPORT_NAME),
         "--markdown",
-        str(out / layout.STATIC_MARKDOWN_NAME),
+        str(work / layout.STATIC_MARKDOWN_NAME),
     ]
-    # cwd=OUT: run from the Apex source tree and `import apex` would find the uninstalled sources
-    code, *_ = run_logged(cmd, verify_env, log, cwd=out)
+    # cwd=work: run from the Apex source tree and `import apex` would find the uninstalled sources
+    code, *_ = run_logged(cmd, verify_env, log, cwd=work)
+    for name in (layout.STATIC_REPORT_NAME, layout.STATIC_MARKDOWN_NAME):
+        if (work / name).is_file():
+            atomic.write_in_tree(out, name, input_files.read_bytes(work / name, input_files.VERIFY_REPORT))
     if code != 0:
         say(f"static gate: verify --static exited {code}; see {out / layout.STATIC_MARKDOWN_NAME}")
     return code

@@ -69,8 +69,10 @@ def choice(schedule_path: str, key: str) -> tuple[int, int | None]:
 
 
 def _append(path: str, record: dict) -> None:
-    """One line in one write (parallel units append to the same file)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    """One line in one write (parallel units append to the same file). The file lies in --out, a folder the
+    builder owns: a link planted there is not followed (ELOOP), a FIFO not waited on (ENXIO)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o644)
     try:
         os.write(fd, (json.dumps(record) + "\n").encode())
     finally:

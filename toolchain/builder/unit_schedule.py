@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 
 from toolchain.builder.parallelism import MAX_NVCC_THREADS
-from verify.runtime import input_files
+from verify.runtime import atomic, input_files
 
 COSTS_PATH = next(
     (
@@ -213,7 +213,7 @@ def route_nvcc(
     ccache prefix does not apply to a PYTORCH_NVCC)."""
     schedule_path = workdir / "unit-schedule.json"
     write(plan, schedule_path, user_threads)
-    times_path.write_text("")
+    atomic.write_in_tree(times_path.parent, times_path.name, b"")  # in --out: no link there followed
     inner = env.get("PYTORCH_NVCC") or " ".join(
         shlex.quote(p) for p in ([ccache_binary] if ccache_binary else []) + [nvcc]
     )

@@ -145,7 +145,8 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     if args.markdown:
         from toolchain.commands import matrix_table
 
-        console.line(matrix_table.render(cells))
+        for line in matrix_table.render(cells).split("\n"):
+            console.line(printable(line))
         return exit_codes.OK
     plans = [plan_for(cell, request) for cell in cells]
     if args.json:
@@ -154,13 +155,20 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     for number, (cell, plan) in enumerate(zip(cells, plans, strict=True)):
         if number:
             console.line()
-        console.line(f"cell {cell.name}: {cell.id}")
+        console.line(printable(f"cell {cell.name}: {cell.id}"))
         width = max(len(k) for k in plan["build_args"])
         for key, value in plan["build_args"].items():
-            console.line(f"  {key:<{width}}  {value}")
+            console.line(printable(f"  {key:<{width}}  {value}"))
         console.line("  build command:")
         env = " ".join(f"{k}={v}" for k, v in plan["env"].items())
-        console.line(f"    {env} " + " \\\n      ".join(_wrap_command(plan["command"])))
+        # the command as a shell takes it, one part a line, each escaped: no part can start a line of its own
+        parts = _wrap_command(plan["command"])
+        for number, part in enumerate(parts):
+            console.line(
+                (f"    {printable(env)} " if number == 0 else "      ")
+                + printable(part)
+                + (" \\" if number < len(parts) - 1 else "")
+            )
         if "--label" in plan["command"]:  # provenance is looked up at build time, not by plan
             console.line("  (`build.py image` fills in the build date, git revision and base digests)")
     return exit_codes.OK
@@ -216,7 +224,7 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
     if overrides or args.cell:
         cell = matrix_mod.cli_cell(overrides, matrix_path=path, base_cell=args.cell)
         console.status("OK", "ok", f"{'(cli)':<12} {cell.id}")
-    console.line(f"{path}: {len(matrix.cells)} cells valid")
+    console.line(printable(f"{path}: {len(matrix.cells)} cells valid"))
     return exit_codes.OK
 
 

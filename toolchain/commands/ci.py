@@ -14,6 +14,7 @@ from toolchain.spec import ci_matrix, publishing
 from toolchain.spec.cell import Cell
 from toolchain.spec.matrix import load_matrix
 from verify.runtime import atomic, exit_codes
+from verify.runtime.messages import printable
 
 
 def cmd_gh_matrix(args: argparse.Namespace, console: Console) -> int:
@@ -57,12 +58,11 @@ def cmd_bake(args: argparse.Namespace, console: Console) -> int:
         cache_ref=args.cache_ref,
         push_by_digest=args.push_by_digest,
     )
-    text = atomic.json_dumps(definition, indent=2) + "\n"
     if args.output:
-        atomic.write_text(args.output, text)
-        console.line(f"{len(definition['target'])} targets -> {args.output}")
+        atomic.write_text(args.output, atomic.json_dumps(definition, indent=2) + "\n")
+        console.line(printable(f"{len(definition['target'])} targets -> {args.output}"))
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(atomic.json_dumps(definition, indent=2) + "\n")  # JSON escapes control characters
     return exit_codes.OK
 
 
@@ -70,7 +70,7 @@ def cmd_facts_check(args: argparse.Namespace, console: Console) -> int:
     from toolchain.spec import facts_check, upstream_facts
 
     path, facts, index, others = _facts_inputs(args)  # exit 2 before anything is read
-    console.line(f"facts check: {path} against {index}")
+    console.line(printable(f"facts check: {path} against {index}"))
     fetcher = facts_check.urllib_fetcher()
     result = facts_check.run(facts, fetcher, index)
     sources = upstream_facts.check_all(
@@ -139,13 +139,17 @@ def _facts_verdict(
             if any(f.kind == k for f in findings)
         )
         console.line(
-            f"facts check: {len(findings)} problems ({counts}) - update {path} and the rows named"
-            + (f"; {not_read}" if not_read else "")
-            + " - exit 1"
+            printable(
+                f"facts check: {len(findings)} problems ({counts}) - update {path} and the rows named"
+                + (f"; {not_read}" if not_read else "")
+                + " - exit 1"
+            )
         )
         return exit_codes.FAILED
     if not_read:
-        console.line(f"facts check: no drift in what answered ({'; '.join(compared)}); {not_read} - exit 0")
+        console.line(
+            printable(f"facts check: no drift in what answered ({'; '.join(compared)}); {not_read} - exit 0")
+        )
         return exit_codes.OK
-    console.line(f"facts check: current ({'; '.join(compared)}) - exit 0")
+    console.line(printable(f"facts check: current ({'; '.join(compared)}) - exit 0"))
     return exit_codes.OK

@@ -16,6 +16,7 @@ from toolchain.spec import ci_matrix
 from verify.checks import Status
 from verify.report import reader as verify_report
 from verify.runtime import atomic, exit_codes, input_files
+from verify.runtime.messages import printable
 
 
 def failing_checks(report_path: Path | str | None, limit: int = 20) -> list[str]:
@@ -48,12 +49,14 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
     word, kind = ("PASS", "ok") if code == exit_codes.OK else ("FAIL", "fail")
     console.status(word, kind, f"{args.image}: verify exit {code}; report {report_path}")
     for line in failing_checks(report_path) if code != exit_codes.OK else ():
-        console.line(f"  {line}")
+        console.line(printable(f"  {line}"))
     audit = _audit_of(out_dir)
     if audit:
         console.line(
-            f"  audited {audit['image']} (image id {audit['image_id']}, digest {audit['digest'] or 'none: local'})"
-            f" with {audit['engine']}, verify from {audit['verify_from']}"
+            printable(
+                f"  audited {audit['image']} (image id {audit['image_id']}, digest {audit['digest'] or 'none: local'})"
+                f" with {audit['engine']}, verify from {audit['verify_from']}"
+            )
         )
     return code
 
@@ -279,12 +282,14 @@ def cmd_clean(args: argparse.Namespace, console: Console) -> int:
         [base.image for base in compat.load().local_bases.values()],
     )
     for item in plan.images:
-        console.line(f"  image  {item.what} ({clean.human(item.size)})")
+        console.line(printable(f"  image  {item.what} ({clean.human(item.size)})"))
     console.line(f"  build cache: {len(plan.cache)} records of the project's builds")
     if args.dry_run:
         console.line(
-            f"would remove {len(plan.images)} images and {len(plan.cache)} cache records, about "
-            f"{clean.human(plan.size)} (--dry-run: nothing removed)"
+            printable(
+                f"would remove {len(plan.images)} images and {len(plan.cache)} cache records, about "
+                f"{clean.human(plan.size)} (--dry-run: nothing removed)"
+            )
         )
         return exit_codes.OK
 
@@ -314,9 +319,11 @@ def cmd_zipapp(args: argparse.Namespace, console: Console) -> int:
         )
     app = verify_zipapp.build(args.out)
     console.line(
-        f"{app.path}: verify zipapp, {len(app.files)} files, {app.size_bytes} bytes, sha256 {app.sha256}"
+        printable(
+            f"{app.path}: verify zipapp, {len(app.files)} files, {app.size_bytes} bytes, sha256 {app.sha256}"
+        )
     )
-    console.line(f"  run it with any Python >= 3.10 that has torch: python {app.path} --static")
+    console.line(printable(f"  run it with any Python >= 3.10 that has torch: python {app.path} --static"))
     return exit_codes.OK
 
 
@@ -327,9 +334,13 @@ def cmd_verify_wheel(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"--out {args.out}: not a directory; pass the folder to write the wheel into")
     wheel = verify_wheel.build(args.out)
     console.line(
-        f"{wheel.path}: apex-verify wheel, {wheel.files} files, {wheel.size_bytes} bytes, sha256 {wheel.sha256}"
+        printable(
+            f"{wheel.path}: apex-verify wheel, {wheel.files} files, {wheel.size_bytes} bytes, sha256 {wheel.sha256}"
+        )
     )
-    console.line(f"  install it where torch is: pip install {wheel.path}; then apex-verify --static")
+    console.line(
+        printable(f"  install it where torch is: pip install {wheel.path}; then apex-verify --static")
+    )
     return exit_codes.OK
 
 

@@ -162,13 +162,15 @@ def cmd_release(args: argparse.Namespace, console: Console) -> int:
         code = _release(args, python, torch_spec, work, steps)
     finally:
         if args.keep_work:
-            console.line(f"[release] work folder kept: {work}")
+            console.line(printable(f"[release] work folder kept: {work}"))
         else:
             shutil.rmtree(work, ignore_errors=True)
     verdict = "PASS" if code == exit_codes.OK else "FAIL"
     console.line(
-        f"release: {verdict} - torch {version} ({'CUDA ' + cuda if cuda else 'CPU'}): the index in "
-        f"{printable(args.out)}, apex-verify install exit {code}, {clock() - started:.1f} s ({steps.walls()})"
+        printable(
+            f"release: {verdict} - torch {version} ({'CUDA ' + cuda if cuda else 'CPU'}): the index in "
+            f"{printable(args.out)}, apex-verify install exit {code}, {clock() - started:.1f} s ({steps.walls()})"
+        )
     )
     return exit_codes.OK if code == exit_codes.OK else exit_codes.FAILED
 

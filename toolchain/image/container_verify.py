@@ -24,6 +24,7 @@ from toolchain.timestamps import now
 from verify.report import reader as verify_report
 from verify.runtime import exit_codes, input_files
 from verify.runtime.atomic import write_bytes, write_json, write_text
+from verify.runtime.messages import printable
 
 REPORT_DIR = "/tmp/verify-report"  # inside the container: writable by any user
 ZIPAPP_PATH = "/tmp/apex-verify/verify.pyz"
@@ -40,7 +41,7 @@ _RUN_ZIPAPP = (
 
 
 def _note(message: str) -> None:
-    print(f"[verify-image] {message}", file=sys.stderr, flush=True)
+    print(printable(f"[verify-image] {message}"), file=sys.stderr, flush=True)
 
 
 def _verify_args(static: bool, require_gpu: bool) -> list[str]:

@@ -78,7 +78,8 @@ def build(out: Path | str, *, source_root: Path = REPO_ROOT) -> Zipapp:
     safe write path (verify.runtime.atomic): a symlink stays a link and its target gets the new verify (nodes
     that run the link's target run it), a FIFO or a device is handled, a directory refused."""
     out = Path(out)
-    if out.is_dir():
+    into_folder = out.is_dir()
+    if into_folder:
         out = out / NAME
     files = _sources(source_root / PACKAGE)
     with tempfile.TemporaryDirectory(prefix="verify-zipapp.") as staging:
@@ -94,7 +95,10 @@ def build(out: Path | str, *, source_root: Path = REPO_ROOT) -> Zipapp:
                 )
         zipapp.create_archive(plain, final, interpreter=INTERPRETER)
         data = input_files.read_bytes(final, input_files.WHEEL)
-    atomic.write_bytes(out, data, mode=0o755)
+    if into_folder:  # a folder named: verify.pyz in it is the tool's, never written through a link
+        atomic.write_in_tree(out.parent, NAME, data, mode=0o755)
+    else:  # a file the user named: the safe writer's documented rules (a link is followed)
+        atomic.write_bytes(out, data, mode=0o755)
     names = tuple(src.relative_to(source_root).as_posix() for src in files)
     return Zipapp(
         path=out, sha256=sha256_of(out) if out.is_file() else _sha256(data), size_bytes=len(data), files=names

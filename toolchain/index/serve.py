@@ -102,7 +102,7 @@ class Handler(http.server.SimpleHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
         # the request line is the client's text: escaped, so it cannot add a line of its own
-        sys.stderr.write(f"[index] {self.address_string()} {printable(format % args)}\n")
+        sys.stderr.write(f"[index] {printable(self.address_string())} {printable(format % args)}\n")
 
 
 class BoundedServer(http.server.HTTPServer):
@@ -148,7 +148,7 @@ class BoundedServer(http.server.HTTPServer):
         try:
             self.finish_request(request, client_address)
         except Exception as exc:  # a client that vanished mid-answer: one line, never a traceback
-            sys.stderr.write(f"[index] {client_address[0]} connection ended: {printable(exc)}\n")
+            sys.stderr.write(f"[index] {printable(client_address[0])} connection ended: {printable(exc)}\n")
         finally:
             self.shutdown_request(request)
             self.slots.release()
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return _serve(argv)
         except StartupError as err:
-            sys.stderr.write(f"{PROG}: {err}\n")
+            sys.stderr.write(f"{PROG}: {printable(err)}\n")
             return err.code
 
     return entry_point.run(PROG, body, on_interrupt="the server stopped")

@@ -255,6 +255,9 @@ def write(out: Path, problems: list[str] | None = None) -> tuple[Path, Path, lis
     """Write the Markdown and HTML tables; `problems` (when given) receives one line per unusable input."""
     rows = collect(out, problems)
     created_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    md_path = atomic.write_text(out / MD_NAME, render_markdown(rows, created_at))
-    html_path = atomic.write_text(out / HTML_NAME, render_html(rows, created_at))
-    return md_path, html_path, rows
+    # --out is the run's folder, which the tool owns: a link planted there is refused, never followed
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic.TreeBatch(out) as batch:
+        batch.add(MD_NAME, render_markdown(rows, created_at).encode("utf-8", "backslashreplace"))
+        batch.add(HTML_NAME, render_html(rows, created_at).encode("utf-8", "backslashreplace"))
+    return out / MD_NAME, out / HTML_NAME, rows

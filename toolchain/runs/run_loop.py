@@ -26,6 +26,7 @@ from toolchain.spec.cell import Cell
 from toolchain.timestamps import now
 from verify.report import reader as verify_report
 from verify.runtime import atomic, exit_codes, input_files
+from verify.runtime.messages import printable
 
 LOG_TAIL_LINES = 40
 
@@ -114,7 +115,10 @@ def run_cell(
 
 
 def save_result(result: CellResult, out: Path) -> CellResult:
-    atomic.write_json(result_path(out, result.id), result.to_json())
+    # --out is the run's folder, which the tool owns: a link planted there is refused, never followed
+    data = (atomic.json_dumps(result.to_json()) + "\n").encode("utf-8")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic.write_in_tree(out, f"cells/{result.id}/result.json", data)
     return result
 
 
@@ -232,8 +236,11 @@ def _gate(tag: str, request: RunRequest, cell: Cell) -> VerifyRecord | None:
         return VerifyRecord(mode_requested="none", error=f"{tag} holds no readable {embedded}: {err.problem}")
     if parsed is None:
         return VerifyRecord(mode_requested="none", error=f"{tag} holds no readable {embedded}")
-    path = request.out / "cells" / cell.id / "verify" / "gate-report.json"
-    atomic.write_json(path, parsed.to_json())
+    relpath = f"cells/{cell.id}/verify/gate-report.json"
+    data = (atomic.json_dumps(parsed.to_json()) + "\n").encode("utf-8")
+    request.out.mkdir(parents=True, exist_ok=True)
+    atomic.write_in_tree(request.out, relpath, data)  # the run's folder: a link planted there is refused
+    path = request.out / relpath
     gate = VerifyRecord(
         mode_requested="none",
         source=f"the build's gate ({embedded})",
@@ -340,7 +347,9 @@ def run_matrix(
     run_id = uuid.uuid4().hex[:12]
     report = MatrixReport(request.out, matrix_path, run_id)
     report.start(cells)
-    console.line(f"matrix: {len(cells)} cells; report {report.path}; logs under {request.logs}/<cell>/")
+    console.line(
+        printable(f"matrix: {len(cells)} cells; report {report.path}; logs under {request.logs}/<cell>/")
+    )
     results: list[CellResult] = []
     for index, cell in enumerate(cells):
         if cell.name in (unavailable or {}):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,15 +33,17 @@ class MatrixReport:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[dict[str, Any]]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_path, "a") as lock:
+        # --out is the run's folder, which the tool owns: neither file is opened through a link planted there
+        lock = atomic.open_lock_in_tree(self.path.parent, self.lock_path.name)
+        try:
             fcntl.flock(lock, fcntl.LOCK_EX)  # held only for a read-modify-write, never during a build
-            try:
-                data = self._read()
-                yield data
-                data["updated_at"] = now()
-                atomic.write_json(self.path, data)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+            data = self._read()
+            yield data
+            data["updated_at"] = now()
+            text = atomic.json_dumps(data) + "\n"
+            atomic.write_in_tree(self.path.parent, self.path.name, text.encode("utf-8", "backslashreplace"))
+        finally:
+            os.close(lock)  # closing releases the lock
 
     def _read(self) -> dict[str, object]:
         """The overview so far. Absent, unreadable, of another version or the wrong shape: a fresh one

@@ -18,7 +18,7 @@ from typing import NoReturn
 
 from verify.bench import config as bench_config
 from verify.runtime import atomic, exit_codes
-from verify.runtime.messages import bounded, did_you_mean, shown
+from verify.runtime.messages import bounded, did_you_mean, printable, shown
 from verify.runtime.out_dirs import OutputDirs
 from verify.timing import host as timing_host
 
@@ -185,7 +185,7 @@ def parse_config(argv: list[str]) -> bench_config.BenchConfig:
 
 
 def _log(line: str) -> None:
-    print(line, flush=True)
+    print(printable(line), flush=True)  # paths, GPU names and messages in it came from outside
 
 
 def _cuda_unavailable(device: str) -> str | None:
@@ -264,12 +264,14 @@ def run(cfg: bench_config.BenchConfig) -> int:
     try:
         json_path, md_path = results.write(doc, cfg.out)
     except atomic.UnwritableTarget as exc:  # e.g. bench.json is a directory, or a FIFO nobody reads
-        print(f"{PROG}: error: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
+        print(printable(f"{PROG}: error: cannot write {exc.filename}: {exc.strerror}"), file=sys.stderr)
         return exit_codes.USAGE
     except OSError as exc:  # disk full, directory removed mid-run
         print(
-            f"{PROG}: cannot write the results to {cfg.out} ({exc.strerror or exc}); free space or pass "
-            "another --out",
+            printable(
+                f"{PROG}: cannot write the results to {cfg.out} ({exc.strerror or exc}); free space or pass "
+                "another --out"
+            ),
             file=sys.stderr,
         )
         return exit_codes.ENVIRONMENT
@@ -286,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_config(argv)
     except BenchFlagError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(printable(f"{PROG}: error: {exc}"), file=sys.stderr)
         return exit_codes.USAGE
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
@@ -294,22 +296,26 @@ def main(argv: list[str] | None = None) -> int:
         if exc.name != "torch":
             raise
         print(
-            f"{PROG}: torch is not installed in this Python ({sys.executable}); the benchmarks run torch: "
-            "install it, or run verify bench in the environment that has it",
+            printable(
+                f"{PROG}: torch is not installed in this Python ({sys.executable}); the benchmarks run torch: "
+                "install it, or run verify bench in the environment that has it"
+            ),
             file=sys.stderr,
         )
         return exit_codes.ENVIRONMENT
     if cfg.device != "cpu":
         reason = _cuda_unavailable(cfg.device)
         if reason:
-            print(f"{PROG}: {reason}", file=sys.stderr)
+            print(printable(f"{PROG}: {reason}"), file=sys.stderr)
             return exit_codes.ENVIRONMENT
     made = OutputDirs([cfg.out])  # removed again if the run fails and leaves it empty
     try:
         cfg.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         print(
-            f"{PROG}: error: argument --out: cannot create {cfg.out} ({exc.strerror}); pass a writable directory",
+            printable(
+                f"{PROG}: error: argument --out: cannot create {cfg.out} ({exc.strerror}); pass a writable directory"
+            ),
             file=sys.stderr,
         )
         return exit_codes.USAGE

@@ -38,10 +38,10 @@ def _subtitle(doc: BenchJSON) -> str:
     )
 
 
-def _save(fig: Any, path: Path) -> None:
+def _save(fig: Any, out: Path, name: str) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
-    atomic.write_bytes(path, buf.getvalue())
+    atomic.write_in_tree(out, name, buf.getvalue())  # --out is a folder bench owns: no link followed
 
 
 def _stage_color(stage: StageJSON) -> str:
@@ -164,7 +164,7 @@ def write_plots(doc: BenchJSON, out: Path) -> list[str]:
     for name, draw in plans:
         fig = draw(doc, plt)
         try:
-            _save(fig, out / name)
+            _save(fig, out, name)
         finally:
             plt.close(fig)
         written.append(name)

@@ -394,4 +394,8 @@ def markdown(doc: BenchJSON) -> str:
 
 
 def write(doc: BenchJSON, out: Path) -> tuple[Path, Path]:
-    return atomic.write_json(out / JSON_NAME, doc), atomic.write_text(out / MD_NAME, markdown(doc))
+    """bench.json and bench.md into --out, a folder bench owns: a link planted there is refused, not followed."""
+    with atomic.TreeBatch(out) as batch:
+        batch.add(JSON_NAME, (atomic.json_dumps(doc, indent=2) + "\n").encode("utf-8"))
+        batch.add(MD_NAME, markdown(doc).encode("utf-8", "backslashreplace"))
+    return out / JSON_NAME, out / MD_NAME

@@ -18,7 +18,7 @@ from typing import NoReturn
 from verify.install import choice, index_stacks, installer, local_stack
 from verify.install.problem import InstallProblem
 from verify.runtime import exit_codes, input_files
-from verify.runtime.messages import bounded
+from verify.runtime.messages import bounded, printable
 
 # runs verify with these arguments in this process and returns its exit code (verify.cli passes its own)
 VerifyRun = Callable[[list[str]], int]
@@ -56,7 +56,7 @@ def run(argv: list[str], prog: str, verify_run: VerifyRun) -> int:
     try:
         return _install(args, prog, verify_run)
     except InstallProblem as exc:
-        print(f"{prog} install: {bounded(str(exc))}", file=sys.stderr)
+        print(printable(f"{prog} install: {bounded(str(exc))}"), file=sys.stderr)
         return exc.exit_code
 
 
@@ -66,8 +66,10 @@ def _install(args: argparse.Namespace, prog: str, verify_run: VerifyRun) -> int:
     picked = choice.choose(local, index_stacks.read(args.index), root)
     plan = installer.plan(picked.stack.simple_url, local.torch_pin, dry_run=args.dry_run)
     print(
-        f"{prog} install: {local.describe()} -> {picked.stack.name} ({', '.join(picked.wheels)}); {plan.tool}:"
-        f" {plan.shown()}",
+        printable(
+            f"{prog} install: {local.describe()} -> {picked.stack.name} ({', '.join(picked.wheels)}); {plan.tool}:"
+            f" {plan.shown()}"
+        ),
         flush=True,
     )
     torch_before = _installed("torch")
@@ -79,14 +81,18 @@ def _install(args: argparse.Namespace, prog: str, verify_run: VerifyRun) -> int:
         )
     if args.dry_run:
         print(
-            f"{prog} install: dry run: {plan.tool} resolved apex from {picked.stack.name}; nothing installed"
+            printable(
+                f"{prog} install: dry run: {plan.tool} resolved apex from {picked.stack.name}; nothing installed"
+            )
         )
         return exit_codes.OK
     torch_after = _installed("torch")
     if torch_after != torch_before:  # the constraint should make this impossible: say so if it happened
         print(
-            f"{prog} install: FAIL — torch changed from {torch_before} to {torch_after} during the install;"
-            f" reinstall torch {torch_before}",
+            printable(
+                f"{prog} install: FAIL — torch changed from {torch_before} to {torch_after} during the install;"
+                f" reinstall torch {torch_before}"
+            ),
             file=sys.stderr,
         )
         return exit_codes.FAILED
@@ -96,9 +102,11 @@ def _install(args: argparse.Namespace, prog: str, verify_run: VerifyRun) -> int:
     verified = verify_run([*([] if args.full else ["--static"]), *[f"--require={r}" for r in require or []]])
     verdict = "PASS" if verified == exit_codes.OK else "FAIL"
     print(
-        f"{prog} install: {verdict} — apex {_installed('apex')} from {picked.stack.name} installed by"
-        f" {plan.tool}, torch {torch_after} unchanged; verify {mode}: exit {verified}"
-        f" ({exit_codes.MEANINGS.get(verified, 'see verify --help')})",
+        printable(
+            f"{prog} install: {verdict} — apex {_installed('apex')} from {picked.stack.name} installed by"
+            f" {plan.tool}, torch {torch_after} unchanged; verify {mode}: exit {verified}"
+            f" ({exit_codes.MEANINGS.get(verified, 'see verify --help')})"
+        ),
         flush=True,
     )
     return verified

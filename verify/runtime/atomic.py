@@ -16,7 +16,8 @@ That table is for a path the user names. Inside a tree the tool owns (the index 
 `write_in_tree(root, relpath, data)` never follows a link: every folder on the way and the file itself are
 opened relative to the one before with O_NOFOLLOW, so a link planted there (`stacks.json -> ../../x`, a
 `files/` link that a gh-pages checkout carries) is refused with one line naming it (`LinkInOwnedTree`, exit 2),
-and the write is a temp file renamed over the name in that same folder.
+and the write is a temp file renamed over the name in that same folder. `open_append_in_tree` (a build log)
+and `move_in_tree` (a file made in a private temp folder, e.g. the wheel pip built) keep the same rule.
 
 Every JSON the project writes (files and stdout) goes through `json_dumps`: a non-finite float (inf,
 -inf, nan) becomes null, since JSON has no such numbers (Python's json would write bare `Infinity`/`NaN`,
@@ -180,6 +181,72 @@ def _refuse_link_or_special(folder: Path, name: str) -> None:
         raise LinkInOwnedTree(
             where, f"{_refusal(info.st_mode).split(';')[0]} inside a folder the tool owns; remove it"
         )
+
+
+def open_append_in_tree(root: str | os.PathLike, relpath: str) -> int:
+    """A descriptor of ROOT/relpath for appending (a build log), made if missing, never truncated, no link
+    followed on the way or at the name, a FIFO or device refused (not waited on). The caller closes it."""
+    folder_parts, name = _tree_parts(relpath)
+    where = Path(root, relpath)
+    fd = open_tree_dir(root, "/".join(folder_parts), create=True)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        try:
+            out = os.open(name, flags, 0o644, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _not_followed(fd, name, where) from None
+            if exc.errno == errno.ENXIO:  # a FIFO without a reader
+                raise LinkInOwnedTree(where, "is a FIFO, not a file; remove it") from None
+            raise
+    finally:
+        os.close(fd)
+    mode = os.fstat(out).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(out)
+        raise LinkInOwnedTree(where, f"{_refusal(mode).split(';')[0]}, not a file; remove it")
+    return out
+
+
+def move_in_tree(root: str | os.PathLike, relpath: str, source: str | os.PathLike) -> None:
+    """Move the file `source` (made in a private temp folder: a wheel pip built) to ROOT/relpath by
+    write_in_tree's rules: no link followed below ROOT, a link or special file at the name refused, naming
+    it. A rename when both are on one filesystem (a link planted after the check is replaced, never
+    followed), else a copy into a temp file beside the name, fsynced and renamed; `source` is gone after."""
+    folder_parts, name = _tree_parts(relpath)
+    where = Path(root, relpath)
+    fd = open_tree_dir(root, "/".join(folder_parts), create=True)
+    try:
+        _same_bytes(fd, name, b"", where)  # only its refusal of a link or special file matters here
+        try:
+            os.rename(source, name, dst_dir_fd=fd)
+            return
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+        tmp = f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+        src = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            mode = stat.S_IMODE(os.fstat(src).st_mode)
+            out = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd
+            )
+            try:
+                while os.sendfile(out, src, None, 1 << 24):
+                    pass
+                os.fsync(out)
+            finally:
+                os.close(out)
+            os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=fd)
+            raise
+        finally:
+            os.close(src)
+        os.unlink(source)
+    finally:
+        os.close(fd)
 
 
 def open_lock_in_tree(root: str | os.PathLike, name: str) -> int:
