@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import html.parser
 import os
 import subprocess
 import sys
@@ -295,3 +296,21 @@ def served_index(source: Path, index: Path) -> Iterator[Served]:
     finally:
         server.close()
 
+
+class PageAnchors(html.parser.HTMLParser):
+    """Every <a> of an index page: its attributes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.anchors: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self.anchors.append(dict(attrs))
+
+
+def anchors(page: str) -> list[dict[str, str | None]]:
+    """The attributes of every link of an index page, in order."""
+    parser = PageAnchors()
+    parser.feed(page)
+    return parser.anchors
