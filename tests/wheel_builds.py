@@ -161,13 +161,18 @@ def repacked_wheel(dist: str, out: Path, tag: str = "py3-none-any") -> Path:
     return wheel
 
 
-def dependency_options(work: Path) -> list[str]:
-    """`build.py index` options that serve packaging (Apex's one requirement besides torch) from a folder under
-    `work`, never from the network: --dependency-wheels DIR --no-download."""
+def dependency_folder(work: Path) -> Path:
+    """work/dependency-wheels/, holding packaging's wheel (Apex's one requirement besides torch)."""
     folder = work / "dependency-wheels"
     if not list(folder.glob("packaging-*.whl")):
         repacked_wheel("packaging", folder)
-    return ["--dependency-wheels", str(folder), "--no-download"]
+    return folder
+
+
+def dependency_options(work: Path) -> list[str]:
+    """`build.py index` options that serve packaging from a folder under `work` (dependency_folder), never
+    from the network: --dependency-wheels DIR --no-download."""
+    return ["--dependency-wheels", str(dependency_folder(work)), "--no-download"]
 
 
 def run_index(*args: str | Path, work: Path) -> subprocess.CompletedProcess:

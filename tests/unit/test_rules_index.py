@@ -17,7 +17,7 @@ import torch
 
 from tests import wheel_builds as wb
 from toolchain.builder import wheel_identity
-from toolchain.index import publish, wheel_check
+from toolchain.index import dependencies, publish, wheel_check
 from toolchain.index.wheel_check import CheckedWheel, Refusal
 
 MINOR = ".".join(torch.__version__.split(".")[:2])
@@ -86,8 +86,9 @@ def test_a_published_wheel_filed_under_another_stack_is_left_out(built: Path, tm
     checked = wheel_check.check(_variant(built, tmp_path / "w"), work=tmp_path)
     assert isinstance(checked, CheckedWheel)
     index = tmp_path / "index"
-    (outcome,) = publish.add(index, [checked])
-    assert (outcome.stack, outcome.action) == (STACK, "added")
+    source = dependencies.Source((wb.dependency_folder(tmp_path),))  # its packaging requirement
+    outcome, added = publish.add(index, [checked], publish.Extras(dependencies=source))
+    assert (outcome.stack, outcome.action, added.action) == (STACK, "added", "dependency")
     (folder,) = (index / STACK / "files").iterdir()
     assert [e.stack for e in publish.published(index)] == [STACK]
     shutil.copytree(folder, index / OTHER_STACK / "files" / folder.name)  # filed by hand under another stack
