@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -41,6 +42,7 @@ from verify.runtime.messages import printable  # noqa: E402
 
 MUTATIONS = REPO / "tests" / "mutation" / "mutations.toml"
 TEST_TIMEOUT_S = 900
+MARKERS = "not gpu and not docker and not faults and not apex_image"  # the tiers no mutation run takes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,22 +121,28 @@ def copy_tree(dest: Path) -> None:
             shutil.copy2(src, dest / name)
 
 
+def pytest_argv(markers: str, tests: Sequence[str], *options: str) -> list[str]:
+    """pytest on `tests` in the tiers `markers` selects, stopped at the first failure: what both mutation
+    tools run (this one per mutation, scripts/mutation_run.py for the baseline and through cosmic-ray)."""
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-x",
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        markers,
+        *options,
+        *tests,
+    ]
+
+
 def run_tests(tree: Path, tests: tuple[str, ...]) -> tuple[bool, tuple[str, ...]]:
     """(passed, failed test ids) of pytest on `tests` inside `tree`."""
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-x",
-            "-p",
-            "no:cacheprovider",
-            "-m",
-            "not gpu and not docker and not faults and not apex_image",
-            "-rf",
-            *tests,
-        ],
+        pytest_argv(MARKERS, tests, "-rf"),
         cwd=tree,
         capture_output=True,
         text=True,

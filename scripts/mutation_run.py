@@ -48,13 +48,12 @@ else:  # Python 3.10: the tomli backport (the dev extra's)
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from scripts.mutation_check import copy_tree  # noqa: E402  (the same copy of the tree)
+from scripts.mutation_check import MARKERS, copy_tree, pytest_argv  # noqa: E402  (one copy, one pytest)
 from verify.runtime import atomic, input_files  # noqa: E402  (the project's one write and read paths)
 from verify.runtime.messages import printable  # noqa: E402
 
 MODULES = REPO / "tests" / "mutation" / "modules.toml"
 TARGET = 0.90  # of the mutants that are not equivalent, per module
-MARKERS = "not gpu and not docker and not faults and not apex_image"
 # Left out, every module alike: a binary operator turned into a bitwise, shift, power, modulo, floor-division
 # or matrix one (on the floats, strings and lists these modules compute with it raises at once, or it is the
 # same as the arithmetic swaps that are run), and `|` turned into anything (with `from __future__ import
@@ -139,24 +138,8 @@ def load(path: Path = MODULES) -> list[Target]:
     return targets
 
 
-def _pytest_argv(target: Target) -> list[str]:
-    """The module's own test selection: what cosmic-ray runs per mutant and the baseline before it."""
-    return [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-x",
-        "-p",
-        "no:cacheprovider",
-        "-m",
-        target.markers,
-        *target.tests,
-    ]
-
-
 def _config(tree: Path, target: Target) -> Path:
-    command = shlex.join(_pytest_argv(target))
+    command = shlex.join(pytest_argv(target.markers, target.tests))
     text = (
         "[cosmic-ray]\n"
         f'module-path = "{target.path}"\n'
@@ -277,7 +260,7 @@ def run_module(tree: Path, target: Target, budget_s: float = 6 * 3600) -> dict[s
     """One module's session; past `budget_s` the mutants not yet run are counted as such (a partial row)."""
     started = time.monotonic()
     base = subprocess.run(
-        _pytest_argv(target),
+        pytest_argv(target.markers, target.tests),
         cwd=tree,
         capture_output=True,
         text=True,

@@ -1,6 +1,7 @@
 """What many tests share: the repository root, the two CLIs run as real subprocesses, the upstream Apex
 archives, the frozen compatibility facts (what rule tests resolve against), docker/Dockerfile read as
-stages, the rank-process token of the distributed tests, and the report tests' factories.
+stages, the rank-process token of the distributed tests, the report tests' factories, and a stand-in server
+on 127.0.0.1 for the answers of an outside service.
 
 Each runner drops the variables that change how a CLI talks (GitHub Actions annotations, a default
 registry, a build manifest) so a test sees plain output unless it passes them in `env` itself.
@@ -8,14 +9,18 @@ registry, a build manifest) so a test sees plain output unless it passes them in
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import http.server
 import os
 import re
 import shlex
 import subprocess
 import sys
 import tarfile
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,6 +53,20 @@ def run_build(
         timeout=timeout,
         check=False,
     )
+
+
+@contextlib.contextmanager
+def local_server(handler: Callable[..., http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`handler` served by a threading HTTP server on 127.0.0.1 (a free port) while the block runs; yields
+    its address, http://127.0.0.1:PORT (no trailing slash)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def run_verify(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import html.parser
 import os
 import subprocess
 import sys
@@ -88,19 +89,95 @@ def uv_binary() -> str:
     return find_uv_bin()
 
 
-def torch_venv(path: Path) -> Path:
+def torch_venv(path: Path, hide: tuple[str, ...] = ()) -> Path:
     """A venv that sees the running Python's own site folders (torch, pip, setuptools, packaging), through a
     .pth, not --system-site-packages: the suite runs in a venv of its own, and --system-site-packages would
     show the base interpreter's folders instead (whatever was installed there by hand, or nothing: a fresh
-    machine's ensurepip setuptools without bdist_wheel and no torch). Returns its python."""
+    machine's ensurepip setuptools without bdist_wheel and no torch). `hide`: distributions it must not see
+    (packaging: a user's venv that has torch and nothing Apex requires); each site folder is then seen through
+    a folder of links to all its entries but theirs. Returns its python."""
     venv.EnvBuilder(system_site_packages=False, with_pip=False, symlinks=True).create(path)
     python = path / "bin" / "python"
     ask = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
     purelib = Path(
         subprocess.run([str(python), "-c", ask], capture_output=True, text=True, check=True).stdout.strip()
     )
-    (purelib / "suite-site.pth").write_text("".join(f"{p}\n" for p in suite_site_dirs()))
+    seen = [_without(Path(d), hide, path / f"suite-site-{n}") for n, d in enumerate(suite_site_dirs())]
+    (purelib / "suite-site.pth").write_text("".join(f"{p}\n" for p in seen))
     return python
+
+
+def _without(site: Path, hide: tuple[str, ...], where: Path) -> Path:
+    """`site` itself, or, when `hide` names distributions, a folder of links to every entry of it but theirs."""
+    if not hide:
+        return site
+    import importlib.metadata
+
+    hidden = set()
+    for name in hide:
+        files = importlib.metadata.distribution(name).files or []
+        hidden |= {f.parts[0] for f in files if not str(f).startswith("..")}
+    where.mkdir()
+    for entry in site.iterdir():
+        if entry.name not in hidden:
+            (where / entry.name).symlink_to(entry)
+    return where
+
+
+def repacked_wheel(dist: str, out: Path, tag: str = "py3-none-any") -> Path:
+    """The suite's own installed `dist` as a wheel again (its files, METADATA and a fresh RECORD), tagged `tag`:
+    a real wheel of what Apex requires besides torch, for `build.py index --dependency-wheels`, with no
+    network."""
+    import base64
+    import importlib.metadata
+    import zipfile
+
+    found = importlib.metadata.distribution(dist)
+    name, version = found.metadata["Name"].replace("-", "_"), found.version
+    info = f"{name}-{version}.dist-info"
+    members: dict[str, bytes] = {}
+    for file in found.files or []:
+        top = file.parts[0]
+        own = top.endswith(".dist-info")
+        if "__pycache__" in file.parts or (
+            own and file.name in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json")
+        ):
+            continue
+        data = Path(str(found.locate_file(file))).read_bytes()
+        members[str(file).replace(top, info, 1) if own else str(file)] = data
+    members[f"{info}/WHEEL"] = (
+        f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: {tag}\n".encode()
+    )
+    rows = [
+        f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
+        for n, d in members.items()
+    ]
+    members[f"{info}/RECORD"] = ("\n".join([*rows, f"{info}/RECORD,,"]) + "\n").encode()
+    out.mkdir(parents=True, exist_ok=True)
+    wheel = out / f"{name}-{version}-{tag}.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        for member, data in members.items():
+            archive.writestr(member, data)
+    return wheel
+
+
+def dependency_folder(work: Path) -> Path:
+    """work/dependency-wheels/, holding packaging's wheel (Apex's one requirement besides torch)."""
+    folder = work / "dependency-wheels"
+    if not list(folder.glob("packaging-*.whl")):
+        repacked_wheel("packaging", folder)
+    return folder
+
+
+def dependency_options(work: Path) -> list[str]:
+    """`build.py index` options that serve packaging from a folder under `work` (dependency_folder), never
+    from the network: --dependency-wheels DIR --no-download."""
+    return ["--dependency-wheels", str(dependency_folder(work)), "--no-download"]
+
+
+def run_index(*args: str | Path, work: Path) -> subprocess.CompletedProcess:
+    """`build.py index ARGS` with packaging served from a folder under `work` (dependency_options)."""
+    return run_build("index", *map(str, args), *dependency_options(work))
 
 
 def suite_site_dirs() -> list[str]:
@@ -214,11 +291,31 @@ def uv_pip_install(
 
 @contextlib.contextmanager
 def served_index(source: Path, index: Path) -> Iterator[Served]:
-    """`build.py index SOURCE --index INDEX`, then INDEX served on 127.0.0.1 for as long as the block runs."""
-    done = run_build("index", str(source), "--index", str(index))
+    """`build.py index SOURCE --index INDEX` (packaging from a folder beside INDEX), then INDEX served on
+    127.0.0.1 for as long as the block runs."""
+    done = run_index(source, "--index", index, work=index.parent)
     assert done.returncode == 0, done.stdout + done.stderr
     server = Served(index)
     try:
         yield server
     finally:
         server.close()
+
+
+class PageAnchors(html.parser.HTMLParser):
+    """Every <a> of an index page: its attributes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.anchors: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self.anchors.append(dict(attrs))
+
+
+def anchors(page: str) -> list[dict[str, str | None]]:
+    """The attributes of every link of an index page, in order."""
+    parser = PageAnchors()
+    parser.feed(page)
+    return parser.anchors

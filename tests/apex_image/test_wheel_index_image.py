@@ -36,7 +36,7 @@ python -c 'import json; r = json.load(open("/tmp/report.json")); print("REPORT",
 @pytest.fixture(scope="module")
 def index_served(apex_image, tmp_path_factory):
     index = tmp_path_factory.mktemp("wheel-index-image") / "index"
-    done = run_build("index", "--image", apex_image.tag, "--index", str(index))
+    done = wb.run_index("--image", apex_image.tag, "--index", index, work=index.parent)
     assert done.returncode == 0, done.stdout + done.stderr
     proc = subprocess.Popen(
         [sys.executable, "-m", "toolchain.index.serve", str(index), "--port", "0"],
@@ -68,7 +68,7 @@ def test_index_from_the_runs_out_folder_takes_the_same_wheel_from_the_cells_imag
     apex_image, index_served, tmp_path
 ):
     index, _, _ = index_served
-    done = run_build("index", str(apex_image.out), "--index", str(tmp_path / "index"))
+    done = wb.run_index(apex_image.out, "--index", tmp_path / "index", work=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "index" / "stacks.json").read_bytes() == (index / "stacks.json").read_bytes()
 

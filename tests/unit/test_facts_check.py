@@ -9,7 +9,6 @@ import http.server
 import json
 import os
 import shutil
-import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import FROZEN_FACTS as FROZEN
-from tests.support import REPO, run_build
+from tests.support import REPO, local_server, run_build
 from toolchain.errors import ToolchainError, UsageError
 from toolchain.spec import compat, facts_check
 from toolchain.spec.facts_check import BadAnswer, IndexUnreachable
@@ -425,16 +424,8 @@ def http_index(tmp_path: Path) -> Iterator[str]:
     for metadata in (mirror / "packages").glob("torch-2.15.0-*.metadata"):  # 2.15.0 only by ranges: refused
         metadata.unlink()
         (mirror / "packages" / metadata.stem).write_bytes(b"\0" * (1 << 20))
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), lambda *a: _RangeBlindHandler(*a, directory=str(mirror))
-    )
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with local_server(lambda *a: _RangeBlindHandler(*a, directory=str(mirror))) as url:
+        yield url
 
 
 def test_command_over_http_and_a_server_that_ignores_ranges(http_index: str) -> None:

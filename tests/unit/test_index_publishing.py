@@ -262,4 +262,8 @@ def test_the_publish_workflow_builds_in_the_builder_gates_indexes_and_deploys() 
     assert "gpu-verify.result != 'failure'" in jobs["index"]["if"]
     assert '--repository "${GITHUB_REPOSITORY}"' in runs("index") and "--gpu-report" in runs("index")
     assert "actions/upload-pages-artifact" in runs("index") and "actions/deploy-pages" in runs("deploy")
+    # what Apex requires besides torch: fetched by build.py index (no --no-download), attested like the rest
+    assert "--no-download" not in runs("index") and "--dependency-wheels" not in runs("index")
+    (attest,) = [s for s in jobs["index"]["steps"] if "attest-build-provenance" in str(s.get("uses"))]
+    assert "site/dependencies/*/*.whl" in attest["with"]["subject-path"]
     assert jobs["deploy"]["permissions"] == {"pages": "write", "id-token": "write"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import venv
 from pathlib import Path
@@ -79,11 +80,16 @@ def test_release_end_to_end_on_this_machines_torch(tmp_path: Path) -> None:
         "--python",
         str(python),
         *(["--torch-index-url", index_url] if index_url else []),
+        *wb.dependency_options(tmp_path),  # packaging for the index, from a folder: no network
         timeout=1200,
     )
     out = done.stdout + done.stderr
     assert done.returncode == exit_codes.OK, out[-4000:]
     stack = f"torch{'.'.join(torch.__version__.split('.')[:2])}-cpu"
+    # the fresh venv gets torch alone: Apex's packaging comes from the index, as for a user
+    assert f"dependency {stack}/packaging-" in out and "[release] packaging" not in out, out[-3000:]
+    # pip's words or uv's (the fresh venv holds torch itself, so uv on PATH installs)
+    assert re.search(r"Successfully installed apex-\S+ packaging-|\+ packaging==", out), out[-3000:]
     assert f"-> {stack} (apex-0.1+g6424da3.cpu." in out, out[-3000:]
     assert "apex-verify install: PASS" in out and "release: PASS" in out, out[-3000:]
     (row,) = json.loads((site / "stacks.json").read_text())["stacks"]

@@ -6,7 +6,6 @@ The pages' own rules on published entries: tests/unit/test_rules_pages.py."""
 from __future__ import annotations
 
 import hashlib
-import html.parser
 import json
 import os
 import shutil
@@ -18,31 +17,13 @@ import torch
 
 from tests import wheel_builds as wb
 from toolchain.builder import wheel_identity
-from toolchain.index import publish, wheel_check
+from toolchain.index import dependencies, publish, wheel_check
 from toolchain.index.wheel_check import CheckedWheel, Refusal
 
 MINOR = ".".join(torch.__version__.split(".")[:2])
 STACK = f"torch{MINOR}-{wheel_identity.cuda_tag(torch.version.cuda)}"
 OTHER_STACK = "torch2.9-cu130"
 CACHE_ENV = "APEX_TEST_WHEEL_CACHE"  # a folder to keep the built wheel in between runs (the mutation run's)
-
-
-class Links(html.parser.HTMLParser):
-    """Every <a> of a page: its attributes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.anchors: list[dict[str, str | None]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self.anchors.append(dict(attrs))
-
-
-def _anchors(page: str) -> list[dict[str, str | None]]:
-    parser = Links()
-    parser.feed(page)
-    return parser.anchors
 
 
 # --- a real wheel of the project's builder -------------------------------------------------------------------
@@ -105,15 +86,16 @@ def test_a_published_wheel_filed_under_another_stack_is_left_out(built: Path, tm
     checked = wheel_check.check(_variant(built, tmp_path / "w"), work=tmp_path)
     assert isinstance(checked, CheckedWheel)
     index = tmp_path / "index"
-    (outcome,) = publish.add(index, [checked])
-    assert (outcome.stack, outcome.action) == (STACK, "added")
+    source = dependencies.Source((wb.dependency_folder(tmp_path),))  # its packaging requirement
+    outcome, added = publish.add(index, [checked], publish.Extras(dependencies=source))
+    assert (outcome.stack, outcome.action, added.action) == (STACK, "added", "dependency")
     (folder,) = (index / STACK / "files").iterdir()
     assert [e.stack for e in publish.published(index)] == [STACK]
     shutil.copytree(folder, index / OTHER_STACK / "files" / folder.name)  # filed by hand under another stack
     assert [(e.stack, e.name) for e in publish.published(index)] == [(STACK, checked.name)]
     assert f"holds a wheel built for {STACK}, filed under {OTHER_STACK}" in capsys.readouterr().err
     page = (index / STACK / "simple" / "apex" / "index.html").read_text()
-    (link,) = _anchors(page)
+    (link,) = wb.anchors(page)
     metadata = (folder / f"{checked.name}.metadata").read_bytes()
     want = "sha256=" + hashlib.sha256(metadata).hexdigest()
     assert link["data-dist-info-metadata"] == link["data-core-metadata"] == want

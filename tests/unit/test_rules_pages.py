@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import html.parser
 import json
 import re
 from pathlib import Path
 
 import pytest
 
+from tests import wheel_builds as wb
 from toolchain.builder import wheel_identity
 from toolchain.index import pages, publish
 
@@ -23,24 +23,6 @@ COMMIT = "6424da3b4faa6c8f062da4a48c424fff3f02d42d"
 
 def pep503(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-class PageLinks(html.parser.HTMLParser):
-    """Every <a> of a page: its attributes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.anchors: list[dict[str, str | None]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self.anchors.append(dict(attrs))
-
-
-def _anchors(page: str) -> list[dict[str, str | None]]:
-    parser = PageLinks()
-    parser.feed(page)
-    return parser.anchors
 
 
 def _entry(name: str, metadata: bytes, stack: str = STACK) -> pages.Entry:
@@ -66,7 +48,7 @@ def test_every_link_carries_the_metadata_hash_under_both_names_and_the_wheels_ow
         "apex-0.1+g6424da3.cu130.torch2.11-cp313-cp313-manylinux_2_28_x86_64.whl": b"Name: apex\n",
     }
     entries = [_entry(name, data) for name, data in metadata.items()]
-    links = _anchors(pages.project_html(entries))
+    links = wb.anchors(pages.project_html(entries))
     assert len(links) == 2
     for link in links:
         name = next(
@@ -95,7 +77,7 @@ def test_each_project_sits_at_its_pep503_name_and_links_to_it(tmp_path: Path) ->
     projects = sorted(p.name for p in simple.iterdir() if p.is_dir())
     assert projects == [pep503(pages.PROJECT), pep503(pages.TOOL_PROJECT)]
     assert [pep503(wheel_identity.parse_name(tool.name)[0])] == [p for p in projects if "verify" in p]
-    root_links = [a["href"] for a in _anchors((simple / "index.html").read_text())]
+    root_links = [a["href"] for a in wb.anchors((simple / "index.html").read_text())]
     assert root_links == [f"{p}/" for p in projects]
     assert [p["name"] for p in json.loads((simple / "index.json").read_text())["projects"]] == projects
     assert json.loads((simple / pages.TOOL_PROJECT / "index.json").read_text())["name"] == pep503(
@@ -144,7 +126,7 @@ def test_the_tool_pages_link_verify_from_every_stack() -> None:
     tool = pages.ToolFile("apex_verify-0.1.0-py3-none-any.whl", "ab" * 32, 123, "0.1.0")
     app = pages.ToolFile("verify.pyz", "cd" * 32, 45, "0")
     tools = pages.Tools(wheel=tool, zipapp=app)
-    (link,) = _anchors(pages.tool_html(tool))
+    (link,) = wb.anchors(pages.tool_html(tool))
     assert link["href"] == f"../../../tools/{tool.name}#sha256={tool.sha256}"
     assert link["data-requires-python"] == ">=3.10"
     data = json.loads(pages.tool_json(tool))
@@ -174,7 +156,7 @@ def test_the_tool_pages_link_verify_from_every_stack() -> None:
 def test_a_link_without_requires_python_has_no_attribute_and_versions_are_listed_once() -> None:
     bare = dataclasses.replace(_entry("apex-0.1+a-cp312-x.whl", b"m"), requires_python=None)
     twin = dataclasses.replace(_entry("apex-0.1+a-cp313-x.whl", b"m"), version=bare.version)
-    (link, _) = _anchors(pages.project_html([twin, bare]))
+    (link, _) = wb.anchors(pages.project_html([twin, bare]))
     assert "data-requires-python" not in link and link["href"].endswith("cp312-x.whl#sha256=" + bare.sha256)  # type: ignore[union-attr]
     data = json.loads(pages.project_json([twin, bare]))
     assert data["versions"] == [bare.version] and "requires-python" not in data["files"][0]

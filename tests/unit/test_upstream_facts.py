@@ -9,14 +9,13 @@ import dataclasses
 import http.server
 import json
 import tarfile
-import threading
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support import APEX_FIXTURES, FROZEN_FACTS, REPO, run_build
+from tests.support import APEX_FIXTURES, FROZEN_FACTS, REPO, local_server, run_build
 from toolchain.spec import compat, facts_check, upstream_facts
 from verify.runtime import exit_codes
 
@@ -70,14 +69,8 @@ class _Sources(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def sources() -> Iterator[str]:
     _Sources.setup_py = _pinned_setup_py()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Sources)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with local_server(_Sources) as url:
+        yield url
 
 
 def _facts() -> compat.Compat:

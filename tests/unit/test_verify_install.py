@@ -42,15 +42,16 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def served(parts):
     index = parts["root"] / "index"
-    assert run_build("index", str(parts["apex_out"]), "--index", str(index)).returncode == 0
+    assert wb.run_index(parts["apex_out"], "--index", index, work=parts["root"]).returncode == 0
     server = Served(index)
     yield server
     server.close()
 
 
 def _venv(parts, where: Path) -> Path:
-    """A fresh venv that sees this machine's torch (tests/wheel_builds.torch_venv) with apex-verify in it."""
-    python = wb.torch_venv(where)
+    """A fresh venv that sees this machine's torch (tests/wheel_builds.torch_venv), not packaging (the index
+    serves it), with apex-verify in it."""
+    python = wb.torch_venv(where, hide=("packaging",))
     done = subprocess.run(
         [str(python), "-m", "pip", "install", "--no-index", "--no-deps", "-q", str(parts["verify_wheel"])],
         env=wb.isolated_pip_env(),
@@ -329,8 +330,9 @@ def test_full_runs_verifys_whole_run_and_require_passes_through(monkeypatch, tmp
 
 def test_the_pip_way_from_the_index_alone(parts, served, tmp_path) -> None:
     """What the README gives a user with torch: apex-verify from the stack's page of the index, then the one
-    command; and the zipapp linked from the top page, the same bytes as `build.py zipapp` makes."""
-    python = wb.torch_venv(tmp_path / "venv")
+    command, in a venv that has torch and nothing Apex requires besides it (packaging comes from the index);
+    and the zipapp linked from the top page, the same bytes as `build.py zipapp` makes."""
+    python = wb.torch_venv(tmp_path / "venv", hide=("packaging",))
     got = subprocess.run(
         [
             str(python),
@@ -351,6 +353,7 @@ def test_the_pip_way_from_the_index_alone(parts, served, tmp_path) -> None:
     done = _apex_verify(python, "install", "--index", served.url, "--require=", cwd=tmp_path)
     assert done.returncode == exit_codes.OK, done.stdout + done.stderr
     assert any(line.startswith("apex-verify install: PASS") for line in done.stdout.splitlines())
+    assert f"Successfully installed apex-{VERSION} packaging-" in done.stdout, done.stdout
     stacks = json.loads((parts["root"] / "index" / "stacks.json").read_text())
     zipapp = parts["root"] / "index" / stacks["tools"]["zipapp"]["file"]
     assert (

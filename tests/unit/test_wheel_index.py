@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import json
+import os
 import platform
 import shutil
 import subprocess
@@ -27,6 +30,7 @@ MINOR = ".".join(torch.__version__.split(".")[:2])
 CUDA = wheel_identity.cuda_tag(torch.version.cuda)
 STACK = f"torch{MINOR}-{CUDA}"
 VERSION = f"0.1+g6424da3.{CUDA}.torch{MINOR}"
+PACKAGING = importlib.metadata.version("packaging")  # the suite's own, repacked (wheel_builds.repacked_wheel)
 
 
 @pytest.mark.parametrize(
@@ -154,7 +158,7 @@ def test_index_writes_pep503_691_658_per_stack_and_a_second_run_changes_nothing(
     builds, tmp_path: Path
 ) -> None:
     index = tmp_path / "index"
-    done = run_build("index", str(builds["good"]), "--index", str(index))
+    done = wb.run_index(str(builds["good"]), "--index", index, work=tmp_path)
     assert done.returncode == 0, done.stderr
     assert f"added     {STACK}/" in done.stdout
     project = index / STACK / "simple" / "apex"
@@ -198,7 +202,7 @@ def test_index_writes_pep503_691_658_per_stack_and_a_second_run_changes_nothing(
     assert STACK in (index / "index.html").read_text()
 
     before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in index.rglob("*") if p.is_file()}
-    again = run_build("index", str(builds["good"]), "--index", str(index))
+    again = wb.run_index(str(builds["good"]), "--index", index, work=tmp_path)
     assert again.returncode == 0 and "unchanged" in again.stdout
     assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in index.rglob("*") if p.is_file()} == before
 
@@ -217,7 +221,6 @@ def test_needed_libraries_reads_what_readelf_reads() -> None:
 
 
 def wb_sha_bytes(data: bytes) -> str:
-    import hashlib
 
     return hashlib.sha256(data).hexdigest()
 
@@ -226,15 +229,15 @@ def test_a_newer_build_of_the_same_stack_and_commit_replaces_the_older_and_an_ol
     builds, tmp_path
 ) -> None:
     index = tmp_path / "index"
-    assert run_build("index", str(builds["good"]), "--index", str(index)).returncode == 0
-    newer = run_build("index", str(builds["newer"]), "--index", str(index))
+    assert wb.run_index(str(builds["good"]), "--index", index, work=tmp_path).returncode == 0
+    newer = wb.run_index(str(builds["newer"]), "--index", index, work=tmp_path)
     assert newer.returncode == 0 and "replaced" in newer.stdout, newer.stdout + newer.stderr
     folders = list((index / STACK / "files").iterdir())
     retagged_from = json.loads((folders[0] / "wheel-check.json").read_text())["retagged_from"]
     assert len(folders) == 1 and retagged_from["sha256"] == wb.sha256(
         wb.the_wheel(builds["newer"])
     )  # the old one is gone
-    older = run_build("index", str(builds["good"]), "--index", str(index))
+    older = wb.run_index(str(builds["good"]), "--index", index, work=tmp_path)
     assert older.returncode == 0 and "kept" in older.stdout
     assert [f.name for f in (index / STACK / "files").iterdir()] == [folders[0].name]
 
@@ -266,15 +269,8 @@ def test_index_refuses_each_unverified_wheel_by_name_and_still_publishes_the_goo
     manifest["cell"] = "another-cell"
     (tampered / "build-manifest.json").write_text(json.dumps(manifest))
     index = tmp_path / "index"
-    done = run_build(
-        "index",
-        str(plain),
-        str(builds["broken"]),
-        str(builds["zlib"]),
-        str(tampered),
-        str(builds["good"]),
-        "--index",
-        str(index),
+    done = wb.run_index(
+        plain, builds["broken"], builds["zlib"], tampered, builds["good"], "--index", index, work=tmp_path
     )
     assert done.returncode == exit_codes.FAILED, done.stdout + done.stderr
     refused = [line for line in done.stderr.splitlines() if line.startswith("build.py index: refused")]
@@ -296,10 +292,10 @@ def test_a_damaged_published_folder_is_named_left_out_and_made_whole_by_the_next
     builds, tmp_path
 ) -> None:
     index = tmp_path / "index"
-    assert run_build("index", str(builds["good"]), "--index", str(index)).returncode == 0
+    assert wb.run_index(str(builds["good"]), "--index", index, work=tmp_path).returncode == 0
     (folder,) = (index / STACK / "files").iterdir()
     (folder / "verify-static.json").write_text("{not json")
-    done = run_build("index", str(builds["good"]), "--index", str(index))
+    done = wb.run_index(str(builds["good"]), "--index", index, work=tmp_path)
     assert (
         done.returncode == 0
         and "is not a whole published wheel" in done.stderr
@@ -325,7 +321,7 @@ def test_a_runs_cell_that_did_not_build_is_named_and_skipped(builds, tmp_path: P
     (run / "cells" / "cu130" / "result.json").write_text(
         json.dumps({"status": "build_failed", "build": None})
     )
-    done = run_build("index", str(run), str(builds["good"]), "--index", str(tmp_path / "index"))
+    done = wb.run_index(str(run), str(builds["good"]), "--index", tmp_path / "index", work=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "cu130: status build_failed, no image to take a wheel from; skipped" in done.stderr
     assert f"added     {STACK}/" in done.stdout
@@ -340,13 +336,16 @@ def served(builds, tmp_path_factory):
 def test_pip_installs_it_from_the_served_index_and_verify_static_passes_from_the_wheels_own_manifest(
     served, tmp_path
 ):
-    python = wb.torch_venv(tmp_path / "venv")
+    # a user's venv: torch, and not packaging (Apex's requirement besides torch): the index alone supplies it
+    python = wb.torch_venv(tmp_path / "venv", hide=("packaging",))
+    assert _sees(python, "packaging") == "" and _sees(python, "torch")
     env = wb.isolated_pip_env()
     done = wb.pip_install_apex(python, f"{served.url}{STACK}/simple", env)
-    assert done.returncode == 0 and f"Successfully installed apex-{VERSION}" in done.stdout, (
-        done.stdout + done.stderr
-    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"Successfully installed apex-{VERSION} packaging-{PACKAGING}" in done.stdout, done.stdout
     assert ".metadata" in done.stdout  # PEP 658: pip read the metadata before the wheel
+    (site,) = (tmp_path / "venv").glob("lib/python3*/site-packages")
+    assert _sees(python, "packaging") == str(site / "packaging" / "__init__.py")
     # no --manifest, no $APEX_BUILD_MANIFEST: verify reads the manifest in the installed .dist-info
     report = tmp_path / "report.json"
     check = wb.run_tool(
@@ -434,7 +433,7 @@ def test_index_refuses_what_pip_would_not_install_or_find_and_leaves_the_pages_a
     builds, tmp_path
 ) -> None:
     index = tmp_path / "index"
-    assert run_build("index", str(builds["good"]), "--index", str(index)).returncode == 0
+    assert wb.run_index(str(builds["good"]), "--index", index, work=tmp_path).returncode == 0
     pages = {p: p.read_bytes() for p in index.rglob("index.*")} | {index / "stacks.json": b""}
     pages[index / "stacks.json"] = (index / "stacks.json").read_bytes()
     name = wb.the_wheel(builds["good"]).name
@@ -443,7 +442,7 @@ def test_index_refuses_what_pip_would_not_install_or_find_and_leaves_the_pages_a
         "unlisted": _variant(builds["good"], tmp_path / "b", extra={"apex/hidden.py": b"x"}),
         "other": _variant(builds["good"], tmp_path / "c", name=name.replace("apex-", "apex_toolkit-", 1)),
     }
-    done = run_build("index", *map(str, variants.values()), "--index", str(index))
+    done = wb.run_index(*map(str, variants.values()), "--index", index, work=tmp_path)
     assert done.returncode == exit_codes.FAILED and "Traceback" not in done.stderr, done.stderr
     refused = [line for line in done.stderr.splitlines() if line.startswith("build.py index: refused")]
     assert len(refused) == 3, done.stderr
@@ -456,14 +455,129 @@ def test_index_refuses_what_pip_would_not_install_or_find_and_leaves_the_pages_a
 
 def test_a_link_in_the_index_is_refused_before_anything_is_written(builds, tmp_path) -> None:
     index = tmp_path / "site" / "index"
-    assert run_build("index", str(builds["good"]), "--index", str(index)).returncode == 0
+    assert wb.run_index(str(builds["good"]), "--index", index, work=tmp_path).returncode == 0
     outside = tmp_path / "somefile"
     outside.write_text("keep")
     (index / "stacks.json").unlink()
     (index / "stacks.json").symlink_to("../../somefile")
-    done = run_build("index", str(builds["newer"]), "--index", str(index))
+    done = wb.run_index(str(builds["newer"]), "--index", index, work=tmp_path)
     assert done.returncode == exit_codes.USAGE and "Traceback" not in done.stderr, done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert "stacks.json: is a symbolic link (to ../../somefile)" in line
     assert outside.read_text() == "keep"
     assert len(list((index / STACK / "files").iterdir())) == 1  # the newer build's folder was not added
+
+
+def _sees(python: Path, module: str) -> str:
+    """Where `python` imports `module` from ("" when it cannot)."""
+    ask = f"import importlib.util as u; s = u.find_spec({module!r}); print(s.origin if s else '')"
+    return subprocess.run([str(python), "-c", ask], capture_output=True, text=True, check=True).stdout.strip()
+
+
+# --- what Apex requires besides torch, served beside it -------------------------------------------------------
+
+
+def test_each_stack_page_serves_packaging_with_its_hash_and_metadata_and_never_torch(
+    builds, tmp_path
+) -> None:
+    index = tmp_path / "index"
+    done = wb.run_index(builds["good"], "--index", index, work=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    wheel_name = f"packaging-{PACKAGING}-py3-none-any.whl"
+    (said,) = [line for line in done.stdout.splitlines() if line.startswith("dependency")]
+    assert (
+        f"{STACK}/{wheel_name}" in said and "packaging>20.6 of apex-" in said and "dependency-wheels" in said
+    )
+    simple = index / STACK / "simple"
+    projects = [p["name"] for p in json.loads((simple / "index.json").read_text())["projects"]]
+    assert projects == ["apex", "apex-verify", "packaging"]  # torch: the user's, never served
+    assert '<a href="packaging/">packaging</a>' in (simple / "index.html").read_text()
+    page = json.loads((simple / "packaging" / "index.json").read_text())
+    (entry,) = page["files"]
+    served = (simple / "packaging" / entry["url"]).resolve()
+    assert served.parent.parent == (index / "dependencies").resolve() and served.name == wheel_name
+    assert served.read_bytes() == (tmp_path / "dependency-wheels" / wheel_name).read_bytes()
+    sha = wb.sha256(served)
+    assert entry["hashes"] == {"sha256": sha} and served.parent.name == sha[:16]
+    metadata = served.with_name(wheel_name + ".metadata").read_bytes()
+    assert metadata == wheel_identity.read_dist_info(served, ("METADATA",))["METADATA"]
+    assert entry["core-metadata"] == entry["dist-info-metadata"] == {"sha256": wb_sha_bytes(metadata)}
+    assert entry["requires-python"] == importlib.metadata.metadata("packaging")["Requires-Python"]
+    html_page = (simple / "packaging" / "index.html").read_text()
+    assert (
+        f"#sha256={sha}" in html_page and f'data-core-metadata="sha256={wb_sha_bytes(metadata)}"' in html_page
+    )
+    (row,) = json.loads((index / "stacks.json").read_text())["stacks"]
+    assert row["dependencies"] == [wheel_name]
+    # held by the index now: the next run needs neither the folder nor the network, and changes nothing
+    before = {p: p.read_bytes() for p in index.rglob("*") if p.is_file()}
+    again = run_build("index", str(builds["good"]), "--index", str(index), "--no-download")
+    assert again.returncode == 0 and "dependency" not in again.stdout, again.stdout + again.stderr
+    assert {p: p.read_bytes() for p in index.rglob("*") if p.is_file()} == before
+
+
+def test_a_requirement_nothing_supplies_is_exit_3_naming_it_and_the_flag_and_nothing_is_written(
+    builds, tmp_path
+) -> None:
+    index = tmp_path / "index"
+    done = run_build("index", str(builds["good"]), "--index", str(index), "--no-download")
+    assert done.returncode == exit_codes.ENVIRONMENT, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "no wheel for packaging>20.6, which apex-" in line and f"({STACK}) requires" in line
+    assert "no --dependency-wheels DIR given, and --no-download" in line
+    assert "pass --dependency-wheels DIR holding a py3-none-any wheel of it" in line
+    assert sorted(p.name for p in index.iterdir()) == [".lock"]  # no wheel, no page, no tool
+
+
+def test_pip_download_fetches_what_no_folder_holds_and_its_failure_is_exit_3(builds, tmp_path) -> None:
+    # pip's own settings, offline: --find-links a folder and no index, as a mirror would be configured
+    house = tmp_path / "house"
+    wheel = wb.repacked_wheel("packaging", house)
+    offline = {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(house)}
+    done = run_build("index", str(builds["good"]), "--index", str(tmp_path / "index"), env=offline)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (said,) = [line for line in done.stdout.splitlines() if line.startswith("dependency")]
+    assert said.endswith("from pip download)") and wheel.name in said
+    (served,) = (tmp_path / "index" / "dependencies").glob("*/*.whl")
+    assert served.read_bytes() == wheel.read_bytes()
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    gone = run_build(
+        "index",
+        str(builds["good"]),
+        "--index",
+        str(tmp_path / "index2"),
+        env={**offline, "PIP_FIND_LINKS": str(empty)},
+    )
+    assert gone.returncode == exit_codes.ENVIRONMENT, gone.stdout + gone.stderr
+    (line,) = gone.stderr.strip().splitlines()
+    assert "no wheel for packaging>20.6" in line and "pip download failed (exit 1:" in line
+    assert "pass --dependency-wheels DIR" in line and not (tmp_path / "index2" / STACK).exists()
+
+
+def test_a_dependency_that_is_not_pure_python_is_refused_from_a_folder_and_from_pip_download(
+    builds, tmp_path
+) -> None:
+    arch = platform.machine()
+    house = tmp_path / "house"
+    tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    binary = wb.repacked_wheel("packaging", house, tag=f"{tag}-{tag}-linux_{arch}")
+    folder = run_build(
+        "index",
+        str(builds["good"]),
+        "--index",
+        str(tmp_path / "a"),
+        "--dependency-wheels",
+        str(house),
+        "--no-download",
+    )
+    assert folder.returncode == exit_codes.ENVIRONMENT, folder.stdout + folder.stderr
+    (line,) = folder.stderr.strip().splitlines()
+    assert f"holds only {binary.name}, not pure Python (py3-none-any)" in line
+    offline = {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(house)}
+    fetched = run_build("index", str(builds["good"]), "--index", str(tmp_path / "b"), env=offline)
+    assert fetched.returncode == exit_codes.ENVIRONMENT, fetched.stdout + fetched.stderr
+    (line,) = fetched.stderr.strip().splitlines()
+    assert f"has no pure-Python wheel: pip download gave {binary.name}" in line
+    assert "serves py3-none-any wheels only" in line

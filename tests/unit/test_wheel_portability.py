@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from tests import wheel_builds as wb
-from tests.support import run_build
 from tests.unit.test_wheel_index import MINOR, STACK, VERSION
 from toolchain.builder import wheel_identity
 from toolchain.index import portability, wheel_check
@@ -168,7 +167,7 @@ def test_the_compiled_module_asks_what_objdump_lists_and_the_wheel_needs_glibc_2
 
 
 def _index(*sources: Path, index: Path) -> subprocess.CompletedProcess:
-    return run_build("index", *map(str, sources), "--index", str(index))
+    return wb.run_index(*sources, "--index", index, work=index.parent)
 
 
 @pytest.mark.slow

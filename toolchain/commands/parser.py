@@ -418,6 +418,7 @@ def _release(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
         "--torch-index-url", help="where the fresh venv's pip finds torch (default: pip's settings)"
     )
     p.add_argument("--keep-work", action="store_true", help="keep the work folder (the wheel, the venv)")
+    _dependency_options(p)
     p.set_defaults(func=release.cmd_release)
 
 
@@ -450,6 +451,25 @@ def _index(sub: argparse._SubParsersAction, o: _SharedOptions) -> None:
         action="append",
         default=[],
         help="verify's full report.json from a GPU, shown beside the wheel it verified; repeatable",
+    )
+    _dependency_options(p)
+
+
+def _dependency_options(p: Parser) -> None:
+    """Where `build.py index` takes what Apex requires besides torch (index and release forward them)."""
+    p.add_argument(
+        "--dependency-wheels",
+        type=path_value,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="py3-none-any wheels of what the wheels require besides torch (packaging), served on each "
+        "stack's page; what no DIR holds is fetched with pip download; repeatable",
+    )
+    p.add_argument(
+        "--no-download",
+        action="store_true",
+        help="never run pip download: a requirement no --dependency-wheels DIR meets is exit 3",
     )
 
 

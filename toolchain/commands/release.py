@@ -4,8 +4,10 @@ project's own command in a child process, so the rehearsal runs exactly what use
   1. wheel    `build.py wheel --install` with the torch environment's Python (--python): built, gated
               (--wheels DIR instead: wheels `build.py wheel` already built and gated there)
   2. serve    `python -m toolchain.index.serve OUT --port 0` on 127.0.0.1
-  3. index    `build.py index` into OUT: checked, tagged (manylinux_2_X), pages with the served address
-  4. venv     a fresh venv holding only that torch (`pip install torch==X`, the user's pip settings)
+  3. index    `build.py index` into OUT: checked, tagged (manylinux_2_X), pages with the served address,
+              what Apex requires besides torch served beside it (--dependency-wheels DIR, --no-download)
+  4. venv     a fresh venv holding only that torch (`pip install torch==X`, the user's pip settings):
+              nothing else, so the index alone must suffice for Apex
   5. tool     `pip install apex-verify --index-url URL/simple` (the index's own simple/: no stack named)
   6. install  `apex-verify install --index URL`: the stack found from the venv's torch, the wheel installed
               with torch pinned, verify --static: its exit code is the command's
@@ -128,12 +130,11 @@ class IndexServer:
 
 
 def fresh_venv(python: str, path: Path, torch_spec: list[str], steps: Steps) -> Path:
-    """A venv of the same Python with pip and only torch (and packaging, Apex's one requirement, which the
-    Apex index does not hold): the user who has just that."""
+    """A venv of the same Python with pip and only torch: the user who has just that. What Apex requires
+    besides torch (packaging) comes from the index, as it does for that user."""
     steps.must("venv", [python, "-m", "venv", str(path)])
     venv_python = path / "bin" / "python"
     steps.must("torch", [str(venv_python), "-m", "pip", "install", "--quiet", *torch_spec])
-    steps.must("packaging", [str(venv_python), "-m", "pip", "install", "--quiet", "packaging"])
     return venv_python
 
 
@@ -189,6 +190,9 @@ def _release(args: argparse.Namespace, python: str, torch_spec: list[str], work:
     port = free_port()
     address = f"http://127.0.0.1:{port}/"
     index = [sys.executable, str(BUILD_PY), "index", str(dist), "--index", str(args.out)]
+    for folder in args.dependency_wheels:
+        index += ["--dependency-wheels", str(folder)]
+    index += ["--no-download"] if args.no_download else []
     steps.must("index", [*index, "--address", address])
     venv_python = fresh_venv(python, work / "venv", torch_spec, steps)
     server = IndexServer(args.out, port)

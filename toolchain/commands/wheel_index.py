@@ -12,7 +12,7 @@ from pathlib import Path
 from toolchain.commands.parts import load_part
 from toolchain.console import Console
 from toolchain.errors import UsageError
-from toolchain.index import gpu_reports, publish, wheel_check
+from toolchain.index import dependencies, gpu_reports, publish, wheel_check
 from toolchain.runs.cell_result import CellStatus
 from verify.runtime import exit_codes, input_files
 from verify.runtime import field_types as ft
@@ -86,6 +86,7 @@ def _tools(folder: Path) -> dict[str, Path]:
 def cmd_index(args: argparse.Namespace, console: Console) -> int:
     # exit 2 before anything is written
     address, reports = _address(args), tuple(gpu_reports.read(p) for p in args.gpu_report)
+    source = _dependency_source(args)
     with tempfile.TemporaryDirectory(prefix="apex-index-images-") as work:
         sources = list(args.wheels)
         missing = [s for s in sources if not s.exists()]
@@ -109,7 +110,7 @@ def cmd_index(args: argparse.Namespace, console: Console) -> int:
         results = [wheel_check.check(w, allowed, Path(work)) for w in wheels]
         passed = [r for r in results if isinstance(r, wheel_check.CheckedWheel)]
         refused = [r for r in results if isinstance(r, wheel_check.Refusal)]
-        extras = publish.Extras(_tools(Path(work) / "tools"), address, reports)
+        extras = publish.Extras(_tools(Path(work) / "tools"), address, reports, source)
         outcomes = publish.add(args.index, passed, extras) if passed else []
     return _said(args, outcomes, passed, refused)
 
@@ -163,3 +164,14 @@ def _address(args: argparse.Namespace) -> str | None:
             "index is served, e.g. https://OWNER.github.io/REPO/"
         )
     return args.address
+
+
+def _dependency_source(args: argparse.Namespace) -> dependencies.Source:
+    """--dependency-wheels DIR (each a folder) and --no-download: where what the wheels require comes from."""
+    for folder in args.dependency_wheels:
+        if not folder.is_dir():
+            raise UsageError(
+                f"build.py index: --dependency-wheels {printable(folder)} is not a folder; pass one holding "
+                "py3-none-any wheels (pip download --only-binary=:all: --no-deps --dest DIR packaging)"
+            )
+    return dependencies.Source(tuple(args.dependency_wheels), download=not args.no_download)

@@ -9,6 +9,8 @@ import dataclasses
 import html
 import json
 import urllib.parse
+from collections.abc import Sequence
+from typing import Protocol
 
 PROJECT = "apex"
 TOOL_PROJECT = "apex-verify"  # verify's own wheel, on every stack's page beside Apex's
@@ -60,6 +62,7 @@ class Entry:
     torch: str | None = None  # the exact torch it was built against (the manifest's versions.torch)
     torch_cuda: str | None = None  # that torch's CUDA (None: a CPU torch)
     gpu_verdict: str | None = None  # verify's full run on a GPU (verify-gpu.json); None: not run
+    requires: tuple[str, ...] = ()  # its Requires-Dist: torch's pin and what the index serves beside it
 
     @property
     def python_tags(self) -> list[str]:
@@ -72,17 +75,37 @@ class Entry:
         return f"../../files/{self.folder}/{urllib.parse.quote(self.name)}"
 
 
+class Linked(Protocol):
+    """What a project page links: a published Apex wheel (Entry) or a dependency wheel beside it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def href(self) -> str: ...
+    @property
+    def sha256(self) -> str: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def metadata_sha256(self) -> str: ...
+    @property
+    def requires_python(self) -> str | None: ...
+
+
 def _dumps(data: object) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-def _projects(tools: Tools | None, apex: bool = True) -> list[str]:
-    return [*([PROJECT] if apex else []), *([TOOL_PROJECT] if tools else [])]
+def _projects(tools: Tools | None, apex: bool, others: list[str]) -> list[str]:
+    return [*([PROJECT] if apex else []), *([TOOL_PROJECT] if tools else []), *others]
 
 
-def root_html(tools: Tools | None = None, apex: bool = True) -> str:
-    """A simple/ root: a stack's (apex and apex-verify) or the index's own (`apex=False`: apex-verify)."""
-    links = "\n".join(f'<a href="{p}/">{p}</a>' for p in _projects(tools, apex))
+def root_html(tools: Tools | None = None, apex: bool = True, others: list[str] | None = None) -> str:
+    """A simple/ root: a stack's (apex, apex-verify and `others`, what Apex requires besides torch) or the
+    index's own (`apex=False`: apex-verify)."""
+    links = "\n".join(f'<a href="{p}/">{p}</a>' for p in _projects(tools, apex, others or []))
     return (
         "<!DOCTYPE html>\n<html>\n<head>\n"
         f'<meta name="pypi:repository-version" content="{API_VERSION}">\n<title>Simple index</title>\n'
@@ -90,8 +113,8 @@ def root_html(tools: Tools | None = None, apex: bool = True) -> str:
     )
 
 
-def root_json(tools: Tools | None = None, apex: bool = True) -> str:
-    projects = [{"name": p} for p in _projects(tools, apex)]
+def root_json(tools: Tools | None = None, apex: bool = True, others: list[str] | None = None) -> str:
+    projects = [{"name": p} for p in _projects(tools, apex, others or [])]
     return _dumps({"meta": {"api-version": API_VERSION}, "projects": projects})
 
 
@@ -128,7 +151,8 @@ def tool_json(tool: ToolFile, top: bool = False) -> str:
     )
 
 
-def project_html(entries: list[Entry]) -> str:
+def project_html(entries: Sequence[Linked], project: str = PROJECT) -> str:
+    """simple/<project>/: apex's wheels, or a dependency's (toolchain/index/dependencies.py)."""
     links = []
     for e in sorted(entries, key=lambda e: e.name):
         attrs = [f'href="{html.escape(e.href)}#sha256={e.sha256}"']
@@ -141,12 +165,12 @@ def project_html(entries: list[Entry]) -> str:
         links.append(f"<a {' '.join(attrs)}>{html.escape(e.name)}</a><br>")
     return (
         "<!DOCTYPE html>\n<html>\n<head>\n"
-        f'<meta name="pypi:repository-version" content="{API_VERSION}">\n<title>Links for {PROJECT}</title>\n'
-        f"</head>\n<body>\n<h1>Links for {PROJECT}</h1>\n" + "\n".join(links) + "\n</body>\n</html>\n"
+        f'<meta name="pypi:repository-version" content="{API_VERSION}">\n<title>Links for {project}</title>\n'
+        f"</head>\n<body>\n<h1>Links for {project}</h1>\n" + "\n".join(links) + "\n</body>\n</html>\n"
     )
 
 
-def project_json(entries: list[Entry]) -> str:
+def project_json(entries: Sequence[Linked], project: str = PROJECT) -> str:
     files = [
         {
             "filename": e.name,
@@ -163,7 +187,7 @@ def project_json(entries: list[Entry]) -> str:
     return _dumps(
         {
             "meta": {"api-version": API_VERSION},
-            "name": PROJECT,
+            "name": project,
             "versions": sorted({e.version for e in entries}),
             "files": files,
         }
@@ -237,8 +261,25 @@ def install_commands(address: str | None, stack: str | None = None) -> list[str]
     ]
 
 
-def top_json(entries: list[Entry], tools: Tools | None = None, address: str | None = None) -> str:
-    rows = [{**row, "install": install_commands(address, row["stack"])} for row in stack_rows(entries)]
+def top_json(
+    entries: list[Entry],
+    tools: Tools | None = None,
+    address: str | None = None,
+    dependencies: dict[str, tuple[str, ...]] | None = None,
+) -> str:
+    """stacks.json; `dependencies`: per stack, the wheel files served beside Apex's (what it requires)."""
+    rows = [
+        {
+            **row,
+            "install": install_commands(address, row["stack"]),
+            **(
+                {"dependencies": sorted(dependencies.get(row["stack"], ()))}
+                if dependencies is not None
+                else {}
+            ),
+        }
+        for row in stack_rows(entries)
+    ]
     return _dumps(
         {
             "index_version": 1,
@@ -302,6 +343,8 @@ def top_html(entries: list[Entry], tools: Tools | None = None, address: str | No
         + "<h2>Stacks</h2>\n"
         "<p>Each wheel passed the build's static gate (<code>python -m verify --static</code>) and carries "
         "its build manifest and report in its .dist-info; pip refuses it on another torch minor. "
+        "Each stack's page also serves the pure-Python wheels Apex requires (<code>packaging</code>), never "
+        "torch: <code>--index-url</code> needs no other index. "
         "<em>glibc</em>: the oldest glibc the stack's wheels run on (their manylinux_2_X tag). "
         "<em>GPU verify</em>: verify's full run on a GPU with that very wheel, where one ran.</p>\n"
         f"<table>\n<tr>{header}</tr>\n"

@@ -31,9 +31,10 @@ import hashlib
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
-from toolchain.index import gpu_reports, pages
+from toolchain.index import dependencies, gpu_reports, pages
 from toolchain.index.gpu_reports import GpuReport
 from toolchain.index.wheel_check import CheckedWheel
 from verify.runtime import atomic, input_files
@@ -47,9 +48,9 @@ CHECK_FILE = "wheel-check.json"
 class Outcome:
     wheel: str
     stack: str
-    action: (
-        str  # added | unchanged | replaced | kept (an older build than the published one) | gpu | unmatched
-    )
+    # added | unchanged | replaced | kept (an older build than the published one) | gpu | unmatched |
+    # dependency (a wheel a published one requires, new to INDEX/dependencies/)
+    action: str
     detail: str = ""
 
 
@@ -135,6 +136,7 @@ def _entry(stack: str, folder: Path) -> pages.Entry | None:
         torch=versions.get("torch"),
         torch_cuda=versions.get("torch_cuda"),
         gpu_verdict=_gpu_verdict(folder),
+        requires=dependencies.requires_dist(metadata),
     )
 
 
@@ -211,11 +213,13 @@ class Extras:
     """What `build.py index` adds beside the wheels. `tools`: {"wheel": the apex-verify wheel, "zipapp":
     verify.pyz}, copied to INDEX/tools/ and linked from every stack's page, the index's own simple/ and the
     top page; `address`: where the index is served (<INDEX> on the pages when None); `gpu`: GPU verify
-    reports, each attached to the published wheel it verified."""
+    reports, each attached to the published wheel it verified; `dependencies`: where the wheels the published
+    ones require (besides torch) come from when the index lacks them (toolchain/index/dependencies.py)."""
 
     tools: dict[str, Path] | None = None
     address: str | None = None
     gpu: tuple[GpuReport, ...] = ()
+    dependencies: dependencies.Source = dependencies.Source()
 
 
 def add(index: Path, wheels: list[CheckedWheel], extras: Extras = Extras()) -> list[Outcome]:
@@ -230,8 +234,13 @@ def add(index: Path, wheels: list[CheckedWheel], extras: Extras = Extras()) -> l
         atomic.refuse_links_in_tree(
             index
         )  # before anything is written: a refusal leaves every page as it was
-        tools = _publish_tools(index, extras.tools) if extras.tools else None
-        return _add(index, wheels, tools, extras)
+        current = {(e.stack, e.name): e for e in published(index)}
+        with tempfile.TemporaryDirectory(prefix="apex-index-dependencies-") as work:
+            # before anything is written too: a requirement nothing supplies leaves the index as it was
+            needs = _needs(current, wheels)
+            resolution = dependencies.resolve(index, needs, extras.dependencies, Path(work))
+            tools = _publish_tools(index, extras.tools) if extras.tools else None
+            return _add(index, wheels, current, resolution, tools, extras)
     finally:
         os.close(lock)
 
@@ -247,15 +256,46 @@ def _publish_tools(index: Path, tools: dict[str, Path]) -> pages.Tools:
     return pages.Tools(wheel=files["wheel"], zipapp=files["zipapp"])
 
 
-def _add(index: Path, wheels: list[CheckedWheel], tools: pages.Tools | None, extras: Extras) -> list[Outcome]:
-    current = {(e.stack, e.name): e for e in published(index)}
+def _fate(old: pages.Entry | CheckedWheel | None, wheel: CheckedWheel) -> str:
+    """unchanged (the same bytes are published), kept (the published build is not older) or write."""
+    if old and old.sha256 == wheel.sha256:
+        return "unchanged"
+    if old and old.built_at >= wheel.built_at:
+        return "kept"
+    return "write"
+
+
+def _needs(
+    current: dict[tuple[str, str], pages.Entry], wheels: list[CheckedWheel]
+) -> list[dependencies.Need]:
+    """What the wheels the pages will list require: the published ones, as the new ones replace them."""
+    listed: dict[tuple[str, str], pages.Entry | CheckedWheel] = dict(current)
+    for wheel in wheels:
+        if _fate(listed.get((wheel.stack, wheel.name)), wheel) == "write":
+            listed[(wheel.stack, wheel.name)] = wheel
+    return [
+        need
+        for (stack, name), listed_wheel in sorted(listed.items())
+        for need in dependencies.needs_of(stack, name, listed_wheel.requires)
+    ]
+
+
+def _add(
+    index: Path,
+    wheels: list[CheckedWheel],
+    current: dict[tuple[str, str], pages.Entry],
+    resolution: dependencies.Resolution,
+    tools: pages.Tools | None,
+    extras: Extras,
+) -> list[Outcome]:
     outcomes, stale = [], []
     for wheel in wheels:
         old = current.get((wheel.stack, wheel.name))
-        if old and old.sha256 == wheel.sha256:
+        fate = _fate(old, wheel)
+        if fate == "unchanged":
             outcomes.append(Outcome(wheel.name, wheel.stack, "unchanged"))
             continue
-        if old and old.built_at >= wheel.built_at:
+        if fate == "kept" and old:
             outcomes.append(
                 Outcome(
                     wheel.name,
@@ -281,9 +321,13 @@ def _add(index: Path, wheels: list[CheckedWheel], tools: pages.Tools | None, ext
         )
     for report in extras.gpu:
         outcomes.append(_attach(index, current, report))
-    write_pages(index, list(current.values()), tools, extras.address)
+    write_pages(index, list(current.values()), tools, extras.address, resolution)
     for stale_folder in stale:  # no page links it any more
         shutil.rmtree(stale_folder, ignore_errors=True)
+    for added in resolution.added:
+        stacks = ", ".join(s for s, served in sorted(resolution.served.items()) if added in served)
+        why = resolution.why.get(added.name, "")
+        outcomes.append(Outcome(added.name, stacks, "dependency", f"{why}; from {added.origin}"))
     return outcomes
 
 
@@ -301,12 +345,20 @@ def _attach(index: Path, current: dict[tuple[str, str], pages.Entry], report: Gp
 
 
 def write_pages(
-    index: Path, entries: list[pages.Entry], tools: pages.Tools | None = None, address: str | None = None
+    index: Path,
+    entries: list[pages.Entry],
+    tools: pages.Tools | None = None,
+    address: str | None = None,
+    resolution: dependencies.Resolution | None = None,
 ) -> None:
     """Every page of the index, staged and then renamed into place together (atomic.TreeBatch): a failure
-    while they are written (a full disk) leaves every page as it was."""
+    while they are written (a full disk) leaves every page as it was. The dependency wheels new to the index
+    are staged first in the same batch, so they land before any page links them."""
     with atomic.TreeBatch(index) as batch:
-        _stage_pages(batch, index, entries, tools, address)
+        for wheel in resolution.added if resolution else ():
+            batch.add(wheel.relpath, input_files.read_bytes(wheel.path, input_files.WHEEL))
+            batch.add(f"{wheel.relpath}.metadata", wheel.metadata)
+        _stage_pages(batch, index, entries, tools, address, resolution)
 
 
 def _stage_pages(
@@ -315,7 +367,9 @@ def _stage_pages(
     entries: list[pages.Entry],
     tools: pages.Tools | None,
     address: str | None,
+    resolution: dependencies.Resolution | None,
 ) -> None:
+    served = resolution.served if resolution else {}
     for stack in sorted({e.stack for e in entries}):
         mine = [e for e in entries if e.stack == stack]
         simple = index / stack / "simple"
@@ -324,8 +378,14 @@ def _stage_pages(
         if tools:
             _write_if_changed(batch, simple / pages.TOOL_PROJECT / "index.html", pages.tool_html(tools.wheel))
             _write_if_changed(batch, simple / pages.TOOL_PROJECT / "index.json", pages.tool_json(tools.wheel))
-        _write_if_changed(batch, simple / "index.html", pages.root_html(tools))
-        _write_if_changed(batch, simple / "index.json", pages.root_json(tools))
+        needed = served.get(stack, ())
+        projects = sorted({w.project for w in needed})
+        for project in projects:
+            files = [w for w in needed if w.project == project]
+            _write_if_changed(batch, simple / project / "index.html", pages.project_html(files, project))
+            _write_if_changed(batch, simple / project / "index.json", pages.project_json(files, project))
+        _write_if_changed(batch, simple / "index.html", pages.root_html(tools, others=projects))
+        _write_if_changed(batch, simple / "index.json", pages.root_json(tools, others=projects))
     if tools:  # the index's own simple/: apex-verify needs no stack (`pip install apex-verify --index-url INDEX/simple`)
         top = index / "simple"
         _write_if_changed(
@@ -337,5 +397,8 @@ def _stage_pages(
         _write_if_changed(batch, top / "index.html", pages.root_html(tools, apex=False))
         _write_if_changed(batch, top / "index.json", pages.root_json(tools, apex=False))
     if entries:
-        _write_if_changed(batch, index / "stacks.json", pages.top_json(entries, tools, address))
+        names = (
+            {stack: tuple(w.name for w in wheels) for stack, wheels in served.items()} if resolution else None
+        )
+        _write_if_changed(batch, index / "stacks.json", pages.top_json(entries, tools, address, names))
         _write_if_changed(batch, index / "index.html", pages.top_html(entries, tools, address))

@@ -25,7 +25,7 @@ else:  # Python 3.10: the build extra's backport (toolchain/index/ may not impor
 
 from toolchain.builder import build_outputs, wheel_identity
 from toolchain.builder.provenance import sha256_of
-from toolchain.index import pages, pip_rules, portability
+from toolchain.index import dependencies, pages, pip_rules, portability
 from verify.layers import fatbin
 from verify.layers import manifest as manifest_mod
 from verify.runtime import field_types as ft
@@ -56,6 +56,11 @@ class CheckedWheel:
     @property
     def built_at(self) -> str:
         return str(self.manifest.get("build", {}).get("started_at") or "")
+
+    @property
+    def requires(self) -> tuple[str, ...]:
+        """Its METADATA's Requires-Dist lines (torch's pin among them)."""
+        return dependencies.requires_dist(self.metadata)
 
     def check_record(self) -> dict[str, Any]:
         return {

@@ -400,7 +400,8 @@ def _parse_json(text: str, path: str | os.PathLike, kind: InputKind) -> Any:
 
 def open_binary(path: str | os.PathLike, kind: InputKind) -> BinaryIO:
     """A read-only binary handle of a regular file of at most kind.max_bytes, for readers that seek (an ELF
-    file's sections): the checks of read_bytes, without reading the whole file."""
+    file's sections, a zip's directory) or read in pieces: the checks of read_bytes, without reading the
+    whole file."""
     fd = _open_regular(path, kind)
     handle = os.fdopen(fd, "rb")
     try:
@@ -416,11 +417,7 @@ def open_binary(path: str | os.PathLike, kind: InputKind) -> BinaryIO:
 def sha256_file(path: str | os.PathLike, kind: InputKind) -> tuple[str, int]:
     """(sha256 hex, size) of a regular file of at most kind.max_bytes, read in pieces (a wheel is hashed
     without holding it in memory); a link to /dev/zero or a FIFO is refused before anything is read."""
-    fd = _open_regular(path, kind)
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        _require_regular(path, info.st_mode, kind)
-        _require_size(path, info.st_size, kind)
+    with open_binary(path, kind) as handle:
         digest, total = hashlib.sha256(), 0
         try:
             for block in iter(lambda: handle.read(1 * MiB), b""):
@@ -453,15 +450,7 @@ class ZipInput:
         requests), named `path` in messages; else `path` is opened as a regular file of at most kind.max_bytes."""
         self.path, self.kind = os.fspath(path), kind
         if handle is None:
-            fd = _open_regular(path, kind)
-            handle = os.fdopen(fd, "rb")
-            try:
-                info = os.fstat(fd)
-                _require_regular(path, info.st_mode, kind)
-                _require_size(path, info.st_size, kind)
-            except BaseException:
-                handle.close()
-                raise
+            handle = open_binary(path, kind)
         try:
             self._zip = zipfile.ZipFile(handle)
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as exc:
