@@ -188,12 +188,14 @@ def _cosmic_ray(
 
 
 def _env(tree: Path) -> dict[str, str]:
-    """The tests' environment: the tree on the path, and one built wheel kept for every mutant of a module
-    whose tests build one (tests/unit/test_rules_index.py reads APEX_TEST_WHEEL_CACHE)."""
+    """The tests' environment: the tree on the path, the checkout's Apex fixtures, and one built wheel kept for
+    every mutant of a module whose tests build one (tests/unit/test_rules_index.py reads APEX_TEST_WHEEL_CACHE)."""
     return {
         **os.environ,
         "PYTHONPATH": str(tree),
         "APEX_TEST_WHEEL_CACHE": str(tree / ".cosmic-ray" / "wheel"),
+        # the Apex source archives: tests/support.py looks beside the checkout, which the copy is not
+        "APEX_TEST_FIXTURES": os.environ.get("APEX_TEST_FIXTURES", str(REPO.parent / "shared" / "fixtures")),
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # no xdist and the like: a third of each run's start-up
     }
 
