@@ -330,10 +330,12 @@ def test_without_an_engine_it_says_so_and_exits_3(monkeypatch, tmp_path, capsys)
 def test_the_command_line_reaches_each_command(monkeypatch, tmp_path, capsys) -> None:
     engine = _engine(monkeypatch)
     state = tmp_path / "cli-state.json"
-    assert machine_state.main(["snapshot", str(state), "--base-created", "b:1"]) == 0
+    # a command read from a real argv is a new string, not the interned literal the script compares with
+    snapshot, reclaim = "".join(["snap", "shot"]), "".join(["re", "claim"])
+    assert machine_state.main([snapshot, str(state), "--base-created", "b:1"]) == 0
     assert json.loads(state.read_text())["dockerd_pid"] is None
     engine.images = [*engine.images, _image("c1", ["acme/team-trainer:new"], "2026-12-03T11:00:00Z")]
-    assert machine_state.main(["reclaim", str(state), "--free-gib", "0"]) == 0
+    assert machine_state.main([reclaim, str(state), "--free-gib", "0"]) == 0
     assert machine_state.main(["cleanup", str(state), "--dry-run", "--tag-prefix", "team"]) == 0
     out = capsys.readouterr().out
     assert "nothing to reclaim" in out and "would remove image acme/team-trainer:new" in out
@@ -343,3 +345,19 @@ def test_the_command_line_reaches_each_command(monkeypatch, tmp_path, capsys) ->
     assert ("image", "apex-ci-build:1") not in engine.removed  # there before this snapshot
     with pytest.raises(SystemExit):
         machine_state.main(["reclaim", str(state)])  # --free-gib is required
+    with pytest.raises(SystemExit):
+        machine_state.main([])  # a command is required: no default one runs
+
+
+def test_an_earlier_runs_image_needs_both_our_label_and_our_tag() -> None:
+    ours = machine_state._tagged_of_ours
+
+    def image(tags: list[str], cell: str | None) -> Image:
+        return Image(attrs=_image("d1", tags, "2026-12-02T00:00:00Z", cell))
+
+    assert ours(image(["apex-ci-build:1"], "apex-ci-x"))
+    assert not ours(
+        image(["team/trainer:1"], "apex-ci-x")
+    )  # our label under another name: retagged, not ours to remove
+    assert not ours(image(["apex-ci-build:1"], None))  # our tag's name, no label: not made by the suite
+    assert not ours(image(["apex-ci-build:1"], "team-cell"))
