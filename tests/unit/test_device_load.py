@@ -102,6 +102,8 @@ def test_withhold_keeps_figures_and_drops_verdicts() -> None:
         ),
         Check("parity", "fused_adam.fp32", Status.PASS, "agree"),
         Check("environment", "gpu", Status.INFO, "NVIDIA H200"),  # an INFO of another layer: not timing's
+        Check("timing", "fused_adam.fp32", Status.FAIL, "FusedAdam (fp32): the loop failed"),  # not a verdict
+        Check("timing", "fused_rms_norm.fp32", Status.SKIP, "FusedRMSNorm (fp32): not built"),
     ]
     rows: list[TimingJSON] = [
         {
@@ -119,6 +121,7 @@ def test_withhold_keeps_figures_and_drops_verdicts() -> None:
     )
     assert checks[1].status == Status.PASS and checks[1].summary == "agree"  # parity is judged as before
     assert checks[2].status == Status.INFO and checks[2].summary == "NVIDIA H200"
+    assert [c.status for c in checks[3:]] == [Status.FAIL, Status.SKIP]  # only an INFO verdict is withheld
     assert rows[0]["winner"] == {"kernel_time": None, "host_inclusive": None}
     assert rows[0]["kernel_time"] == {"fused_ms": 1.0} and rows[0]["verdict"].startswith("withheld:")
     idle_rows: list[TimingJSON] = [{"verdict": "native", "winner": {"kernel_time": "native"}}]
@@ -351,3 +354,15 @@ def test_an_idle_process_seen_in_one_sample_only_is_named_once() -> None:
         "pid 4242 python3, 512 MiB: present, idle (its own SM utilization 0% at most in 1 samples; "
         "seen before timing)"
     ]
+
+
+def test_the_watch_reads_the_gpu_it_is_told_and_only_that_gpus_processes(monkeypatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    low = "00000000:01:00.0"  # sorts before BUS: a process there is on another GPU all the same
+    two = GPUS_IDLE + f"1, {low}, GPU-abc, 0, 1980\n"
+    apps = f"{BUS}, 101, 900, python\n{low}, 4242, 81234, /usr/bin/python3\n"
+    first = DeviceWatch.start(runner=Driver((two, apps)), sleep=lambda s: None, visible="0").stop()
+    assert first.source == f"nvidia-smi, GPU {BUS}"
+    assert {p.pid for s in first.samples for p in s.processes} == {101}
+    second = DeviceWatch.start(runner=Driver((two, apps)), sleep=lambda s: None, visible="1").stop()
+    assert second.source == f"nvidia-smi, GPU {low}"
