@@ -168,6 +168,12 @@ PMON_NEW = """# gpu         pid   type     sm    mem    enc    dec    jpg    ofa
 def test_pmon_is_read_by_its_header() -> None:
     assert device_load.parse_pmon(PMON_OLD) == {4242: 0, 101: 97}  # '-': no sample of it working
     assert device_load.parse_pmon(PMON_NEW) == {4242: 98, 101: 0}  # a row without its command still counts
+    header = "".join(PMON_OLD.splitlines(keepends=True)[:2])
+    # a GPU with no process: pmon prints one row of dashes, which names no process
+    assert device_load.parse_pmon(header + "    0          -     -     -     -     -     -     -\n") == {}
+    assert (
+        device_load.parse_pmon(header + "    0       4242     C     98\n") == {}
+    )  # a row cut short is not read
     assert (
         device_load.parse_pmon("") == {} and device_load.parse_pmon("NVML: Insufficient Permissions\n") == {}
     )
