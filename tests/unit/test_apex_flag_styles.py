@@ -220,3 +220,22 @@ def test_cause_when_setup_py_compiled_nothing() -> None:
     assert cause.startswith("setup.py at this ref reads argv switches (setup.py line 114")
     assert "setup.py compiled nothing" in cause and "the switches never reached it" in cause
     assert "the pip command is log line 1" in cause
+
+
+SETUP_WITH_ARCH_LOOP = """\
+import sys
+if "--cuda_ext" in sys.argv:
+    for arch in [70, 80]:
+        cc_flag += ["-gencode", f"arch=compute_{arch},code=sm_{arch}"]
+    if bare_metal_version < Version("13.0"):
+        cc_flag += ["-gencode", "arch=compute_60,code=sm_60"]
+    ext_modules.append(CUDAExtension(name="amp_C", sources=["csrc/amp_C_frontend.cpp"]))
+"""
+
+
+def test_archs_a_loop_hard_codes_count_and_those_under_a_version_guard_do_not(tmp_path: Path) -> None:
+    setup = apex_setup.parse(SETUP_WITH_ARCH_LOOP, tmp_path / "setup.py")
+    assert setup.style == apex_setup.ARGV and setup.modules("--cuda_ext") == ("amp_C",)
+    # the loop's 7.0 is hard-coded (line 4 names it); 6.0 sits under `if ... < ...`, for older toolkits
+    assert setup.dropped_archs("--cuda_ext", {"7.5", "8.0", "9.0"}) == [("7.0", 4)]
+    assert setup.dropped_archs("--cuda_ext", {"5.0", "8.0"}) == []
