@@ -171,9 +171,11 @@ def test_pmon_is_read_by_its_header() -> None:
     header = "".join(PMON_OLD.splitlines(keepends=True)[:2])
     # a GPU with no process: pmon prints one row of dashes, which names no process
     assert device_load.parse_pmon(header + "    0          -     -     -     -     -     -     -\n") == {}
-    assert (
-        device_load.parse_pmon(header + "    0       4242     C     98\n") == {}
-    )  # a row cut short is not read
+    # a row cut short is not read, and the rows after it still are; an idle 0 stays 0
+    short = "    0       4242     C     98\n"
+    assert device_load.parse_pmon(header + short) == {}
+    full = "    0        101     C      0     0     -     -   python\n"
+    assert device_load.parse_pmon(header + short + full) == {101: 0}
     assert (
         device_load.parse_pmon("") == {} and device_load.parse_pmon("NVML: Insufficient Permissions\n") == {}
     )
@@ -372,3 +374,21 @@ def test_the_watch_reads_the_gpu_it_is_told_and_only_that_gpus_processes(monkeyp
     assert {p.pid for s in first.samples for p in s.processes} == {101}
     second = DeviceWatch.start(runner=Driver((two, apps)), sleep=lambda s: None, visible="1").stop()
     assert second.source == f"nvidia-smi, GPU {low}"
+
+
+def test_without_per_process_figures_a_process_seen_before_and_after_is_idle_even_unseen_during() -> None:
+    other = _other(None)
+    load = _load(
+        LoadSample("before", (other,), 0, 1980),
+        LoadSample("during", (), 99, 1980),
+        LoadSample("after", (other,), 0, 1980),
+    )
+    assert load.reasons() == [] and len(load.idle_others()) == 1
+
+
+def test_an_nvidia_smi_that_cannot_be_started_gives_no_answer(tmp_path, monkeypatch) -> None:
+    fake = tmp_path / "nvidia-smi"
+    fake.write_bytes(b"\x7fNOT-AN-EXECUTABLE")  # on PATH and executable, but the kernel cannot run it
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert device_load.run_nvidia_smi(device_load.GPU_QUERY) is None
