@@ -197,3 +197,11 @@ def test_the_reason_gives_the_modelled_peak_it_sized_for() -> None:
     # every unit in flight, and 8 threads more for the costliest: 37 x 1.75 + 8 x 0.75 GiB
     scheduled = parallelism.plan(host(64, 125), n_archs=3, n_extensions=12, env={}, scheduled_extra_threads=8)
     assert "modelled peak 71 GiB (37 units x 1.75 GiB + 8 scheduled threads)" in scheduled.reason
+
+
+def test_an_override_past_the_memory_is_warned_with_its_peak() -> None:
+    # 4 compiles x 1 thread x 2.5 GiB each: 10 GiB, more than the 8 available
+    plan = parallelism.plan(
+        host(4, 8), n_archs=1, n_extensions=12, env={"MAX_JOBS": "4", "APEX_PARALLEL_BUILD": "1"}
+    )
+    assert "WARNING: about 10 GiB may be needed at peak, more than is available" in plan.reason
