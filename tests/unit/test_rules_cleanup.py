@@ -75,10 +75,12 @@ class RecordedImages:
         self.engine = engine
 
     def list(self, all: bool = False) -> list[Image]:  # noqa: A002 (the SDK's name)
-        return [Image(attrs=a) for a in self.engine.images]
+        # as the engine answers: untagged images only when asked for all of them
+        return [Image(attrs=a) for a in self.engine.images if all or a["RepoTags"] != ["<none>:<none>"]]
 
-    def remove(self, image: str, **_: object) -> None:
+    def remove(self, image: str, **options: object) -> None:
         self.engine.removed.append(("image", image))
+        self.engine.options.append(options)
 
 
 class RecordedContainers:
@@ -95,6 +97,7 @@ class RecordedEngine:
     def __init__(self, images: list[dict], containers: list[dict], cache: list[dict]) -> None:
         self.images, self.containers, self.cache = images, containers, cache
         self.removed: list[tuple[str, str]] = []
+        self.options: list[dict[str, object]] = []  # what each image removal was asked with
         self.api = RecordedApi(self)
 
     def df(self) -> dict[str, list[dict]]:
@@ -165,6 +168,10 @@ def test_on_a_shared_engine_only_the_suites_new_images_go(monkeypatch, tmp_path,
         assert kept not in removed
     assert _id("b4") not in removed and "myapex-ci:1" not in removed and "c2" not in removed
     assert not any(kind == "cache" for kind, _ in engine.removed)  # another build may be using it
+    # forced (a stopped container of another run may still name it), and its parent layers with it
+    assert engine.options and all(
+        o.get("force") is True and o.get("noprune") is False for o in engine.options
+    )
     assert "2 records (0.00 GB) new since the snapshot, kept" in capsys.readouterr().out
     assert not state.exists()  # taken back: the next run snapshots afresh
 
@@ -293,6 +300,7 @@ def test_reclaim_on_the_engine_this_run_started_frees_ours_least_recent_first(
     assert machine_state.reclaim(state, free_gib=1e9, dry_run=False) == 0  # never enough: every step runs
     removed = [what for kind, what in engine.removed if kind == "image"]
     assert removed == [_id("b2"), _id("a2")]  # our dangling image, then an earlier run's tagged one
+    assert all(o.get("force") is True for o in engine.options)
     prunes = [json.loads(k) for kind, k in engine.removed if kind == "cache"]
     assert prunes[0] == {"all": True, "keep_storage": 0}  # short by more than all of it: keep nothing
     out = capsys.readouterr().out
