@@ -245,3 +245,13 @@ def test_a_module_not_found_under_its_own_name_is_missing_and_under_another_is_o
     assert extensions.classify("amp_C", own).status == "missing"
     dependency = {**own, "message": "No module named 'einops'"}  # amp_C is there; what it imports is not
     assert extensions.classify("amp_C", dependency).status == "other"
+
+
+def test_a_cxxfilt_that_fails_is_not_believed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "c++filt"
+    fake.write_text("#!/bin/sh\necho 'c++filt: unknown option'\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    # its words on a failed run are not a demangled name: the small reader answers instead
+    symbol = "_ZN3c106detail14torchCheckFailEPKcS2_jRKSs"
+    assert extensions.demangle(symbol) == "c10::detail::torchCheckFail(...)"
