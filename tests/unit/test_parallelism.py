@@ -177,6 +177,10 @@ def test_apex_parallel_build_alone_divides_the_slots_into_ninja_jobs() -> None:
     # 16 cores x 2 = 32 compile slots at one nvcc thread: 4 extensions side by side get 8 jobs each
     plan = parallelism.plan(host(16, 500), n_archs=1, n_extensions=12, env={"APEX_PARALLEL_BUILD": "4"})
     assert (plan.max_jobs, plan.apex_parallel_build, plan.nvcc_threads) == (8, 4, 1)
+    assert plan.env({})["MAX_JOBS"] == "8"  # a whole number, as setup.py and ninja read it
+    # MAX_JOBS above the slots: still one extension at a time, never zero
+    wide = parallelism.plan(host(16, 500), n_archs=1, n_extensions=12, env={"MAX_JOBS": "64"})
+    assert (wide.max_jobs, wide.apex_parallel_build) == (64, 1)
 
 
 def test_an_override_on_a_host_of_little_memory_gets_one_compile_and_says_which_limit() -> None:
