@@ -239,3 +239,10 @@ def test_archs_a_loop_hard_codes_count_and_those_under_a_version_guard_do_not(tm
     # the loop's 7.0 is hard-coded (line 4 names it); 6.0 sits under `if ... < ...`, for older toolkits
     assert setup.dropped_archs("--cuda_ext", {"7.5", "8.0", "9.0"}) == [("7.0", 4)]
     assert setup.dropped_archs("--cuda_ext", {"5.0", "8.0"}) == []
+
+
+def test_every_flag_after_all_contrib_is_still_checked(tmp_path: Path) -> None:
+    setup = apex_setup.parse("ENV_TO_FLAG = {\n    'APEX_CPP_EXT': '--cpp_ext',\n}\n", tmp_path / "setup.py")
+    with pytest.raises(ToolchainError) as stop:
+        apex_setup.check_flags(setup, {"APEX_ALL_CONTRIB_EXT": "1", "APEX_FMHA": "1"}, tmp_path)
+    assert "APEX_FMHA (--fmha)" in str(stop.value) and "ENV_TO_FLAG has no APEX_FMHA" in str(stop.value)
