@@ -246,3 +246,29 @@ def test_every_flag_after_all_contrib_is_still_checked(tmp_path: Path) -> None:
     with pytest.raises(ToolchainError) as stop:
         apex_setup.check_flags(setup, {"APEX_ALL_CONTRIB_EXT": "1", "APEX_FMHA": "1"}, tmp_path)
     assert "APEX_FMHA (--fmha)" in str(stop.value) and "ENV_TO_FLAG has no APEX_FMHA" in str(stop.value)
+    assert setup.evidence.endswith("setup.py line 1 defines ENV_TO_FLAG (APEX_* variables)")
+    # a flag read from the command line is a new string: its history is still found and named
+    asked = "".join(["APEX_", "FMHA"])
+    with pytest.raises(ToolchainError) as again:
+        apex_setup.check_flags(setup, {asked: "1"}, tmp_path)
+    assert "(fmhalib: last in tag 25.09, removed in" in str(again.value)
+
+
+def test_an_argv_setup_py_that_reads_parallel_gets_it_from_two(tmp_path: Path) -> None:
+    text = (
+        "import sys\n"
+        'if "--parallel" in sys.argv:\n'
+        "    pass\n"
+        'if "--cpp_ext" in sys.argv:\n'
+        '    ext_modules.append(CppExtension("apex_C", []))\n'
+    )
+    setup = apex_setup.parse(text, tmp_path / "setup.py")
+    assert (setup.style, setup.parallel) == (apex_setup.ARGV, apex_setup.ARGV)
+    assert [(b.switches, b.line, b.modules) for b in setup.blocks] == [(("--cpp_ext",), 4, ("apex_C",))]
+    assert apex_setup.pip_options(setup, ["--cpp_ext"], 2)[-2:] == [
+        "--config-settings=--build-option=--parallel",
+        "--config-settings=--build-option=2",
+    ]
+    assert "--config-settings=--build-option=--parallel" not in apex_setup.pip_options(
+        setup, ["--cpp_ext"], 1
+    )
