@@ -277,3 +277,11 @@ def test_an_argv_setup_py_that_reads_parallel_gets_it_from_two(tmp_path: Path) -
     assert "--config-settings=--build-option=--parallel" not in apex_setup.pip_options(
         setup, ["--cpp_ext"], 1
     )
+
+
+def test_an_env_setup_py_asked_for_a_stored_wheel_gets_pep517_and_the_setting(tmp_path: Path) -> None:
+    setup = apex_setup.parse("ENV_TO_FLAG = {\n    'APEX_CPP_EXT': '--cpp_ext',\n}\n", tmp_path / "setup.py")
+    assert apex_setup.pip_options(setup, ["--cpp_ext"], 4, "stored") == [
+        "--use-pep517",
+        "--config-settings=--build-option=--compression=stored",
+    ]
