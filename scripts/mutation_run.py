@@ -29,6 +29,7 @@ import ast
 import dataclasses
 import json
 import os
+import re
 import shlex
 import shutil
 import sqlite3
@@ -172,12 +173,14 @@ def _cosmic_ray(
 
 
 def _env(tree: Path) -> dict[str, str]:
-    """The tests' environment: the tree on the path, and one built wheel kept for every mutant of a module
-    whose tests build one (tests/unit/test_rules_index.py reads APEX_TEST_WHEEL_CACHE)."""
+    """The tests' environment: the tree on the path, the checkout's Apex fixtures, and one built wheel kept for
+    every mutant of a module whose tests build one (tests/unit/test_rules_index.py reads APEX_TEST_WHEEL_CACHE)."""
     return {
         **os.environ,
         "PYTHONPATH": str(tree),
         "APEX_TEST_WHEEL_CACHE": str(tree / ".cosmic-ray" / "wheel"),
+        # the Apex source archives: tests/support.py looks beside the checkout, which the copy is not
+        "APEX_TEST_FIXTURES": os.environ.get("APEX_TEST_FIXTURES", str(REPO.parent / "shared" / "fixtures")),
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # no xdist and the like: a third of each run's start-up
     }
 
@@ -271,6 +274,8 @@ def run_module(tree: Path, target: Target, budget_s: float = 6 * 3600) -> dict[s
     if base.returncode != 0:
         tail = (base.stdout.strip().splitlines() or ["no output"])[-1]
         return {"module": target.path, "error": f"baseline tests fail on the unchanged tree: {tail}"}
+    # a test the baseline skips guards nothing under the mutants either: said in the result
+    base_skips = re.search(r"(\d+) skipped", (base.stdout.strip().splitlines() or [""])[-1])
     config = _config(tree, target)
     db = config.with_suffix(".sqlite")
     db.unlink(missing_ok=True)
@@ -307,6 +312,7 @@ def run_module(tree: Path, target: Target, budget_s: float = 6 * 3600) -> dict[s
         "not_run": sum(m.outcome == "not run" for m in mutants),
         "killed_share": round(count["killed"] / judged, 3) if judged else 1.0,
         "seconds": round(time.monotonic() - started),
+        "baseline_skipped": int(base_skips.group(1)) if base_skips else 0,
         "survivors": [m.place() for m in mutants if m.outcome == "survived"],
         "equivalents": [f"{m.place()}: {m.why}" for m in mutants if m.outcome == "equivalent"],
         "elsewhere_why": sorted({m.why for m in mutants if m.outcome == "elsewhere"}),
@@ -342,8 +348,12 @@ def markdown(results: list[dict[str, Any]]) -> str:
             + " |"
         )
     for r in results:
-        if r.get("survivors") or r.get("equivalents") or r.get("elsewhere"):
+        if r.get("survivors") or r.get("equivalents") or r.get("elsewhere") or r.get("baseline_skipped"):
             lines += ["", f"## `{r['module']}`", ""]
+            if r.get("baseline_skipped"):
+                lines.append(
+                    f"- the baseline skipped {r['baseline_skipped']} of the selected tests: they guard nothing here"
+                )
             lines += [f"- survived: {s}" for s in r.get("survivors", [])]
             lines += [f"- equivalent: {e}" for e in r.get("equivalents", [])]
             lines += [f"- elsewhere: {e}" for e in r.get("elsewhere_why", [])]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -220,3 +221,67 @@ def test_cause_when_setup_py_compiled_nothing() -> None:
     assert cause.startswith("setup.py at this ref reads argv switches (setup.py line 114")
     assert "setup.py compiled nothing" in cause and "the switches never reached it" in cause
     assert "the pip command is log line 1" in cause
+
+
+SETUP_WITH_ARCH_LOOP = """\
+import sys
+if "--cuda_ext" in sys.argv:
+    for arch in [70, 80]:
+        cc_flag += ["-gencode", f"arch=compute_{arch},code=sm_{arch}"]
+    if bare_metal_version < Version("13.0"):
+        cc_flag += ["-gencode", "arch=compute_60,code=sm_60"]
+    ext_modules.append(CUDAExtension(name="amp_C", sources=["csrc/amp_C_frontend.cpp"]))
+"""
+
+
+def test_archs_a_loop_hard_codes_count_and_those_under_a_version_guard_do_not(tmp_path: Path) -> None:
+    setup = apex_setup.parse(SETUP_WITH_ARCH_LOOP, tmp_path / "setup.py")
+    assert setup.style == apex_setup.ARGV and setup.modules("--cuda_ext") == ("amp_C",)
+    # the loop's 7.0 is hard-coded (line 4 names it); 6.0 sits under `if ... < ...`, for older toolkits
+    assert setup.dropped_archs("--cuda_ext", {"7.5", "8.0", "9.0"}) == [("7.0", 4)]
+    assert setup.dropped_archs("--cuda_ext", {"5.0", "8.0"}) == []
+
+
+def test_every_flag_after_all_contrib_is_still_checked(tmp_path: Path) -> None:
+    setup = apex_setup.parse("ENV_TO_FLAG = {\n    'APEX_CPP_EXT': '--cpp_ext',\n}\n", tmp_path / "setup.py")
+    with pytest.raises(ToolchainError) as stop:
+        apex_setup.check_flags(setup, {"APEX_ALL_CONTRIB_EXT": "1", "APEX_FMHA": "1"}, tmp_path)
+    assert "APEX_FMHA (--fmha)" in str(stop.value) and "ENV_TO_FLAG has no APEX_FMHA" in str(stop.value)
+    assert setup.evidence.endswith("setup.py line 1 defines ENV_TO_FLAG (APEX_* variables)")
+    # a flag read from the command line is a new string: its history is still found and named
+    asked = "".join(["APEX_", "FMHA"])
+    with pytest.raises(ToolchainError) as again:
+        apex_setup.check_flags(setup, {asked: "1"}, tmp_path)
+    assert re.search(
+        r"has no APEX_FMHA \(fmhalib: last in tag 25\.09, removed in [^;]*\); drop it", str(again.value)
+    )
+
+
+def test_an_argv_setup_py_that_reads_parallel_gets_it_from_two(tmp_path: Path) -> None:
+    text = (
+        "import sys\n"
+        'if "--parallel" in sys.argv:\n'
+        "    pass\n"
+        'if "--cpp_ext" in sys.argv:\n'
+        '    ext_modules.append(CppExtension("apex_C", []))\n'
+        'if sys.platform == "win32":\n'
+        '    ext_modules.append(CppExtension("win_only", []))\n'
+    )
+    setup = apex_setup.parse(text, tmp_path / "setup.py")
+    assert (setup.style, setup.parallel) == (apex_setup.ARGV, apex_setup.ARGV)
+    assert [(b.switches, b.line, b.modules) for b in setup.blocks] == [(("--cpp_ext",), 4, ("apex_C",))]
+    assert apex_setup.pip_options(setup, ["--cpp_ext"], 2)[-2:] == [
+        "--config-settings=--build-option=--parallel",
+        "--config-settings=--build-option=2",
+    ]
+    assert "--config-settings=--build-option=--parallel" not in apex_setup.pip_options(
+        setup, ["--cpp_ext"], 1
+    )
+
+
+def test_an_env_setup_py_asked_for_a_stored_wheel_gets_pep517_and_the_setting(tmp_path: Path) -> None:
+    setup = apex_setup.parse("ENV_TO_FLAG = {\n    'APEX_CPP_EXT': '--cpp_ext',\n}\n", tmp_path / "setup.py")
+    assert apex_setup.pip_options(setup, ["--cpp_ext"], 4, "stored") == [
+        "--use-pep517",
+        "--config-settings=--build-option=--compression=stored",
+    ]

@@ -3,6 +3,8 @@ documented format, an injected runner and clock), and what it does to the timing
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import subprocess
 import sys
 
@@ -99,6 +101,9 @@ def test_withhold_keeps_figures_and_drops_verdicts() -> None:
             "timing", "fused_layer_norm.bf16", Status.INFO, "FusedLayerNorm (bf16, input 8x8): native 1.2x"
         ),
         Check("parity", "fused_adam.fp32", Status.PASS, "agree"),
+        Check("environment", "gpu", Status.INFO, "NVIDIA H200"),  # an INFO of another layer: not timing's
+        Check("timing", "fused_adam.fp32", Status.FAIL, "FusedAdam (fp32): the loop failed"),  # not a verdict
+        Check("timing", "fused_rms_norm.fp32", Status.SKIP, "FusedRMSNorm (fp32): not built"),
     ]
     rows: list[TimingJSON] = [
         {
@@ -115,6 +120,8 @@ def test_withhold_keeps_figures_and_drops_verdicts() -> None:
         checks[0].summary.startswith("FusedLayerNorm (bf16, input 8x8): ") and "pid 1 x" in checks[0].summary
     )
     assert checks[1].status == Status.PASS and checks[1].summary == "agree"  # parity is judged as before
+    assert checks[2].status == Status.INFO and checks[2].summary == "NVIDIA H200"
+    assert [c.status for c in checks[3:]] == [Status.FAIL, Status.SKIP]  # only an INFO verdict is withheld
     assert rows[0]["winner"] == {"kernel_time": None, "host_inclusive": None}
     assert rows[0]["kernel_time"] == {"fused_ms": 1.0} and rows[0]["verdict"].startswith("withheld:")
     idle_rows: list[TimingJSON] = [{"verdict": "native", "winner": {"kernel_time": "native"}}]
@@ -161,6 +168,14 @@ PMON_NEW = """# gpu         pid   type     sm    mem    enc    dec    jpg    ofa
 def test_pmon_is_read_by_its_header() -> None:
     assert device_load.parse_pmon(PMON_OLD) == {4242: 0, 101: 97}  # '-': no sample of it working
     assert device_load.parse_pmon(PMON_NEW) == {4242: 98, 101: 0}  # a row without its command still counts
+    header = "".join(PMON_OLD.splitlines(keepends=True)[:2])
+    # a GPU with no process: pmon prints one row of dashes, which names no process
+    assert device_load.parse_pmon(header + "    0          -     -     -     -     -     -     -\n") == {}
+    # a row cut short is not read, and the rows after it still are; an idle 0 stays 0
+    short = "    0       4242     C     98\n"
+    assert device_load.parse_pmon(header + short) == {}
+    full = "    0        101     C      0     0     -     -   python\n"
+    assert device_load.parse_pmon(header + short + full) == {101: 0}
     assert (
         device_load.parse_pmon("") == {} and device_load.parse_pmon("NVML: Insufficient Permissions\n") == {}
     )
@@ -229,6 +244,9 @@ def test_another_process_at_work_withholds_the_verdicts() -> None:
 def test_without_per_process_figures_only_a_process_there_throughout_on_an_idle_gpu_is_idle() -> None:
     assert _load(*_samples(_other(None))).reasons() == []  # before and after, the GPU at 0%: idle
     assert "the GPU idle before and after timing" in _load(*_samples(_other(None))).idle_others()[0]
+    # the driver gave no memory figure either: still idle, judged by the GPU alone
+    no_memory = dataclasses.replace(_other(None), used_mib=None)
+    assert _load(*_samples(no_memory)).reasons() == []
     came = _load(*_samples(None, during=_other(None)))  # appeared only while verify timed
     assert "not there throughout" in (came.shared_reason() or "")
     busy_gpu = _load(*_samples(_other(None), before=100))
@@ -271,3 +289,106 @@ def test_own_pids_include_a_real_child() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_summary_gives_the_sm_clocks_range_lowest_first() -> None:
+    load = _load(
+        LoadSample("before", (), 0, 1980),
+        LoadSample("during", (), 100, 1755),
+        LoadSample("after", (), 0, 1830),
+    )
+    assert "SM clock 1755-1980 MHz" in load.summary()
+    # verify's own kernels fill the GPU while it times: only the readings around timing are listed
+    assert "utilization 0% before, 0% after" in load.summary() and "100% during" not in load.summary()
+
+
+def test_under_pci_bus_order_cuda0_is_nvidia_smis_gpu_0(monkeypatch) -> None:
+    two = device_load.parse_gpus("1, 00000000:3B:00.0, GPU-abc, 0, 1980\n" + GPUS_IDLE)
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    assert device_load.pick_gpu(two, None)[1] == BUS
+    monkeypatch.delenv("CUDA_DEVICE_ORDER")
+    assert device_load.pick_gpu(two, None) is None
+
+
+def test_a_gpu_that_cannot_be_told_is_named_as_the_reason_nothing_was_observed(monkeypatch) -> None:
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    two = GPUS_IDLE + "1, 00000000:3B:00.0, GPU-abc, 0, 1980\n"
+    load = DeviceWatch.start(runner=Driver((two, "")), sleep=lambda s: None, visible="").stop()
+    assert not load.observed and "which GPU is cuda:0 cannot be told" in load.summary()
+
+
+def test_own_pids_follow_parent_links_whatever_the_group_and_the_name(tmp_path) -> None:
+    # a worker in its own session (its group is not ours) whose name holds ')' as /proc/PID/stat shows it
+    odd = tmp_path / "w) (x) y"
+    odd.symlink_to(sys.executable)
+    child = subprocess.Popen([str(odd), "-c", "import time; time.sleep(30)"], start_new_session=True)
+    try:
+        assert child.pid in device_load.own_pids()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_process_gone_between_the_listing_and_its_read_is_passed_over(monkeypatch) -> None:
+    real = device_load.input_files.read_system_text
+    gone: list[str] = []
+
+    def vanishing(path: str) -> str:
+        if not gone and path.endswith("/stat") and path != f"/proc/{os.getpid()}/stat":
+            gone.append(path)
+            raise device_load.input_files.InputFileError(path, "missing", "no such process", "none")
+        return real(path)
+
+    monkeypatch.setattr(device_load.input_files, "read_system_text", vanishing)
+    assert os.getpid() in device_load.own_pids() and gone
+
+
+def test_a_killed_nvidia_smi_gives_no_answer_and_one_that_fails_later_is_named() -> None:
+    assert device_load.run_nvidia_smi(("sh", "-c", "echo 0, whole")) == "0, whole\n"
+    # a query that failed, or was killed by a signal (a negative code), printed part of a table at most
+    assert device_load.run_nvidia_smi(("sh", "-c", "echo 0, half; exit 3")) is None
+    assert device_load.run_nvidia_smi(("sh", "-c", "echo 0, half; kill -9 $$")) is None
+    answers = iter([GPUS_IDLE])
+    load = DeviceWatch.start(
+        runner=lambda argv: next(answers, None), sleep=lambda s: None, visible="0"
+    ).stop()
+    assert load.summary().startswith("not observed (nvidia-smi not found or it failed)")
+
+
+def test_an_idle_process_seen_in_one_sample_only_is_named_once() -> None:
+    own, other = GpuProcess(100, 256, "python", sm_pct=0), GpuProcess(4242, 512, "/usr/bin/python3", sm_pct=0)
+    load = _load(LoadSample("before", (own, other), 0, 1980))
+    assert load.idle_others() == [
+        "pid 4242 python3, 512 MiB: present, idle (its own SM utilization 0% at most in 1 samples; "
+        "seen before timing)"
+    ]
+
+
+def test_the_watch_reads_the_gpu_it_is_told_and_only_that_gpus_processes(monkeypatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    low = "00000000:01:00.0"  # sorts before BUS: a process there is on another GPU all the same
+    two = GPUS_IDLE + f"1, {low}, GPU-abc, 0, 1980\n"
+    apps = f"{BUS}, 101, 900, python\n{low}, 4242, 81234, /usr/bin/python3\n"
+    first = DeviceWatch.start(runner=Driver((two, apps)), sleep=lambda s: None, visible="0").stop()
+    assert first.source == f"nvidia-smi, GPU {BUS}"
+    assert {p.pid for s in first.samples for p in s.processes} == {101}
+    second = DeviceWatch.start(runner=Driver((two, apps)), sleep=lambda s: None, visible="1").stop()
+    assert second.source == f"nvidia-smi, GPU {low}"
+
+
+def test_without_per_process_figures_a_process_seen_before_and_after_is_idle_even_unseen_during() -> None:
+    other = _other(None)
+    load = _load(
+        LoadSample("before", (other,), 0, 1980),
+        LoadSample("during", (), 99, 1980),
+        LoadSample("after", (other,), 0, 1980),
+    )
+    assert load.reasons() == [] and len(load.idle_others()) == 1
+
+
+def test_an_nvidia_smi_that_cannot_be_started_gives_no_answer(tmp_path, monkeypatch) -> None:
+    fake = tmp_path / "nvidia-smi"
+    fake.write_bytes(b"\x7fNOT-AN-EXECUTABLE")  # on PATH and executable, but the kernel cannot run it
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert device_load.run_nvidia_smi(device_load.GPU_QUERY) is None

@@ -84,7 +84,11 @@ def test_relative_l2():
     assert relative_l2(e, e) == 0.0
     assert math.isclose(relative_l2(e * 1.01, e), 0.01, rel_tol=1e-4)
     assert relative_l2(torch.ones(3), torch.zeros(3)) == math.inf
+    # a tensor that stays zero on both sides (a state never updated) agrees; it is not infinitely off
+    assert relative_l2(torch.zeros(3), torch.zeros(3)) == 0.0
     assert math.isnan(relative_l2(torch.tensor([float("nan")]), torch.ones(1)))
+    # an overflowed result is not "infinitely far": it is no figure at all, like a NaN
+    assert math.isnan(relative_l2(torch.tensor([float("inf")]), torch.ones(1)))
 
 
 def test_tolerance_table_is_complete_and_keeps_apex_figures():
@@ -109,7 +113,10 @@ def test_rms_norm_reference_is_the_definition():
 
 def test_zero_tolerance_means_exact():
     x = torch.tensor([0.0, 1.0, -2.0])
-    assert compare("x", x.clone(), x, Tolerance(rtol=0.0, atol=0.0)).ok
+    exact = compare("x", x.clone(), x, Tolerance(rtol=0.0, atol=0.0))
+    assert exact.ok and exact.tol_used == 0.0  # 0 off of 0 allowed uses none of it (not NaN)
+    # an element exactly one off is as off as any other
+    assert not compare("x", torch.tensor([2.0]), torch.tensor([1.0]), TIGHT).ok
     assert not compare("x", x + torch.tensor([1e-30, 0.0, 0.0]), x, Tolerance(rtol=0.0, atol=0.0)).ok
 
 
@@ -118,3 +125,22 @@ def test_a_gradient_that_never_arrived_fails_the_comparison_instead_of_crashing(
     for actual, expected, side in ((None, x, "fused result"), (x, None, "torch reference")):
         result = compare("x grad", actual, expected, TIGHT)
         assert not result.ok and f"no tensor (None) for the {side}" in result.describe()
+        assert result.numel == 0  # nothing was compared, whatever the side that came
+
+
+def test_an_element_that_uses_exactly_its_whole_tolerance_passes():
+    # tol_used <= 1 passes: 0.5 off with atol 0.5 (all three exact in binary) is on the edge, not over it
+    expected = torch.tensor([1.0, -3.0])
+    edge = compare("x", expected + 0.5, expected, Tolerance(rtol=0.0, atol=0.5))
+    assert edge.ok and edge.tol_used == 1.0 and edge.mismatched == 0
+    assert not compare("x", expected + 0.5, expected, Tolerance(rtol=0.0, atol=0.25)).ok
+
+
+def test_the_line_names_the_tolerance_it_was_judged_against_and_a_problem_uses_none_of_it():
+    x = _values()
+    assert "(atol 1e-06 rtol 1e-05)" in compare("x", x.clone(), x, TIGHT).describe()
+    problem = compare("x", torch.ones(3), torch.ones(4), TIGHT)
+    # the callers rank comparisons by tol_used: one that measured nothing claims none
+    data = problem.to_json()
+    assert problem.tol_used == 0.0 and data["tol_used"] == 0.0
+    assert data["nonfinite_actual"] == data["nonfinite_expected"] == data["mismatched"] == 0

@@ -35,3 +35,9 @@ def test_only_wanted_records_that_still_exist_are_named() -> None:
     records = _records({"a": None, "b": "a"})
     assert machine_state._deepest_first(records, {"b", "gone"}) == ["b"]
     assert machine_state._deepest_first(records, set()) == []
+
+
+def test_a_deeper_record_goes_first_whatever_its_name() -> None:
+    # a1 builds on r, b2 on a1: b2 first, though a1 sorts before it by name
+    records = _records({"r": None, "a1": "r", "b2": "a1"})
+    assert machine_state._deepest_first(records, {"r", "a1", "b2"}) == ["b2", "a1", "r"]

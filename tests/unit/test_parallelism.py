@@ -164,3 +164,48 @@ def test_a_max_jobs_from_the_environment_still_fits_the_rest_into_memory() -> No
     assert "3 concurrent compiles (memory limit)" in plan.reason
     roomy = parallelism.plan(host(16, 500), n_archs=1, n_extensions=10, env={"MAX_JOBS": "2"})
     assert roomy.apex_parallel_build == 10  # the same request with memory to spare: cores decide
+
+
+def test_one_job_from_the_environment_is_a_valid_choice() -> None:
+    plan = parallelism.plan(
+        host(16, 500), n_archs=1, n_extensions=12, env={"MAX_JOBS": "1", "APEX_PARALLEL_BUILD": "1"}
+    )
+    assert (plan.max_jobs, plan.apex_parallel_build) == (1, 1)
+
+
+def test_apex_parallel_build_alone_divides_the_slots_into_ninja_jobs() -> None:
+    # 16 cores x 2 = 32 compile slots at one nvcc thread: 4 extensions side by side get 8 jobs each
+    plan = parallelism.plan(host(16, 500), n_archs=1, n_extensions=12, env={"APEX_PARALLEL_BUILD": "4"})
+    assert (plan.max_jobs, plan.apex_parallel_build, plan.nvcc_threads) == (8, 4, 1)
+    assert plan.env({})["MAX_JOBS"] == "8"  # a whole number, as setup.py and ninja read it
+    # MAX_JOBS above the slots: still one extension at a time, never zero
+    wide = parallelism.plan(host(16, 500), n_archs=1, n_extensions=12, env={"MAX_JOBS": "64"})
+    assert (wide.max_jobs, wide.apex_parallel_build) == (64, 1)
+
+
+def test_an_override_on_a_host_of_little_memory_gets_one_compile_and_says_which_limit() -> None:
+    small = parallelism.plan(host(16, 1.0), n_archs=1, n_extensions=12, env={"APEX_PARALLEL_BUILD": "1"})
+    assert small.max_jobs == 1
+    assert "1 compiles of ~2.5 GiB fit in 80%; 1 concurrent compiles (memory limit)" in small.reason
+    roomy = parallelism.plan(host(4, 500), n_archs=1, n_extensions=12, env={"APEX_PARALLEL_BUILD": "2"})
+    assert "8 concurrent compiles (2 per core limit)" in roomy.reason
+    default = parallelism.plan(host(4, 500), n_archs=1, n_extensions=12, env={})
+    assert "per unit 1.0 GiB + 0.75 GiB per nvcc thread must fit in 80%" in default.reason
+
+
+def test_the_reason_gives_the_modelled_peak_it_sized_for() -> None:
+    # 4 ninja jobs x 6 extensions side by side: 4 + 5 x ~2 files = 14 units, not 24, at 1 + 0.75 GiB each
+    waves = parallelism.plan(host(8, 32), n_archs=3, n_extensions=12, env={})
+    assert (waves.max_jobs, waves.apex_parallel_build) == (4, 6)
+    assert "modelled peak 24 GiB (14 units x 1.75 GiB)" in waves.reason
+    # every unit in flight, and 8 threads more for the costliest: 37 x 1.75 + 8 x 0.75 GiB
+    scheduled = parallelism.plan(host(64, 125), n_archs=3, n_extensions=12, env={}, scheduled_extra_threads=8)
+    assert "modelled peak 71 GiB (37 units x 1.75 GiB + 8 scheduled threads)" in scheduled.reason
+
+
+def test_an_override_past_the_memory_is_warned_with_its_peak() -> None:
+    # 4 compiles x 1 thread x 2.5 GiB each: 10 GiB, more than the 8 available
+    plan = parallelism.plan(
+        host(4, 8), n_archs=1, n_extensions=12, env={"MAX_JOBS": "4", "APEX_PARALLEL_BUILD": "1"}
+    )
+    assert "WARNING: about 10 GiB may be needed at peak, more than is available" in plan.reason

@@ -59,8 +59,9 @@ class RecordedApi:
     def __init__(self, engine: RecordedEngine) -> None:
         self.engine = engine
 
-    def remove_container(self, container_id: str, **_: object) -> None:
+    def remove_container(self, container_id: str, **options: object) -> None:
         self.engine.removed.append(("container", container_id))
+        self.engine.options.append(options)
 
     def prune_builds(self, **kwargs: object) -> dict[str, int]:
         self.engine.removed.append(("cache", json.dumps(kwargs, sort_keys=True)))
@@ -75,10 +76,12 @@ class RecordedImages:
         self.engine = engine
 
     def list(self, all: bool = False) -> list[Image]:  # noqa: A002 (the SDK's name)
-        return [Image(attrs=a) for a in self.engine.images]
+        # as the engine answers: untagged images only when asked for all of them
+        return [Image(attrs=a) for a in self.engine.images if all or a["RepoTags"] != ["<none>:<none>"]]
 
-    def remove(self, image: str, **_: object) -> None:
+    def remove(self, image: str, **options: object) -> None:
         self.engine.removed.append(("image", image))
+        self.engine.options.append(options)
 
 
 class RecordedContainers:
@@ -86,7 +89,8 @@ class RecordedContainers:
         self.engine = engine
 
     def list(self, all: bool = False, filters: dict | None = None) -> list[Container]:  # noqa: A002
-        return [Container(attrs=a, client=self.engine) for a in self.engine.containers]  # type: ignore[arg-type]  # remove() calls client.api: the recorded one
+        # the recorded containers have all exited: the engine lists them only when asked for all
+        return [Container(attrs=a, client=self.engine) for a in self.engine.containers if all]  # type: ignore[arg-type]  # remove() calls client.api: the recorded one
 
 
 class RecordedEngine:
@@ -95,6 +99,7 @@ class RecordedEngine:
     def __init__(self, images: list[dict], containers: list[dict], cache: list[dict]) -> None:
         self.images, self.containers, self.cache = images, containers, cache
         self.removed: list[tuple[str, str]] = []
+        self.options: list[dict[str, object]] = []  # what each image removal was asked with
         self.api = RecordedApi(self)
 
     def df(self) -> dict[str, list[dict]]:
@@ -165,6 +170,9 @@ def test_on_a_shared_engine_only_the_suites_new_images_go(monkeypatch, tmp_path,
         assert kept not in removed
     assert _id("b4") not in removed and "myapex-ci:1" not in removed and "c2" not in removed
     assert not any(kind == "cache" for kind, _ in engine.removed)  # another build may be using it
+    # forced (a stopped container of another run may still name it), and its parent layers with it
+    assert engine.options[0] == {"force": True}  # the container
+    assert engine.options[1:] and all(o == {"force": True, "noprune": False} for o in engine.options[1:])
     assert "2 records (0.00 GB) new since the snapshot, kept" in capsys.readouterr().out
     assert not state.exists()  # taken back: the next run snapshots afresh
 
@@ -293,6 +301,7 @@ def test_reclaim_on_the_engine_this_run_started_frees_ours_least_recent_first(
     assert machine_state.reclaim(state, free_gib=1e9, dry_run=False) == 0  # never enough: every step runs
     removed = [what for kind, what in engine.removed if kind == "image"]
     assert removed == [_id("b2"), _id("a2")]  # our dangling image, then an earlier run's tagged one
+    assert all(o.get("force") is True for o in engine.options)
     prunes = [json.loads(k) for kind, k in engine.removed if kind == "cache"]
     assert prunes[0] == {"all": True, "keep_storage": 0}  # short by more than all of it: keep nothing
     out = capsys.readouterr().out
@@ -330,10 +339,12 @@ def test_without_an_engine_it_says_so_and_exits_3(monkeypatch, tmp_path, capsys)
 def test_the_command_line_reaches_each_command(monkeypatch, tmp_path, capsys) -> None:
     engine = _engine(monkeypatch)
     state = tmp_path / "cli-state.json"
-    assert machine_state.main(["snapshot", str(state), "--base-created", "b:1"]) == 0
+    # a command read from a real argv is a new string, not the interned literal the script compares with
+    snapshot, reclaim = "".join(["snap", "shot"]), "".join(["re", "claim"])
+    assert machine_state.main([snapshot, str(state), "--base-created", "b:1"]) == 0
     assert json.loads(state.read_text())["dockerd_pid"] is None
     engine.images = [*engine.images, _image("c1", ["acme/team-trainer:new"], "2026-12-03T11:00:00Z")]
-    assert machine_state.main(["reclaim", str(state), "--free-gib", "0"]) == 0
+    assert machine_state.main([reclaim, str(state), "--free-gib", "0"]) == 0
     assert machine_state.main(["cleanup", str(state), "--dry-run", "--tag-prefix", "team"]) == 0
     out = capsys.readouterr().out
     assert "nothing to reclaim" in out and "would remove image acme/team-trainer:new" in out
@@ -343,3 +354,19 @@ def test_the_command_line_reaches_each_command(monkeypatch, tmp_path, capsys) ->
     assert ("image", "apex-ci-build:1") not in engine.removed  # there before this snapshot
     with pytest.raises(SystemExit):
         machine_state.main(["reclaim", str(state)])  # --free-gib is required
+    with pytest.raises(SystemExit):
+        machine_state.main([])  # a command is required: no default one runs
+
+
+def test_an_earlier_runs_image_needs_both_our_label_and_our_tag() -> None:
+    ours = machine_state._tagged_of_ours
+
+    def image(tags: list[str], cell: str | None) -> Image:
+        return Image(attrs=_image("d1", tags, "2026-12-02T00:00:00Z", cell))
+
+    assert ours(image(["apex-ci-build:1"], "apex-ci-x"))
+    assert not ours(
+        image(["team/trainer:1"], "apex-ci-x")
+    )  # our label under another name: retagged, not ours to remove
+    assert not ours(image(["apex-ci-build:1"], None))  # our tag's name, no label: not made by the suite
+    assert not ours(image(["apex-ci-build:1"], "team-cell"))

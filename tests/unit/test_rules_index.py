@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tests import wheel_builds as wb
-from toolchain.builder import wheel_identity
+from toolchain.builder import build_outputs, wheel_identity
 from toolchain.index import dependencies, publish, wheel_check
 from toolchain.index.wheel_check import CheckedWheel, Refusal
 
@@ -100,3 +100,16 @@ def test_a_published_wheel_filed_under_another_stack_is_left_out(built: Path, tm
     want = "sha256=" + hashlib.sha256(metadata).hexdigest()
     assert link["data-dist-info-metadata"] == link["data-core-metadata"] == want
     assert metadata == wheel_identity.read_dist_info(folder / checked.name)["METADATA"]
+
+
+@pytest.mark.slow
+def test_a_manifest_beside_the_wheel_must_agree_with_it(built: Path, tmp_path: Path) -> None:
+    wheel = _variant(built, tmp_path / "beside")
+    inside = json.loads(wheel_identity.read_dist_info(wheel)[wheel_identity.MANIFEST_FILE])
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    beside = wheel.parent / build_outputs.MANIFEST_NAME
+    beside.write_text(json.dumps({**inside, "build": {**inside["build"], "wheel_sha256": sha}}))
+    assert isinstance(wheel_check.check(wheel, work=tmp_path), CheckedWheel)  # the same build: it passes
+    beside.write_text(json.dumps({**inside, "build": {**inside["build"], "wheel_sha256": "0" * 64}}))
+    refused = wheel_check.check(wheel, work=tmp_path)
+    assert isinstance(refused, Refusal) and "the wheel was changed or replaced" in refused.reasons[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from typing import Any
 
 import pytest
 
@@ -65,6 +66,27 @@ def test_the_bands_are_records_with_reasons() -> None:
     assert 0 < rules.TIE_BANDS[LOOP].within < rules.TIE_BANDS[KERNEL].within
     with pytest.raises(dataclasses.FrozenInstanceError):
         rules.TIE_BANDS[KERNEL].within = 0.5  # type: ignore[misc]
+
+
+def test_the_report_names_each_band_as_the_rule_applies_it() -> None:
+    # the report is where a reader checks the band a verdict was judged against: its figures are the rule's
+    assert rules.TIE_BANDS[KERNEL].to_json() == {
+        "figure": KERNEL,
+        "low": 0.9524,
+        "high": 1.05,
+        "within_pct": 5.0,
+        "reason": rules.TIE_BANDS[KERNEL].reason,
+    }
+    assert rules.TIE_BANDS[LOOP].to_json()["within_pct"] == 3.0
+
+
+def test_every_rule_is_a_frozen_record() -> None:
+    # a verdict must not depend on what a caller changed in a shared rule object at run time
+    records: list[Any] = [rules.BOOTSTRAP, rules.HOST_BOUND, rules.LOOP_RULE, rules.ROUNDS, rules.CPU_ROUNDS]
+    for record in [*records, *rules.TIE_BANDS.values()]:
+        field = dataclasses.fields(record)[0].name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(record, field, getattr(record, field))
 
 
 def test_decide_on_paired_rounds() -> None:

@@ -231,3 +231,27 @@ def test_check_timeout_measures_the_imports_not_the_probes_start(tmp_path: Path)
     report = (tmp_path / "r.json").read_text()
     assert done.returncode in (0, 1), done.stderr
     assert "failed to start" not in report and "Timeout" not in report, report[:2000]
+
+
+def test_demangle_fallback_skips_cv_qualifiers_and_stops_at_a_plain_names_parameters() -> None:
+    # a const member function: one K, then the nested name
+    assert extensions._demangle_name("_ZNK3c1010TensorImpl4sizeEl") == "c10::TensorImpl::size(...)"
+    # foo(Tensor): a plain name ends after its one part, its parameters may start with a length too
+    assert extensions._demangle_name("_Z3foo6Tensor") == "foo(...)"
+
+
+def test_a_module_not_found_under_its_own_name_is_missing_and_under_another_is_other() -> None:
+    own = {"status": "error", "exc_type": "ModuleNotFoundError", "message": "No module named 'amp_C'"}
+    assert extensions.classify("amp_C", own).status == "missing"
+    dependency = {**own, "message": "No module named 'einops'"}  # amp_C is there; what it imports is not
+    assert extensions.classify("amp_C", dependency).status == "other"
+
+
+def test_a_cxxfilt_that_fails_is_not_believed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "c++filt"
+    fake.write_text("#!/bin/sh\necho 'c++filt: unknown option'\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    # its words on a failed run are not a demangled name: the small reader answers instead
+    symbol = "_ZN3c106detail14torchCheckFailEPKcS2_jRKSs"
+    assert extensions.demangle(symbol) == "c10::detail::torchCheckFail(...)"
