@@ -311,7 +311,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_bake_output_and_report_follow_links_and_refuse_directories(tmp_path: Path) -> None:
+def test_bake_output_follows_links_and_report_refuses_them_and_directories(tmp_path: Path) -> None:
     real = tmp_path / "elsewhere" / "docker-bake.json"
     real.parent.mkdir()
     real.write_text("{}")
@@ -325,16 +325,18 @@ def test_bake_output_and_report_follow_links_and_refuse_directories(tmp_path: Pa
     )
     out = tmp_path / "out"
     out.mkdir()
+    # --out is a folder the tool owns: a link in it is refused, never followed (its target is not made)
     (out / "matrix-report.md").symlink_to(tmp_path / "elsewhere" / "table.md")
-    assert _cli("build.py", "report", "--out", str(out)).returncode == 0
-    assert "no cells run yet" in (tmp_path / "elsewhere" / "table.md").read_text()
-    (out / "matrix-report.html").unlink()
+    proc = _cli("build.py", "report", "--out", str(out))
+    assert proc.returncode == 2 and f"{out / 'matrix-report.md'}: is a symbolic link (to " in proc.stderr
+    assert not (tmp_path / "elsewhere" / "table.md").exists()
+    (out / "matrix-report.md").unlink()
     (out / "matrix-report.html").mkdir()
     proc = _cli("build.py", "report", "--out", str(out))
     assert proc.returncode == 2 and f"{out / 'matrix-report.html'}: is a directory" in proc.stderr
 
 
-def test_bench_results_onto_a_device_link_and_a_directory(tmp_path: Path) -> None:
+def test_bench_results_refuse_a_device_link_and_a_directory(tmp_path: Path) -> None:
     args = (
         "-m",
         "verify",
@@ -353,7 +355,7 @@ def test_bench_results_onto_a_device_link_and_a_directory(tmp_path: Path) -> Non
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == (
         f"verify bench: error: cannot write {blocked / 'bench.json'}: is a directory,"
-        " not a file; name a file (e.g. DIR/report.json)"
+        " not a file; remove it, so the tool can write its file"
     )
     if os.geteuid() != 0:
         return  # the device half needs mknod
@@ -362,10 +364,10 @@ def test_bench_results_onto_a_device_link_and_a_directory(tmp_path: Path) -> Non
     linked = tmp_path / "linked"
     linked.mkdir()
     (linked / "bench.json").symlink_to(null)
-    proc = _cli(*args, str(linked))
-    assert proc.returncode == 0, proc.stderr
+    proc = _cli(*args, str(linked))  # --out is a folder the tool owns: the link is refused, not followed
+    assert proc.returncode == 2 and "bench.json: is a symbolic link (to " in proc.stderr, proc.stderr
     assert stat.S_ISCHR(null.lstat().st_mode) and (linked / "bench.json").is_symlink()
-    assert (linked / "bench.md").is_file()
+    assert not (linked / "bench.md").exists()  # the results are written together or not at all
 
 
 def test_verify_checks_its_report_paths_before_the_run(tmp_path: Path) -> None:
