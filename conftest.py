@@ -3,9 +3,17 @@ tests/faults -> faults, tests/gpu -> gpu, tests/apex_image -> apex_image), so a 
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
+
+# setuptools' distutils shim must run in a clean interpreter. Some tests reach `torch.utils.cpp_extension`
+# (hence setuptools) in-process; in a test worker where another test had already loaded the standard
+# library's distutils, that first import failed in the shim's own assert (two CI rehearsals, two different
+# tests). Importing setuptools once here, before any test, makes every later import a lookup.
+if importlib.util.find_spec("setuptools") is not None:
+    import setuptools  # noqa: F401
 
 _TIERS = {
     "docker": pytest.mark.docker,
