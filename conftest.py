@@ -13,7 +13,7 @@ import pytest
 # library's distutils, that first import failed in the shim's own assert (two CI rehearsals, two different
 # tests). Importing setuptools once here, before any test, makes every later import a lookup.
 if importlib.util.find_spec("setuptools") is not None:
-    import setuptools  # noqa: F401
+    import setuptools  # type: ignore[import-untyped]  # noqa: F401
 
 _TIERS = {
     "docker": pytest.mark.docker,
