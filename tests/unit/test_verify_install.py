@@ -63,9 +63,10 @@ def _venv(parts, where: Path) -> Path:
     return python
 
 
-def _apex_verify(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    # PATH without uv (the suite's venv has one): pip is the installer here, as where uv is absent
-    env = wb.isolated_pip_env({"PATH": f"{python.parent}:/usr/bin:/bin"})
+def _apex_verify(python: Path, *args: str, cwd: Path, with_uv: bool = False) -> subprocess.CompletedProcess:
+    # PATH without uv (the suite's venv has one) unless asked: pip is the installer, as where uv is absent
+    uv = f"{Path(wb.uv_binary()).parent}:" if with_uv else ""
+    env = wb.isolated_pip_env({"PATH": f"{python.parent}:{uv}/usr/bin:/bin"})
     env.pop("PYTHONPATH", None)
     return subprocess.run(
         [str(python.parent / "apex-verify"), *args],
@@ -278,18 +279,8 @@ def test_uv_that_cannot_see_torch_leaves_the_install_to_pip(parts, served, tmp_p
     """A venv that reaches torch through a .pth file (as on the H200, where uv said "torch was not found in the
     package registry"): uv would look for torch on the stack's index, so pip installs, and says why."""
     python = _venv(parts, tmp_path / "venv")
-    uv_dir = str(Path(wb.uv_binary()).parent)
-    env = wb.isolated_pip_env({"PATH": f"{python.parent}:{uv_dir}:/usr/bin:/bin"})
-    env.pop("PYTHONPATH", None)
     before = _site(python)
-    done = subprocess.run(
-        [str(python.parent / "apex-verify"), "install", "--index", served.url, "--dry-run"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = _apex_verify(python, "install", "--index", served.url, "--dry-run", cwd=tmp_path, with_uv=True)
     assert done.returncode == exit_codes.OK, done.stdout + done.stderr
     assert "; pip: " in done.stdout and "not uv: torch is in " in done.stdout, done.stdout
     assert _site(python) == before
