@@ -217,7 +217,7 @@ def move_in_tree(root: str | os.PathLike, relpath: str, source: str | os.PathLik
     where = Path(root, relpath)
     fd = open_tree_dir(root, "/".join(folder_parts), create=True)
     try:
-        _same_bytes(fd, name, b"", where)  # only its refusal of a link or special file matters here
+        _existing_file(fd, name, where)
         try:
             os.rename(source, name, dst_dir_fd=fd)
             return
@@ -291,20 +291,26 @@ def _not_followed(dir_fd: int, name: str, where: Path) -> LinkInOwnedTree:
     )
 
 
-def _same_bytes(dir_fd: int, name: str, data: bytes, where: Path) -> bool:
-    """Whether `name` in the folder is a regular file holding exactly `data`; a link or a special file there
-    is LinkInOwnedTree (never opened: a FIFO would block, a link would lead out)."""
+def _existing_file(dir_fd: int, name: str, where: Path) -> os.stat_result | None:
+    """What stands at `name` in the folder: None when nothing; a link or a special file there is
+    LinkInOwnedTree (never opened: a FIFO would block, a link would lead out)."""
     try:
         info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
-        return False
+        return None
     if stat.S_ISLNK(info.st_mode):
         raise _not_followed(dir_fd, name, where)
     if not stat.S_ISREG(info.st_mode):
         raise LinkInOwnedTree(
             where, f"{_refusal(info.st_mode).split(';')[0]}; remove it, so the tool can write its file"
         )
-    if info.st_size != len(data):
+    return info
+
+
+def _same_bytes(dir_fd: int, name: str, data: bytes, where: Path) -> bool:
+    """Whether `name` in the folder is a regular file holding exactly `data` (_existing_file's refusals)."""
+    info = _existing_file(dir_fd, name, where)
+    if info is None or info.st_size != len(data):
         return False
     fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     with os.fdopen(fd, "rb") as handle:
