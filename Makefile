@@ -28,6 +28,8 @@ WHEELHOUSE ?=
 NETWORK_CHECK ?=
 # make clean-images DRY_RUN=1: list what would be removed
 DRY_RUN ?=
+# make mutation MUTATION_JOBS=N: each module's mutants over N copies of the tree (a machine with N cores)
+MUTATION_JOBS ?=
 # make publish: the index folder it writes, and build.py wheel's --flags (default: the core flags)
 OUT ?= site
 APEX_FLAGS ?=
@@ -43,7 +45,7 @@ BASE_RUNTIME_IMAGE ?=
 # break would split the recipe into two shell commands: make stops instead. The variables are not
 # exported, since make expands a command-line variable it exports ($(shell ...) would run).
 VARIABLES := PY CUDA TORCH PYTHON ARCHS APEX_REF EXTRAS GCC PLATFORM CELL TARGET IMAGE BASE_DEVEL_IMAGE BASE_RUNTIME_IMAGE \
-             BASE VERIFY APEX_SRC EXTRA_CA WHEELHOUSE NETWORK_CHECK DRY_RUN OUT APEX_FLAGS APEX_INDEX
+             BASE VERIFY APEX_SRC EXTRA_CA WHEELHOUSE NETWORK_CHECK DRY_RUN MUTATION_JOBS OUT APEX_FLAGS APEX_INDEX
 unexport $(VARIABLES)
 define newline
 
@@ -123,7 +125,7 @@ test-all:
 # result in reports/mutation/cosmic-ray.md), then the hand-kept mutations of the modules it does not cover
 # (tests/mutation/mutations.toml, reports/mutation/last-run.md)
 mutation:
-	PY=$(call q,PY) MUTATION=1 TIER=unit bash scripts/test.sh
+	PY=$(call q,PY) MUTATION=1 TIER=unit bash scripts/test.sh $(call opt,--jobs,MUTATION_JOBS)
 
 # the unit tier under coverage, per package (the figures in docs/testing.md)
 coverage:

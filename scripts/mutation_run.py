@@ -15,7 +15,10 @@ selection; mutmut 3 copies the project into `mutants/` and wants the code under 
 import from there, which the root-level `verify/`, `toolchain/` and `scripts/` do not match. cosmic-ray's
 sessions also hold a result per mutant that a filter may set (here: the equivalents, with their reason).
 
-    python3 scripts/mutation_run.py [--only MODULE[,MODULE]] [--out reports/mutation] [--keep] [--list]
+    python3 scripts/mutation_run.py [--only MODULE[,MODULE]] [--out reports/mutation] [--keep] [--jobs N]
+`--jobs N` (make mutation MUTATION_JOBS=N) splits each module's mutants over N copies of the tree, each with
+its own copy of the session, run side by side (a machine with more cores than the CI's 2); the results are
+merged back into the one session, so the row is the same as a run with one job.
 The result, per module (mutants, killed, equivalent, survived, each survivor's place), is merged into
 reports/mutation/cosmic-ray.json and rendered as reports/mutation/README.md: a run of some modules replaces
 only their rows. Exit: 0 every module at or above its kill target; 1 a module below it or a baseline
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import concurrent.futures
 import dataclasses
 import json
 import os
@@ -259,9 +263,55 @@ def _mutants(db: Path, source: list[str], skipped: dict[str, tuple[str, str]]) -
     return mutants
 
 
-def run_module(tree: Path, target: Target, budget_s: float = 6 * 3600) -> dict[str, Any]:
-    """One module's session; past `budget_s` the mutants not yet run are counted as such (a partial row)."""
+def _shard_jobs(db: Path, shards: int) -> list[list[str]]:
+    """The mutants the session has no result for yet, dealt round-robin into `shards` lists."""
+    pending = [job_id for job_id, _op, _row, _occ, _t, worker in _jobs(db) if worker is None]
+    return [pending[k::shards] for k in range(shards)]
+
+
+def _exec_shard(tree: Path, target: Target, db: Path, others: list[str], budget_s: float) -> str | None:
+    """cosmic-ray exec in `tree` on a copy of the session in which `others` (another shard's mutants) are set
+    aside; None when it ran (or ran out of time), else the error."""
+    config = _config(tree, target)
+    shard_db = config.with_suffix(".shard.sqlite")
+    shutil.copyfile(db, shard_db)  # a session this run made, in its own temp tree
+    with sqlite3.connect(shard_db) as con:
+        con.executemany(
+            "INSERT OR REPLACE INTO work_results (job_id, worker_outcome, output, test_outcome, diff) "
+            "VALUES (?, 'SKIPPED', 'another shard', NULL, NULL)",
+            [(job_id,) for job_id in others],
+        )
+    original = input_files.read_text(tree / target.path, input_files.SOURCE_FILE)
+    try:
+        done = _cosmic_ray(tree, "exec", str(config), str(shard_db), timeout_s=budget_s)
+    except subprocess.TimeoutExpired:
+        atomic.write_text(tree / target.path, original)  # cosmic-ray was stopped with a mutant in place
+        return None
+    return None if done.returncode == 0 else f"cosmic-ray exec: {done.stderr.strip()[-300:]}"
+
+
+def _merge_shard(db: Path, shard_db: Path, mine: list[str]) -> None:
+    """Copy the shard's results for its own mutants into the module's session."""
+    with sqlite3.connect(shard_db) as con:
+        marks = ",".join("?" * len(mine))
+        rows = con.execute(
+            "SELECT job_id, worker_outcome, output, test_outcome, diff FROM work_results "
+            f"WHERE job_id IN ({marks})",
+            mine,
+        ).fetchall()
+    with sqlite3.connect(db) as con:
+        con.executemany(
+            "INSERT OR REPLACE INTO work_results (job_id, worker_outcome, output, test_outcome, diff) "
+            "VALUES (?, ?, ?, ?, ?)",
+            rows,
+        )
+
+
+def run_module(trees: list[Path], target: Target, budget_s: float = 6 * 3600) -> dict[str, Any]:
+    """One module's session, its mutants run in each of `trees` side by side; past `budget_s` the mutants not
+    yet run are counted as such (a partial row)."""
     started = time.monotonic()
+    tree = trees[0]
     base = subprocess.run(
         pytest_argv(target.markers, target.tests),
         cwd=tree,
@@ -288,16 +338,21 @@ def run_module(tree: Path, target: Target, budget_s: float = 6 * 3600) -> dict[s
     original = input_files.read_text(tree / target.path, input_files.SOURCE_FILE)
     source = original.splitlines()
     skipped = _mark_skipped(db, source, target)
-    finished: subprocess.CompletedProcess | None
-    try:
-        finished = _cosmic_ray(
-            tree, "exec", str(config), str(db), timeout_s=budget_s - (time.monotonic() - started)
-        )
-    except subprocess.TimeoutExpired:
-        finished = None  # out of time: what ran is counted, the rest is "not run"
-        atomic.write_text(tree / target.path, original)  # cosmic-ray was stopped with a mutant in place
-    if finished is not None and finished.returncode != 0:
-        return {"module": target.path, "error": f"cosmic-ray exec: {finished.stderr.strip()[-300:]}"}
+    shards = _shard_jobs(db, len(trees))
+    left_s = budget_s - (time.monotonic() - started)
+    with concurrent.futures.ThreadPoolExecutor(len(trees)) as pool:
+        futures = [
+            pool.submit(
+                _exec_shard, t, target, db, [j for k, s in enumerate(shards) if k != i for j in s], left_s
+            )
+            for i, t in enumerate(trees)
+        ]
+        errors = [e for e in (f.result() for f in futures) if e]
+    for t, mine in zip(trees, shards, strict=True):
+        if mine:
+            _merge_shard(db, _config(t, target).with_suffix(".shard.sqlite"), mine)
+    if errors:
+        return {"module": target.path, "error": errors[0]}
     mutants = _mutants(db, source, skipped)
     count = {
         k: sum(m.outcome == k for m in mutants) for k in ("killed", "survived", "equivalent", "elsewhere")
@@ -312,6 +367,7 @@ def run_module(tree: Path, target: Target, budget_s: float = 6 * 3600) -> dict[s
         "not_run": sum(m.outcome == "not run" for m in mutants),
         "killed_share": round(count["killed"] / judged, 3) if judged else 1.0,
         "seconds": round(time.monotonic() - started),
+        "jobs": len(trees),
         "baseline_skipped": int(base_skips.group(1)) if base_skips else 0,
         "survivors": [m.place() for m in mutants if m.outcome == "survived"],
         "equivalents": [f"{m.place()}: {m.why}" for m in mutants if m.outcome == "equivalent"],
@@ -360,6 +416,30 @@ def markdown(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _record(out: Path, results: list[dict[str, Any]]) -> None:
+    """Merge this run's rows into out/cosmic-ray.json (a run of some modules replaces only their rows) and
+    render out/README.md from it."""
+    record = out / "cosmic-ray.json"
+    try:
+        before = input_files.read_json(record, input_files.MATRIX_REPORT) if record.exists() else {}
+    except input_files.InputFileError:
+        before = {}
+    rows = {r["module"]: r for r in (before.get("modules") or []) if isinstance(r, dict)}
+    rows.update({r["module"]: r for r in results})
+    order = [t.path for t in load()]
+    merged = sorted(rows.values(), key=lambda r: order.index(r["module"]) if r["module"] in order else 99)
+    atomic.write_json(record, {"tool": "cosmic-ray 8.7.0", "target": TARGET, "modules": merged})
+    atomic.write_text(out / "README.md", markdown(merged))
+
+
+def _jobs_arg(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 256:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a whole number from 1 to 256; give the cores to use"
+        )
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", help="comma-separated module paths (as modules.toml names them)")
@@ -370,6 +450,12 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=6 * 3600,
         help="per module: past it, the mutants not run are counted",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=_jobs_arg,
+        default=1,
+        help="copies of the tree that run each module's mutants side by side",
     )
     args = parser.parse_args(argv)
     try:
@@ -387,12 +473,13 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         targets = [t for t in targets if t.path in wanted]
-    tree = Path(tempfile.mkdtemp(prefix="apex-cosmic-ray-"))
+    trees = [Path(tempfile.mkdtemp(prefix="apex-cosmic-ray-")) for _ in range(args.jobs)]
     results = []
     try:
-        copy_tree(tree)
+        for tree in trees:
+            copy_tree(tree)
         for target in targets:
-            result = run_module(tree, target, args.budget_s)
+            result = run_module(trees, target, args.budget_s)
             results.append(result)
             print(
                 printable(
@@ -406,22 +493,13 @@ def main(argv: list[str] | None = None) -> int:
                 ),
                 flush=True,
             )
+            _record(args.out, results)  # after each module: a run stopped midway keeps what it measured
     finally:
-        if args.keep:
-            print(printable(f"tree kept at {tree}"))
-        else:
-            shutil.rmtree(tree, ignore_errors=True)
-    record = args.out / "cosmic-ray.json"
-    try:
-        before = input_files.read_json(record, input_files.MATRIX_REPORT) if record.exists() else {}
-    except input_files.InputFileError:
-        before = {}
-    rows = {r["module"]: r for r in (before.get("modules") or []) if isinstance(r, dict)}
-    rows.update({r["module"]: r for r in results})
-    order = [t.path for t in load()]
-    merged = sorted(rows.values(), key=lambda r: order.index(r["module"]) if r["module"] in order else 99)
-    atomic.write_json(record, {"tool": "cosmic-ray 8.7.0", "target": TARGET, "modules": merged})
-    atomic.write_text(args.out / "README.md", markdown(merged))
+        for tree in trees:
+            if args.keep:
+                print(printable(f"tree kept at {tree}"))
+            else:
+                shutil.rmtree(tree, ignore_errors=True)
     low = [r["module"] for r in results if "error" in r or r["killed_share"] < TARGET]
     for module in low:
         print(
