@@ -250,9 +250,13 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(tree, ignore_errors=True)
     total_s = time.monotonic() - started
     if not args.only:  # a partial run does not replace the committed result
-        atomic.write_text(args.out / "last-run.md", markdown(outcomes, baseline_s, total_s))
-        atomic.write_json(
-            args.out / "last-run.json",
+        # --out is the tool's folder: a link planted there is refused, never followed (atomic's owned-tree rule)
+        args.out.mkdir(parents=True, exist_ok=True)
+        md = markdown(outcomes, baseline_s, total_s)
+        atomic.write_text_in_tree(args.out, "last-run.md", md)
+        atomic.write_json_in_tree(
+            args.out,
+            "last-run.json",
             {
                 "mutations": [
                     {

@@ -420,8 +420,12 @@ def main(argv: list[str] | None = None) -> int:
     rows.update({r["module"]: r for r in results})
     order = [t.path for t in load()]
     merged = sorted(rows.values(), key=lambda r: order.index(r["module"]) if r["module"] in order else 99)
-    atomic.write_json(record, {"tool": "cosmic-ray 8.7.0", "target": TARGET, "modules": merged})
-    atomic.write_text(args.out / "README.md", markdown(merged))
+    # --out is the tool's folder: a link planted there is refused, never followed (atomic's owned-tree rule)
+    args.out.mkdir(parents=True, exist_ok=True)
+    atomic.write_json_in_tree(
+        args.out, record.name, {"tool": "cosmic-ray 8.7.0", "target": TARGET, "modules": merged}
+    )
+    atomic.write_text_in_tree(args.out, "README.md", markdown(merged))
     low = [r["module"] for r in results if "error" in r or r["killed_share"] < TARGET]
     for module in low:
         print(
