@@ -158,12 +158,12 @@ def run_tests(tree: Path, tests: tuple[str, ...]) -> tuple[bool, tuple[str, ...]
 def mutate(tree: Path, m: Mutation) -> MutationOutcome:
     target = tree / m.file
     original = input_files.read_shipped_text(target)
-    target.write_text(original.replace(m.find, m.replace, 1))
+    atomic.write_text(target, original.replace(m.find, m.replace, 1))
     started = time.monotonic()
     try:
         passed, failed = run_tests(tree, m.tests)
     finally:
-        target.write_text(original)
+        atomic.write_text(target, original)
     return MutationOutcome(
         m, "survived" if passed else "killed", round(time.monotonic() - started, 1), failed
     )
