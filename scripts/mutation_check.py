@@ -158,12 +158,12 @@ def run_tests(tree: Path, tests: tuple[str, ...]) -> tuple[bool, tuple[str, ...]
 def mutate(tree: Path, m: Mutation) -> MutationOutcome:
     target = tree / m.file
     original = input_files.read_shipped_text(target)
-    target.write_text(original.replace(m.find, m.replace, 1))
+    atomic.write_text(target, original.replace(m.find, m.replace, 1))
     started = time.monotonic()
     try:
         passed, failed = run_tests(tree, m.tests)
     finally:
-        target.write_text(original)
+        atomic.write_text(target, original)
     return MutationOutcome(
         m, "survived" if passed else "killed", round(time.monotonic() - started, 1), failed
     )
@@ -250,9 +250,13 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(tree, ignore_errors=True)
     total_s = time.monotonic() - started
     if not args.only:  # a partial run does not replace the committed result
-        atomic.write_text(args.out / "last-run.md", markdown(outcomes, baseline_s, total_s))
-        atomic.write_json(
-            args.out / "last-run.json",
+        # --out is the tool's folder: a link planted there is refused, never followed (atomic's owned-tree rule)
+        args.out.mkdir(parents=True, exist_ok=True)
+        md = markdown(outcomes, baseline_s, total_s)
+        atomic.write_text_in_tree(args.out, "last-run.md", md)
+        atomic.write_json_in_tree(
+            args.out,
+            "last-run.json",
             {
                 "mutations": [
                     {

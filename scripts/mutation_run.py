@@ -428,8 +428,12 @@ def _record(out: Path, results: list[dict[str, Any]]) -> None:
     rows.update({r["module"]: r for r in results})
     order = [t.path for t in load()]
     merged = sorted(rows.values(), key=lambda r: order.index(r["module"]) if r["module"] in order else 99)
-    atomic.write_json(record, {"tool": "cosmic-ray 8.7.0", "target": TARGET, "modules": merged})
-    atomic.write_text(out / "README.md", markdown(merged))
+    # --out is the tool's folder: a link planted there is refused, never followed (atomic's owned-tree rule)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic.write_json_in_tree(
+        out, record.name, {"tool": "cosmic-ray 8.7.0", "target": TARGET, "modules": merged}
+    )
+    atomic.write_text_in_tree(out, "README.md", markdown(merged))
 
 
 def _jobs_arg(text: str) -> int:

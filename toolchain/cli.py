@@ -70,7 +70,9 @@ def _os_error(err: OSError, args: argparse.Namespace | None = None) -> Toolchain
             "--out/--logs at another filesystem"
         )
     if isinstance(err, atomic.UnwritableTarget):  # its text already says what the path is and what to do
-        return UsageError(f"{path}: {err.strerror}")
+        # a link met inside a folder the tool owns (--out, --logs): the option that named the folder too
+        option = _option_of(path, args) if isinstance(err, atomic.LinkInOwnedTree) else None
+        return UsageError(f"{option}: {path}: {err.strerror}" if option else f"{path}: {err.strerror}")
     if path is None:  # no path to blame: a socket or device, not an input (requests' errors land here)
         return EnvironmentUnavailable(
             f"{err.strerror or err}; check the Docker daemon and the network, then retry"

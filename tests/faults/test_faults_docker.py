@@ -225,7 +225,7 @@ def test_buildkit_no_space_left_maps_to_exit_3(docker_client, tmp_path: Path) ->
     code = buildkit_build._run_build(
         [*docker_host.docker_client().build_prefix(), "--progress", "plain", "--no-cache", str(context)],
         dict(os.environ, DOCKER_BUILDKIT="1"),
-        log,
+        buildkit_build.OwnedLog.at(log),
         "plain",
     )
     assert code != 0

@@ -382,3 +382,168 @@ def test_a_matrix_run_refuses_a_link_in_its_out_folder(tmp_path: Path, planted: 
             unavailable={cell.name: "no base for it"},
         )
     assert (list(elsewhere.iterdir()) == []) if planted == "cells" else (elsewhere.read_text() == "keep")
+
+
+# --- the run's --logs, verify's folder in --out, the publish record: the same rule, from the command line ----
+
+CELL_ID = "apex-t1"  # the one cell of _tiny_matrix, by its tag
+
+
+def _tiny_matrix(tmp_path: Path) -> Path:
+    path = tmp_path / "matrix.toml"
+    path.write_text(
+        '[defaults]\npython = "3.11"\narchs = ["9.0"]\n[cells."cu12.4"]\ncuda = "12.4"\ntag = "apex-t1"\n'
+    )
+    return path
+
+
+def _no_daemon(*args: str):
+    from tests.support import run_build
+
+    # nothing here may need a daemon: the refusal comes first
+    return run_build(*args, env={"DOCKER_HOST": "unix:///nonexistent/docker.sock", "CONTAINER_HOST": ""})
+
+
+def _plant(tmp_path: Path, tree: Path, relpath: str, folder: bool) -> Path:
+    """A link at tree/relpath to a folder or a file outside the tree; returns what it points to."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir() if folder else elsewhere.write_text("keep")
+    (tree / relpath).parent.mkdir(parents=True, exist_ok=True)
+    (tree / relpath).symlink_to(elsewhere)
+    return elsewhere
+
+
+def _untouched(elsewhere: Path) -> bool:
+    return list(elsewhere.iterdir()) == [] if elsewhere.is_dir() else elsewhere.read_text() == "keep"
+
+
+def _one_line_refusal(done, option: str, where: Path, elsewhere: Path) -> None:
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (line,) = [x for x in done.stderr.splitlines() if "symbolic link" in x]
+    assert line == (
+        f"error: {option}: {where}: is a symbolic link (to {elsewhere}); the tool never writes through "
+        "a link inside a folder it owns: remove the link, or pass another folder"
+    ), line
+
+
+@pytest.mark.parametrize("command", ["image", "matrix"])
+@pytest.mark.parametrize(
+    ("relpath", "folder"),
+    [(CELL_ID, True), (f"{CELL_ID}/build.log", False), (f"{CELL_ID}/.lock", False)],
+)
+def test_a_run_refuses_a_link_in_its_logs_folder_before_any_build(
+    tmp_path: Path, command: str, relpath: str, folder: bool
+) -> None:
+    """`build.py image|matrix --logs LOGS`: a cell's folder, its build.log or its lock planted as a link is
+    refused before the engine is asked anything: one line naming it and --logs, exit 2, nothing written
+    outside and nothing made in --out."""
+    logs, out = tmp_path / "logs", tmp_path / "out"
+    elsewhere = _plant(tmp_path, logs, relpath, folder)
+    matrix = _tiny_matrix(tmp_path)
+    done = _no_daemon(
+        command, "--matrix", str(matrix), "--cell", "cu12.4", "--logs", str(logs), "--out", str(out)
+    )
+    _one_line_refusal(done, f"--logs {logs}", logs / relpath, elsewhere)
+    assert _untouched(elsewhere) and not out.exists()
+
+
+@pytest.mark.parametrize(("relpath", "folder"), [(CELL_ID, True), (f"{CELL_ID}/build.log", False)])
+def test_a_cell_never_opens_its_lock_or_log_through_a_link_planted_after_the_check(
+    tmp_path: Path, relpath: str, folder: bool
+) -> None:
+    """The run loop itself (a link planted after the command's check, while another cell built): the
+    cell's lock and its build.log are opened by the owned-tree rule, before the engine is asked anything."""
+    import io
+
+    from tests.support import matrix_cells
+    from toolchain.console import Console
+    from toolchain.runs import run_loop
+    from toolchain.runs.run_request import RunRequest
+
+    (cell,) = matrix_cells("12.4")
+    logs = tmp_path / "logs"
+    elsewhere = _plant(tmp_path, logs, relpath.replace(CELL_ID, cell.id), folder)
+    with pytest.raises(atomic.LinkInOwnedTree, match="symbolic link") as caught:
+        run_loop.run_matrix(
+            [cell],
+            RunRequest(out=tmp_path / "out", logs=logs),
+            Console(io.StringIO()),
+            matrix_path=tmp_path / "matrix.toml",
+        )
+    assert caught.value.filename == str(logs / relpath.replace(CELL_ID, cell.id))
+    assert _untouched(elsewhere)
+
+
+@pytest.mark.parametrize(
+    ("relpath", "folder"),
+    [
+        ("verify", True),
+        ("verify/apex-t1_1", True),
+        ("verify/apex-t1_1/verify.log", False),
+        ("verify/apex-t1_1/report.json", False),
+    ],
+)
+def test_build_py_verify_refuses_a_link_in_its_out_folder_before_the_engine(
+    tmp_path: Path, relpath: str, folder: bool
+) -> None:
+    """`build.py verify IMAGE --out OUT` writes OUT/verify/<image>/{verify.log, container-run.json,
+    report.json, report.md}: a link on the way there or at one of them is refused before any engine is asked
+    (and before a container runs): one line naming it and --out, exit 2, nothing written outside."""
+    out = tmp_path / "out"
+    elsewhere = _plant(tmp_path, out, relpath, folder)
+    done = _no_daemon("verify", "apex-t1:1", "--out", str(out))
+    _one_line_refusal(done, f"--out {out}", out / relpath, elsewhere)
+    assert _untouched(elsewhere)
+
+
+@pytest.mark.parametrize("name", ["report.json", "report.md"])
+def test_verifys_report_is_kept_in_out_by_the_rule_after_the_container_ran(tmp_path: Path, name: str) -> None:
+    """The files container_verify writes once the container stopped (only an engine reaches that): a link
+    planted at one while the container ran is refused, naming it, and its target kept; without the link
+    the report lands with its audit block."""
+    from tests.support import REPO
+    from toolchain.image import container_verify
+    from toolchain.image.container_engine import RunResult
+
+    out = tmp_path / "out"
+    owned = container_verify.OwnedOut.of(out / "cells" / "c1" / "verify", out)
+    report = (REPO / "tests" / "fixtures" / "evidence" / "verify-v2-static.json").read_bytes()
+    result = RunResult(status=0, log="ran\n", files={"report.json": report, "report.md": b"# report\n"})
+    audit: dict[str, object] = {
+        "image": "apex-t1:1",
+        "image_id": "sha256:" + "c" * 64,
+        "digest": None,
+        "repo_digests": [],
+        "engine": "docker",
+        "verify_from": "image",
+        "zipapp_sha256": None,
+        "audited_at": "2026-12-03T00:00:00Z",
+    }
+    elsewhere = _plant(tmp_path, owned.out_dir, name, folder=False)
+    with pytest.raises(atomic.LinkInOwnedTree, match="symbolic link") as caught:
+        container_verify._keep_report(result, owned, audit)
+    assert caught.value.filename == str(owned.out_dir / name) and _untouched(elsewhere)
+    (owned.out_dir / name).unlink()
+    code, path = container_verify._keep_report(result, owned, audit)
+    assert code == 0 and path == owned.out_dir / "report.json"
+    assert json.loads(path.read_text())["audit"]["image"] == "apex-t1:1"
+    assert (owned.out_dir / "report.md").read_text().startswith("> Audited image `apex-t1:1`")
+
+
+@pytest.mark.parametrize(("relpath", "folder"), [("cells", True), (f"cells/{CELL_ID}/published.json", False)])
+def test_publish_refuses_a_link_where_its_record_goes_in_out(
+    tmp_path: Path, relpath: str, folder: bool
+) -> None:
+    """`build.py publish --bake-metadata` records OUT/cells/<cell>/published.json: a link at the record or
+    on the way to it is refused, one line naming it and --out, exit 2; the link's target kept."""
+    out = tmp_path / "out"
+    elsewhere = _plant(tmp_path, out, relpath, folder)
+    metadata = tmp_path / "bake-metadata.json"
+    metadata.write_text(json.dumps({"cu12_4": {"containerimage.digest": "sha256:" + "a" * 64}}))
+    matrix = _tiny_matrix(tmp_path)
+    done = _no_daemon(
+        "publish", "--matrix", str(matrix), "--cell", "cu12.4", "--registry", "ghcr.io/acme/apex",
+        "--bake-metadata", str(metadata), "--out", str(out),
+    )  # fmt: skip
+    _one_line_refusal(done, f"--out {out}", out / relpath, elsewhere)
+    assert _untouched(elsewhere)

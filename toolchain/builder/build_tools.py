@@ -22,6 +22,7 @@ from toolchain.builder.build_inputs import BuildInputs
 from toolchain.builder.request import BuildRequest
 from toolchain.errors import EnvironmentUnavailable, UsageError
 from verify.domain.arch import Arch
+from verify.runtime import atomic
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +110,7 @@ def nvcc_compiles(nvcc: Path, env: dict[str, str]) -> None:
 
     with tempfile.TemporaryDirectory(prefix="apex-nvcc-probe.") as work:
         source, obj = Path(work) / "probe.cu", Path(work) / "probe.o"
-        source.write_text("__global__ void apex_toolchain_probe() {}\n")
+        atomic.write_text(source, "__global__ void apex_toolchain_probe() {}\n")
         try:
             done = subprocess.run(
                 [str(nvcc), "-c", str(source), "-o", str(obj)],

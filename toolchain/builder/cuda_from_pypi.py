@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from toolchain.errors import BuildFailed, EnvironmentUnavailable, UsageError
-from verify.runtime import input_files
+from verify.runtime import atomic, input_files
 
 # toolchain/data/, also from a stage folder below toolchain/ (the module may move there)
 FACTS_PATH = next(
@@ -244,7 +244,7 @@ def _install(root: Path, requirements: list[str], say) -> None:
                 "reach a package index that has NVIDIA's CUDA wheels (PIP_INDEX_URL) or install the CUDA toolkit and set CUDA_HOME",
             )
         shutil.rmtree(staging / "tmp", ignore_errors=True)
-        (staging / RECORD_NAME).write_text(json.dumps({"requirements": requirements}, indent=1) + "\n")
+        atomic.write_text(staging / RECORD_NAME, json.dumps({"requirements": requirements}, indent=1) + "\n")
         if root.exists():
             shutil.rmtree(root)  # a half-made prefix (no record) from an interrupted run
         os.replace(staging, root)

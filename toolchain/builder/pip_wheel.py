@@ -37,7 +37,7 @@ def run_logged(
     start = time.monotonic()
     # the log lies in --out, a folder the builder owns: appended to without following a link there
     log_fd = atomic.open_append_in_tree(log_path.parent, log_path.name)
-    with open(log_fd, "a", encoding="utf-8") as log:
+    with os.fdopen(log_fd, "a", encoding="utf-8") as log:
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
         proc = subprocess.Popen(

@@ -152,12 +152,13 @@ def write(plan: Schedule, path: Path, user_threads: bool = False) -> None:
     def entry(threads: int, nice: int) -> dict:
         return {"threads": None if user_threads else threads, "nice": nice}
 
-    path.write_text(
+    atomic.write_text(
+        path,
         json.dumps(
             {"default": entry(*plan.default), "units": {k: entry(*v) for k, v in plan.units.items()}},
             indent=1,
         )
-        + "\n"
+        + "\n",
     )
 
 

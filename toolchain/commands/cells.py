@@ -234,6 +234,7 @@ def cmd_image(args: argparse.Namespace, console: Console) -> int:
     cell = resolve_cells(args, all_when_empty=False)[0]
     request = RunRequest.from_args(args)
     run_loop.check_inputs(request)
+    run_loop.check_logs(request, [cell])
     if request.apex_index and request.apex_src:
         raise UsageError(
             "build.py image: --apex-index takes a built wheel, --apex-src compiles one; pass one"
@@ -279,6 +280,7 @@ def cmd_matrix(args: argparse.Namespace, console: Console) -> int:
     cells = selected(args)  # every cell of the matrix is validated before any build
     request = RunRequest.from_args(args)
     run_loop.check_inputs(request)
+    run_loop.check_logs(request, cells)
     unavailable: dict[str, str] = {}
     cells = route(cells, request, args, console, unavailable=unavailable)
     cells = for_target(cells, request)

@@ -39,12 +39,18 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
     if not args.image:  # the tag `build.py image` with the same options made (NVIDIA's or the local route's)
         args.image = built_cell(resolve_cells(args, all_when_empty=False)[0], args.base, args, console).id
     container_verify = load_part("image.container_verify")
+    out_dir = args.out / "verify" / _safe_name(args.image)
+    container_verify.OwnedOut.of(out_dir, args.out).check()  # a link planted in --out: before the engine
     require_engine(args.engine)
 
-    out_dir = args.out / "verify" / _safe_name(args.image)
     with console.group(f"verify {args.image}"):
         code, report_path = container_verify.verify_image(
-            args.image, out_dir=out_dir, gpu=args.gpu, verify_from=args.verify_from, engine=args.engine
+            args.image,
+            out_dir=out_dir,
+            gpu=args.gpu,
+            verify_from=args.verify_from,
+            engine=args.engine,
+            out_root=args.out,
         )
     word, kind = ("PASS", "ok") if code == exit_codes.OK else ("FAIL", "fail")
     console.status(word, kind, f"{args.image}: verify exit {code}; report {report_path}")
@@ -108,11 +114,11 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
             off=args.no_signature_check,
             repository=registry_pull.split_ref(ref)[0],
         )
-    load_part("image.container_verify")
+    out_dir = args.out / "cells" / cell.id / "verify"
+    load_part("image.container_verify").OwnedOut.of(out_dir, args.out).check()  # before the engine
     require_engine(args.engine)
     if not args.no_pull:
         ref, digest, signed = _signature_first(ref, digest, policy, console)
-    out_dir = args.out / "cells" / cell.id / "verify"
     started = now()
     expected_id = (record or {}).get("image_id") if record and digest == record.get("digest") else None
     with console.group(f"{'verify' if args.no_pull else 'pull and verify'} {ref}"):
@@ -123,6 +129,7 @@ def cmd_pull(args: argparse.Namespace, console: Console) -> int:
             pull_first=not args.no_pull,
             engine=args.engine,
             expected_image_id=expected_id,
+            out_root=args.out,
         )
     # recorded like a matrix cell, so `build.py report` shows what this node verified
     status = CellStatus.VERIFIED if code == exit_codes.OK else CellStatus.VERIFY_FAILED
@@ -248,6 +255,7 @@ def cmd_ccache(args: argparse.Namespace, console: Console) -> int:
             log_path=log_path,
             extra_ca=args.extra_ca,
             progress=args.progress,
+            log_root=args.logs,
         )
     carried = result.ccache_carried or {}
     seen = carried.get("after" if args.direction == "export" else "before") or {}

@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from toolchain.builder.build_inputs import check_apex_source
 from toolchain.errors import EnvironmentUnavailable, UsageError
@@ -27,7 +27,7 @@ from toolchain.image.docker_host import DockerClient, client_or_default, docker_
 from toolchain.spec import image_labels, targets
 from toolchain.spec.compat import DEFAULT_PLATFORM
 from toolchain.timestamps import now
-from verify.runtime import input_files, workflow_commands
+from verify.runtime import atomic, input_files, workflow_commands
 
 if TYPE_CHECKING:
     from toolchain.spec.cell import Cell
@@ -51,6 +51,36 @@ TARGETS = (
     "apex-src",
 )
 CARRY_TARGETS = (ccache_carry.IMPORT_TARGET, ccache_carry.EXPORT_TARGET)  # no image: files to --output
+
+
+@dataclasses.dataclass(frozen=True)
+class OwnedLog:
+    """A build log in the --logs folder, which the tool owns: no link below `root` is followed (a cell's
+    folder or its log planted as a link is refused, naming it, exit 2); `root` is the user's to name."""
+
+    root: Path
+    relpath: str  # "<cell id>/build.log"
+
+    @classmethod
+    def at(cls, path: Path | str, root: Path | str | None = None) -> OwnedLog:
+        """The log at `path`, owned below `root` (default: the log's own folder)."""
+        path = Path(path)
+        base = Path(root) if root is not None else path.parent
+        return cls(base, path.relative_to(base).as_posix())
+
+    @property
+    def path(self) -> Path:
+        return self.root / self.relpath
+
+    def start(self) -> None:
+        """An empty log: the run's lines only, never the last run's."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        atomic.write_in_tree(self.root, self.relpath, b"")
+
+    def append(self) -> TextIO:
+        """The log opened for appending, line-buffered (what `tail -f` and a killed run leave behind)."""
+        fd = atomic.open_append_in_tree(self.root, self.relpath)
+        return os.fdopen(fd, "a", encoding="utf-8", errors="backslashreplace", buffering=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -245,9 +275,9 @@ def _source_revision() -> str:
         return ""
 
 
-def _run_build(command: list[str], env: dict[str, str], log_path: Path, show: str) -> int:
+def _run_build(command: list[str], env: dict[str, str], owned: OwnedLog, show: str) -> int:
     # line-buffered: the log is what `tail -f` and a killed run leave behind, so each line lands at once
-    with open(log_path, "a", encoding="utf-8", buffering=1) as log:
+    with owned.append() as log:
         log.write("$ " + " ".join(command) + "\n")
         log.flush()
         proc = subprocess.Popen(
@@ -282,17 +312,17 @@ def _run_build(command: list[str], env: dict[str, str], log_path: Path, show: st
             raise
 
 
-def _daemon_still_there(cell: Cell, log_path: Path) -> None:
+def _daemon_still_there(cell: Cell, owned: OwnedLog) -> None:
     """A daemon that dies mid-build leaves only a transport error ("EOF", "transport is closing") in the
     log, which would pass for a broken cell: ask the daemon, and make its absence exit 3."""
     try:
         ping(timeout=5)
     except EnvironmentUnavailable as error:
-        with open(log_path, "a", encoding="utf-8") as log:
+        with owned.append() as log:
             log.write(f"[engine] after the failed build: {error}\n")
         raise EnvironmentUnavailable(
             f"building {cell.id}: the Docker daemon stopped answering during the "
-            f"build ({error}); see {log_path}"
+            f"build ({error}); see {owned.path}"
         ) from None
 
 
@@ -310,21 +340,23 @@ def build_image(
     ccache_dir: Path | None = None,
     ccache_mount: str | None = None,
     apex_index: str | None = None,
+    log_root: Path | str | None = None,
 ) -> BuildResult:
     """Build one cell's image (tag == cell.id). A broken cell returns ok=False with the failing stage
     and the log's last lines; a missing environment (daemon, disk, registry) raises
     EnvironmentUnavailable, after `retries` more tries where a retry can help. With `ccache_dir` the
     compiler cache is imported from it before and exported to it after a successful build (ccache_carry.py).
-    With `apex_index` the cell's verified wheel comes from that index instead of a compile (apex_index.py)."""
+    With `apex_index` the cell's verified wheel comes from that index instead of a compile (apex_index.py).
+    `log_root`: the --logs folder the log lies in (no link below it followed); default the log's folder."""
     show = _progress(progress)
     if extra_ca is not None and not Path(extra_ca).is_file():
         raise UsageError(
             f"--extra-ca {extra_ca}: no such file; pass a PEM file with the proxy's CA certificate"
         )
+    owned = OwnedLog.at(log_path, log_root)
+    owned.start()  # a link where the log goes is refused before the engine is asked anything
+    log_path = owned.path
     client = docker_client()
-    log_path = Path(log_path)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_text("")
     args = cell.build_args()
     provenance = {
         "BUILD_DATE": now(),
@@ -373,18 +405,18 @@ def build_image(
                 all_args,
                 client,
                 env,
-                log_path,
+                owned,
                 show,
                 extra_ca,
             )
         for attempt in range(retries + 1 if code == 0 else 0):
-            code = _run_build(command, env, log_path, show)
+            code = _run_build(command, env, owned, show)
             if code == 0:
                 break
             lines = input_files.read_log_tail(log_path)  # the classifier reads the tail only
             fault = environment_fault("\n".join(lines[-200:]))
             if fault is None:
-                _daemon_still_there(cell, log_path)
+                _daemon_still_there(cell, owned)
                 break
             message, retry = fault
             if not retry or attempt == retries:
@@ -400,7 +432,7 @@ def build_image(
                 all_args,
                 client,
                 env,
-                log_path,
+                owned,
                 show,
                 extra_ca,
             )
@@ -430,7 +462,7 @@ def _carry(
     args: dict[str, str],
     client: DockerClient,
     env: dict[str, str],
-    log_path: Path,
+    owned: OwnedLog,
     show: str,
     extra_ca: Path | str | None,
 ) -> int:
@@ -450,7 +482,7 @@ def _carry(
         dest,
     )
     try:
-        code = _run_build(command, env, log_path, show)
+        code = _run_build(command, env, owned, show)
         if code == 0 and target == ccache_carry.EXPORT_TARGET:
             ccache_dir.parent.mkdir(parents=True, exist_ok=True)
             ccache_carry.swap_in(dest, ccache_dir)
@@ -469,16 +501,18 @@ def carry_ccache(
     log_path: Path | str,
     extra_ca: Path | str | None = None,
     progress: str = "auto",
+    log_root: Path | str | None = None,
 ) -> BuildResult:
     """`build.py ccache import|export` for CI, where bake builds the image between the two: the same carry
-    builds build_image runs around its own build, in the default builder (bake's, under setup-buildx)."""
+    builds build_image runs around its own build, in the default builder (bake's, under setup-buildx).
+    `log_root`: as build_image's."""
     show = _progress(progress)
     target = {"import": ccache_carry.IMPORT_TARGET, "export": ccache_carry.EXPORT_TARGET}[direction]
     ccache_dir = ccache_carry.check_dir(ccache_dir)
+    owned = OwnedLog.at(log_path, log_root)
+    owned.start()
+    log_path = owned.path
     client = docker_client()
-    log_path = Path(log_path)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_text("")
     args = ccache_carry.carry_args(mount)
     start = time.monotonic()
     before = ccache_carry.count(ccache_dir).to_json()
@@ -492,7 +526,7 @@ def carry_ccache(
             args,
             client,
             dict(os.environ, DOCKER_BUILDKIT="1"),
-            log_path,
+            owned,
             show,
             extra_ca,
         )

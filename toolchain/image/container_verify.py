@@ -7,10 +7,13 @@ Python and torch (`--verify-from zipapp|image` overrides). An engine without a G
 run `verify --static` instead (or exit 3 when a GPU is required). The report is written inside the
 container's /tmp and copied out once it stops, so the image's non-root user needs no host mount. The
 report gets an `audit` block naming the image (ref, image id, repo digest), the engine and which verify ran.
+Its files land in a folder below --out, which the tool owns: no link below --out is followed (atomic's
+owned-tree rule), checked before the container starts and again at each write.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import tempfile
 from collections.abc import Callable
@@ -22,14 +25,14 @@ from toolchain.image.container_engine import DockerEngine, NoGpuRuntime, PodmanE
 from toolchain.spec.image_labels import CELL as OWN_IMAGE_LABEL  # images built here ship verify in their venv
 from toolchain.timestamps import now
 from verify.report import reader as verify_report
-from verify.runtime import exit_codes, input_files
-from verify.runtime.atomic import write_bytes, write_json, write_text
+from verify.runtime import atomic, exit_codes, input_files
 from verify.runtime.messages import printable
 
 REPORT_DIR = "/tmp/verify-report"  # inside the container: writable by any user
 ZIPAPP_PATH = "/tmp/apex-verify/verify.pyz"
 GPU_MODES = ("auto", "require", "none")
 VERIFY_FROM = ("auto", "image", "zipapp")
+OUT_FILES = ("verify.log", "container-run.json", "report.json", "report.md")  # what lands in out_dir
 # The image's own interpreter: python3 first (Debian-style images have only that), then python.
 _RUN_ZIPAPP = (
     'for py in python3 python; do if command -v "$py" >/dev/null 2>&1; then exec "$py" '
@@ -38,6 +41,40 @@ _RUN_ZIPAPP = (
     'echo "verify: this image has no python3 or python on PATH; verify needs the image\'s Python and torch" >&2; '
     "exit 3"
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class OwnedOut:
+    """The folder verify's files land in (out_dir), below the --out folder the tool owns (root)."""
+
+    root: Path
+    out_dir: Path
+
+    @classmethod
+    def of(cls, out_dir: Path | str, root: Path | str | None) -> OwnedOut:
+        base = Path(root) if root is not None else Path(out_dir)
+        Path(out_dir).relative_to(base)  # ValueError for an out_dir outside it: a caller's bug
+        return cls(base, Path(out_dir))
+
+    def check(self) -> None:
+        """LinkInOwnedTree for a link or special file on the way down to out_dir or at a name written there;
+        nothing is made (a run refused later leaves no folder)."""
+        where = self.root
+        for part in self.out_dir.relative_to(self.root).parts:
+            atomic.refuse_links_in_tree(where, only=(part,))
+            where = where / part
+        atomic.refuse_links_in_tree(where, only=OUT_FILES)
+
+    def write(self, name: str, data: bytes | str | dict) -> None:
+        """bytes as they are, a text as write_text, a dict as write_json would write them."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        relpath = (self.out_dir / name).relative_to(self.root).as_posix()
+        if isinstance(data, dict):
+            atomic.write_json_in_tree(self.root, relpath, data)
+        elif isinstance(data, str):
+            atomic.write_text_in_tree(self.root, relpath, data)
+        else:
+            atomic.write_in_tree(self.root, relpath, data)
 
 
 def _note(message: str) -> None:
@@ -110,11 +147,15 @@ def verify_image(
     timeout_s: float = 3600,
     verify_from: str = "auto",
     engine: str | DockerEngine | PodmanEngine | None = None,
+    out_root: Path | str | None = None,
 ) -> tuple[int, Path]:
     """Verify `tag` in a container. gpu: "auto" (GPUs if the engine has a GPU runtime, else --static),
-    "require" (exit 3 without it), "none" (--static). Returns (exit code, report path)."""
+    "require" (exit 3 without it), "none" (--static). `out_root`: the folder the tool owns that out_dir lies
+    in (--out; default out_dir itself), below which no link is followed. Returns (exit code, report path)."""
     if gpu not in GPU_MODES:
         raise UsageError(f"--gpu {gpu!r}: use one of {', '.join(GPU_MODES)}")
+    owned = OwnedOut.of(out_dir, out_root)
+    owned.check()  # a link planted there costs no container run
     runtime = engine if isinstance(engine, (DockerEngine, PodmanEngine)) else container_engine.get(engine)
     info = runtime.image(tag)
     source = _resolve_verify_from(verify_from, info.labels)
@@ -141,7 +182,7 @@ def verify_image(
         )
 
     result = _run_with_gpu_or_static(go, gpu, runtime.name, run)
-    write_text(out_dir / "verify.log", result.log)
+    owned.write("verify.log", result.log)
     if result.timed_out:
         raise EnvironmentUnavailable(
             f"verify in {tag} did not finish within {timeout_s:.0f} s; its output is in "
@@ -151,7 +192,7 @@ def verify_image(
     run["exit_code"] = status
     audit = _audit_block(info, runtime, source, app)
     run["audit"] = audit
-    write_json(out_dir / "container-run.json", run)
+    owned.write("container-run.json", run)
     if "report.json" not in result.files:
         _note(f"verify wrote no report (exit {status}); its output is in {out_dir / 'verify.log'}")
         return (
@@ -159,7 +200,7 @@ def verify_image(
             if status in (exit_codes.FAILED, exit_codes.USAGE, exit_codes.ENVIRONMENT)
             else exit_codes.FAILED
         ), out_dir / "verify.log"
-    return _keep_report(result, out_dir, audit)
+    return _keep_report(result, owned, audit)
 
 
 def _zipapp_files(source: str) -> tuple[dict[str, bytes], verify_zipapp.Zipapp | None]:
@@ -201,23 +242,21 @@ def _run_with_gpu_or_static(
         return go(True, False, False)
 
 
-def _keep_report(result: container_engine.RunResult, out_dir: Path, audit: dict) -> tuple[int, Path]:
+def _keep_report(result: container_engine.RunResult, owned: OwnedOut, audit: dict) -> tuple[int, Path]:
     """Write verify's report (and its Markdown) with the audit block; the exit code the host reports."""
     status = result.status
-    report_path = out_dir / "report.json"
+    report_path = owned.out_dir / "report.json"
     raw = result.files["report.json"]
     try:
         report = verify_report.read_bytes(raw, report_path)
     except input_files.InputFileError as error:
-        write_bytes(report_path, raw)  # kept as verify wrote it, for whoever reads it next
+        owned.write("report.json", raw)  # kept as verify wrote it, for whoever reads it next
         _note(f"verify's report {error}")
         return exit_codes.FAILED, report_path
     # which image this report is about: only the host knows its digest; written once, with it
-    write_json(report_path, report.with_block("audit", audit).to_json())
+    owned.write("report.json", report.with_block("audit", audit).to_json())
     if "report.md" in result.files:
-        write_text(
-            out_dir / "report.md",
-            _audit_markdown(audit) + result.files["report.md"].decode("utf-8", "replace"),
-        )
+        markdown = _audit_markdown(audit) + result.files["report.md"].decode("utf-8", "replace")
+        owned.write("report.md", markdown)
     # the tool's own codes are 0-3; anything else (a crash, OOM kill: 137) is a failure, never passed through
     return (status if status in exit_codes.MEANINGS else exit_codes.FAILED), report_path

@@ -90,8 +90,15 @@ def _record(
         "platform": platform,
         "platform_digest": digest,
     }
-    atomic.write_json(record_path(out, cell_id), record)
+    write_record(out, cell_id, record)
     return record
+
+
+def write_record(out: Path, cell_id: str, record: dict) -> None:
+    """OUT/cells/<cell id>/published.json by the owned-tree rule: --out is the tool's folder, so a link
+    planted there (the record, the cell's folder, cells/) is refused, naming it, never followed."""
+    out.mkdir(parents=True, exist_ok=True)
+    atomic.write_json_in_tree(out, f"cells/{cell_id}/{RECORD_NAME}", record)
 
 
 def publish_indexes(cells: list, repository: str, *, out: Path) -> tuple[list[dict], list[str]]:
@@ -142,7 +149,7 @@ def publish_indexes(cells: list, repository: str, *, out: Path) -> tuple[list[di
                 tag=tag,
                 index={"tag": tag, "digest": index.digest, "platforms": index.platforms, "made_at": now()},
             )
-            atomic.write_json(record_path(out, cell.id), record)
+            write_record(out, cell.id, record)
         made.append(
             {"tag": tag, "ref": index.ref, "platforms": index.platforms, "cells": [c.id for c in members]}
         )

@@ -48,10 +48,11 @@ def pull_and_verify(
     pull_first: bool = True,
     engine: str | None = None,
     expected_image_id: str | None = None,
+    out_root: Path | None = None,
 ) -> tuple[int, Path, str | None]:
     """(verify exit code, report path, image id or None when the local image was used). A ref by digest
     is checked after the pull: the engine must list it among the image's repo digests, and the image id
-    must be the published one (when known)."""
+    must be the published one (when known). `out_root`: verify_image's."""
     runtime = container_engine.get(engine)
     image_id = None
     if pull_first:
@@ -64,7 +65,9 @@ def pull_and_verify(
             raise
         image_id = info.id
         check_pulled(ref, info, expected_image_id)
-    code, report_path = container_verify.verify_image(ref, out_dir=out_dir, gpu=gpu, engine=runtime)
+    code, report_path = container_verify.verify_image(
+        ref, out_dir=out_dir, gpu=gpu, engine=runtime, out_root=out_root
+    )
     return code, Path(report_path), image_id
 
 

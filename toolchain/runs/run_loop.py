@@ -2,13 +2,15 @@
 
 Each cell gets logs/<cell id>/build.log and out/cells/<cell id>/result.json; out/matrix-report.json
 (run_overview.py) is updated after every cell, and Ctrl-C still leaves it saying which cells were
-interrupted or never ran.
+interrupted or never ran. --logs and --out are folders the tool owns: every file there (a cell's lock and
+log included) is opened by atomic's owned-tree rule, so a link planted in them is refused, never followed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import re
 import time
 import traceback
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.console import Console
-from toolchain.errors import EnvironmentUnavailable, ToolchainError
+from toolchain.errors import EnvironmentUnavailable, ToolchainError, UsageError
 from toolchain.runs.cell_result import BuildRecord, CellFields, CellResult, CellStatus, VerifyRecord
 from toolchain.runs.run_overview import MatrixReport
 from toolchain.runs.run_request import RunRequest
@@ -29,6 +31,7 @@ from verify.runtime import atomic, exit_codes, input_files
 from verify.runtime.messages import printable
 
 LOG_TAIL_LINES = 40
+LOG_NAME = "build.log"  # LOGS/<cell id>/build.log
 
 
 def result_path(out: Path, cell_id: str) -> Path:
@@ -39,10 +42,12 @@ def result_path(out: Path, cell_id: str) -> Path:
 
 
 @contextlib.contextmanager
-def _cell_lock(log_dir: Path) -> Iterator[bool]:
-    """True when this run holds the cell; False when another run is building it right now."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    with open(log_dir / ".lock", "a") as lock:
+def _cell_lock(logs: Path, cell_id: str) -> Iterator[bool]:
+    """True when this run holds the cell; False when another run is building it right now. The lock is
+    LOGS/<cell id>/.lock, opened by the owned-tree rule: a link at the cell's folder or the lock is refused."""
+    logs.mkdir(parents=True, exist_ok=True)
+    lock = atomic.open_append_in_tree(logs, f"{cell_id}/.lock")
+    try:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -52,6 +57,20 @@ def _cell_lock(log_dir: Path) -> Iterator[bool]:
             yield True
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+    finally:
+        os.close(lock)
+
+
+def check_logs(request: RunRequest, cells: list[Cell]) -> None:
+    """Before any build: a link or special file where a cell's log goes in --logs (the cell's folder, its
+    build.log, its lock) is refused, naming it (exit 2); each write checks again at its own time."""
+    try:
+        atomic.refuse_links_in_tree(request.logs, only=tuple(cell.id for cell in cells))
+        for cell in cells:
+            if (request.logs / cell.id).is_dir():  # not a link: checked just above
+                atomic.refuse_links_in_tree(request.logs / cell.id, only=(LOG_NAME, ".lock"))
+    except atomic.LinkInOwnedTree as error:
+        raise UsageError(f"--logs {request.logs}: {error.filename}: {error.strerror}") from None
 
 
 def _tail(lines: Any) -> list[str]:
@@ -82,7 +101,7 @@ def run_cell(
 ) -> CellResult:
     """Build one cell, verify it if asked; never raises for a cell's own failure (Ctrl-C excepted)."""
     log_dir = request.logs / cell.id
-    log_path = log_dir / "build.log"
+    log_path = log_dir / LOG_NAME
     result = CellResult(
         id=cell.id,
         name=cell.name,
@@ -91,7 +110,7 @@ def run_cell(
         status=CellStatus.BUILDING,
         started_at=now(),
     )
-    with _cell_lock(log_dir) as held:
+    with _cell_lock(request.logs, cell.id) as held:
         if not held:
             result = result.replace(
                 status=CellStatus.SKIPPED,
@@ -144,6 +163,7 @@ def _build(cell: Cell, request: RunRequest, console: Console, log_path: Path) ->
                 ccache_dir=request.ccache_dir,
                 ccache_mount=request.ccache_mount,
                 apex_index=request.apex_index,
+                log_root=request.logs,
             )
             tail = _tail(outcome.log_tail)
             build = build.replace(
@@ -162,10 +182,12 @@ def _build(cell: Cell, request: RunRequest, console: Console, log_path: Path) ->
             )
         except ToolchainError as err:
             build = build.replace(error=str(err), exit_code=err.exit_code)
+        except atomic.LinkInOwnedTree:  # a link planted in --logs: the whole run's bad input (exit 2)
+            raise
         except Exception as err:  # a bug in one cell's build must not lose the other cells
             build = build.replace(status=CellStatus.ERROR, error=f"{type(err).__name__}: {err}")
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(log_path, "a") as log:
+            relpath = log_path.relative_to(request.logs).as_posix()
+            with os.fdopen(atomic.open_append_in_tree(request.logs, relpath), "a", encoding="utf-8") as log:
                 log.write(traceback.format_exc())
     if build.duration_s is None:
         build = build.replace(duration_s=round(time.monotonic() - start, 1))
@@ -187,7 +209,9 @@ def _verify(tag: str, request: RunRequest, console: Console, mode: str, cell: Ce
     with console.group(f"verify {cell.name}: {tag}"):
         try:
             # the image was just built by Docker: verify it there, whatever APEX_CONTAINER_ENGINE says
-            code, report_path = container_verify.verify_image(tag, out_dir=out_dir, gpu=mode, engine="docker")
+            code, report_path = container_verify.verify_image(
+                tag, out_dir=out_dir, gpu=mode, engine="docker", out_root=request.out
+            )
             verify = with_report(verify.replace(exit_code=code), report_path)
         except ToolchainError as err:
             code = err.exit_code
@@ -395,7 +419,7 @@ def run_matrix(
 
 def _interrupted(cell: Cell, request: RunRequest, run_id: str) -> CellResult:
     """The cell in progress at Ctrl-C, with what its log had so far (the build was stopped)."""
-    log_path = request.logs / cell.id / "build.log"
+    log_path = request.logs / cell.id / LOG_NAME
     try:
         lines = input_files.read_log_tail(log_path)  # what the log had so far: its tail
     except input_files.InputFileError:
@@ -439,4 +463,4 @@ def _exit_code(results: list[CellResult]) -> int:
     return exit_codes.OK
 
 
-__all__ = ["build_one", "check_inputs", "result_path", "run_cell", "run_matrix", "save_result"]
+__all__ = ["build_one", "check_inputs", "check_logs", "result_path", "run_cell", "run_matrix", "save_result"]

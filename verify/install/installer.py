@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from verify.install.problem import InstallProblem
-from verify.runtime import child_processes
+from verify.runtime import atomic, child_processes
 
 PROJECT = "apex"
 
@@ -78,7 +78,7 @@ def run(install: InstallPlan) -> int:
     """Run the installer, its output passed through; its exit code."""
     with tempfile.TemporaryDirectory(prefix="apex-verify-install.") as work:
         constraints = Path(work) / "torch-pin.txt"
-        constraints.write_text(install.torch_pin + "\n", encoding="utf-8")
+        atomic.write_text(constraints, install.torch_pin + "\n")
         sys.stdout.flush()
         sys.stderr.flush()
         proc = child_processes.start([*install.argv, "--constraint", str(constraints)])

@@ -16,8 +16,9 @@ That table is for a path the user names. Inside a tree the tool owns (the index 
 `write_in_tree(root, relpath, data)` never follows a link: every folder on the way and the file itself are
 opened relative to the one before with O_NOFOLLOW, so a link planted there (`stacks.json -> ../../x`, a
 `files/` link that a gh-pages checkout carries) is refused with one line naming it (`LinkInOwnedTree`, exit 2),
-and the write is a temp file renamed over the name in that same folder. `open_append_in_tree` (a build log)
-and `move_in_tree` (a file made in a private temp folder, e.g. the wheel pip built) keep the same rule.
+and the write is a temp file renamed over the name in that same folder. `open_append_in_tree` (a build log,
+a cell's lock in --logs) and `move_in_tree` (a file made in a private temp folder, e.g. the wheel pip built)
+keep the same rule; `write_text_in_tree`/`write_json_in_tree` write text and JSON as write_text/write_json do.
 
 Every JSON the project writes (files and stdout) goes through `json_dumps`: a non-finite float (inf,
 -inf, nan) becomes null, since JSON has no such numbers (Python's json would write bare `Infinity`/`NaN`,
@@ -69,6 +70,16 @@ def write_in_tree(root: str | os.PathLike, relpath: str, data: bytes, *, mode: i
     False, when the file already holds exactly `data` (a page that did not change keeps its time)."""
     with TreeBatch(root) as batch:
         return batch.add(relpath, data, mode=mode)
+
+
+def write_text_in_tree(root: str | os.PathLike, relpath: str, text: str) -> bool:
+    """write_in_tree of a text (lone surrogates shown as \\udcff, as write_text does)."""
+    return write_in_tree(root, relpath, text.encode("utf-8", "backslashreplace"))
+
+
+def write_json_in_tree(root: str | os.PathLike, relpath: str, data: Any) -> bool:
+    """write_in_tree of `data` as JSON, as write_json writes it (json_dumps, indent 2, a final newline)."""
+    return write_text_in_tree(root, relpath, json_dumps(data, indent=2) + "\n")
 
 
 class TreeBatch:

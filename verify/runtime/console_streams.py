@@ -105,7 +105,7 @@ def _stream(current: TextIO | None, fd: int) -> TextIO:
     if current is not None:
         return current
     # the interpreter found the descriptor closed at startup and set sys.stdout/err to None
-    return open(fd, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+    return os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
 
 
 @contextlib.contextmanager
