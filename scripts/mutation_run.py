@@ -181,7 +181,8 @@ def _env(tree: Path) -> dict[str, str]:
     every mutant of a module whose tests build one (tests/unit/test_rules_index.py reads APEX_TEST_WHEEL_CACHE)."""
     return {
         **os.environ,
-        "PYTHONPATH": str(tree),
+        # the tree first; what the caller's path adds (packages installed with --target) stays behind it
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH", "")])),
         "APEX_TEST_WHEEL_CACHE": str(tree / ".cosmic-ray" / "wheel"),
         # the Apex source archives: tests/support.py looks beside the checkout, which the copy is not
         "APEX_TEST_FIXTURES": os.environ.get("APEX_TEST_FIXTURES", str(REPO.parent / "shared" / "fixtures")),
@@ -322,7 +323,7 @@ def run_module(trees: list[Path], target: Target, budget_s: float = 6 * 3600) ->
         env=_env(tree),
     )
     if base.returncode != 0:
-        tail = (base.stdout.strip().splitlines() or ["no output"])[-1]
+        tail = (base.stdout.strip().splitlines() or base.stderr.strip().splitlines() or ["no output"])[-1]
         return {"module": target.path, "error": f"baseline tests fail on the unchanged tree: {tail}"}
     # a test the baseline skips guards nothing under the mutants either: said in the result
     base_skips = re.search(r"(\d+) skipped", (base.stdout.strip().splitlines() or [""])[-1])
