@@ -275,11 +275,13 @@ def test_on_an_engine_this_run_started_everything_new_goes_and_the_new_cache_is_
 
 def test_a_dry_run_names_what_it_would_remove_and_removes_nothing(monkeypatch, tmp_path, capsys) -> None:
     engine = _engine(monkeypatch)
+    engine.cache = [{"ID": "old", "Size": 5}, {"ID": "empty", "Size": 0}]  # a record that holds nothing
     state = _state(tmp_path, dockerd_pid=None)
     machine_state.cleanup(state, dry_run=True)
     assert engine.removed == [] and state.exists()
     out = capsys.readouterr().out
     assert "would remove image apex-ci-build:1" in out and "team/trainer" not in out
+    assert "build cache: 1 records (0.00 GB) new since the snapshot, kept" in out
 
 
 def test_what_counts_as_the_suites_tag() -> None:
@@ -470,6 +472,7 @@ RECLAIM = {  # free bytes, our dangling image's GiB (None: none), build cache ->
         [
             "12.88 GB unused, keeping 10.74 GB",
             "keeping 0.00 GB",
+            "    freed 0.00 GB\n",  # a shared record gives back nothing on disk
             "earlier run's image apex-ci-earlier:1 (cell apex-ci-earlier)",
         ],
     ),
@@ -563,6 +566,14 @@ def test_pruning_goes_record_by_record_and_names_what_it_could_not(monkeypatch, 
         "freed 0.00 GB; 3 not pruned (in use?); errors: 333333333333 (record in use), 222222222222 (" in out
     )
     assert out.count("(record in use)") == 5  # the first five of six
+
+
+def test_pruning_a_record_that_frees_nothing_says_so(monkeypatch, capsys) -> None:
+    engine = _engine(monkeypatch)
+    engine.cache = [{"ID": "layers", "Size": 9 * 10**8, "Shared": True}]  # an image holds its layers
+    machine_state._prune_records(RecordedClient(engine), ["layers"])
+    assert engine.cache == []
+    assert capsys.readouterr().out == "    freed 0.00 GB\n"
 
 
 def test_without_an_engine_it_says_so_and_exits_3(monkeypatch, tmp_path, capsys) -> None:
