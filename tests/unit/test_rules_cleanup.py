@@ -2,7 +2,9 @@
 here those answers are recorded ones (the Docker API's image, container and build-cache records, read through
 the Docker SDK's own models), so the decision runs without an engine. On an engine that was running before the
 suite (shared with other builds) it removes only the images it made under its tags, never another's image,
-never one that was there before, never the build cache; on an engine it started itself, everything new."""
+never one that was there before, never the build cache; on an engine it started itself, everything new.
+`reclaim` reads the free space of a disk the recorded engine keeps (what a removal or a prune gives back is
+added to it), and the stop of a dockerd that ignores SIGTERM waits on a clock the test moves."""
 
 from __future__ import annotations
 
