@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -620,3 +621,16 @@ def test_an_earlier_runs_image_needs_both_our_label_and_our_tag() -> None:
     )  # our label under another name: retagged, not ours to remove
     assert not ours(image(["apex-ci-build:1"], None))  # our tag's name, no label: not made by the suite
     assert not ours(image(["apex-ci-build:1"], "team-cell"))
+
+
+def test_run_as_a_script_it_does_what_its_command_line_asks(tmp_path) -> None:
+    state = tmp_path / "state.json"
+    state.write_text("{}")  # a snapshot already there: kept, before any engine is asked
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "test_machine_state.py"), "snapshot", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"{state} exists: keeping the first snapshot of this run" in done.stdout
