@@ -158,7 +158,7 @@ def cleanup(state: Path, dry_run: bool, prefix: str = SUITE_TAG_PREFIX, keep_eng
 
 
 def _suite_images(
-    client, known_images: set[str], prefix: str, base_created: str | None, every_new: bool = False
+    client, known_images: set[str], prefix: str, base_created: str | None, every_new: bool
 ) -> dict[str, list[str]]:
     """Image id -> its suite tags (its id when a rebuild left it dangling), for every image made since the
     snapshot under a suite tag or a suite cell label; with `every_new` (an engine this run started) every
