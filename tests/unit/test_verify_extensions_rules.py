@@ -178,6 +178,12 @@ def test_extensions_rules_a_cancelled_probe_starts_nothing(site: Path) -> None:
     assert extensions.probe(_tasks("ext_a"), timeout_s=1, cancel=cancel) == {}
 
 
+def test_extensions_rules_the_probes_timeout_and_cancel_are_named_never_placed() -> None:
+    assert extensions.probe(tasks=[], timeout_s=1) == {}  # nothing to import: no child
+    with pytest.raises(TypeError):
+        extensions.probe([], 1)  # type: ignore[call-arg]
+
+
 # ----------------------------------------------------------------------------- classification
 UNDEFINED = "_ZN3c106detail14torchCheckFailEPKcS2_jRKSs"
 
