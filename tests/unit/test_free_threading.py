@@ -67,6 +67,8 @@ def _readings(after_torch: bool, modules: dict[str, tuple[bool, bool]]) -> dict[
     ("after_torch", "modules", "status", "enabled_by"),
     [
         (False, {"apex_C": (False, False), "amp_C": (False, False)}, Status.PASS, None),
+        # on before the import (not by it): no import turned it on here
+        (False, {"apex_C": (True, True)}, Status.PASS, None),
         (
             False,
             {"apex_C": (False, False), "amp_C": (False, True), "syncbn": (True, True)},
