@@ -228,7 +228,7 @@ def test_a_layer_that_does_not_count_is_passed_over_and_alone_is_refused(
     assert _check(public)["signed_digest"] == DIGEST
 
 
-def test_every_reason_is_named_once_in_order(store: Store, tmp_path: Path) -> None:
+def test_every_reason_is_named_once_and_sorted(store: Store, tmp_path: Path) -> None:
     stranger, other = _payload(), _payload(OTHER)
     store.put(
         [_layer(other), _layer(stranger, STRANGER), _layer(other), {"digest": NOT_HELD}], [other, stranger]
@@ -265,16 +265,16 @@ def _layer_digest(digest: str) -> tuple[list[dict], list[bytes]]:
 
 
 @pytest.mark.parametrize(
-    ("artifact", "passes"),
+    ("artifact", "refusal"),
     [
-        (lambda: _annotated(ANNOTATION_CAP), True),
-        (lambda: _annotated(ANNOTATION_CAP + 1), False),
-        (lambda: _many(LAYER_CAP), True),
-        (lambda: _many(LAYER_CAP + 1), False),
-        (lambda: ([], []), False),
-        (lambda: ([{"digest": NOT_HELD, "annotations": None}], []), False),
-        (lambda: _layer_digest("sha256:" + "A" * 64), False),
-        (lambda: _layer_digest("sha512:" + "a" * 64), False),
+        (lambda: _annotated(ANNOTATION_CAP), None),
+        (lambda: _annotated(ANNOTATION_CAP + 1), "is not a cosign signature artifact"),
+        (lambda: _many(LAYER_CAP), None),
+        (lambda: _many(LAYER_CAP + 1), "is not a cosign signature artifact"),
+        (lambda: ([], []), "holds no signature layers"),
+        (lambda: ([{"digest": NOT_HELD, "annotations": None}], []), "is not a cosign signature artifact"),
+        (lambda: _layer_digest("sha256:" + "A" * 64), "is not a cosign signature artifact"),
+        (lambda: _layer_digest("sha512:" + "a" * 64), "is not a cosign signature artifact"),
     ],
     ids=[
         "annotation-at-cap",
@@ -287,15 +287,16 @@ def _layer_digest(digest: str) -> tuple[list[dict], list[bytes]]:
         "sha512",
     ],
 )
-def test_the_artifact_caps_and_shape(store: Store, tmp_path: Path, artifact: Callable, passes: bool) -> None:
+def test_the_artifact_caps_and_shape(
+    store: Store, tmp_path: Path, artifact: Callable, refusal: str | None
+) -> None:
     layers, blobs = artifact()
     store.put(layers, blobs)
     public = _public(tmp_path)
-    if passes:
+    if refusal is None:
         assert _check(public)["signed_digest"] == DIGEST
     else:
-        message = _refused(public)
-        assert "is not a cosign signature artifact" in message or "no signature layers" in message
+        assert refusal in _refused(public)
 
 
 def test_a_key_file_up_to_64_kib_is_read_and_a_larger_one_is_bad_input(store: Store, tmp_path: Path) -> None:
