@@ -144,3 +144,27 @@ def test_the_line_names_the_tolerance_it_was_judged_against_and_a_problem_uses_n
     data = problem.to_json()
     assert problem.tol_used == 0.0 and data["tol_used"] == 0.0
     assert data["nonfinite_actual"] == data["nonfinite_expected"] == data["mismatched"] == 0
+
+
+@pytest.mark.parametrize(
+    ("actual", "expected", "shown"),
+    [
+        (torch.ones(4, 1), torch.ones(4), "shape (4, 1) vs reference (4,)"),  # broadcasts: 16 pairs, not 4
+        (torch.ones(3), torch.ones(2), "shape (3,) vs reference (2,)"),  # the longer one first
+        (torch.ones(2), torch.ones(3), "shape (2,) vs reference (3,)"),
+        (None, torch.ones(3), "no tensor (None) for the fused result"),
+    ],
+)
+def test_a_comparison_never_made_reports_its_problem_and_no_worst_element_or_difference(
+    actual: torch.Tensor | None, expected: torch.Tensor, shown: str
+) -> None:
+    data = compare("x", actual, expected, TIGHT).to_json()
+    assert data["ok"] is False and shown in str(data["problem"])
+    assert "worst" not in data and data["max_abs"] == 0.0 and data["tol_used"] == 0.0
+
+
+def test_a_comparison_made_reports_its_worst_element_and_no_problem() -> None:
+    expected = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    data = compare("x", expected + torch.tensor([[0.0, 0.0], [0.5, 0.0]]), expected, TIGHT).to_json()
+    assert data["worst"] == {"index": [1, 0], "actual": 3.5, "expected": 3.0}
+    assert "problem" not in data and data["max_abs"] == 0.5

@@ -89,6 +89,15 @@ def test_every_rule_is_a_frozen_record() -> None:
             setattr(record, field, getattr(record, field))
 
 
+def test_the_gpu_round_plan_is_the_one_its_reason_argues_for() -> None:
+    # the reason is the plan's only justification (the verify-run budget it was measured against): a round
+    # count, block length or warm-up that moved without it is a plan nobody measured
+    plan = rules.ROUNDS
+    assert plan.reason.startswith(f"{plan.rounds} rounds x 2-3 implementations x {plan.block_ms:g} ms ")
+    assert f"{plan.block_ms:g} ms blocks average many calls" in plan.reason
+    assert f"{plan.warmup_ms:g} ms of warm-up per implementation" in plan.reason
+
+
 def test_decide_on_paired_rounds() -> None:
     fused = _rounds(0.32, 0.01, 12, seed=1)
     same = _rounds(0.32, 0.01, 12, seed=2)
