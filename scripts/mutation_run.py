@@ -139,6 +139,17 @@ def load(path: Path = MODULES) -> list[Target]:
             raise BadModules(f"{path}: module {entry.get('path')!r}: {exc}; see the file's header") from exc
         if not (REPO / target.path).is_file():
             raise BadModules(f"{path}: {target.path}: no such module in this checkout")
+        # an equivalent whose line left the source would match nothing, silently: its mutant is run again
+        lines = {
+            row.strip()
+            for row in input_files.read_text(REPO / target.path, input_files.SOURCE_FILE).splitlines()
+        }
+        for eq in equivalents:
+            if eq.line not in lines:
+                raise BadModules(
+                    f"{path}: {target.path}: no line {printable(eq.line)!r} (module.equivalent, {eq.operator}); "
+                    "write the line as it now reads, or drop the entry"
+                )
         targets.append(target)
     return targets
 
