@@ -437,6 +437,7 @@ def test_an_idle_process_is_named_as_last_seen() -> None:
 
 def test_a_gpu_row_short_of_its_five_fields_is_not_read() -> None:
     assert device_load.parse_gpus(f"0, {BUS}\n" + GPUS_IDLE) == device_load.parse_gpus(GPUS_IDLE)
+    assert device_load.parse_gpus(f"0, {BUS}, GPU-x, 0\n") == []  # four fields: no SM clock, not a row
     assert len(device_load.parse_gpus(GPUS_IDLE)) == 1
 
 
