@@ -514,3 +514,23 @@ def test_own_pids_find_a_grandchild_listed_before_its_parent(monkeypatch) -> Non
         os.kill(grandchild, 9)
         child.kill()
         child.wait()
+
+
+def test_a_pmon_reading_that_is_no_number_is_not_read() -> None:
+    header = "".join(PMON_OLD.splitlines(keepends=True)[:2])
+    # no figure: the process's own utilization stays unread (None), not an idle 0
+    assert (
+        device_load.parse_pmon(header + "    0       4242     C    N/A   N/A     -     -   python3\n") == {}
+    )
+
+
+def test_no_gpu_listed_is_no_gpu_picked() -> None:
+    assert device_load.pick_gpu([], None) is None and device_load.pick_gpu([], "0") is None
+
+
+def test_without_a_readable_proc_verify_is_this_process_alone(monkeypatch) -> None:
+    def unreadable(path: str) -> list[str]:
+        raise PermissionError(path)
+
+    monkeypatch.setattr(os, "listdir", unreadable)
+    assert device_load.own_pids(4242) == (4242,)
