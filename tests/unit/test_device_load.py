@@ -534,3 +534,16 @@ def test_without_a_readable_proc_verify_is_this_process_alone(monkeypatch) -> No
 
     monkeypatch.setattr(os, "listdir", unreadable)
     assert device_load.own_pids(4242) == (4242,)
+
+
+def test_a_pid_gone_before_its_read_leaves_the_rest_of_the_listing_read(monkeypatch) -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    real = os.listdir
+    # listed first, gone by its read (above any pid_max): the processes listed after it are still read
+    monkeypatch.setattr(os, "listdir", lambda path: ["4194304001", *real(path)])
+    try:
+        assert child.pid in device_load.own_pids()
+    finally:
+        monkeypatch.undo()
+        child.kill()
+        child.wait()
