@@ -7,6 +7,8 @@ import dataclasses
 import os
 import subprocess
 import sys
+import threading
+import time
 
 from verify.checks import Check, Status
 from verify.domain.report_json import TimingJSON
@@ -392,3 +394,156 @@ def test_an_nvidia_smi_that_cannot_be_started_gives_no_answer(tmp_path, monkeypa
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
     assert device_load.run_nvidia_smi(device_load.GPU_QUERY) is None
+
+
+# --- the edges: which reading names a process, what a row must hold, which GPU and which fields are read ---
+
+
+def test_the_settle_outlasts_the_drivers_longest_sample_period() -> None:
+    # utilization covers nvidia-smi's last sample period (1/6 to 1 s): verify's own kernels must age out of
+    # it, and the wait is paid twice per timing group
+    assert 1.0 < device_load.SETTLE_S <= 2.0
+    assert DeviceWatch(runner=lambda argv: None).settle_s == device_load.SETTLE_S
+
+
+def test_a_working_process_is_named_by_its_first_busy_reading_and_its_last_sample() -> None:
+    busy = _load(
+        LoadSample("before", (_other(0),), 0, 1980),
+        LoadSample("during", (_other(98),), 99, 1980),
+        LoadSample("after", (_other(50),), 0, 1980),
+    )
+    (reason,) = busy.reasons()
+    assert reason.endswith("working: its own SM utilization 98% during timing)")
+    grown = _load(
+        LoadSample("before", (_other(None, used_mib=512),), 0, 1980),
+        LoadSample("during", (_other(None, used_mib=1024),), 99, 1980),
+        LoadSample("after", (_other(None, used_mib=4096),), 0, 1980),
+    )
+    (reason,) = grown.reasons()
+    assert reason.startswith("another compute process on the GPU (pid 1 python3, 4096 MiB;")  # as last seen
+    assert reason.endswith("working: its memory changed (512-4096 MiB))")  # lowest to highest, all samples
+
+
+def test_an_idle_process_is_named_as_last_seen() -> None:
+    # the driver gave its memory before timing and none after: one figure is no change, and the name is the
+    # last sample's
+    load = _load(
+        LoadSample("before", (_other(0),), 0, 1980),
+        LoadSample("after", (_other(0, used_mib=None),), 0, 1980),  # type: ignore[arg-type]
+    )
+    (idle,) = load.idle_others()
+    assert idle.startswith("pid 1 python3: present, idle (its own SM utilization 0% at most in 2 samples")
+
+
+def test_a_gpu_row_short_of_its_five_fields_is_not_read() -> None:
+    assert device_load.parse_gpus(f"0, {BUS}\n" + GPUS_IDLE) == device_load.parse_gpus(GPUS_IDLE)
+    assert device_load.parse_gpus(f"0, {BUS}, GPU-x, 0\n") == []  # four fields: no SM clock, not a row
+    assert len(device_load.parse_gpus(GPUS_IDLE)) == 1
+
+
+def test_a_pmon_row_short_of_more_than_its_command_is_not_read() -> None:
+    header = "".join(PMON_OLD.splitlines(keepends=True)[:2])  # 8 columns
+    assert device_load.parse_pmon(header + "    0       4242     C     98     40      -      -\n") == {
+        4242: 98
+    }
+    assert device_load.parse_pmon(header + "    0       4242     C     98     40      -\n") == {}
+
+
+def test_cuda0_is_named_by_an_index_or_a_uuid_or_its_prefix_never_a_bus_id() -> None:
+    gpus = device_load.parse_gpus("1, 00000000:3B:00.0, GPU-abc, 0, 1980\n" + GPUS_IDLE)
+    assert device_load.pick_gpu(gpus, "GPU-5f1c2a3b")[1] == BUS  # CUDA takes a UUID's unique prefix
+    assert device_load.pick_gpu(gpus, BUS) is None
+    assert device_load.pick_gpu(gpus, "00000000:3B:00.0") is None
+
+
+def test_a_sample_reads_the_chosen_gpus_fields_processes_and_pmon() -> None:
+    gpus = "0, 00000000:DB:00.0, GPU-aaa, 0, 1980\n1, 00000000:3B:00.0, GPU-bbb, 7, 1410\n"
+    # a process on the GPU whose bus id sorts after the chosen one's is on another GPU all the same
+    apps = "00000000:3B:00.0, 4242, 512, python3\n00000000:DB:00.0, 77, 100, other\n"
+    header = "".join(PMON_OLD.splitlines(keepends=True)[:2])
+    answers = {
+        device_load.GPU_QUERY: gpus,
+        device_load.APPS_QUERY: apps,
+        device_load.pmon_query("1"): header + "    1       4242     C      3     1     -     -   python3\n",
+    }
+    load = DeviceWatch.start(runner=answers.get, sleep=lambda s: None, visible="1").stop()
+    assert [(s.when, s.utilization_pct, s.sm_clock_mhz) for s in load.samples] == [
+        ("before", 7, 1410),
+        ("after", 7, 1410),
+    ]
+    assert {(p.pid, p.sm_pct) for s in load.samples for p in s.processes} == {(4242, 3)}
+
+
+def test_stop_waits_for_a_sample_in_flight() -> None:
+    """A during-sample whose query is slow (nvidia-smi under load) is waited for: the after-sample is last."""
+    in_flight = threading.Event()
+
+    def runner(argv: tuple[str, ...]) -> str | None:
+        if threading.current_thread().name == "verify-device-watch" and not in_flight.is_set():
+            in_flight.set()
+            time.sleep(0.4)
+        return GPUS_IDLE if argv == device_load.GPU_QUERY else ""
+
+    watch = DeviceWatch.start(runner=runner, sleep=lambda s: None, visible="", every_s=0.01)
+    assert in_flight.wait(10)
+    assert [s.when for s in watch.stop().samples] == ["before", "during", "after"]
+
+
+def test_withholding_names_the_check_and_clears_a_row_without_winners() -> None:
+    checks = [Check("timing", "fused_layer_norm.bf16", Status.INFO, "FusedLayerNorm (bf16): native 1.2x")]
+    rows: list[TimingJSON] = [{"kernel": "FusedLayerNorm", "verdict": "native"}]
+    device_load.withhold(checks, rows, _load(LoadSample("before", (GpuProcess(1, 1, "x"),), 0, 1980)))
+    assert checks[0].summary.startswith("FusedLayerNorm (bf16): timing verdict withheld, the GPU was shared")
+    assert "native 1.2x" not in checks[0].summary
+    assert rows[0]["winner"] == {"kernel_time": None, "host_inclusive": None}
+
+
+def test_own_pids_find_a_grandchild_listed_before_its_parent(monkeypatch) -> None:
+    """After PIDs wrap, a worker's child can hold a lower PID than the worker: /proc lists it first."""
+    child = subprocess.Popen(["sh", "-c", "sleep 30 & echo $!; wait"], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    grandchild = int(child.stdout.readline())
+    real = os.listdir
+    monkeypatch.setattr(
+        os, "listdir", lambda path: sorted(real(path), key=lambda n: -int(n) if n.isdigit() else 0)
+    )
+    try:
+        assert {child.pid, grandchild} <= set(device_load.own_pids())
+    finally:
+        monkeypatch.undo()
+        os.kill(grandchild, 9)
+        child.kill()
+        child.wait()
+
+
+def test_a_pmon_reading_that_is_no_number_is_not_read() -> None:
+    header = "".join(PMON_OLD.splitlines(keepends=True)[:2])
+    # no figure: the process's own utilization stays unread (None), not an idle 0
+    assert (
+        device_load.parse_pmon(header + "    0       4242     C    N/A   N/A     -     -   python3\n") == {}
+    )
+
+
+def test_no_gpu_listed_is_no_gpu_picked() -> None:
+    assert device_load.pick_gpu([], None) is None and device_load.pick_gpu([], "0") is None
+
+
+def test_without_a_readable_proc_verify_is_this_process_alone(monkeypatch) -> None:
+    def unreadable(path: str) -> list[str]:
+        raise PermissionError(path)
+
+    monkeypatch.setattr(os, "listdir", unreadable)
+    assert device_load.own_pids(4242) == (4242,)
+
+
+def test_a_pid_gone_before_its_read_leaves_the_rest_of_the_listing_read(monkeypatch) -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    real = os.listdir
+    # listed first, gone by its read (above any pid_max): the processes listed after it are still read
+    monkeypatch.setattr(os, "listdir", lambda path: ["4194304001", *real(path)])
+    try:
+        assert child.pid in device_load.own_pids()
+    finally:
+        monkeypatch.undo()
+        child.kill()
+        child.wait()

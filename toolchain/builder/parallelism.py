@@ -84,8 +84,8 @@ class Plan:
     nvcc_threads: int
     apex_parallel_build: int
     reason: str
-    # every unit in flight with the unit schedule's extra threads counted (they may be given)
-    scheduled: bool = False
+    # every unit in flight with the unit schedule's extra threads counted (they may be given); plan() sets it
+    scheduled: bool
 
     def env(self, base: dict[str, str]) -> dict[str, str]:
         """The environment variables that carry this plan to Apex's setup.py and torch."""
@@ -187,6 +187,11 @@ def unit_gib(threads: int, gib_per_thread: float | None = None) -> float:
     return GIB_PER_UNIT_HOST + threads * (GIB_PER_NVCC_THREAD if gib_per_thread is None else gib_per_thread)
 
 
+def _most_threads(n_archs: int) -> int:
+    """The most nvcc --threads worth giving: one per arch, at most MAX_NVCC_THREADS, at least one."""
+    return max(1, min(n_archs, MAX_NVCC_THREADS))
+
+
 def all_in_flight(
     res: HostResources,
     *,
@@ -215,7 +220,7 @@ def all_in_flight(
             f"threads for the costliest units: modelled {peak:.0f} GiB of {budget:.0f}"
         )
         return LARGEST_EXTENSION_UNITS, n_extensions, 1, why
-    top = max(1, min(n_archs, MAX_NVCC_THREADS))
+    top = _most_threads(n_archs)
     threads = max(t for t in range(1, top + 1) if units * unit_gib(t, gib_per_thread) <= budget)
     why = (
         f"every extension at once, MAX_JOBS = amp_C's {LARGEST_EXTENSION_UNITS} units: ~{units} units in flight, "
@@ -392,7 +397,7 @@ def _split_by_memory(
     the most threads that still fit (a small host gets units for its cores before threads)."""
     budget = res.mem_available_gib * MEMORY_FRACTION
     units = max(1, min(res.cores * COMPILES_PER_CORE, math.floor(budget / unit_gib(1, gib_per_thread))))
-    top = max(1, min(n_archs, MAX_NVCC_THREADS))
+    top = _most_threads(n_archs)
     threads = max([t for t in range(1, top + 1) if units * unit_gib(t, gib_per_thread) <= budget] or [1])
     max_jobs = min(units, max(MIN_JOBS_PER_EXTENSION, res.cores // 2))
     parallel = max(1, min(n_ext, 1 + (units - max_jobs) // TYPICAL_FILES_PER_EXTENSION))
