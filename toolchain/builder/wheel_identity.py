@@ -29,7 +29,11 @@ from verify.runtime import input_files
 # what the dist-info carries besides pip's own files (verify/layers/manifest.py reads the first there)
 MANIFEST_FILE = manifest.DIST_INFO_NAME
 VERIFY_FILES = (layout.STATIC_REPORT_NAME, layout.STATIC_MARKDOWN_NAME)
-_WHEEL_NAME = re.compile(r"(?P<name>[^-]+)-(?P<version>[^-]+)-(?P<tags>[^/\\]+)\.whl", re.ASCII)
+# PEP 427: NAME-VERSION(-BUILD)?-PY-ABI-PLATFORM.whl, the build tag starting with a digit; pip refuses a name
+# with fewer parts ("wrong number of parts"), so the index must not take one
+_WHEEL_NAME = re.compile(
+    r"(?P<name>[^-]+)-(?P<version>[^-]+)-(?P<tags>(?:\d[^-/\\]*-)?[^-/\\]+-[^-/\\]+-[^-/\\]+)\.whl", re.ASCII
+)
 
 
 @dataclasses.dataclass(frozen=True)
