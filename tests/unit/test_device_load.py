@@ -547,3 +547,25 @@ def test_a_pid_gone_before_its_read_leaves_the_rest_of_the_listing_read(monkeypa
         monkeypatch.undo()
         child.kill()
         child.wait()
+
+
+def test_stop_waits_for_every_query_one_sample_makes() -> None:
+    """stop() waits SAMPLE_QUERIES query timeouts for the sampling thread: as many as one sample may ask."""
+    gpus = "0, 00000000:DB:00.0, GPU-aaa, 7, 1410\n"
+    apps = "00000000:DB:00.0, 4242, 512, python3\n"
+    header = "".join(PMON_OLD.splitlines(keepends=True)[:2])
+    answers = {
+        device_load.GPU_QUERY: gpus,
+        device_load.APPS_QUERY: apps,
+        device_load.pmon_query("0"): header + "    0       4242     C      3     1     -     -   python3\n",
+    }
+    asked: list[tuple[str, ...]] = []
+
+    def runner(argv: tuple[str, ...]) -> str | None:
+        asked.append(argv)
+        return answers.get(argv)
+
+    watch = DeviceWatch(runner=runner, sleep=lambda s: None, visible="0")
+    assert watch.sample("during")
+    assert watch.samples[0].processes  # a process on the GPU: the sample asked for its own use too
+    assert len(asked) == device_load.SAMPLE_QUERIES

@@ -46,6 +46,7 @@ BUSY_UTILIZATION_PCT = (
 SETTLE_S = 2.0  # nvidia-smi's utilization covers its last sample period (1/6-1 s): verify's own kernels age out first
 DURING_EVERY_S = 2.0
 QUERY_TIMEOUT_S = 10.0
+SAMPLE_QUERIES = 3  # one sample asks nvidia-smi up to three times: the GPU, its apps, their own use
 GPU_QUERY = (
     "nvidia-smi",
     "--query-gpu=index,pci.bus_id,uuid,utilization.gpu,clocks.sm",
@@ -361,7 +362,7 @@ class DeviceWatch:
     def stop(self) -> DeviceLoad:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(QUERY_TIMEOUT_S * 2 + self.every_s)
+            self._thread.join(QUERY_TIMEOUT_S * SAMPLE_QUERIES + self.every_s)  # a sample in flight ends
             self.sleep(self.settle_s)
             self.sample("after")
         if self.bus is None:
