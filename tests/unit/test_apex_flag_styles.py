@@ -443,6 +443,7 @@ STORED = "--config-settings=--build-option=--compression=stored"
         (ARGV_PARALLEL, 1, "deflated", [PEP517, CPP]),
         (ARGV_PARALLEL, 0, "deflated", [PEP517, CPP]),
     ],
+    ids=["env", "env-stored", "argv", "argv-stored", "argv-parallel-2", "argv-parallel-1", "argv-parallel-0"],
 )
 def test_pip_options_per_style_parallel_and_compression(
     text: str, parallel: int, compression: str, options: list[str], tmp_path: Path
