@@ -56,7 +56,7 @@ def test_head_reads_apex_variables(head: Path) -> None:
 def test_tag_2504_reads_argv_switches(tag2504: Path) -> None:
     setup = apex_setup.read(tag2504)
     assert setup.style == apex_setup.ARGV and setup.env_vars == ()
-    assert "reads '--cpp_ext'/'--cuda_ext' from sys.argv" in setup.evidence
+    assert setup.evidence.endswith("setup.py line 114 reads '--cpp_ext'/'--cuda_ext' from sys.argv")
     assert setup.parallel == apex_setup.ARGV  # `--parallel N` on its argv, no APEX_PARALLEL_BUILD
     assert setup.speaks("APEX_FMHA", "--fmha") and setup.speaks(
         "APEX_GPU_DIRECT_STORAGE", "--gpu_direct_storage"
@@ -285,3 +285,171 @@ def test_an_env_setup_py_asked_for_a_stored_wheel_gets_pep517_and_the_setting(tm
         "--use-pep517",
         "--config-settings=--build-option=--compression=stored",
     ]
+
+
+# ---------------------------------------------------------------- reading setup.py's text: each rule's edges
+
+CPP_BLOCK = 'if "--cpp_ext" in sys.argv:\n    ext_modules.append(CppExtension("apex_C", []))\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "blocks"),
+    [
+        pytest.param(CPP_BLOCK, [(("--cpp_ext",), 1, ("apex_C",))], id="the-first-line-is-an-if"),
+        pytest.param(
+            'import sys\nif "--cpp_ext" in sys.argv: ext_modules.append(CppExtension("apex_C", []))\n',
+            [(("--cpp_ext",), 2, ("apex_C",))],
+            id="the-last-line-is-a-one-line-if",
+        ),
+        pytest.param(
+            'import sys\nif "--cpp_ext" in sys.argv:\n\tsys.argv.remove("--cpp_ext")\n'
+            '\text_modules.append(CppExtension("apex_C", []))\nsetup()\n',
+            [(("--cpp_ext",), 2, ("apex_C",))],
+            id="a-tab-indented-body",
+        ),
+        pytest.param(
+            'import sys\nif "--cpp_ext" in sys.argv:\n    sys.argv.remove("--cpp_ext")\n#TODO keep\n\n'
+            '    ext_modules.append(CppExtension("apex_C", []))\nelse:\n'
+            '    ext_modules.append(CppExtension(name="fallback_C"))\n'
+            'ext_modules.append(CppExtension("after_C", []))\n',
+            [(("--cpp_ext",), 2, ("apex_C", "fallback_C"))],
+            id="comments-blanks-and-else-belong-to-the-block-the-next-statement-does-not",
+        ),
+        pytest.param(
+            'if "--parallel" in sys.argv:\n    pass\nif sys.platform == "win32":\n    x = 1\n' + CPP_BLOCK,
+            [(("--cpp_ext",), 5, ("apex_C",))],
+            id="an-if-of-no-switch-and-the-parallel-switch-are-no-blocks",
+        ),
+        pytest.param(
+            "x = 0\n" * 300 + CPP_BLOCK,
+            [(("--cpp_ext",), 301, ("apex_C",))],
+            id="a-block-that-runs-to-the-end-of-a-long-file",
+        ),
+    ],
+)
+def test_the_top_level_if_blocks_of_a_setup_py(text: str, blocks: list[tuple], tmp_path: Path) -> None:
+    setup = apex_setup.parse(text, tmp_path / "setup.py")
+    assert [(b.switches, b.line, b.modules) for b in setup.blocks] == blocks
+
+
+GUARDS = 'import sys\nif "--cuda_ext" in sys.argv:\n'
+
+
+@pytest.mark.parametrize(
+    ("body", "dropped"),
+    [
+        pytest.param(
+            '    if bare_metal_version < Version("13.0"):\n        cc_flag += ["-gencode",\n'
+            '                    "arch=compute_60,code=sm_60"]\n',
+            [],
+            id="a-guard-two-lines-up-over-a-continuation-line",
+        ),
+        pytest.param(
+            '    if bare_metal_version < Version("13.0"):\n        cc_flag.append("-DOLD")\n\n'
+            '        cc_flag += ["-gencode", "arch=compute_60,code=sm_60"]\n',
+            [],
+            id="a-guard-above-a-sibling-and-a-blank-line",
+        ),
+        pytest.param(
+            '    if bare_metal_version >= Version("13.0"):\n        pass\n    else:\n'
+            '        cc_flag += ["-gencode", "arch=compute_60,code=sm_60"]\n',
+            [],
+            id="the-else-of-a-version-test",
+        ),
+        pytest.param(
+            '    if bare_metal_version < Version("11.0"):\n        cc_flag.append("-DOLD")\n'
+            '    cc_flag += ["-gencode", "arch=compute_60,code=sm_60"]\n',
+            [("6.0", 5)],
+            id="a-closed-guard-above-does-not-cover-the-line",
+        ),
+        pytest.param(
+            '    if torch.cuda.is_available():\n        cc_flag += ["-gencode", "arch=compute_60,code=sm_60"]\n',
+            [("6.0", 4)],
+            id="an-if-without-a-less-than-is-no-guard",
+        ),
+    ],
+)
+def test_which_hard_coded_archs_a_version_guard_covers(body: str, dropped: list, tmp_path: Path) -> None:
+    setup = apex_setup.parse(GUARDS + body, tmp_path / "setup.py")
+    assert setup.dropped_archs("--cuda_ext", {"7.5", "8.0"}) == dropped
+
+
+@pytest.mark.parametrize(
+    ("supported", "dropped"),
+    [({"6.0", "8.0"}, []), ({"5.0", "8.0"}, []), ({"7.0", "8.0"}, [("6.0", 3)])],
+    ids=[
+        "its-oldest-is-the-hard-coded-arch",
+        "older-than-the-hard-coded-arch",
+        "newer-than-the-hard-coded-arch",
+    ],
+)
+def test_a_hard_coded_arch_is_dropped_only_below_the_oldest_nvcc_compiles(
+    supported: set[str], dropped: list, tmp_path: Path
+) -> None:
+    text = GUARDS + '    cc_flag += ["-gencode", "arch=compute_60,code=sm_60"]\n'
+    assert apex_setup.parse(text, tmp_path / "setup.py").dropped_archs("--cuda_ext", supported) == dropped
+
+
+def test_the_evidence_names_the_line_of_env_to_flag(head: Path) -> None:
+    assert apex_setup.read(head).evidence.endswith("setup.py line 24 defines ENV_TO_FLAG (APEX_* variables)")
+
+
+@pytest.mark.parametrize(
+    ("text", "spoken"),
+    [
+        ("ENV_TO_FLAG = {\n    'APEX_CPP_EXT': '--cpp_ext',\n}\n", "ENV_TO_FLAG has no APEX_XENTROPY"),
+        ("import sys\n" + CPP_BLOCK, "no block tests '--xentropy' in sys.argv"),
+        (
+            "from setuptools import setup\n"
+            + CPP_BLOCK.replace('"--cpp_ext" in sys.argv', "has_flag('--cpp_ext')"),
+            "no block tests '--xentropy' in sys.argv",
+        ),
+    ],
+    ids=["env", "argv", "unknown"],
+)
+def test_a_refused_flag_says_what_each_style_lacks(text: str, spoken: str, tmp_path: Path) -> None:
+    setup = apex_setup.parse(text, tmp_path / "setup.py")
+    with pytest.raises(ToolchainError) as stop:
+        apex_setup.check_flags(setup, {"APEX_CPP_EXT": "1", "APEX_XENTROPY": "1"}, tmp_path)
+    assert f"{apex_setup.describe(setup)} and {spoken}; drop it" in str(stop.value)
+
+
+def test_all_contrib_never_passes_a_switch_of_its_own(tmp_path: Path) -> None:
+    text = (
+        "import sys\n" + CPP_BLOCK + CPP_BLOCK.replace("cpp_ext", "all_contrib_ext").replace("apex_C", "x_C")
+    )
+    text += CPP_BLOCK.replace("cpp_ext", "xentropy").replace("apex_C", "xentropy_cuda")
+    setup = apex_setup.parse(text, tmp_path / "setup.py")
+    assert setup.speaks("APEX_ALL_CONTRIB_EXT", "--all_contrib_ext")
+    assert apex_setup.flag_switches(setup, {"APEX_ALL_CONTRIB_EXT": "1"}) == ["--xentropy"]
+
+
+ENV_SETUP = "ENV_TO_FLAG = {\n    'APEX_CPP_EXT': '--cpp_ext',\n}\nAPEX_PARALLEL_BUILD = 1\n"
+ARGV_SETUP = "import sys\n" + CPP_BLOCK
+ARGV_PARALLEL = ARGV_SETUP + 'if "--parallel" in sys.argv:\n    pass\n'
+PEP517, CPP = "--use-pep517", "--config-settings=--build-option=--cpp_ext"
+PARALLEL = ["--config-settings=--build-option=--parallel", "--config-settings=--build-option=2"]
+STORED = "--config-settings=--build-option=--compression=stored"
+
+
+@pytest.mark.parametrize(
+    ("text", "parallel", "compression", "options"),
+    [
+        (ENV_SETUP, 2, "deflated", []),
+        (ENV_SETUP, 2, "stored", [PEP517, STORED]),
+        (ARGV_SETUP, 2, "deflated", [PEP517, CPP]),  # setup.py takes no --parallel
+        (ARGV_SETUP, 2, "stored", [PEP517, CPP, STORED]),
+        (ARGV_PARALLEL, 2, "deflated", [PEP517, CPP, *PARALLEL]),
+        (ARGV_PARALLEL, 1, "deflated", [PEP517, CPP]),
+        (ARGV_PARALLEL, 0, "deflated", [PEP517, CPP]),
+    ],
+    ids=["env", "env-stored", "argv", "argv-stored", "argv-parallel-2", "argv-parallel-1", "argv-parallel-0"],
+)
+def test_pip_options_per_style_parallel_and_compression(
+    text: str, parallel: int, compression: str, options: list[str], tmp_path: Path
+) -> None:
+    setup = apex_setup.parse(text, tmp_path / "setup.py")
+    assert apex_setup.pip_options(setup, ["--cpp_ext"], parallel, compression) == options
+    # the command line's value is a new string, not the literal: compared by value
+    fresh = "".join(compression)
+    assert apex_setup.pip_options(setup, ["--cpp_ext"], parallel, fresh) == options
