@@ -177,3 +177,54 @@ def test_pages_are_stable_bytes_and_records_do_not_change_under_them() -> None:
     for record in (tool, entries[0], pages.Tools(wheel=tool, zipapp=tool)):
         with pytest.raises(dataclasses.FrozenInstanceError):
             record.size = 2  # type: ignore[misc,union-attr]
+
+
+@pytest.mark.parametrize(
+    ("name", "python"),
+    [
+        ("apex-0.1+a-cp312-cp312-manylinux_2_28_x86_64.whl", ["cp312"]),
+        ("apex-0.1+a-1-cp311.cp312-abi3-manylinux_2_28_x86_64.whl", ["cp311", "cp312"]),  # a build tag
+        ("apex-0.1+a-cp312-manylinux_2_28_x86_64.whl", []),  # four parts: no PEP 425 triple to read
+        ("apex-0.1+a-1-2-cp312-cp312-linux_x86_64.whl", []),  # seven parts: not a wheel name either
+    ],
+)
+def test_the_stack_row_names_the_python_tags_of_its_wheel_names(name: str, python: list[str]) -> None:
+    (row,) = pages.stack_rows([_stacked(STACK, name)])
+    assert row["python"] == python
+
+
+@pytest.mark.parametrize(
+    ("torch", "torch_cuda", "shown"),
+    [
+        (None, None, "unknown"),
+        (None, "13.0", "unknown"),
+        ("2.11.0", None, "none (CPU torch)"),
+        ("2.11.0", "13.0", "13.0"),
+    ],
+)
+def test_the_stack_row_names_the_cuda_of_the_torch_each_wheel_was_built_against(
+    torch: str | None, torch_cuda: str | None, shown: str
+) -> None:
+    (row,) = pages.stack_rows([_stacked(STACK, "apex-0.1+a-cp312-x.whl", torch=torch, torch_cuda=torch_cuda)])
+    assert row["cuda"] == [shown]
+
+
+@pytest.mark.parametrize("address", [None, "", "https://example.org/apex/"])
+@pytest.mark.parametrize("with_tools", [False, True])
+def test_stacks_json_names_the_address_and_the_tool_install_only_when_there_are_some(
+    address: str | None, with_tools: bool
+) -> None:
+    tool = pages.ToolFile("apex_verify-0.1.0-py3-none-any.whl", "ab" * 32, 123, "0.1.0")
+    tools = pages.Tools(wheel=tool, zipapp=pages.ToolFile("verify.pyz", "cd" * 32, 45, "0"))
+    top = json.loads(
+        pages.top_json([_entry("apex-0.1+c-cp312-x.whl", b"m")], tools if with_tools else None, address)
+    )
+    assert top.get("address") == (address or None)
+    assert top.get("install") == (pages.install_commands(address) if with_tools else None)
+
+
+def test_a_tool_is_linked_from_a_stacks_project_page_or_from_the_top_simple_folder() -> None:
+    tool = pages.ToolFile("apex_verify-0.1.0-py3-none-any.whl", "ab" * 32, 123, "0.1.0")
+    assert tool.href_from_project(False) == f"../../../tools/{tool.name}"
+    assert tool.href_from_project(True) == f"../../tools/{tool.name}"
+    assert json.loads(pages.tool_json(tool, top=True))["files"][0]["url"] == f"../../tools/{tool.name}"

@@ -28,7 +28,7 @@ class ToolFile:
     size: int
     version: str
 
-    def href_from_project(self, top: bool = False) -> str:
+    def href_from_project(self, top: bool) -> str:
         """From <stack>/simple/<project>/, or from the top-level simple/<project>/ when `top`."""
         up = "../../" if top else "../../../"
         return f"{up}{TOOLS_FOLDER}/{urllib.parse.quote(self.name)}"
@@ -78,19 +78,19 @@ class Entry:
 class Linked(Protocol):
     """What a project page links: a published Apex wheel (Entry) or a dependency wheel beside it."""
 
-    @property
+    @property  # a Protocol member: read by mypy, never called
     def name(self) -> str: ...
-    @property
+    @property  # a Protocol member: read by mypy, never called
     def href(self) -> str: ...
-    @property
+    @property  # a Protocol member: read by mypy, never called
     def sha256(self) -> str: ...
-    @property
+    @property  # a Protocol member: read by mypy, never called
     def size(self) -> int: ...
-    @property
+    @property  # a Protocol member: read by mypy, never called
     def version(self) -> str: ...
-    @property
+    @property  # a Protocol member: read by mypy, never called
     def metadata_sha256(self) -> str: ...
-    @property
+    @property  # a Protocol member: read by mypy, never called
     def requires_python(self) -> str | None: ...
 
 
