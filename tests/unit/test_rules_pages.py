@@ -182,7 +182,7 @@ def test_pages_are_stable_bytes_and_records_do_not_change_under_them() -> None:
 @pytest.mark.parametrize(
     ("name", "python"),
     [
-        ("apex-0.1+a-cp312-cp312-manylinux_2_28_x86_64.whl", ["cp312"]),
+        ("apex-0.1+a-cp312-abi3-manylinux_2_28_x86_64.whl", ["cp312"]),  # the ABI tag is not read
         ("apex-0.1+a-1-cp311.cp312-abi3-manylinux_2_28_x86_64.whl", ["cp311", "cp312"]),  # a build tag
         ("apex-0.1+a-cp312-manylinux_2_28_x86_64.whl", []),  # four parts: no PEP 425 triple to read
         ("apex-0.1+a-1-2-cp312-cp312-linux_x86_64.whl", []),  # seven parts: not a wheel name either
