@@ -456,16 +456,22 @@ def test_cuda0_is_named_by_an_index_or_a_uuid_or_its_prefix_never_a_bus_id() -> 
     assert device_load.pick_gpu(gpus, "00000000:3B:00.0") is None
 
 
+def _answers(gpus: str, apps: str, index: str) -> dict[tuple[str, ...], str]:
+    """nvidia-smi's answers to one sample: the GPUs, their apps, and pmon's row for pid 4242 (3% SM)."""
+    header = "".join(PMON_OLD.splitlines(keepends=True)[:2])
+    return {
+        device_load.GPU_QUERY: gpus,
+        device_load.APPS_QUERY: apps,
+        device_load.pmon_query(index): header
+        + f"    {index}       4242     C      3     1     -     -   python3\n",
+    }
+
+
 def test_a_sample_reads_the_chosen_gpus_fields_processes_and_pmon() -> None:
     gpus = "0, 00000000:DB:00.0, GPU-aaa, 0, 1980\n1, 00000000:3B:00.0, GPU-bbb, 7, 1410\n"
     # a process on the GPU whose bus id sorts after the chosen one's is on another GPU all the same
     apps = "00000000:3B:00.0, 4242, 512, python3\n00000000:DB:00.0, 77, 100, other\n"
-    header = "".join(PMON_OLD.splitlines(keepends=True)[:2])
-    answers = {
-        device_load.GPU_QUERY: gpus,
-        device_load.APPS_QUERY: apps,
-        device_load.pmon_query("1"): header + "    1       4242     C      3     1     -     -   python3\n",
-    }
+    answers = _answers(gpus, apps, "1")
     load = DeviceWatch.start(runner=answers.get, sleep=lambda s: None, visible="1").stop()
     assert [(s.when, s.utilization_pct, s.sm_clock_mhz) for s in load.samples] == [
         ("before", 7, 1410),
@@ -552,13 +558,7 @@ def test_a_pid_gone_before_its_read_leaves_the_rest_of_the_listing_read(monkeypa
 def test_stop_waits_for_every_query_one_sample_makes() -> None:
     """stop() waits SAMPLE_QUERIES query timeouts for the sampling thread: as many as one sample may ask."""
     gpus = "0, 00000000:DB:00.0, GPU-aaa, 7, 1410\n"
-    apps = "00000000:DB:00.0, 4242, 512, python3\n"
-    header = "".join(PMON_OLD.splitlines(keepends=True)[:2])
-    answers = {
-        device_load.GPU_QUERY: gpus,
-        device_load.APPS_QUERY: apps,
-        device_load.pmon_query("0"): header + "    0       4242     C      3     1     -     -   python3\n",
-    }
+    answers = _answers(gpus, "00000000:DB:00.0, 4242, 512, python3\n", "0")
     asked: list[tuple[str, ...]] = []
 
     def runner(argv: tuple[str, ...]) -> str | None:

@@ -14,6 +14,7 @@ was read through the reader (`tomllib.loads`) is allowed.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -113,15 +114,18 @@ def _sources() -> list[Path]:
     return files
 
 
-def test_nothing_outside_the_reader_opens_reads_or_unzips_directly() -> None:
+def findings(allowed: dict[str, str], check: Callable[[str], list[tuple[int, str]]]) -> list[str]:
+    """`file:line: what` for each hit of `check` in the project's sources outside the `allowed` files."""
     found = []
     for path in _sources():
         relative = path.relative_to(REPO).as_posix()
-        if relative in ALLOWED:
-            continue
-        found += [
-            f"{relative}:{line}: {what}" for line, what in direct_reads(path.read_text(encoding="utf-8"))
-        ]
+        if relative not in allowed:
+            found += [f"{relative}:{line}: {what}" for line, what in check(path.read_text(encoding="utf-8"))]
+    return found
+
+
+def test_nothing_outside_the_reader_opens_reads_or_unzips_directly() -> None:
+    found = findings(ALLOWED, direct_reads)
     assert not found, (
         "read through verify/runtime/input_files.py (read_bytes/read_text/read_json, open_zip, tar_files, "
         "read_stream, open_url, read_system_text, read_shipped_text, read_log_tail):\n" + "\n".join(found)

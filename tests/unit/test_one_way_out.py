@@ -19,7 +19,7 @@ import ast
 import pytest
 
 from tests.support import REPO
-from tests.unit.test_one_way_in import _dotted, _mode, _sources
+from tests.unit.test_one_way_in import _dotted, _mode, findings
 
 # The writer itself, and the one place that cannot import it, with why
 ALLOWED = {
@@ -85,14 +85,7 @@ def direct_writes(source: str) -> list[tuple[int, str]]:
 
 
 def test_nothing_outside_the_writer_writes_a_file_directly() -> None:
-    found = []
-    for path in _sources():
-        relative = path.relative_to(REPO).as_posix()
-        if relative in ALLOWED:
-            continue
-        found += [
-            f"{relative}:{line}: {what}" for line, what in direct_writes(path.read_text(encoding="utf-8"))
-        ]
+    found = findings(ALLOWED, direct_writes)
     assert not found, (
         "write through verify/runtime/atomic.py (write_bytes/write_text/write_json for a path the user names; "
         "write_in_tree, move_in_tree, open_append_in_tree for --out, --logs, the index):\n" + "\n".join(found)
